@@ -1,0 +1,1 @@
+"""Agents: the code a run executes. See `registry.py` for how to add one."""

@@ -1,0 +1,90 @@
+"""The `llm` agent (contract §6): a chat with an OpenAI-compatible endpoint.
+
+Each model reply becomes a `message` event. A reply cut off by the length limit is continued, up
+to `maxTurns` replies. 429, 5xx, transport errors and timeouts are retryable faults; any other
+non-2xx answer, or a missing configuration, fails the run at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from outlive.agents.registry import Agent, RunContext
+from outlive.errors import RetryableFault
+
+
+class LlmInput(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    prompt: str = Field(min_length=1, max_length=20_000)
+    max_turns: int = Field(1, ge=1, le=20, description="most model replies to ask for")
+
+
+class LlmNotConfigured(Exception):
+    """OUTLIVE_LLM_BASE_URL is not set."""
+
+
+class LlmRejected(Exception):
+    """The endpoint refused the request in a way a retry cannot fix."""
+
+
+async def run(ctx: RunContext, params: LlmInput) -> dict[str, Any]:
+    settings = ctx.settings
+    if not settings.llm_base_url:
+        raise LlmNotConfigured("the llm agent needs OUTLIVE_LLM_BASE_URL")
+    headers = {}
+    if settings.llm_api_key is not None:
+        headers["Authorization"] = f"Bearer {settings.llm_api_key.get_secret_value()}"
+    url = settings.llm_base_url.rstrip("/") + "/chat/completions"
+    messages: list[dict[str, str]] = [{"role": "user", "content": params.prompt}]
+    reply = ""
+    turns = 0
+    for _ in range(params.max_turns):
+        await ctx.checkpoint()
+        choice = await _complete(ctx.http, url, headers, settings.llm_model, messages,
+                                 settings.llm_timeout_s)
+        reply = str(choice.get("message", {}).get("content") or "")
+        turns += 1
+        messages.append({"role": "assistant", "content": reply})
+        await ctx.emit("message", {"role": "assistant", "content": reply})
+        if choice.get("finish_reason") != "length":
+            break
+        messages.append({"role": "user", "content": "Continue."})
+    return {"reply": reply, "turns": turns}
+
+
+async def _complete(
+    http: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    model: str,
+    messages: list[dict[str, str]],
+    timeout_s: float,
+) -> dict[str, Any]:
+    try:
+        response = await http.post(
+            url, json={"model": model, "messages": messages}, headers=headers, timeout=timeout_s
+        )
+    except httpx.TransportError as exc:  # timeouts included
+        raise RetryableFault(f"llm endpoint unreachable: {exc!r}") from exc
+    if response.status_code == 429 or response.status_code >= 500:
+        raise RetryableFault(f"llm endpoint answered {response.status_code}")
+    if not response.is_success:
+        raise LlmRejected(f"llm endpoint answered {response.status_code}: {response.text[:200]}")
+    try:
+        choice: dict[str, Any] = response.json()["choices"][0]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise LlmRejected(f"llm endpoint answered an unexpected body: {response.text[:200]}") from exc
+    return choice
+
+
+AGENT = Agent(
+    name="llm",
+    description="Chats with the configured OpenAI-compatible endpoint; each reply is a `message`.",
+    input_model=LlmInput,
+    run=run,
+)

@@ -1,0 +1,123 @@
+"""The agent registry.
+
+An agent is a name, a description, a pydantic input model (its JSON Schema is what the `agents`
+query returns and what `startRun` validates against before anything is written) and an async
+function `run(ctx, params) -> output`. The function talks to the world only through `ctx`:
+`await ctx.emit(type, data)` appends a durable timeline event, `await ctx.checkpoint()` (between
+turns) stops the run when a cancel was requested, and `raise RetryableFault(...)` asks for another
+attempt. Any other exception settles the run FAILED at once.
+
+Agents are found through the entry-point group `outlive.agents`; the built-in `demo` and `llm`
+are registered the same way in our own pyproject.toml. A third-party package adds one with:
+
+    [project.entry-points."outlive.agents"]
+    summarize = "acme_agents.summarize:AGENT"
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from outlive.errors import BadUserInput
+
+if TYPE_CHECKING:
+    from outlive.config import Settings
+    from outlive.ids import RunId, TenantId
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "outlive.agents"
+MAX_INPUT_BYTES = 64 * 1024
+
+P = TypeVar("P", bound=BaseModel)
+
+
+class RunContext(Protocol):
+    """What an executing agent sees of its run."""
+
+    run_id: RunId
+    tenant_id: TenantId
+    attempt: int
+    http: httpx.AsyncClient
+    settings: Settings
+
+    async def emit(self, type: str, data: Mapping[str, Any]) -> int:
+        """Append a timeline event now (durable before it returns); returns its `seq`."""
+
+    async def checkpoint(self) -> None:
+        """Between turns: raise `RunCancelled` if a cancel was requested, else return."""
+
+
+@dataclass(frozen=True)
+class Agent(Generic[P]):
+    name: str
+    description: str
+    input_model: type[P]
+    run: Callable[[RunContext, P], Awaitable[Any]]
+    input_schema: dict[str, Any] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_schema", self.input_model.model_json_schema(by_alias=True))
+
+    def validate(self, raw: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The input as stored on the row, or `BadUserInput` saying what is wrong."""
+        if raw is not None and not isinstance(raw, Mapping):
+            raise BadUserInput(f"input for agent {self.name!r} must be a JSON object")
+        if len(json.dumps(raw or {})) > MAX_INPUT_BYTES:
+            raise BadUserInput(f"input for agent {self.name!r} is over {MAX_INPUT_BYTES} bytes")
+        try:
+            params = self.input_model.model_validate(raw or {})
+        except ValidationError as exc:
+            raise BadUserInput(f"invalid input for agent {self.name!r}: {_summary(exc)}") from None
+        return params.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def parse(self, stored: Mapping[str, Any]) -> P:
+        return self.input_model.model_validate(stored)
+
+
+def _summary(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors(include_url=False)[:5]:
+        where = ".".join(str(p) for p in error["loc"]) or "input"
+        parts.append(f"{where}: {error['msg']}")
+    return "; ".join(parts)
+
+
+class AgentRegistry:
+    def __init__(self, agents: Iterable[Agent[Any]]) -> None:
+        self._agents: dict[str, Agent[Any]] = {}
+        for agent in agents:
+            if agent.name in self._agents:
+                raise ValueError(f"two agents are named {agent.name!r}")
+            self._agents[agent.name] = agent
+
+    @classmethod
+    def from_entry_points(cls) -> AgentRegistry:
+        found = []
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            agent = ep.load()
+            if not isinstance(agent, Agent):
+                raise TypeError(f"entry point {ep.value} is not an outlive Agent")
+            found.append(agent)
+        return cls(found)
+
+    def __iter__(self) -> Any:
+        return iter(sorted(self._agents.values(), key=lambda a: a.name))
+
+    def get(self, name: str) -> Agent[Any] | None:
+        return self._agents.get(name)
+
+    def require(self, name: str) -> Agent[Any]:
+        agent = self._agents.get(name)
+        if agent is None:
+            known = ", ".join(sorted(self._agents)) or "none"
+            raise BadUserInput(f"unknown agent {name!r} (known: {known})")
+        return agent

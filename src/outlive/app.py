@@ -1,0 +1,205 @@
+"""The Starlette application: GraphQL over HTTP and WebSocket, health checks, the web app.
+
+This is a composition root: it builds the engine, the Redis clients, the queue interface, the
+realtime hub and publisher from `Settings`, once per process, and hands them to the resolvers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from datetime import timedelta
+from typing import Any
+
+from redis.asyncio import Redis
+from sqlalchemy import text
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
+from strawberry.asgi import GraphQL
+from strawberry.exceptions import ConnectionRejectionError
+from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+
+from outlive.agents.registry import AgentRegistry
+from outlive.config import Settings
+from outlive.db.engine import create_engine, create_sessions
+from outlive.jobs.queues import RUNS_QUEUE, create_queue, create_redis
+from outlive.jobs.run_instances import SaqRunInstances
+from outlive.realtime.hub import Hub
+from outlive.realtime.nudges import Publisher, channel_prefix
+from outlive.resolvers.context import Context, Services
+from outlive.resolvers.schema import build_schema
+from outlive.services.tenants import Principal, authenticate
+from outlive.web import web_routes
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1024 * 1024
+CONNECTION_INIT_TIMEOUT = timedelta(seconds=10)
+MAX_OPERATIONS_PER_SOCKET = 5
+
+
+def _unauthenticated(message: str) -> JSONResponse:
+    return JSONResponse(
+        {"data": None, "errors": [{"message": message,
+                                   "extensions": {"code": "UNAUTHENTICATED"}}]},
+        status_code=401,
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def bearer(value: str | None) -> str | None:
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+class OutliveGraphQL(GraphQL[Context, None]):
+    """Strawberry's ASGI view with our auth: 401 over HTTP, close 4403 on the socket."""
+
+    services: Services
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            request = Request(scope, receive)
+            if not self._is_ide_page(request):
+                length = request.headers.get("content-length")
+                if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+                    response: Response = JSONResponse(
+                        {"errors": [{"message": "request body too large",
+                                     "extensions": {"code": "BAD_USER_INPUT"}}]},
+                        status_code=413,
+                    )
+                    await response(scope, receive, send)
+                    return
+                token = bearer(request.headers.get("authorization"))
+                principal = await self._authenticate(token) if token else None
+                if principal is None:
+                    reason = "invalid bearer token" if token else "missing bearer token"
+                    await _unauthenticated(reason)(scope, receive, send)
+                    return
+                scope.setdefault("state", {})["principal"] = principal
+        await super().__call__(scope, receive, send)
+
+    @staticmethod
+    def _is_ide_page(request: Request) -> bool:
+        return (
+            request.method == "GET"
+            and "query" not in request.query_params
+            and "text/html" in request.headers.get("accept", "")
+        )
+
+    async def _authenticate(self, token: str) -> Principal | None:
+        async with self.services.sessions.read() as session:
+            return await authenticate(session, token)
+
+    async def get_context(self, request: Any, response: Any) -> Context:
+        principal = None
+        if not isinstance(request, WebSocket):
+            principal = request.scope.get("state", {}).get("principal")
+        return Context(services=self.services, principal=principal, request=request,
+                       response=response)
+
+    async def on_ws_connect(self, context: Context) -> dict[str, Any] | None:
+        params = context.connection_params or {}
+        raw = params.get("authorization") or params.get("Authorization")
+        token = bearer(raw) if isinstance(raw, str) else None
+        principal = await self._authenticate(token) if token else None
+        if principal is None:
+            raise ConnectionRejectionError()
+        context.principal = principal
+        return None
+
+
+async def _healthz(_: Request) -> Response:
+    return JSONResponse({"ok": True})
+
+
+Hook = Callable[[], Awaitable[None]]
+
+
+def app_from_environment() -> Starlette:
+    """The factory `outlive api --workers N` gives uvicorn: each process reads the environment."""
+    return build_app(Settings())
+
+
+def build_app(
+    settings: Settings, *, serve_web: bool = True, extra_lifespan: tuple[Hook, Hook] | None = None
+) -> Starlette:
+    """The app; `extra_lifespan` (start, stop) runs inside its lifespan, as `outlive dev` does
+    with the embedded worker."""
+    database_url, redis_url = settings.require_services()
+    view = OutliveGraphQL(
+        build_schema(),
+        graphql_ide="graphiql",
+        subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
+        connection_init_wait_timeout=CONNECTION_INIT_TIMEOUT,
+        max_subscriptions_per_connection=MAX_OPERATIONS_PER_SOCKET,
+        allowed_origins=settings.allowed_origins,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        engine = create_engine(database_url)
+        redis: Redis = create_redis(redis_url)
+        queue = create_queue(redis_url, RUNS_QUEUE)
+        publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
+        hub = Hub(redis, prefix=channel_prefix(redis_url)) if settings.realtime else None
+        view.services = Services(
+            sessions=create_sessions(engine).with_sink(publisher.defer),
+            agents=AgentRegistry.from_entry_points(),
+            instances=SaqRunInstances(queue, settings),
+            settings=settings,
+            hub=hub,
+        )
+        app.state.engine, app.state.redis, app.state.hub = engine, redis, hub
+        if hub is not None:
+            await hub.start()
+        if extra_lifespan is not None:
+            await extra_lifespan[0]()
+        try:
+            yield
+        finally:
+            if extra_lifespan is not None:
+                await extra_lifespan[1]()
+            if hub is not None:
+                await hub.stop()
+            await publisher.drain()
+            with suppress(Exception):
+                await queue.disconnect()
+            await redis.aclose()
+            await engine.dispose()
+
+    async def readyz(request: Request) -> Response:
+        checks: dict[str, str] = {}
+        try:
+            async with asyncio.timeout(2):
+                async with request.app.state.engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+            checks["postgres"] = "ok"
+        except Exception as exc:
+            checks["postgres"] = f"error: {type(exc).__name__}"
+        try:
+            async with asyncio.timeout(2):
+                await request.app.state.redis.ping()
+            checks["redis"] = "ok"
+        except Exception as exc:
+            checks["redis"] = f"error: {type(exc).__name__}"
+        ok = all(v == "ok" for v in checks.values())
+        return JSONResponse({"ok": ok, **checks}, status_code=200 if ok else 503)
+
+    routes = [
+        Route("/healthz", _healthz),
+        Route("/readyz", readyz),
+        Route("/graphql", view, methods=["GET", "POST"]),
+        WebSocketRoute("/graphql", view),
+    ]
+    if serve_web:
+        routes.extend(web_routes())
+    return Starlette(routes=routes, lifespan=lifespan)

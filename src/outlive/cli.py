@@ -1,0 +1,275 @@
+"""The `outlive` command (contract §1): dev, migrate, api, worker, token create, schema.
+
+Every failure is one line on stderr and a non-zero exit: 2 for bad input, 1 for a service that is
+missing or unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, NoReturn
+
+from outlive.config import MissingServiceError, Settings
+from outlive.errors import DomainError
+
+log = logging.getLogger("outlive")
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEMO_TENANT = "demo"
+DEMO_EMAIL = "demo@outlive.local"
+
+
+class CliError(Exception):
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _fail(message: str, status: int) -> NoReturn:
+    print(f"outlive: error: {message}", file=sys.stderr)  # noqa: T201
+    raise SystemExit(status)
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        return Settings(**overrides)
+    except ValueError as exc:
+        first = str(exc).splitlines()
+        raise CliError(" ".join(line.strip() for line in first[1:3]) or str(exc), 2) from None
+
+
+# --- migrate ---------------------------------------------------------------------------------
+
+
+def migrate(database_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    ini = PROJECT_ROOT / "alembic.ini"
+    if not ini.is_file():
+        raise CliError(f"alembic.ini not found at {ini}: run outlive from its source checkout")
+    config = Config(str(ini))
+    config.attributes["database_url"] = database_url
+    command.upgrade(config, "head")
+
+
+def cmd_migrate(_: argparse.Namespace) -> None:
+    settings = _settings()
+    if not settings.database_url:
+        raise CliError("DATABASE_URL is not set", 1)
+    migrate(settings.database_url)
+    print("migrated to head")  # noqa: T201
+
+
+# --- token -----------------------------------------------------------------------------------
+
+
+async def create_token(database_url: str, tenant: str, email: str) -> str:
+    from outlive.db.engine import create_engine, create_sessions
+    from outlive.services.tenants import create_token as create
+
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        async with create_sessions(engine).unit() as uow:
+            _, token = await create(uow, tenant_slug=tenant, email=email)
+        return token
+    finally:
+        await engine.dispose()
+
+
+def cmd_token_create(args: argparse.Namespace) -> None:
+    settings = _settings()
+    if not settings.database_url:
+        raise CliError("DATABASE_URL is not set", 1)
+    token = asyncio.run(create_token(settings.database_url, args.tenant, args.email))
+    print(f"created a token for {args.email} in tenant {args.tenant} (shown once):")  # noqa: T201
+    print(token)  # noqa: T201
+
+
+# --- schema ----------------------------------------------------------------------------------
+
+
+def cmd_schema(_: argparse.Namespace) -> None:
+    from outlive.resolvers.schema import build_schema
+
+    print(build_schema().as_str())  # noqa: T201
+
+
+# --- api / worker / dev ----------------------------------------------------------------------
+
+
+def _uvicorn_config(app: Any, host: str, port: int, **extra: Any) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        ws_per_message_deflate=False,  # tiny frames: deflate would double per-socket memory
+        ws_ping_interval=20,
+        ws_ping_timeout=20,
+        timeout_graceful_shutdown=10,
+        log_level="info",
+        access_log=False,
+        **extra,
+    )
+
+
+def cmd_api(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    _settings().require_services()
+    if args.workers > 1:
+        uvicorn.run(
+            "outlive.app:app_from_environment", factory=True, workers=args.workers,
+            host=args.host, port=args.port, ws_per_message_deflate=False, ws_ping_interval=20,
+            ws_ping_timeout=20, timeout_graceful_shutdown=10, access_log=False,
+        )
+        return
+    from outlive.app import app_from_environment
+
+    uvicorn.Server(_uvicorn_config(app_from_environment(), args.host, args.port)).run()
+
+
+def _run_with_signals(main: Callable[[asyncio.Event], Any]) -> None:
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    asyncio.run(runner())
+
+
+def cmd_worker(args: argparse.Namespace) -> None:
+    from outlive.worker import WorkerHost, run_until_stopped
+
+    settings = _settings()
+    settings.require_services()
+    host = WorkerHost(settings, concurrency=args.concurrency)
+    _run_with_signals(lambda stop: run_until_stopped(host, stop))
+
+
+def cmd_dev(args: argparse.Namespace) -> None:
+    from outlive.embedded import embedded_postgres, embedded_redis
+
+    settings = _settings()
+    state = Path.cwd() / ".outlive"
+    with ExitStack() as stack:
+        database_url = settings.database_url
+        redis_url = settings.redis_url
+        if not database_url:
+            print("starting embedded PostgreSQL under ./.outlive/pg …", flush=True)  # noqa: T201
+            database_url = stack.enter_context(embedded_postgres(state / "pg"))
+        if not redis_url:
+            print("starting embedded Redis under ./.outlive/redis …", flush=True)  # noqa: T201
+            redis_url = stack.enter_context(embedded_redis(state / "redis"))
+        settings = settings.model_copy(
+            update={"database_url": database_url, "redis_url": redis_url,
+                    "public_url": f"http://{args.host}:{args.port}"}
+        )
+        migrate(database_url)
+        token = asyncio.run(create_token(database_url, DEMO_TENANT, DEMO_EMAIL))
+        _serve_dev(settings, args.host, args.port, token)
+
+
+def _serve_dev(settings: Settings, host: str, port: int, token: str) -> None:
+    import uvicorn
+
+    from outlive.app import build_app
+    from outlive.worker import WorkerHost
+
+    worker = WorkerHost(settings, concurrency=16)
+    app = build_app(settings, extra_lifespan=(worker.start, worker.stop))
+    url = f"http://{host}:{port}"
+    print(f"token: {token}")  # noqa: T201
+    print(f"open {url}/#token={token}  (GraphiQL: {url}/graphql)", flush=True)  # noqa: T201
+    uvicorn.Server(_uvicorn_config(app, host, port)).run()
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="outlive", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser("dev", help="everything in one process, for a laptop")
+    dev.add_argument("--host", default="127.0.0.1")
+    dev.add_argument("--port", type=int, default=8000)
+    dev.set_defaults(func=cmd_dev)
+
+    sub.add_parser("migrate", help="Alembic upgrade to head").set_defaults(func=cmd_migrate)
+
+    api = sub.add_parser("api", help="the HTTP + WebSocket server only")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8000)
+    api.add_argument("--workers", type=_positive, default=1)
+    api.set_defaults(func=cmd_api)
+
+    worker = sub.add_parser("worker", help="run workflows, jobs and cron only")
+    worker.add_argument("--concurrency", type=_positive, default=32)
+    worker.set_defaults(func=cmd_worker)
+
+    token = sub.add_parser("token", help="API tokens")
+    token_sub = token.add_subparsers(dest="token_command", required=True)
+    create = token_sub.add_parser("create", help="create a token (and the tenant and user)")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--email", required=True)
+    create.set_defaults(func=cmd_token_create)
+
+    sub.add_parser("schema", help="print the GraphQL SDL").set_defaults(func=cmd_schema)
+    return parser
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
+
+
+def _describe_unreachable(exc: BaseException) -> str | None:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+    if isinstance(exc, (OperationalError, InterfaceError, DBAPIError)):
+        return f"cannot use PostgreSQL: {str(exc.orig or exc).splitlines()[0]}"
+    if isinstance(exc, RedisConnectionError):
+        return f"cannot reach Redis: {exc}"
+    if isinstance(exc, OSError):
+        return f"cannot reach a service: {exc}"
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("saq").setLevel(logging.WARNING)
+    args = _parser().parse_args(argv)
+    try:
+        args.func(args)
+    except CliError as exc:
+        _fail(str(exc), exc.status)
+    except MissingServiceError as exc:
+        _fail(str(exc), 1)
+    except DomainError as exc:
+        _fail(exc.message, 2)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    except Exception as exc:
+        message = _describe_unreachable(exc)
+        if message is None:
+            raise
+        _fail(message, 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Settings: one `BaseSettings`, built once by a composition root and passed down.
+
+Every variable of the contract (§2) is here under its public name. Nothing reads the environment
+anywhere else, and there is no module-level instance.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OUTLIVE_", extra="ignore", populate_by_name=True)
+
+    database_url: str | None = Field(
+        None, validation_alias=AliasChoices("DATABASE_URL", "database_url")
+    )
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "redis_url"))
+
+    # Runs (contract §2 and §7).
+    run_retry_delay_s: float = Field(5.0, ge=0)
+    run_timeout_s: float = Field(600.0, gt=0)
+    reconcile_grace_s: float = Field(60.0, ge=0)
+    run_heartbeat_s: float = Field(10.0, gt=0, description="a run's job is stuck after this")
+    run_sweep_s: int = Field(5, ge=1, description="how often a worker looks for stuck jobs")
+    shutdown_grace_s: float = Field(10.0, ge=0, description="jobs-queue drain time at stop")
+
+    # Jobs queue (contract §2).
+    job_retry_base_s: float = Field(30.0, ge=0)
+    job_retry_max_s: float = Field(900.0, ge=0)
+    job_max_attempts: int = Field(8, ge=1)
+
+    # Outbound.
+    smtp_url: SecretStr | None = None
+    smtp_from: str = "Outlive <no-reply@outlive.local>"
+    public_url: str = "http://127.0.0.1:8000"
+    webhook_allow_private: bool = False
+    llm_base_url: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_s: float = Field(60.0, gt=0)
+
+    # Realtime.
+    realtime: bool = True
+    allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    # Cron.
+    retention_days: int = Field(30, ge=1)
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            scheme = urlsplit(value).scheme or "(none)"
+            raise ValueError(f"DATABASE_URL must be postgresql://…, not {scheme}://")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("REDIS_URL must be redis://…, rediss://… or unix://…")
+        return value
+
+    def require_services(self) -> tuple[str, str]:
+        """The two URLs a server process cannot run without; never a silent inline fallback."""
+        missing = [
+            name
+            for name, value in (("DATABASE_URL", self.database_url), ("REDIS_URL", self.redis_url))
+            if not value
+        ]
+        if missing:
+            raise MissingServiceError(
+                f"{' and '.join(missing)} not set: Outlive never runs queued work inline "
+                "(use `outlive dev` for embedded servers)"
+            )
+        assert self.database_url is not None
+        assert self.redis_url is not None
+        return self.database_url, self.redis_url
+
+
+class MissingServiceError(RuntimeError):
+    """A server process was started without the database or the queue."""

@@ -1,0 +1,1 @@
+"""Persistence: the engine, the unit of work and the table models."""

@@ -1,0 +1,78 @@
+"""Runs and their timeline.
+
+`runs` carries the claim: `status` + `attempt` move only through conditional updates (see
+`outlive.services.runs`). The partial unique index over the active statuses is what makes
+"one active run per tenant and agent" true across every process. `event_seq` is the per-run
+counter that keeps timeline `seq` gap-free: it is bumped in the same statement that inserts the
+event, under the row lock, and rolls back with it.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import CheckConstraint, ForeignKey, Index, String, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from outlive.db.models.base import Base, now_default, uuid_pk
+
+
+class RunStatus(enum.StrEnum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+_STATUS_LIST = ", ".join(f"'{s.value}'" for s in RunStatus)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        CheckConstraint(f"status IN ({_STATUS_LIST})", name="status"),
+        Index(
+            "uq_runs_one_active_per_agent",
+            "tenant_id",
+            "agent",
+            unique=True,
+            postgresql_where=text("status IN ('QUEUED', 'RUNNING')"),
+        ),
+        Index("ix_runs_tenant_newest", "tenant_id", text("created_at DESC"), text("id DESC")),
+        Index("ix_runs_settled_finished_at", "finished_at", postgresql_where=text(
+            "status NOT IN ('QUEUED', 'RUNNING')"
+        )),
+    )
+
+    id: Mapped[UUID] = uuid_pk()
+    tenant_id: Mapped[UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    agent: Mapped[str]
+    status: Mapped[str] = mapped_column(String, server_default=RunStatus.QUEUED.value)
+    attempt: Mapped[int] = mapped_column(server_default=text("0"))
+    input: Mapped[dict[str, Any]]
+    output: Mapped[Any | None] = mapped_column(JSONB)
+    error: Mapped[str | None]
+    event_seq: Mapped[int] = mapped_column(server_default=text("0"))
+    created_at: Mapped[datetime] = now_default()
+    updated_at: Mapped[datetime] = now_default()
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    cancel_requested_at: Mapped[datetime | None]
+
+
+class RunEvent(Base):
+    __tablename__ = "run_events"
+
+    run_id: Mapped[UUID] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(primary_key=True)
+    type: Mapped[str]
+    data: Mapped[dict[str, Any]]
+    at: Mapped[datetime] = now_default()

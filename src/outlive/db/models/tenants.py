@@ -1,0 +1,42 @@
+"""Tenants, their users and API tokens (only a SHA-256 of a token is stored)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from sqlalchemy import ForeignKey, LargeBinary, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from outlive.db.models.base import Base, now_default, uuid_pk
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[UUID] = uuid_pk()
+    slug: Mapped[str] = mapped_column(unique=True)
+    name: Mapped[str]
+    created_at: Mapped[datetime] = now_default()
+
+
+class User(Base):
+    __tablename__ = "users"
+    __table_args__ = (UniqueConstraint("tenant_id", "email"),)
+
+    id: Mapped[UUID] = uuid_pk()
+    tenant_id: Mapped[UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    email: Mapped[str]
+    created_at: Mapped[datetime] = now_default()
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[UUID] = uuid_pk()
+    tenant_id: Mapped[UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    user_id: Mapped[UUID] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    token_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
+    created_at: Mapped[datetime] = now_default()

@@ -1,0 +1,106 @@
+"""The unit of work: one session, one commit, side effects only after it.
+
+A request or a job opens one unit (`Sessions.unit`), does its writes, and leaves the block. Leaving
+normally commits, closes the session (the connection goes back to the pool), and only then runs
+what was collected: `after_commit` callbacks in order (enqueueing jobs, starting run instances),
+then the nudges, handed to the sink in one call. Leaving with an exception rolls back and drops
+all of it, so a job or a nudge can never announce a row that does not exist. Nothing else in the
+code base calls `commit()`.
+
+The nudge sink is chosen by the composition root: on the request path it schedules the publish
+in the background (never awaited on the response path); in a worker it is awaited.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from uuid import UUID
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+log = logging.getLogger(__name__)
+
+AfterCommit = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingNudge:
+    """What a unit of work wants announced; turned into a realtime `Nudge` by the sink."""
+
+    type: str
+    tenant_id: UUID
+    id: UUID | None
+
+
+NudgeSink = Callable[[Sequence[PendingNudge]], Awaitable[None]]
+
+
+async def drop_nudges(_: Sequence[PendingNudge]) -> None:
+    """The sink when realtime is not wired: nudges are optional by design."""
+
+
+class UnitOfWork:
+    def __init__(self, session: AsyncSession, tenant_id: UUID | None, sessions: Sessions) -> None:
+        self.session = session
+        self.tenant_id = tenant_id
+        self.sessions = sessions
+        self._after: list[AfterCommit] = []
+        self._nudges: list[PendingNudge] = []
+
+    def after_commit(self, callback: AfterCommit) -> None:
+        self._after.append(callback)
+
+    def nudge(self, type: str, id: UUID | None = None, *, tenant_id: UUID | None = None) -> None:
+        tenant = tenant_id or self.tenant_id
+        if tenant is None:
+            raise RuntimeError(f"nudge {type!r} has no tenant: set the unit's tenant first")
+        self._nudges.append(PendingNudge(type=type, tenant_id=tenant, id=id))
+
+    async def _run_after_commit(self) -> None:
+        failure: BaseException | None = None
+        for callback in self._after:
+            try:
+                await callback()
+            except Exception as exc:  # the rest still runs; the first failure is re-raised
+                failure = failure or exc
+        if self._nudges:
+            try:
+                await self.sessions.nudge_sink(self._nudges)
+            except Exception:
+                log.exception("nudge sink failed; clients will refresh on their next fetch")
+        if failure is not None:
+            raise failure
+
+
+class Sessions:
+    """The session factory every layer receives; built once by a composition root."""
+
+    def __init__(
+        self, maker: async_sessionmaker[AsyncSession], nudge_sink: NudgeSink = drop_nudges
+    ) -> None:
+        self.maker = maker
+        self.nudge_sink = nudge_sink
+
+    def with_sink(self, nudge_sink: NudgeSink) -> Sessions:
+        return Sessions(self.maker, nudge_sink)
+
+    @asynccontextmanager
+    async def unit(self, tenant_id: UUID | None = None) -> AsyncIterator[UnitOfWork]:
+        async with self.maker() as session:
+            uow = UnitOfWork(session, tenant_id, self)
+            try:
+                yield uow
+            except BaseException:
+                await session.rollback()
+                raise
+            await session.commit()
+        await uow._run_after_commit()
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A session for reads only: it is rolled back, never committed."""
+        async with self.maker() as session:
+            yield session

@@ -1,0 +1,1 @@
+"""GraphQL resolvers: they authenticate, scope to the tenant, and call services."""

@@ -1,0 +1,52 @@
+"""The per-process services and the per-request context handed to every resolver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from outlive.agents.registry import AgentRegistry
+from outlive.config import Settings
+from outlive.db.tx import Sessions
+from outlive.errors import Unauthenticated
+from outlive.ids import RunId, TenantId
+from outlive.realtime.hub import Hub
+from outlive.services import runs as runs_service
+from outlive.services.ports import RunInstances
+from outlive.services.runs import NO_HOOKS, EventRecord, SettleHooks
+from outlive.services.tenants import Principal
+
+
+@dataclass
+class Services:
+    """Built once per API process by `outlive.app`."""
+
+    sessions: Sessions
+    agents: AgentRegistry
+    instances: RunInstances
+    settings: Settings
+    hub: Hub | None = None
+    on_settled: SettleHooks = field(default_factory=lambda: NO_HOOKS)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    services: Services
+    principal: Principal | None
+    request: Any = None
+    response: Any = None
+    connection_params: dict[str, Any] | None = None
+
+    def require(self) -> Principal:
+        if self.principal is None:
+            raise Unauthenticated("a valid bearer token is required")
+        return self.principal
+
+    @property
+    def tenant_id(self) -> TenantId:
+        return self.require().tenant.id
+
+    async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]:
+        async with self.services.sessions.read() as session:
+            return await runs_service.list_events(session, run_id, after=after, first=first)

@@ -1,0 +1,54 @@
+"""Every GraphQL error leaves with one of the contract's codes; unexpected ones are masked.
+
+- a `DomainError` raised by a service: its own code and message;
+- a parse or validation error (including the depth, alias and token limits):
+  `GRAPHQL_VALIDATION_FAILED`; a variable of the wrong shape: `BAD_USER_INPUT`;
+- anything else: "Internal server error." with `INTERNAL_SERVER_ERROR`, logged with its traceback
+  and never shown to the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from graphql import GraphQLError
+from strawberry.extensions import MaskErrors
+
+from outlive.errors import DomainError
+
+log = logging.getLogger("outlive.graphql")
+
+INTERNAL_MESSAGE = "Internal server error."
+
+
+def _with_code(error: GraphQLError, code: str, message: str | None = None) -> GraphQLError:
+    return GraphQLError(
+        message=message if message is not None else error.message,
+        nodes=error.nodes,
+        source=error.source,
+        positions=error.positions,
+        path=error.path,
+        original_error=None,
+        extensions={**(error.extensions or {}), "code": code},
+    )
+
+
+def coded(error: GraphQLError) -> GraphQLError:
+    if error.extensions and "code" in error.extensions:
+        return error
+    original = error.original_error
+    while isinstance(original, GraphQLError) and original.original_error is not None:
+        original = original.original_error
+    if isinstance(original, DomainError):
+        return _with_code(error, original.code, original.message)
+    if error.path is None:  # before execution: parsing, validation, variable coercion
+        if error.message.startswith("Variable '$"):
+            return _with_code(error, "BAD_USER_INPUT")
+        return _with_code(error, "GRAPHQL_VALIDATION_FAILED")
+    log.error("unexpected error in %s", error.path, exc_info=original)
+    return _with_code(error, "INTERNAL_SERVER_ERROR", INTERNAL_MESSAGE)
+
+
+class ErrorCodes(MaskErrors):
+    def _process_errors(self, errors: list[GraphQLError]) -> list[GraphQLError]:
+        return [coded(e) for e in errors]

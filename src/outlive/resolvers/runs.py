@@ -1,0 +1,74 @@
+"""Run fields: `run`, `runs`, `startRun`, `cancelRun`. Reads reconcile lost instances."""
+
+from __future__ import annotations
+
+import strawberry
+
+from outlive.db.models import RunStatus
+from outlive.resolvers.context import Context
+from outlive.schema.runs import Run, RunConnection, StartRunInput, StartRunPayload
+from outlive.services import runs as runs_service
+from outlive.services.runs import RunRecord
+from outlive.workflows.reconcile import reconcile_runs
+
+Info = strawberry.Info[Context, None]
+
+
+async def _reconciled(ctx: Context, runs: list[RunRecord]) -> list[RunRecord]:
+    s = ctx.services
+    return await reconcile_runs(
+        s.sessions, s.instances, runs, grace_s=s.settings.reconcile_grace_s,
+        on_settled=s.on_settled,
+    )
+
+
+async def run(info: Info, id: strawberry.ID) -> Run | None:
+    ctx = info.context
+    run_id = runs_service.parse_run_id(id)
+    async with ctx.services.sessions.read() as session:
+        record = await runs_service.get_run(session, ctx.tenant_id, run_id)
+    if record is None:
+        return None
+    (record,) = await _reconciled(ctx, [record])
+    return Run.of(record)
+
+
+async def runs(
+    info: Info,
+    first: int | None = 20,
+    after: str | None = None,
+    status: list[RunStatus] | None = None,
+    agent: str | None = None,
+) -> RunConnection:
+    ctx = info.context
+    async with ctx.services.sessions.read() as session:
+        page = await runs_service.list_runs(
+            session,
+            ctx.tenant_id,
+            first=20 if first is None else first,
+            after=after,
+            statuses=status,
+            agent=agent,
+        )
+    page.runs[:] = await _reconciled(ctx, page.runs)
+    return RunConnection.of(page)
+
+
+async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:
+    ctx = info.context
+    s = ctx.services
+    agent = s.agents.require(input.agent)
+    params = agent.validate(input.input)  # BAD_USER_INPUT before anything is written
+    async with s.sessions.unit(ctx.tenant_id) as uow:
+        started = await runs_service.start_run(
+            uow, agent=agent.name, params=params, instances=s.instances, on_settled=s.on_settled
+        )
+    return StartRunPayload(run=Run.of(started.run), created=started.created)
+
+
+async def cancel_run(info: Info, id: strawberry.ID) -> Run:
+    ctx = info.context
+    run_id = runs_service.parse_run_id(id)
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        record = await runs_service.cancel_run(uow, run_id, on_settled=ctx.services.on_settled)
+    return Run.of(record)

@@ -1,0 +1,75 @@
+"""The root types and the executable schema, with its limits and caches."""
+
+from __future__ import annotations
+
+import strawberry
+from graphql import GraphQLError
+from strawberry.extensions import (
+    MaxAliasesLimiter,
+    MaxTokensLimiter,
+    ParserCache,
+    QueryDepthLimiter,
+    ValidationCache,
+)
+from strawberry.types import ExecutionContext
+
+from outlive.resolvers import nudges as nudge_fields
+from outlive.resolvers import runs as run_fields
+from outlive.resolvers import tenants as tenant_fields
+from outlive.resolvers.errors import ErrorCodes
+from outlive.schema.agents import Agent
+from outlive.schema.nudges import Nudge
+from outlive.schema.runs import Run, RunConnection, StartRunPayload
+from outlive.schema.tenants import Viewer
+
+MAX_DEPTH = 12
+MAX_ALIASES = 30
+MAX_TOKENS = 3000
+
+
+@strawberry.type
+class Query:
+    viewer: Viewer = strawberry.field(resolver=tenant_fields.viewer)
+    agents: list[Agent] = strawberry.field(resolver=tenant_fields.agents)
+    run: Run | None = strawberry.field(resolver=run_fields.run)
+    runs: RunConnection = strawberry.field(resolver=run_fields.runs)
+
+
+@strawberry.type
+class Mutation:
+    start_run: StartRunPayload = strawberry.mutation(resolver=run_fields.start_run)
+    cancel_run: Run = strawberry.mutation(
+        resolver=run_fields.cancel_run,
+        description="Idempotent; a settled run comes back unchanged.",
+    )
+
+
+@strawberry.type
+class Subscription:
+    nudges: Nudge = strawberry.subscription(
+        resolver=nudge_fields.nudges,
+        description="The tenant of the connection's token; nothing else.",
+    )
+
+
+class OutliveSchema(strawberry.Schema):
+    def process_errors(
+        self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
+    ) -> None:
+        """Errors are coded and, when unexpected, logged by `ErrorCodes`; no second log."""
+
+
+def build_schema() -> strawberry.Schema:
+    return OutliveSchema(
+        query=Query,
+        mutation=Mutation,
+        subscription=Subscription,
+        extensions=[
+            lambda: ParserCache(maxsize=512),
+            lambda: ValidationCache(maxsize=512),
+            lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
+            lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+            lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+            ErrorCodes,
+        ],
+    )

@@ -1,0 +1,20 @@
+"""`viewer` and `agents`."""
+
+from __future__ import annotations
+
+import strawberry
+
+from outlive.resolvers.context import Context
+from outlive.schema.agents import Agent
+from outlive.schema.tenants import Viewer
+
+Info = strawberry.Info[Context, None]
+
+
+def viewer(info: Info) -> Viewer:
+    return Viewer.of(info.context.require())
+
+
+def agents(info: Info) -> list[Agent]:
+    info.context.require()
+    return [Agent.of(a) for a in info.context.services.agents]

@@ -1,0 +1,112 @@
+"""Runs: `Run`, its timeline, the connection and the start/cancel shapes (contract §4)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+import strawberry
+from strawberry.scalars import JSON
+
+from outlive.db.models import RunStatus as DbRunStatus
+from outlive.services.runs import EventRecord, RunPage, RunRecord
+
+RunStatus = strawberry.enum(DbRunStatus, name="RunStatus")
+
+
+@strawberry.type
+class RunEvent:
+    seq: int
+    type: str
+    data: JSON
+    at: datetime
+
+    @classmethod
+    def of(cls, record: EventRecord) -> RunEvent:
+        return cls(seq=record.seq, type=record.type, data=record.data, at=record.at)
+
+
+@strawberry.type
+class Run:
+    id: strawberry.ID
+    agent: str
+    status: RunStatus  # type: ignore[valid-type]
+    attempt: int
+    input: JSON
+    output: JSON | None
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested_at: datetime | None
+    record: strawberry.Private[RunRecord]
+
+    @strawberry.field(description="Timeline events with seq > after, ascending.")
+    async def events(
+        self, info: strawberry.Info[Any, Any], after: int | None = 0, first: int | None = 100
+    ) -> list[RunEvent]:
+        events = await info.context.run_events(
+            self.record.id, after=after or 0, first=100 if first is None else first
+        )
+        return [RunEvent.of(e) for e in cast(list[EventRecord], events)]
+
+    @classmethod
+    def of(cls, r: RunRecord) -> Run:
+        return cls(
+            id=strawberry.ID(str(r.id)),
+            agent=r.agent,
+            status=r.status,
+            attempt=r.attempt,
+            input=r.input,
+            output=r.output,
+            error=r.error,
+            created_at=r.created_at,
+            started_at=r.started_at,
+            finished_at=r.finished_at,
+            cancel_requested_at=r.cancel_requested_at,
+            record=r,
+        )
+
+
+@strawberry.type
+class RunEdge:
+    cursor: str
+    node: Run
+
+
+@strawberry.type
+class PageInfo:
+    has_next_page: bool
+    end_cursor: str | None
+
+
+@strawberry.type(description="Newest first.")
+class RunConnection:
+    edges: list[RunEdge]
+    page_info: PageInfo
+
+    @classmethod
+    def of(cls, page: RunPage) -> RunConnection:
+        edges = [RunEdge(cursor=c, node=Run.of(r)) for r, c in zip(page.runs, page.cursors,
+                                                                     strict=True)]
+        return cls(
+            edges=edges,
+            page_info=PageInfo(
+                has_next_page=page.has_next_page,
+                end_cursor=page.cursors[-1] if page.cursors else None,
+            ),
+        )
+
+
+@strawberry.input
+class StartRunInput:
+    agent: str
+    input: JSON | None = strawberry.field(
+        default=None, description="Omitted or null means {}."
+    )
+
+
+@strawberry.type
+class StartRunPayload:
+    run: Run
+    created: bool = strawberry.field(description="false: the active run was handed back")

@@ -1,0 +1,34 @@
+"""Who is asking: `Viewer`, `User`, `Tenant`."""
+
+from __future__ import annotations
+
+import strawberry
+
+from outlive.services.tenants import Principal
+
+
+@strawberry.type
+class Tenant:
+    id: strawberry.ID
+    slug: str
+    name: str
+
+
+@strawberry.type
+class User:
+    id: strawberry.ID
+    email: str
+
+
+@strawberry.type
+class Viewer:
+    user: User
+    tenant: Tenant
+
+    @classmethod
+    def of(cls, p: Principal) -> Viewer:
+        return cls(
+            user=User(id=strawberry.ID(str(p.user.id)), email=p.user.email),
+            tenant=Tenant(id=strawberry.ID(str(p.tenant.id)), slug=p.tenant.slug,
+                          name=p.tenant.name),
+        )

@@ -1,0 +1,110 @@
+"""Tenants, users and API tokens. A token is shown once; only its SHA-256 is stored."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from outlive.db.models import ApiToken, Tenant, User
+from outlive.db.tx import UnitOfWork
+from outlive.errors import BadUserInput
+from outlive.ids import TenantId, UserId
+
+TOKEN_PREFIX = "olv_"
+_SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+_EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]{2,}$")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRecord:
+    id: TenantId
+    slug: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class UserRecord:
+    id: UserId
+    email: str
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request acts as; every tenant-owned read and write is scoped by `tenant.id`."""
+
+    user: UserRecord
+    tenant: TenantRecord
+
+
+def hash_token(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def check_email(email: str) -> str:
+    email = email.strip()
+    if len(email) > 254 or not _EMAIL.match(email):
+        raise BadUserInput(f"{email!r} is not a valid email address")
+    return email.lower()
+
+
+def check_slug(slug: str) -> str:
+    if not _SLUG.match(slug):
+        raise BadUserInput(
+            f"{slug!r} is not a valid tenant slug (lowercase letters, digits and '-', max 64)"
+        )
+    return slug
+
+
+async def create_token(uow: UnitOfWork, *, tenant_slug: str, email: str) -> tuple[Principal, str]:
+    """Create the tenant and the user when missing, then a new token (returned once)."""
+    slug, email = check_slug(tenant_slug), check_email(email)
+    session = uow.session
+    await session.execute(
+        pg_insert(Tenant).values(slug=slug, name=slug).on_conflict_do_nothing(
+            index_elements=["slug"]
+        )
+    )
+    tenant = (await session.execute(select(Tenant).where(Tenant.slug == slug))).scalar_one()
+    await session.execute(
+        pg_insert(User)
+        .values(tenant_id=tenant.id, email=email)
+        .on_conflict_do_nothing(index_elements=["tenant_id", "email"])
+    )
+    user = (
+        await session.execute(select(User).where(User.tenant_id == tenant.id, User.email == email))
+    ).scalar_one()
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    session.add(ApiToken(tenant_id=tenant.id, user_id=user.id, token_hash=hash_token(token)))
+    await session.flush()
+    principal = Principal(
+        user=UserRecord(id=UserId(user.id), email=user.email),
+        tenant=TenantRecord(id=TenantId(tenant.id), slug=tenant.slug, name=tenant.name),
+    )
+    return principal, token
+
+
+async def authenticate(session: AsyncSession, token: str) -> Principal | None:
+    """The principal behind a bearer token, or None for an unknown one."""
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+        return None
+    stmt = (
+        select(User.id, User.email, Tenant.id, Tenant.slug, Tenant.name)
+        .select_from(ApiToken)
+        .join(User, User.id == ApiToken.user_id)
+        .join(Tenant, Tenant.id == ApiToken.tenant_id)
+        .where(ApiToken.token_hash == hash_token(token))
+    )
+    row = (await session.execute(stmt)).first()
+    if row is None:
+        return None
+    user_id, user_email, tenant_id, slug, name = row
+    return Principal(
+        user=UserRecord(id=UserId(user_id), email=user_email),
+        tenant=TenantRecord(id=TenantId(tenant_id), slug=slug, name=name),
+    )

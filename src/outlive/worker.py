@@ -1,0 +1,107 @@
+"""The worker process: saq workers for run workflows (and, beside them, the jobs queue and cron).
+
+A composition root. `WorkerHost` builds the engine, Redis, queues and workflow dependencies from
+`Settings`, runs the saq workers as tasks, and stops them gracefully. It never installs signal
+handlers of its own (saq would otherwise take SIGINT/SIGTERM from whoever embeds it, such as
+uvicorn in `outlive dev`); the process that owns the signals calls `stop()`.
+
+On stop, a run that is executing is released back to QUEUED with its attempt given back (see
+`outlive.workflows.runs`); the next worker picks it up at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+from typing import Any
+
+import httpx
+from redis.asyncio import Redis
+from saq import Worker
+from saq.queue import Queue
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from outlive.agents.registry import AgentRegistry
+from outlive.config import Settings
+from outlive.db.engine import create_engine, create_sessions
+from outlive.jobs.queues import RUNS_QUEUE, create_queue, create_redis
+from outlive.jobs.run_instances import run_workflow
+from outlive.realtime.nudges import Publisher, channel_prefix
+from outlive.workflows.runs import WorkflowDeps
+
+log = logging.getLogger(__name__)
+
+RELEASE_DEADLINE_S = 10.0  # how long a cancelled attempt may take to release its run
+
+
+class WorkerHost:
+    def __init__(self, settings: Settings, *, concurrency: int = 32) -> None:
+        self.settings = settings
+        self.concurrency = concurrency
+        self.workers: list[Worker[Any]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._engine: AsyncEngine | None = None
+        self._redis: Redis | None = None
+        self._queues: list[Queue] = []
+        self._http: httpx.AsyncClient | None = None
+        self.deps: WorkflowDeps | None = None
+
+    async def start(self) -> None:
+        database_url, redis_url = self.settings.require_services()
+        self._engine = create_engine(
+            database_url, pool_size=min(self.concurrency, 20), max_overflow=self.concurrency
+        )
+        self._redis = create_redis(redis_url)
+        publisher = Publisher(
+            self._redis, prefix=channel_prefix(redis_url), enabled=self.settings.realtime
+        )
+        self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100))
+        self.deps = WorkflowDeps(
+            sessions=create_sessions(self._engine).with_sink(publisher.publish),
+            agents=AgentRegistry.from_entry_points(),
+            http=self._http,
+            settings=self.settings,
+        )
+        runs_queue = create_queue(redis_url, RUNS_QUEUE)
+        self._queues.append(runs_queue)
+        runs_worker: Worker[Any] = Worker(
+            runs_queue,
+            functions=[run_workflow],
+            concurrency=self.concurrency,
+            timers={"sweep": self.settings.run_sweep_s, "schedule": 1, "abort": 1},
+            shutdown_grace_period_s=None,  # release at once; the run goes on elsewhere
+            cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
+        )
+        runs_worker.context["outlive_workflows"] = self.deps
+        self.workers.append(runs_worker)
+        for worker in self.workers:
+            worker.SIGNALS = []  # the embedding process owns the signals
+            await worker.queue.connect()
+            self._tasks.append(asyncio.create_task(worker.start(), name=f"saq-{worker.queue.name}"))
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(w.stop() for w in self.workers), return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await task
+        for queue in self._queues:
+            with suppress(Exception):
+                await queue.disconnect()
+        if self._http is not None:
+            await self._http.aclose()
+        if self._redis is not None:
+            await self._redis.aclose()
+        if self._engine is not None:
+            await self._engine.dispose()
+
+
+async def run_until_stopped(host: WorkerHost, stop: asyncio.Event) -> None:
+    await host.start()
+    log.info("worker started (concurrency %s)", host.concurrency)
+    try:
+        await stop.wait()
+    finally:
+        log.info("worker stopping")
+        await host.stop()

@@ -1,0 +1,1 @@
+"""The run workflow: claim, execute, finish; and reconcile-on-read."""

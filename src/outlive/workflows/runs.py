@@ -1,0 +1,220 @@
+"""One attempt of a run: claim, execute, finish.
+
+The workflow engine (saq, through `outlive.jobs.run_instances`) calls `run_attempt` once per
+delivery of the run's instance. What happens to the attempt is decided here:
+
+- nothing to claim: the run was cancelled or settled before this attempt; return quietly;
+- a cancel already requested, or the attempt budget spent (a worker died holding it): settle;
+- execute the agent under `OUTLIVE_RUN_TIMEOUT_S`, heartbeating the instance meanwhile;
+- success → SUCCEEDED; `RunCancelled` at a turn boundary → CANCELLED;
+- a retryable fault (or the timeout) with attempts left → back to QUEUED with a `retrying`
+  event, and `RetryLater(delay)` tells the engine when to deliver the next attempt
+  (`OUTLIVE_RUN_RETRY_DELAY_S`, doubling); with none left → FAILED;
+- any other exception → FAILED at once;
+- the worker stopping (SIGTERM) → the run is released to QUEUED and the attempt given back, so a
+  deploy never costs a run one of its retries.
+
+Every terminal write is fenced on this attempt: a superseded attempt changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+from outlive.agents.registry import AgentRegistry
+from outlive.config import Settings
+from outlive.db.models import RunStatus
+from outlive.db.tx import Sessions
+from outlive.errors import RetryableFault, RunCancelled, RunSuperseded
+from outlive.ids import RunId, TenantId
+from outlive.services.runs import (
+    NO_HOOKS,
+    RunRecord,
+    SettleHooks,
+    append_event,
+    get_run,
+    settle_run,
+)
+from outlive.workflows.steps import MAX_ATTEMPTS, claim_run, requeue_run
+
+log = logging.getLogger(__name__)
+
+
+class RetryLater(Exception):
+    """Deliver this run's instance again after `delay_s` seconds."""
+
+    def __init__(self, delay_s: float, reason: str) -> None:
+        super().__init__(f"retry in {delay_s:g}s: {reason}")
+        self.delay_s = delay_s
+
+
+class AttemptControl(Protocol):
+    """What the engine offers an executing attempt."""
+
+    async def heartbeat(self) -> None:
+        """Tell the engine this attempt is alive (a missed heartbeat gets it re-delivered)."""
+
+    def is_shutting_down(self) -> bool:
+        """True when this worker is stopping gracefully (as opposed to the attempt aborted)."""
+
+    def give_back_attempt(self) -> None:
+        """The engine should not count this delivery against the instance's retries."""
+
+
+@dataclass
+class WorkflowDeps:
+    sessions: Sessions
+    agents: AgentRegistry
+    http: httpx.AsyncClient
+    settings: Settings
+    on_settled: SettleHooks = field(default_factory=lambda: NO_HOOKS)
+
+
+class AttemptContext:
+    """The `RunContext` an agent receives; every write is fenced on this attempt."""
+
+    def __init__(self, deps: WorkflowDeps, run: RunRecord) -> None:
+        self.run_id: RunId = run.id
+        self.tenant_id: TenantId = run.tenant_id
+        self.attempt = run.attempt
+        self.http = deps.http
+        self.settings = deps.settings
+        self._sessions = deps.sessions
+        self._fresh: RunRecord | None = run  # the row as this attempt last wrote it
+
+    async def emit(self, type: str, data: Mapping[str, Any]) -> int:
+        if not type or len(type) > 64:
+            raise ValueError("an event type is 1 to 64 characters")
+        async with self._sessions.unit(self.tenant_id) as uow:
+            appended = await append_event(uow, self.run_id, type, data, attempt=self.attempt)
+        if appended is None:
+            raise RunSuperseded(f"attempt {self.attempt} of run {self.run_id} no longer holds it")
+        self._fresh = appended[0]
+        return appended[1]
+
+    async def checkpoint(self) -> None:
+        run, self._fresh = self._fresh, None
+        if run is None:
+            run = await self._read()
+        if run is None or not run.is_active or run.attempt != self.attempt:
+            raise RunSuperseded(f"attempt {self.attempt} of run {self.run_id} no longer holds it")
+        if run.cancel_requested_at is not None:
+            raise RunCancelled()
+
+    async def _read(self) -> RunRecord | None:
+        async with self._sessions.read() as session:
+            return await get_run(session, self.tenant_id, self.run_id)
+
+
+async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> None:
+    async with deps.sessions.unit() as uow:
+        run = await claim_run(uow, run_id)
+    if run is None:
+        log.info("run %s: nothing to claim (cancelled or settled before this attempt)", run_id)
+        return
+    if run.cancel_requested_at is not None:
+        await _settle(deps, run, RunStatus.CANCELLED)
+        return
+    if run.attempt > MAX_ATTEMPTS:
+        await _settle(
+            deps, run, RunStatus.FAILED,
+            error=f"gave up after {MAX_ATTEMPTS} attempts (the last one's worker was lost)",
+        )
+        return
+    agent = deps.agents.get(run.agent)
+    if agent is None:
+        await _settle(deps, run, RunStatus.FAILED, error=f"agent {run.agent!r} is not installed")
+        return
+    heartbeat = asyncio.create_task(_heartbeat(control, deps.settings.run_heartbeat_s / 3))
+    try:
+        async with asyncio.timeout(deps.settings.run_timeout_s):
+            output = await agent.run(AttemptContext(deps, run), agent.parse(run.input))
+        json.dumps(output)  # a result that is not JSON is the agent's bug, not a retry's
+    except RunCancelled:
+        await _settle(deps, run, RunStatus.CANCELLED)
+    except RunSuperseded as exc:
+        log.warning("run %s: %s; this attempt stops", run.id, exc)
+    except (RetryableFault, TimeoutError) as fault:
+        await _retry_or_fail(deps, run, fault)
+    except asyncio.CancelledError:
+        if control.is_shutting_down():
+            await asyncio.shield(_release(deps, run, control))
+        raise
+    except Exception as exc:
+        await _settle(deps, run, RunStatus.FAILED, error=_describe(exc))
+    else:
+        await _settle(deps, run, RunStatus.SUCCEEDED, output=output)
+    finally:
+        heartbeat.cancel()
+        with suppress(asyncio.CancelledError):
+            await heartbeat
+
+
+async def _settle(
+    deps: WorkflowDeps,
+    run: RunRecord,
+    status: RunStatus,
+    *,
+    output: Any = None,
+    error: str | None = None,
+) -> None:
+    async with deps.sessions.unit(run.tenant_id) as uow:
+        settled = await settle_run(
+            uow, run.id, status, output=output, error=error, attempt=run.attempt,
+            on_settled=deps.on_settled,
+        )
+    if settled is None:
+        log.warning("run %s: attempt %s could not settle %s (superseded)", run.id, run.attempt,
+                    status)
+
+
+async def _retry_or_fail(deps: WorkflowDeps, run: RunRecord, fault: Exception) -> None:
+    error = _describe(fault) if str(fault) else f"timed out after {deps.settings.run_timeout_s:g}s"
+    if run.attempt >= MAX_ATTEMPTS:
+        await _settle(
+            deps, run, RunStatus.FAILED, error=f"{error} (after {run.attempt} attempts)"
+        )
+        return
+    delay = deps.settings.run_retry_delay_s * 2 ** (run.attempt - 1)
+    async with deps.sessions.unit(run.tenant_id) as uow:
+        requeued = await requeue_run(
+            uow, run, event="retrying", data={"delayS": delay, "error": error}
+        )
+    if requeued is not None:
+        raise RetryLater(delay, error)
+
+
+async def _release(deps: WorkflowDeps, run: RunRecord, control: AttemptControl) -> None:
+    try:
+        async with deps.sessions.unit(run.tenant_id) as uow:
+            released = await requeue_run(
+                uow, run, event="released", data={"reason": "worker shutdown"},
+                give_back_attempt=True,
+            )
+    except Exception:
+        log.exception("run %s: could not release at shutdown; it will be re-claimed", run.id)
+        return
+    if released is not None:
+        control.give_back_attempt()
+
+
+async def _heartbeat(control: AttemptControl, every_s: float) -> None:
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await control.heartbeat()
+        except Exception:
+            log.warning("heartbeat failed", exc_info=True)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+

