@@ -35,7 +35,7 @@ from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.resolvers.context import Context, Services
 from outlive.resolvers.schema import build_schema
 from outlive.services.tenants import Principal, authenticate
-from outlive.web import web_routes
+from outlive.web import graphiql_response, web_routes
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,9 @@ class OutliveGraphQL(GraphQL[Context, None]):
     async def _authenticate(self, token: str) -> Principal | None:
         async with self.services.sessions.read() as session:
             return await authenticate(session, token)
+
+    async def render_graphql_ide(self, request: Request) -> Response:
+        return graphiql_response()
 
     async def get_context(self, request: Any, response: Any) -> Context:
         principal = None

@@ -160,6 +160,7 @@ def cmd_worker(args: argparse.Namespace) -> None:
 
 def cmd_dev(args: argparse.Namespace) -> None:
     from outlive.embedded import embedded_postgres, embedded_redis
+    from outlive.web.build import ensure_built
 
     settings = _settings()
     state = Path.cwd() / ".outlive"
@@ -177,6 +178,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
                     "public_url": f"http://{args.host}:{args.port}"}
         )
         migrate(database_url)
+        ensure_built()
         token = asyncio.run(create_token(database_url, DEMO_TENANT, DEMO_EMAIL))
         _serve_dev(settings, args.host, args.port, token)
 

@@ -16,6 +16,14 @@ _NOT_BUILT = """<!doctype html><meta charset="utf-8"><title>Outlive</title>
 or use GraphiQL at <a href="/graphql">/graphql</a>.</p>"""
 
 
+def graphiql_response() -> Response:
+    """GraphiQL, from the package's own files when the web build has them."""
+    page = DIST / "graphiql.html"
+    if page.is_file():
+        return FileResponse(page, headers={"Cache-Control": "no-cache"})
+    return HTMLResponse(_NOT_BUILT.replace("or use GraphiQL at", "then reload GraphiQL at"))
+
+
 def web_routes() -> list[BaseRoute]:
     index = DIST / "index.html"
 
