@@ -25,9 +25,7 @@ def _url() -> str:
 
 
 def _run(connection: Connection) -> None:
-    context.configure(
-        connection=connection, target_metadata=target_metadata, compare_type=True
-    )
+    context.configure(connection=connection, target_metadata=target_metadata, compare_type=True)
     with context.begin_transaction():
         # Two `outlive migrate` at once (say, two machines deploying) take turns.
         connection.execute(text("SELECT pg_advisory_xact_lock(7007001)"))

@@ -102,8 +102,12 @@ async def servers(server_urls: tuple[str, str]) -> AsyncIterator[Servers]:
     flusher = Redis.from_url(redis_url)
     await flusher.flushdb()
     servers = Servers(
-        admin_url=admin_pg, database_url=database_url, template=template, redis_url=redis_url,
-        run_id=run_id, admin=admin,
+        admin_url=admin_pg,
+        database_url=database_url,
+        template=template,
+        redis_url=redis_url,
+        run_id=run_id,
+        admin=admin,
     )
     try:
         yield servers

@@ -8,9 +8,9 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -22,8 +22,10 @@ from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.ids import RunId, TenantId
 from outlive.realtime.nudges import channel_prefix
-from outlive.services.runs import RunRecord, get_run
+from outlive.services.runs import EventRecord, RunRecord, get_run, list_events
 from outlive.services.tenants import Principal
+
+T = TypeVar("T")
 
 RUN_FIELDS = """id agent status attempt input output error createdAt startedAt finishedAt
 cancelRequestedAt"""
@@ -46,9 +48,7 @@ class Servers:
         name = f"outlive_test_{self.run_id}_{len(self.cloned) + 1}"
         await self.admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
         self.cloned.append(name)
-        return make_url(self.database_url).set(database=name).render_as_string(
-            hide_password=False
-        )
+        return make_url(self.database_url).set(database=name).render_as_string(hide_password=False)
 
 
 @dataclass
@@ -84,15 +84,17 @@ class Api:
             async with httpx.AsyncClient(transport=transport, base_url="http://outlive.test") as c:
                 yield cls(c)
 
-    async def post(self, query: str, variables: dict[str, Any] | None = None, *,
-                   token: str | None) -> httpx.Response:
+    async def post(
+        self, query: str, variables: dict[str, Any] | None = None, *, token: str | None
+    ) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return await self.client.post(
             "/graphql", json={"query": query, "variables": variables or {}}, headers=headers
         )
 
-    async def gql(self, query: str, variables: dict[str, Any] | None = None, *,
-                  token: str) -> dict[str, Any]:
+    async def gql(
+        self, query: str, variables: dict[str, Any] | None = None, *, token: str
+    ) -> dict[str, Any]:
         """The `data` of a successful operation; raises `GraphQLError` with the errors."""
         response = await self.post(query, variables, token=token)
         body = response.json()
@@ -102,8 +104,9 @@ class Api:
         data: dict[str, Any] = body["data"]
         return data
 
-    async def start_run(self, token: str, agent: str = "demo",
-                        input: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def start_run(
+        self, token: str, agent: str = "demo", input: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         data = await self.gql(
             f"""mutation($input: StartRunInput!) {{
                   startRun(input: $input) {{ created run {{ {RUN_FIELDS} }} }} }}""",
@@ -116,7 +119,8 @@ class Api:
     async def run(self, token: str, run_id: str, events: bool = False) -> dict[str, Any] | None:
         extra = "events(first: 1000) { seq type data at }" if events else ""
         data = await self.gql(
-            f"query($id: ID!) {{ run(id: $id) {{ {RUN_FIELDS} {extra} }} }}", {"id": run_id},
+            f"query($id: ID!) {{ run(id: $id) {{ {RUN_FIELDS} {extra} }} }}",
+            {"id": run_id},
             token=token,
         )
         run: dict[str, Any] | None = data["run"]
@@ -124,7 +128,8 @@ class Api:
 
     async def cancel(self, token: str, run_id: str) -> dict[str, Any]:
         data = await self.gql(
-            f"mutation($id: ID!) {{ cancelRun(id: $id) {{ {RUN_FIELDS} }} }}", {"id": run_id},
+            f"mutation($id: ID!) {{ cancelRun(id: $id) {{ {RUN_FIELDS} }} }}",
+            {"id": run_id},
             token=token,
         )
         run: dict[str, Any] = data["cancelRun"]
@@ -158,18 +163,45 @@ class NudgeWatch:
         self.seen.append(nudge)
         return nudge
 
-    async def until(self, run_id: str | UUID, predicate: Callable[[RunRecord], bool],
-                    timeout: float = 30) -> RunRecord:
+    async def until(
+        self, run_id: str | UUID, predicate: Callable[[RunRecord], bool], timeout: float = 30
+    ) -> RunRecord:
+        """Re-read the run after every nudge until `predicate` holds."""
+
+        async def check() -> RunRecord | None:
+            async with self._sessions.read() as session:
+                run = await get_run(session, TenantId(self._tenant_id), RunId(UUID(str(run_id))))
+            return run if run is not None and predicate(run) else None
+
+        return await self.until_true(check, timeout, f"run {run_id}")
+
+    async def until_events(
+        self,
+        run_id: str | UUID,
+        predicate: Callable[[list[EventRecord]], bool],
+        timeout: float = 30,
+    ) -> list[EventRecord]:
+        """Re-read the run's timeline after every nudge until `predicate` holds."""
+
+        async def check() -> list[EventRecord] | None:
+            async with self._sessions.read() as session:
+                events = await list_events(session, RunId(UUID(str(run_id))), first=1000)
+            return events if predicate(events) else None
+
+        return await self.until_true(check, timeout, f"the timeline of {run_id}")
+
+    async def until_true(
+        self, check: Callable[[], Awaitable[T | None]], timeout: float, what: str
+    ) -> T:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            async with self._sessions.read() as session:
-                run = await get_run(session, TenantId(self._tenant_id), RunId(UUID(str(run_id))))
-            if run is not None and predicate(run):
-                return run
+            found = await check()
+            if found is not None:
+                return found
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise AssertionError(f"run {run_id} never got there; last seen {run}")
+                raise AssertionError(f"{what} never got there in {timeout}s")
             await self.next_nudge(timeout=min(remaining, 1.0))
 
 
@@ -177,11 +209,17 @@ def settled(run: RunRecord) -> bool:
     return not run.is_active
 
 
-def spawn_outlive(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """`outlive …` as a real child process (the installed console script's module)."""
+def spawn_outlive(*args: str, env: dict[str, str], log: Any = None) -> subprocess.Popen[bytes]:
+    """`outlive …` as a real child process; its output goes to `log` (a file) or is dropped."""
     return subprocess.Popen(
         [sys.executable, "-m", "outlive.cli", *args],
         env={**os.environ, **env},
-        stdout=subprocess.PIPE,
+        stdout=log if log is not None else subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )
+
+
+def service_env(settings: Settings, **extra: str) -> dict[str, str]:
+    assert settings.database_url is not None
+    assert settings.redis_url is not None
+    return {"DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url, **extra}

@@ -23,7 +23,9 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
+from strawberry.http import GraphQLHTTPResponse
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.types import ExecutionResult
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
@@ -33,6 +35,7 @@ from outlive.jobs.run_instances import SaqRunInstances
 from outlive.realtime.hub import Hub
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.resolvers.context import Context, Services
+from outlive.resolvers.errors import coded
 from outlive.resolvers.schema import build_schema
 from outlive.services.tenants import Principal, authenticate
 from outlive.web import graphiql_response, web_routes
@@ -46,8 +49,7 @@ MAX_OPERATIONS_PER_SOCKET = 5
 
 def _unauthenticated(message: str) -> JSONResponse:
     return JSONResponse(
-        {"data": None, "errors": [{"message": message,
-                                   "extensions": {"code": "UNAUTHENTICATED"}}]},
+        {"data": None, "errors": [{"message": message, "extensions": {"code": "UNAUTHENTICATED"}}]},
         status_code=401,
         headers={"WWW-Authenticate": "Bearer"},
     )
@@ -72,8 +74,14 @@ class OutliveGraphQL(GraphQL[Context, None]):
                 length = request.headers.get("content-length")
                 if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
                     response: Response = JSONResponse(
-                        {"errors": [{"message": "request body too large",
-                                     "extensions": {"code": "BAD_USER_INPUT"}}]},
+                        {
+                            "errors": [
+                                {
+                                    "message": "request body too large",
+                                    "extensions": {"code": "BAD_USER_INPUT"},
+                                }
+                            ]
+                        },
                         status_code=413,
                     )
                     await response(scope, receive, send)
@@ -99,6 +107,14 @@ class OutliveGraphQL(GraphQL[Context, None]):
         async with self.services.sessions.read() as session:
             return await authenticate(session, token)
 
+    async def process_result(
+        self, request: Request, result: ExecutionResult
+    ) -> GraphQLHTTPResponse:
+        # Strawberry skips the operation hooks of extensions on a syntax error; code it here.
+        if result.errors:
+            result.errors = [coded(e) for e in result.errors]
+        return await super().process_result(request, result)
+
     async def render_graphql_ide(self, request: Request) -> Response:
         return graphiql_response()
 
@@ -106,8 +122,9 @@ class OutliveGraphQL(GraphQL[Context, None]):
         principal = None
         if not isinstance(request, WebSocket):
             principal = request.scope.get("state", {}).get("principal")
-        return Context(services=self.services, principal=principal, request=request,
-                       response=response)
+        return Context(
+            services=self.services, principal=principal, request=request, response=response
+        )
 
     async def on_ws_connect(self, context: Context) -> dict[str, Any] | None:
         params = context.connection_params or {}
@@ -186,13 +203,13 @@ def build_app(
                 async with request.app.state.engine.connect() as conn:
                     await conn.execute(text("SELECT 1"))
             checks["postgres"] = "ok"
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any failure means not ready)
             checks["postgres"] = f"error: {type(exc).__name__}"
         try:
             async with asyncio.timeout(2):
                 await request.app.state.redis.ping()
             checks["redis"] = "ok"
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any failure means not ready)
             checks["redis"] = f"error: {type(exc).__name__}"
         ok = all(v == "ok" for v in checks.values())
         return JSONResponse({"ok": ok, **checks}, status_code=200 if ok else 503)

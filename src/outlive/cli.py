@@ -128,9 +128,16 @@ def cmd_api(args: argparse.Namespace) -> None:
     _settings().require_services()
     if args.workers > 1:
         uvicorn.run(
-            "outlive.app:app_from_environment", factory=True, workers=args.workers,
-            host=args.host, port=args.port, ws_per_message_deflate=False, ws_ping_interval=20,
-            ws_ping_timeout=20, timeout_graceful_shutdown=10, access_log=False,
+            "outlive.app:app_from_environment",
+            factory=True,
+            workers=args.workers,
+            host=args.host,
+            port=args.port,
+            ws_per_message_deflate=False,
+            ws_ping_interval=20,
+            ws_ping_timeout=20,
+            timeout_graceful_shutdown=10,
+            access_log=False,
         )
         return
     from outlive.app import app_from_environment
@@ -174,8 +181,11 @@ def cmd_dev(args: argparse.Namespace) -> None:
             print("starting embedded Redis under ./.outlive/redis …", flush=True)  # noqa: T201
             redis_url = stack.enter_context(embedded_redis(state / "redis"))
         settings = settings.model_copy(
-            update={"database_url": database_url, "redis_url": redis_url,
-                    "public_url": f"http://{args.host}:{args.port}"}
+            update={
+                "database_url": database_url,
+                "redis_url": redis_url,
+                "public_url": f"http://{args.host}:{args.port}",
+            }
         )
         migrate(database_url)
         ensure_built()

@@ -6,11 +6,11 @@ anywhere else, and there is no module-level instance.
 
 from __future__ import annotations
 
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 
 class Settings(BaseSettings):
@@ -75,19 +75,17 @@ class Settings(BaseSettings):
 
     def require_services(self) -> tuple[str, str]:
         """The two URLs a server process cannot run without; never a silent inline fallback."""
+        if self.database_url and self.redis_url:
+            return self.database_url, self.redis_url
         missing = [
             name
             for name, value in (("DATABASE_URL", self.database_url), ("REDIS_URL", self.redis_url))
             if not value
         ]
-        if missing:
-            raise MissingServiceError(
-                f"{' and '.join(missing)} not set: Outlive never runs queued work inline "
-                "(use `outlive dev` for embedded servers)"
-            )
-        assert self.database_url is not None
-        assert self.redis_url is not None
-        return self.database_url, self.redis_url
+        raise MissingServiceError(
+            f"{' and '.join(missing)} not set: Outlive never runs queued work inline "
+            "(use `outlive dev` for embedded servers)"
+        )
 
 
 class MissingServiceError(RuntimeError):

@@ -22,7 +22,9 @@ def embedded_postgres(directory: Path) -> Iterator[str]:
     import pgserver
 
     directory.mkdir(parents=True, exist_ok=True)
-    server: Any = pgserver.get_server(str(directory), cleanup_mode="stop")
+    server: Any = pgserver.get_server(  # type: ignore[attr-defined]  # not in its __all__
+        str(directory), cleanup_mode="stop"
+    )
     try:
         yield str(server.get_uri())
     finally:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import suppress
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from redis.asyncio import Redis
 from saq import Worker
 from saq.queue import Queue
+from saq.types import PartialTimersDict
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from outlive.agents.registry import AgentRegistry
@@ -69,7 +70,9 @@ class WorkerHost:
             runs_queue,
             functions=[run_workflow],
             concurrency=self.concurrency,
-            timers={"sweep": self.settings.run_sweep_s, "schedule": 1, "abort": 1},
+            timers=cast(
+                PartialTimersDict, {"sweep": self.settings.run_sweep_s, "schedule": 1, "abort": 1}
+            ),
             shutdown_grace_period_s=None,  # release at once; the run goes on elsewhere
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,7 +34,7 @@ async def run(ctx: RunContext, params: DemoInput) -> dict[str, Any]:
         if params.fail_at_turn == turn:
             raise DemoFailure(f"failing at turn {turn} as asked")
         if params.delay_ms:
-            await asyncio.sleep(params.delay_ms / 1000)
+            await ctx.sleep(params.delay_ms / 1000)
         await ctx.emit("turn", {"turn": turn})
     return {"turns": params.turns}
 

@@ -45,8 +45,9 @@ async def run(ctx: RunContext, params: LlmInput) -> dict[str, Any]:
     turns = 0
     for _ in range(params.max_turns):
         await ctx.checkpoint()
-        choice = await _complete(ctx.http, url, headers, settings.llm_model, messages,
-                                 settings.llm_timeout_s)
+        choice = await _complete(
+            ctx.http, url, headers, settings.llm_model, messages, settings.llm_timeout_s
+        )
         reply = str(choice.get("message", {}).get("content") or "")
         turns += 1
         messages.append({"role": "assistant", "content": reply})
@@ -78,7 +79,9 @@ async def _complete(
     try:
         choice: dict[str, Any] = response.json()["choices"][0]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise LlmRejected(f"llm endpoint answered an unexpected body: {response.text[:200]}") from exc
+        raise LlmRejected(
+            f"llm endpoint answered an unexpected body: {response.text[:200]}"
+        ) from exc
     return choice
 
 

@@ -4,7 +4,8 @@ An agent is a name, a description, a pydantic input model (its JSON Schema is wh
 query returns and what `startRun` validates against before anything is written) and an async
 function `run(ctx, params) -> output`. The function talks to the world only through `ctx`:
 `await ctx.emit(type, data)` appends a durable timeline event, `await ctx.checkpoint()` (between
-turns) stops the run when a cancel was requested, and `raise RetryableFault(...)` asks for another
+turns) stops the run when a cancel was requested, `await ctx.sleep(s)` waits without blocking a
+cancel, and `raise RetryableFault(...)` asks for another
 attempt. Any other exception settles the run FAILED at once.
 
 Agents are found through the entry-point group `outlive.agents`; the built-in `demo` and `llm`
@@ -54,6 +55,10 @@ class RunContext(Protocol):
 
     async def checkpoint(self) -> None:
         """Between turns: raise `RunCancelled` if a cancel was requested, else return."""
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, looking at the run every second: a cancel request ends a long wait early
+        (raising `RunCancelled`) instead of after it."""
 
 
 @dataclass(frozen=True)

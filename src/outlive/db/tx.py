@@ -50,6 +50,11 @@ class UnitOfWork:
         self._after: list[AfterCommit] = []
         self._nudges: list[PendingNudge] = []
 
+    def require_tenant(self) -> UUID:
+        if self.tenant_id is None:
+            raise RuntimeError("this unit of work has no tenant")
+        return self.tenant_id
+
     def after_commit(self, callback: AfterCommit) -> None:
         self._after.append(callback)
 
@@ -64,7 +69,7 @@ class UnitOfWork:
         for callback in self._after:
             try:
                 await callback()
-            except Exception as exc:  # the rest still runs; the first failure is re-raised
+            except Exception as exc:  # noqa: BLE001 (the rest still runs; the first is re-raised)
                 failure = failure or exc
         if self._nudges:
             try:

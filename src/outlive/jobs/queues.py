@@ -29,7 +29,7 @@ class OutliveRedisQueue(RedisQueue):
     async def sweep(self, lock: int = 60, abort: float = 5.0) -> list[str]:
         if not self._cleanup_script:
             self._cleanup_script = self.redis.register_script(_ACTIVE_JOBS_UNDER_LOCK)
-        id_jobs = await self._cleanup_script(
+        id_jobs: list[tuple[bytes, bytes | None]] = await self._cleanup_script(
             keys=[self._sweep, self._active], args=[lock], client=self.redis
         )
         suspects: list[bytes] = []
@@ -46,11 +46,13 @@ class OutliveRedisQueue(RedisQueue):
                 swept.append(job_id.decode())
         if suspects:
             await asyncio.sleep(self.settle_s)
-            active = set(await self.redis.lrange(self._active, 0, -1))
+            # redis-py types a command's result as sync-or-async
+            active = set(await self.redis.lrange(self._active, 0, -1))  # type: ignore[misc]
             for job_id in suspects:
                 job = await self._get_job_by_id(job_id)
-                if job_id in active and (job is None or job.status not in (Status.ACTIVE,
-                                                                          *_TERMINAL)):
+                if job_id in active and (
+                    job is None or job.status not in (Status.ACTIVE, *_TERMINAL)
+                ):
                     if job is None:
                         await self._drop_missing(job_id)
                     else:
@@ -63,7 +65,7 @@ class OutliveRedisQueue(RedisQueue):
         await self.abort(job, error=self.swept_error_message)
         try:
             await job.refresh(abort)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.info("could not abort %s", job.key)
         if job.retryable:
             await self.retry(job, error=self.swept_error_message)
@@ -72,7 +74,9 @@ class OutliveRedisQueue(RedisQueue):
 
     async def _drop_missing(self, job_id: bytes) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:
-            await pipe.lrem(self._active, 0, job_id).zrem(self._incomplete, job_id).execute()
+            pipe.lrem(self._active, 0, job_id)  # type: ignore[arg-type]  # bytes keys are fine
+            pipe.zrem(self._incomplete, job_id)
+            await pipe.execute()
 
 
 _TERMINAL = (Status.COMPLETE, Status.FAILED, Status.ABORTED)

@@ -86,7 +86,7 @@ class Hub:
                     del self._subscribers[tenant_id]
 
     def dispatch(self, channel: str, data: bytes | str) -> None:
-        tenant_text = channel[len(self._prefix):]
+        tenant_text = channel[len(self._prefix) :]
         try:
             tenant_id = UUID(tenant_text)
             group = self._subscribers.get(tenant_id)
@@ -122,6 +122,6 @@ class Hub:
                 log.warning("realtime subscription lost (%r); retrying in %.1fs", exc, delay)
             finally:
                 with suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
             await asyncio.sleep(delay * (0.5 + random.random()))  # noqa: S311 (jitter)
             delay = min(delay * 2, 15.0)

@@ -20,13 +20,23 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from uuid import UUID
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from outlive.db.tx import PendingNudge
+
+class PendingNudge(Protocol):
+    """What a unit of work collected (`outlive.db.tx.PendingNudge` has this shape)."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def tenant_id(self) -> UUID: ...
+    @property
+    def id(self) -> UUID | None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +80,7 @@ def channel_prefix(redis_url: str) -> str:
     """Pub/sub ignores Redis db numbers; the prefix keeps two deployments on one server apart."""
     from redis.connection import parse_url
 
-    db = parse_url(redis_url).get("db", 0)
+    db = parse_url(redis_url).get("db", 0)  # type: ignore[no-untyped-call]  # untyped in redis-py
     return f"outlive:{db}:nudges:"
 
 
@@ -90,9 +100,8 @@ class Publisher:
 
     async def publish(self, pending: Sequence[PendingNudge]) -> None:
         """Publish now (awaited): the sink for workers and jobs."""
-        if not self._enabled or not pending:
+        if not self._enabled or not pending or self._redis is None:
             return
-        assert self._redis is not None
         at = datetime.now(UTC)
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
@@ -123,8 +132,9 @@ class Publisher:
         now = time.monotonic()
         if now - self._last_failure_log > 10:
             self._last_failure_log = now
-            log.warning("realtime publish failed (%r); mutations go on, clients refresh on fetch",
-                        exc)
+            log.warning(
+                "realtime publish failed (%r); mutations go on, clients refresh on fetch", exc
+            )
 
     async def drain(self) -> None:
         """Wait for deferred publishes (at shutdown)."""

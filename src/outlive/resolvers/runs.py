@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import strawberry
 
 from outlive.db.models import RunStatus
@@ -17,7 +19,10 @@ Info = strawberry.Info[Context, None]
 async def _reconciled(ctx: Context, runs: list[RunRecord]) -> list[RunRecord]:
     s = ctx.services
     return await reconcile_runs(
-        s.sessions, s.instances, runs, grace_s=s.settings.reconcile_grace_s,
+        s.sessions,
+        s.instances,
+        runs,
+        grace_s=s.settings.reconcile_grace_s,
         on_settled=s.on_settled,
     )
 
@@ -58,7 +63,7 @@ async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:
     ctx = info.context
     s = ctx.services
     agent = s.agents.require(input.agent)
-    params = agent.validate(input.input)  # BAD_USER_INPUT before anything is written
+    params = agent.validate(cast(Any, input.input))  # BAD_USER_INPUT before anything is written
     async with s.sessions.unit(ctx.tenant_id) as uow:
         started = await runs_service.start_run(
             uow, agent=agent.name, params=params, instances=s.instances, on_settled=s.on_settled

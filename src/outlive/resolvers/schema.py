@@ -46,7 +46,7 @@ class Mutation:
 
 @strawberry.type
 class Subscription:
-    nudges: Nudge = strawberry.subscription(
+    nudges: Nudge = strawberry.subscription(  # type: ignore[assignment]  # typed by its resolver
         resolver=nudge_fields.nudges,
         description="The tenant of the connection's token; nothing else.",
     )

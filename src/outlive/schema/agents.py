@@ -8,6 +8,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from outlive.agents.registry import Agent as AgentDef
+from outlive.schema.scalars import as_json
 
 
 @strawberry.type
@@ -18,4 +19,6 @@ class Agent:
 
     @classmethod
     def of(cls, agent: AgentDef[Any]) -> Agent:
-        return cls(name=agent.name, description=agent.description, input_schema=agent.input_schema)
+        return cls(
+            name=agent.name, description=agent.description, input_schema=as_json(agent.input_schema)
+        )

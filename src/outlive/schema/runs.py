@@ -9,6 +9,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from outlive.db.models import RunStatus as DbRunStatus
+from outlive.schema.scalars import as_json
 from outlive.services.runs import EventRecord, RunPage, RunRecord
 
 RunStatus = strawberry.enum(DbRunStatus, name="RunStatus")
@@ -23,7 +24,7 @@ class RunEvent:
 
     @classmethod
     def of(cls, record: EventRecord) -> RunEvent:
-        return cls(seq=record.seq, type=record.type, data=record.data, at=record.at)
+        return cls(seq=record.seq, type=record.type, data=as_json(record.data), at=record.at)
 
 
 @strawberry.type
@@ -41,7 +42,9 @@ class Run:
     cancel_requested_at: datetime | None
     record: strawberry.Private[RunRecord]
 
-    @strawberry.field(description="Timeline events with seq > after, ascending.")
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="Timeline events with seq > after, ascending."
+    )
     async def events(
         self, info: strawberry.Info[Any, Any], after: int | None = 0, first: int | None = 100
     ) -> list[RunEvent]:
@@ -57,8 +60,8 @@ class Run:
             agent=r.agent,
             status=r.status,
             attempt=r.attempt,
-            input=r.input,
-            output=r.output,
+            input=as_json(r.input),
+            output=as_json(r.output),
             error=r.error,
             created_at=r.created_at,
             started_at=r.started_at,
@@ -87,8 +90,9 @@ class RunConnection:
 
     @classmethod
     def of(cls, page: RunPage) -> RunConnection:
-        edges = [RunEdge(cursor=c, node=Run.of(r)) for r, c in zip(page.runs, page.cursors,
-                                                                     strict=True)]
+        edges = [
+            RunEdge(cursor=c, node=Run.of(r)) for r, c in zip(page.runs, page.cursors, strict=True)
+        ]
         return cls(
             edges=edges,
             page_info=PageInfo(
@@ -101,9 +105,7 @@ class RunConnection:
 @strawberry.input
 class StartRunInput:
     agent: str
-    input: JSON | None = strawberry.field(
-        default=None, description="Omitted or null means {}."
-    )
+    input: JSON | None = strawberry.field(default=None, description="Omitted or null means {}.")
 
 
 @strawberry.type

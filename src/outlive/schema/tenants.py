@@ -29,6 +29,7 @@ class Viewer:
     def of(cls, p: Principal) -> Viewer:
         return cls(
             user=User(id=strawberry.ID(str(p.user.id)), email=p.user.email),
-            tenant=Tenant(id=strawberry.ID(str(p.tenant.id)), slug=p.tenant.slug,
-                          name=p.tenant.name),
+            tenant=Tenant(
+                id=strawberry.ID(str(p.tenant.id)), slug=p.tenant.slug, name=p.tenant.name
+            ),
         )

@@ -24,6 +24,7 @@ from sqlalchemy import (
     case,
     func,
     literal,
+    literal_column,
     select,
     tuple_,
     update,
@@ -38,7 +39,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from outlive.db.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
 from outlive.db.tx import UnitOfWork
 from outlive.errors import BadUserInput, NotFound, QueueUnavailable
-from outlive.ids import RunId, TenantId, parse_uuid
+from outlive.ids import RunId, TenantId
+from outlive.services.ids import parse_uuid
 from outlive.services.ports import RunInstances
 
 SETTLED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
@@ -126,7 +128,10 @@ NO_HOOKS = SettleHooks()
 
 
 def is_active_predicate() -> ColumnElement[bool]:
-    return Run.status.in_([s.value for s in ACTIVE_STATUSES])
+    """`status IN ('QUEUED', 'RUNNING')` with literal values, never bind parameters: the
+    planner must see that it implies the partial unique index's predicate (for ON CONFLICT and
+    for using the index), including in the generic plans of prepared statements."""
+    return Run.status.in_([literal_column(f"'{s.value}'") for s in ACTIVE_STATUSES])
 
 
 # --- starting -------------------------------------------------------------------------------
@@ -141,8 +146,8 @@ async def start_run(
     on_settled: SettleHooks = NO_HOOKS,
 ) -> StartedRun:
     """Insert the run, or hand back the active one; the instance starts only after commit."""
-    assert uow.tenant_id is not None
-    run, created = await _insert_or_get_active(uow.session, TenantId(uow.tenant_id), agent, params)
+    tenant_id = TenantId(uow.require_tenant())
+    run, created = await _insert_or_get_active(uow.session, tenant_id, agent, params)
     if created:
         uow.nudge("run.created", run.id)
 
@@ -268,7 +273,7 @@ async def move_run(
     uow: UnitOfWork,
     values: Mapping[str, Any],
     where: Sequence[ColumnElement[bool]],
-    event_type: ColumnElement[str] | str,
+    event_type: str | Callable[[Any], ColumnElement[str]],
     event_data: Mapping[str, Any],
     *,
     changes_run: bool = True,
@@ -277,6 +282,7 @@ async def move_run(
     """One statement: the conditional UPDATE (bumping `event_seq`) and its timeline event.
 
     Returns the moved run and the new event's `seq`, or None when the predicate matched nothing.
+    `event_type` is a string, or a function of the updated row (the `moved` CTE).
     `with_attempt` adds the run's attempt after the update to the event's data.
     """
     moved = (
@@ -286,7 +292,7 @@ async def move_run(
         .returning(*_RUN_COLUMNS)
         .cte("moved")
     )
-    kind = literal(event_type) if isinstance(event_type, str) else event_type
+    kind = literal(event_type) if isinstance(event_type, str) else event_type(moved)
     data: ColumnElement[Any] = literal(dict(event_data), JSONB)
     if with_attempt:
         data = data.op("||", return_type=JSONB)(func.jsonb_build_object("attempt", moved.c.attempt))
@@ -349,7 +355,7 @@ async def cancel_run(
     uow: UnitOfWork, run_id: RunId, *, on_settled: SettleHooks = NO_HOOKS
 ) -> RunRecord:
     """QUEUED settles CANCELLED at once; RUNNING gets `cancel_requested_at`. Idempotent."""
-    assert uow.tenant_id is not None
+    tenant_id = TenantId(uow.require_tenant())
     was_queued = Run.status == RunStatus.QUEUED.value
     moved = await move_run(
         uow,
@@ -360,11 +366,13 @@ async def cancel_run(
         },
         [
             Run.id == run_id,
-            Run.tenant_id == uow.tenant_id,
+            Run.tenant_id == tenant_id,
             was_queued
             | ((Run.status == RunStatus.RUNNING.value) & Run.cancel_requested_at.is_(None)),
         ],
-        case((was_queued, "cancelled"), else_="cancel_requested"),
+        lambda moved: case(
+            (moved.c.status == RunStatus.CANCELLED.value, "cancelled"), else_="cancel_requested"
+        ),
         {},
     )
     if moved is not None:
@@ -372,7 +380,7 @@ async def cancel_run(
         if run.status is RunStatus.CANCELLED:
             await on_settled(uow, run)
         return run
-    current = await get_run(uow.session, TenantId(uow.tenant_id), run_id)
+    current = await get_run(uow.session, tenant_id, run_id)
     if current is None:
         raise NotFound(f"run {run_id} not found")
     return current

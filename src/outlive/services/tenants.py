@@ -16,7 +16,7 @@ from outlive.db.tx import UnitOfWork
 from outlive.errors import BadUserInput
 from outlive.ids import TenantId, UserId
 
-TOKEN_PREFIX = "olv_"
+TOKEN_PREFIX = "olv_"  # noqa: S105 (a prefix that makes leaked tokens greppable)
 _SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
 _EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]{2,}$")
 
@@ -66,9 +66,9 @@ async def create_token(uow: UnitOfWork, *, tenant_slug: str, email: str) -> tupl
     slug, email = check_slug(tenant_slug), check_email(email)
     session = uow.session
     await session.execute(
-        pg_insert(Tenant).values(slug=slug, name=slug).on_conflict_do_nothing(
-            index_elements=["slug"]
-        )
+        pg_insert(Tenant)
+        .values(slug=slug, name=slug)
+        .on_conflict_do_nothing(index_elements=["slug"])
     )
     tenant = (await session.execute(select(Tenant).where(Tenant.slug == slug))).scalar_one()
     await session.execute(

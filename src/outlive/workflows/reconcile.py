@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from outlive.db.tx import Sessions
 from outlive.db.models import RunStatus
+from outlive.db.tx import Sessions
 from outlive.services.ports import InstanceState, RunInstances
 from outlive.services.runs import NO_HOOKS, RunRecord, SettleHooks, settle_run
 
@@ -42,7 +42,11 @@ async def reconcile_runs(
         )
         async with sessions.unit(run.tenant_id) as uow:
             done = await settle_run(
-                uow, run.id, RunStatus.FAILED, error=error, stale_before_s=grace_s,
+                uow,
+                run.id,
+                RunStatus.FAILED,
+                error=error,
+                stale_before_s=grace_s,
                 on_settled=on_settled,
             )
         if done is not None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
+
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.models import RunStatus
@@ -45,6 +46,8 @@ from outlive.services.runs import (
 from outlive.workflows.steps import MAX_ATTEMPTS, claim_run, requeue_run
 
 log = logging.getLogger(__name__)
+
+CANCEL_POLL_S = 1.0  # how often a sleeping agent looks for a cancel request
 
 
 class RetryLater(Exception):
@@ -108,6 +111,15 @@ class AttemptContext:
         if run.cancel_requested_at is not None:
             raise RunCancelled()
 
+    async def sleep(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(left, CANCEL_POLL_S))
+            if left > CANCEL_POLL_S:
+                self._fresh = None
+                await self.checkpoint()
+
     async def _read(self) -> RunRecord | None:
         async with self._sessions.read() as session:
             return await get_run(session, self.tenant_id, self.run_id)
@@ -124,7 +136,9 @@ async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl
         return
     if run.attempt > MAX_ATTEMPTS:
         await _settle(
-            deps, run, RunStatus.FAILED,
+            deps,
+            run,
+            RunStatus.FAILED,
             error=f"gave up after {MAX_ATTEMPTS} attempts (the last one's worker was lost)",
         )
         return
@@ -147,7 +161,7 @@ async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl
         if control.is_shutting_down():
             await asyncio.shield(_release(deps, run, control))
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (any other fault settles the run FAILED at once)
         await _settle(deps, run, RunStatus.FAILED, error=_describe(exc))
     else:
         await _settle(deps, run, RunStatus.SUCCEEDED, output=output)
@@ -167,20 +181,24 @@ async def _settle(
 ) -> None:
     async with deps.sessions.unit(run.tenant_id) as uow:
         settled = await settle_run(
-            uow, run.id, status, output=output, error=error, attempt=run.attempt,
+            uow,
+            run.id,
+            status,
+            output=output,
+            error=error,
+            attempt=run.attempt,
             on_settled=deps.on_settled,
         )
     if settled is None:
-        log.warning("run %s: attempt %s could not settle %s (superseded)", run.id, run.attempt,
-                    status)
+        log.warning(
+            "run %s: attempt %s could not settle %s (superseded)", run.id, run.attempt, status
+        )
 
 
 async def _retry_or_fail(deps: WorkflowDeps, run: RunRecord, fault: Exception) -> None:
     error = _describe(fault) if str(fault) else f"timed out after {deps.settings.run_timeout_s:g}s"
     if run.attempt >= MAX_ATTEMPTS:
-        await _settle(
-            deps, run, RunStatus.FAILED, error=f"{error} (after {run.attempt} attempts)"
-        )
+        await _settle(deps, run, RunStatus.FAILED, error=f"{error} (after {run.attempt} attempts)")
         return
     delay = deps.settings.run_retry_delay_s * 2 ** (run.attempt - 1)
     async with deps.sessions.unit(run.tenant_id) as uow:
@@ -195,7 +213,10 @@ async def _release(deps: WorkflowDeps, run: RunRecord, control: AttemptControl) 
     try:
         async with deps.sessions.unit(run.tenant_id) as uow:
             released = await requeue_run(
-                uow, run, event="released", data={"reason": "worker shutdown"},
+                uow,
+                run,
+                event="released",
+                data={"reason": "worker shutdown"},
                 give_back_attempt=True,
             )
     except Exception:
@@ -217,4 +238,3 @@ async def _heartbeat(control: AttemptControl, every_s: float) -> None:
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-

@@ -14,7 +14,7 @@ from sqlalchemy import func
 from outlive.db.models import Run, RunStatus
 from outlive.db.tx import UnitOfWork
 from outlive.ids import RunId
-from outlive.services.runs import RunRecord, move_run, is_active_predicate
+from outlive.services.runs import RunRecord, is_active_predicate, move_run
 
 MAX_ATTEMPTS = 3  # execute has two retries
 

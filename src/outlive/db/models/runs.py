@@ -45,9 +45,11 @@ class Run(Base):
             postgresql_where=text("status IN ('QUEUED', 'RUNNING')"),
         ),
         Index("ix_runs_tenant_newest", "tenant_id", text("created_at DESC"), text("id DESC")),
-        Index("ix_runs_settled_finished_at", "finished_at", postgresql_where=text(
-            "status NOT IN ('QUEUED', 'RUNNING')"
-        )),
+        Index(
+            "ix_runs_settled_finished_at",
+            "finished_at",
+            postgresql_where=text("status NOT IN ('QUEUED', 'RUNNING')"),
+        ),
     )
 
     id: Mapped[UUID] = uuid_pk()

@@ -1,0 +1,1 @@
+"""Cron triggers: a dispatch table keyed on the exact cron expression."""

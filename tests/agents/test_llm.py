@@ -1,0 +1,166 @@
+"""The `llm` agent against a small OpenAI-compatible server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from outlive.config import Settings
+from outlive.db.tx import Sessions
+from outlive.services import runs as runs_service
+from outlive.worker import WorkerHost
+from tests.conftest import make_settings
+from tests.support import Api, NudgeWatch, TenantHandle, settled
+
+
+@dataclass
+class FakeModel:
+    """Answers scripted replies in order: (status, content, finish_reason)."""
+
+    script: list[tuple[int, str, str]] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[str | None] = field(default_factory=list)
+
+    async def complete(self, request: Request) -> Response:
+        self.requests.append(json.loads(await request.body()))
+        self.headers.append(request.headers.get("authorization"))
+        status, content, finish = self.script.pop(0) if self.script else (200, "done", "stop")
+        if status != 200:
+            return JSONResponse({"error": {"message": content}}, status_code=status)
+        return JSONResponse(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": finish,
+                        "message": {"role": "assistant", "content": content},
+                    }
+                ]
+            }
+        )
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[tuple[FakeModel, str]]:
+    fake = FakeModel()
+    app = Starlette(routes=[Route("/v1/chat/completions", fake.complete, methods=["POST"])])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()  # connections wait in the backlog until uvicorn accepts them
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    yield fake, f"http://127.0.0.1:{port}/v1"
+    server.should_exit = True
+    await task
+
+
+@pytest.fixture
+async def llm_settings(servers: Any, model: tuple[FakeModel, str]) -> AsyncIterator[Settings]:
+    settings = make_settings(
+        servers,
+        llm_base_url=model[1],
+        llm_api_key="sk-test",
+        llm_model="tiny",
+        run_retry_delay_s=0.05,
+    )
+    host = WorkerHost(settings, concurrency=2)
+    await host.start()
+    yield settings
+    await host.stop()
+
+
+async def _run(
+    api: Api, settings: Settings, sessions: Sessions, tenant: TenantHandle, input: dict[str, Any]
+) -> tuple[Any, list[Any]]:
+    assert settings.redis_url is not None
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+        started = await api.start_run(tenant.token, "llm", input)
+        run = await watch.until(started["run"]["id"], settled)
+    async with sessions.read() as session:
+        return run, await runs_service.list_events(session, run.id)
+
+
+async def test_each_reply_is_a_message_event_and_a_cut_reply_is_continued(
+    api: Api,
+    llm_settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    model: tuple[FakeModel, str],
+) -> None:
+    fake, _ = model
+    fake.script = [(200, "Once upon", "length"), (200, " a time.", "stop")]
+    run, events = await _run(
+        api, llm_settings, sessions, tenant, {"prompt": "Tell a story", "maxTurns": 3}
+    )
+    assert run.status == "SUCCEEDED"
+    assert run.output == {"reply": " a time.", "turns": 2}
+    assert [e.data["content"] for e in events if e.type == "message"] == ["Once upon", " a time."]
+    assert fake.requests[0] == {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Tell a story"}],
+    }
+    assert fake.requests[1]["messages"][1] == {"role": "assistant", "content": "Once upon"}
+    assert fake.headers[0] == "Bearer sk-test"
+
+
+async def test_429_and_5xx_are_retried(
+    api: Api,
+    llm_settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    model: tuple[FakeModel, str],
+) -> None:
+    fake, _ = model
+    fake.script = [(429, "slow down", ""), (503, "busy", ""), (200, "hello", "stop")]
+    run, events = await _run(api, llm_settings, sessions, tenant, {"prompt": "hi"})
+    assert run.status == "SUCCEEDED"
+    assert run.attempt == 3
+    assert [e.type for e in events].count("retrying") == 2
+
+
+async def test_a_4xx_fails_the_run_at_once(
+    api: Api,
+    llm_settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    model: tuple[FakeModel, str],
+) -> None:
+    fake, _ = model
+    fake.script = [(400, "bad model", "")]
+    run, _ = await _run(api, llm_settings, sessions, tenant, {"prompt": "hi"})
+    assert run.status == "FAILED"
+    assert run.attempt == 1
+    assert "answered 400" in (run.error or "")
+
+
+async def test_an_unreachable_endpoint_is_a_retryable_fault(
+    api: Api, servers: Any, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens here
+    settings = make_settings(
+        servers, llm_base_url=f"http://127.0.0.1:{port}/v1", run_retry_delay_s=0.05
+    )
+    host = WorkerHost(settings, concurrency=2)
+    await host.start()
+    try:
+        run, _ = await _run(api, settings, sessions, tenant, {"prompt": "hi"})
+    finally:
+        await host.stop()
+    assert run.status == "FAILED"
+    assert run.attempt == 3
+    assert "unreachable" in (run.error or "")

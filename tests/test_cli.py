@@ -1,0 +1,105 @@
+"""The `outlive` command: one-line errors with a non-zero status; tokens on the last line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from outlive.config import Settings
+from tests.support import Api, Servers
+
+
+def outlive(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    return subprocess.run(
+        [sys.executable, "-m", "outlive.cli", *args],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("outlive: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [["api"], ["worker"]])
+def test_servers_refuse_to_start_without_the_database_and_queue(command: list[str]) -> None:
+    done = outlive(*command)
+    assert done.returncode == 1
+    line = _one_line_error(done)
+    assert "DATABASE_URL and REDIS_URL not set" in line
+    assert "never runs queued work inline" in line
+
+
+def test_a_bad_url_is_a_one_line_error() -> None:
+    done = outlive("worker", env={"DATABASE_URL": "mysql://x", "REDIS_URL": "redis://x"})
+    assert done.returncode == 2
+    assert "DATABASE_URL must be postgresql://" in _one_line_error(done)
+
+
+def test_an_unreachable_database_is_a_one_line_error() -> None:
+    done = outlive(
+        "token",
+        "create",
+        "--tenant",
+        "acme",
+        "--email",
+        "a@acme.test",
+        env={"DATABASE_URL": "postgresql://postgres@127.0.0.1:9/nope"},
+    )
+    assert done.returncode == 1
+    assert "cannot" in _one_line_error(done)
+
+
+def test_token_create_rejects_bad_input(settings: Settings) -> None:
+    env = {"DATABASE_URL": settings.database_url or ""}
+    done = outlive("token", "create", "--tenant", "Not A Slug", "--email", "a@b.test", env=env)
+    assert done.returncode == 2
+    assert "not a valid tenant slug" in _one_line_error(done)
+    done = outlive("token", "create", "--tenant", "acme", "--email", "nope", env=env)
+    assert done.returncode == 2
+    assert "not a valid email" in _one_line_error(done)
+
+
+async def test_token_create_prints_a_working_token_last(settings: Settings, api: Api) -> None:
+    env = {"DATABASE_URL": settings.database_url or ""}
+    done = outlive("token", "create", "--tenant", "acme-cli", "--email", "ops@acme.test", env=env)
+    assert done.returncode == 0, done.stderr
+    token = done.stdout.strip().splitlines()[-1]
+    viewer = await api.gql("{ viewer { tenant { slug } user { email } } }", token=token)
+    assert viewer["viewer"] == {"tenant": {"slug": "acme-cli"}, "user": {"email": "ops@acme.test"}}
+    again = outlive("token", "create", "--tenant", "acme-cli", "--email", "ops@acme.test", env=env)
+    other = again.stdout.strip().splitlines()[-1]
+    assert other != token  # a new token for the same user; the first keeps working
+    assert (await api.gql("{ viewer { tenant { slug } } }", token=token))["viewer"]
+
+
+async def test_migrate_is_safe_to_run_twice(servers: Servers) -> None:
+    url = await servers.clone()
+    for _ in range(2):
+        done = outlive("migrate", env={"DATABASE_URL": url})
+        assert done.returncode == 0, done.stderr
+
+
+def test_schema_prints_the_sdl() -> None:
+    done = outlive("schema")
+    assert done.returncode == 0
+    assert "startRun(input: StartRunInput!): StartRunPayload!" in done.stdout
+    assert "nudges: Nudge!" in done.stdout
+
+
+def test_an_unknown_command_fails(tmp_path: Any) -> None:
+    done = outlive("launch")
+    assert done.returncode == 2

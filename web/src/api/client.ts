@@ -1,0 +1,88 @@
+/**
+ * The Apollo client: HTTP only (POST /graphql with the bearer token). The socket does not carry
+ * data; it only tells this client which active queries to ask again (realtime/refresh.ts).
+ */
+
+import { ApolloClient, ApolloLink, HttpLink, InMemoryCache } from "@apollo/client";
+import { CombinedGraphQLErrors, ServerError } from "@apollo/client/errors";
+import { SetContextLink } from "@apollo/client/link/context";
+import { ErrorLink } from "@apollo/client/link/error";
+import { getToken, signOut } from "../auth/token";
+import type { RunEvent } from "./types";
+
+/** Timeline events are immutable and numbered: pages merge by `seq`, in order, without gaps. */
+export function mergeEvents(
+  existing: readonly RunEvent[] | undefined,
+  incoming: readonly RunEvent[],
+  readField?: (field: string, from: unknown) => unknown,
+): RunEvent[] {
+  const seqOf = (e: RunEvent) => (readField ? (readField("seq", e) as number) : e.seq);
+  const bySeq = new Map<number, RunEvent>();
+  for (const e of existing ?? []) bySeq.set(seqOf(e), e);
+  for (const e of incoming) bySeq.set(seqOf(e), e);
+  return [...bySeq.entries()].sort((a, b) => a[0] - b[0]).map(([, e]) => e);
+}
+
+export function createCache(): InMemoryCache {
+  return new InMemoryCache({
+    typePolicies: {
+      Query: {
+        fields: {
+          // A run already in the cache (from the list, or the startRun answer) shows at once.
+          run: {
+            read(existing, { args, toReference }) {
+              if (existing !== undefined || typeof args?.["id"] !== "string") return existing;
+              return toReference({ __typename: "Run", id: args["id"] });
+            },
+          },
+          viewer: { merge: true },
+        },
+      },
+      Run: {
+        fields: {
+          events: {
+            keyArgs: false,
+            merge(existing: readonly RunEvent[] | undefined, incoming: readonly RunEvent[]) {
+              return mergeEvents(existing, incoming);
+            },
+          },
+        },
+      },
+      Viewer: { keyFields: false },
+      Agent: { keyFields: ["name"] },
+      UsageDay: { keyFields: false },
+      RunEvent: { keyFields: false },
+    },
+  });
+}
+
+/** Whether an error says the token is missing, wrong or revoked. */
+export function isUnauthenticated(error: unknown): boolean {
+  if (ServerError.is(error) && error.statusCode === 401) return true;
+  return (
+    CombinedGraphQLErrors.is(error) &&
+    error.errors.some((e) => e.extensions?.["code"] === "UNAUTHENTICATED")
+  );
+}
+
+export function createClient(): ApolloClient {
+  const auth = new SetContextLink((prev) => {
+    const token = getToken();
+    return token ? { headers: { ...prev["headers"], authorization: `Bearer ${token}` } } : {};
+  });
+  const signOutOnRefusal = new ErrorLink(({ error }) => {
+    if (isUnauthenticated(error) && getToken()) {
+      signOut("The API no longer accepts that token. Sign in again.");
+    }
+  });
+  const http = new HttpLink({ uri: "/graphql", credentials: "same-origin" });
+  return new ApolloClient({
+    link: ApolloLink.from([signOutOnRefusal, auth, http]),
+    cache: createCache(),
+    defaultOptions: {
+      // Show what the cache has at once and ask the API again: every navigation re-queries, so
+      // the app stays right with the socket down.
+      watchQuery: { fetchPolicy: "cache-and-network", nextFetchPolicy: "cache-first" },
+    },
+  });
+}

@@ -1,0 +1,118 @@
+import { ApolloProvider, useQuery } from "@apollo/client/react";
+import { useEffect, useState, useSyncExternalStore } from "react";
+import { createClient } from "../api/client";
+import { VIEWER } from "../api/documents/viewer";
+import { getToken, onTokenChange, setToken } from "../auth/token";
+import { Invitations } from "../screens/Invitations";
+import { RunDetail } from "../screens/RunDetail";
+import { RunsList } from "../screens/RunsList";
+import { SignIn } from "../screens/SignIn";
+import { StartRun } from "../screens/StartRun";
+import { Usage } from "../screens/Usage";
+import { Webhooks } from "../screens/Webhooks";
+import { ConnectionIndicator } from "../ui/ConnectionIndicator";
+import { RealtimeProvider } from "./realtime";
+import { Link, matchRoute, useLocation } from "./router";
+
+function useToken(): string | null {
+  return useSyncExternalStore(onTokenChange, getToken);
+}
+
+export function App() {
+  const token = useToken();
+  if (!token) return <SignIn />;
+  // A new token is a new person or tenant: a fresh cache and a fresh socket.
+  return <SignedIn key={token} />;
+}
+
+function SignedIn() {
+  const [client] = useState(createClient);
+  useEffect(() => () => client.stop(), [client]);
+  return (
+    <ApolloProvider client={client}>
+      <RealtimeProvider client={client}>
+        <Shell />
+      </RealtimeProvider>
+    </ApolloProvider>
+  );
+}
+
+const NAV = [
+  { to: "/runs", label: "Runs", match: ["runs", "run"] },
+  { to: "/runs/new", label: "New run", match: ["startRun"] },
+  { to: "/webhooks", label: "Webhooks", match: ["webhooks"] },
+  { to: "/invitations", label: "Invitations", match: ["invitations"] },
+  { to: "/usage", label: "Usage", match: ["usage"] },
+];
+
+function Shell() {
+  const { path } = useLocation();
+  const route = matchRoute(path);
+  const { data } = useQuery(VIEWER);
+  const viewer = data?.viewer;
+
+  return (
+    <div className="shell">
+      <a className="skip" href="#main">
+        Skip to content
+      </a>
+      <header className="topbar">
+        <Link to="/runs" className="brand">
+          <span className="logo" aria-hidden="true">◐</span> Outlive
+        </Link>
+        <nav aria-label="Main">
+          <ul>
+            {NAV.map((item) => (
+              <li key={item.to}>
+                <Link to={item.to} aria-current={item.match.includes(route.name) ? "page" : undefined}>
+                  {item.label}
+                </Link>
+              </li>
+            ))}
+          </ul>
+        </nav>
+        <div className="topbar-end">
+          <ConnectionIndicator />
+          {viewer && (
+            <span className="who" title={viewer.user.email}>
+              <span className="tenant" data-testid="tenant">{viewer.tenant.slug}</span>
+              <span className="muted small"> {viewer.user.email}</span>
+            </span>
+          )}
+          <button type="button" className="quiet" onClick={() => setToken(null)}>
+            Sign out
+          </button>
+        </div>
+      </header>
+      <main id="main" tabIndex={-1}>
+        <Screen route={route} />
+      </main>
+    </div>
+  );
+}
+
+function Screen({ route }: { route: ReturnType<typeof matchRoute> }) {
+  switch (route.name) {
+    case "runs":
+      return <RunsList />;
+    case "startRun":
+      return <StartRun />;
+    case "run":
+      return <RunDetail key={route.id} id={route.id} />;
+    case "webhooks":
+      return <Webhooks />;
+    case "invitations":
+      return <Invitations />;
+    case "usage":
+      return <Usage />;
+    case "notFound":
+      return (
+        <section>
+          <h1>Not found</h1>
+          <p>
+            Nothing here. <Link to="/runs">Go to the runs</Link>.
+          </p>
+        </section>
+      );
+  }
+}

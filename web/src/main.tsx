@@ -1,0 +1,14 @@
+import { StrictMode } from "react";
+import { createRoot } from "react-dom/client";
+import { App } from "./app/App";
+import { adoptTokenFromLocation, watchOtherTabs } from "./auth/token";
+import "./styles.css";
+
+adoptTokenFromLocation();
+watchOtherTabs();
+
+createRoot(document.getElementById("root")!).render(
+  <StrictMode>
+    <App />
+  </StrictMode>,
+);

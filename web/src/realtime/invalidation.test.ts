@@ -1,0 +1,120 @@
+import { describe, expect, it } from "vitest";
+import { covers, keyOfQuery, keysForNudge, nudgeConcerns, OPERATIONS } from "./invalidation";
+
+const RUN = "0b6c1f4e-7f3e-4d0e-9a55-1d2b3c4d5e6f";
+const OTHER = "9f8e7d6c-5b4a-4321-8fed-cba987654321";
+
+describe("keysForNudge", () => {
+  it("run.created concerns the lists and the usage", () => {
+    expect(keysForNudge({ type: "run.created", id: RUN })).toEqual([
+      { kind: "runs" },
+      { kind: "usage" },
+    ]);
+  });
+
+  it("run.updated concerns that run, the lists and the usage", () => {
+    expect(keysForNudge({ type: "run.updated", id: RUN })).toEqual([
+      { kind: "run", id: RUN },
+      { kind: "runs" },
+      { kind: "usage" },
+    ]);
+  });
+
+  it("run.event concerns only that run's timeline", () => {
+    expect(keysForNudge({ type: "run.event", id: RUN })).toEqual([{ kind: "runEvents", id: RUN }]);
+    expect(keysForNudge({ type: "run.event", id: null })).toEqual([]);
+  });
+
+  it("invitation and delivery nudges concern their screens", () => {
+    expect(keysForNudge({ type: "invitation.updated", id: "x" })).toEqual([{ kind: "invitations" }]);
+    expect(keysForNudge({ type: "webhook.delivery.updated", id: "d" })).toEqual([
+      { kind: "webhooks" },
+    ]);
+  });
+
+  it("an unknown type concerns nothing", () => {
+    expect(keysForNudge({ type: "tenant.renamed", id: "t" })).toEqual([]);
+    expect(keysForNudge({ type: "" })).toEqual([]);
+  });
+});
+
+describe("keyOfQuery", () => {
+  it("names each of the app's nudge-driven operations", () => {
+    expect(keyOfQuery("Runs", { first: 20, status: ["RUNNING"] })).toEqual({ kind: "runs" });
+    expect(keyOfQuery("RunDetail", { id: RUN })).toEqual({ kind: "run", id: RUN });
+    expect(keyOfQuery("RunTimeline", { id: RUN, after: 0 })).toEqual({ kind: "runEvents", id: RUN });
+    expect(keyOfQuery("Usage", { days: 30 })).toEqual({ kind: "usage" });
+    expect(keyOfQuery("Invitations", {})).toEqual({ kind: "invitations" });
+    expect(keyOfQuery("WebhookEndpoints", undefined)).toEqual({ kind: "webhooks" });
+  });
+
+  it("leaves the rest alone", () => {
+    expect(keyOfQuery("Viewer", {})).toBeNull();
+    expect(keyOfQuery("Agents", {})).toBeNull();
+    expect(keyOfQuery(undefined, {})).toBeNull();
+    expect(keyOfQuery("toString", {})).toBeNull(); // not fooled by Object.prototype
+    expect(keyOfQuery("RunDetail", {})).toBeNull(); // a run query without an id
+  });
+
+  it("covers every operation the table lists", () => {
+    for (const name of Object.keys(OPERATIONS)) {
+      expect(keyOfQuery(name, { id: RUN })).not.toBeNull();
+    }
+  });
+});
+
+describe("covers", () => {
+  it("matches on kind and id", () => {
+    expect(covers({ kind: "run", id: RUN }, { kind: "run", id: RUN })).toBe(true);
+    expect(covers({ kind: "run", id: RUN }, { kind: "run", id: OTHER })).toBe(false);
+    expect(covers({ kind: "run", id: RUN }, { kind: "runEvents", id: RUN })).toBe(false);
+    expect(covers({ kind: "runs" }, { kind: "runs" })).toBe(true);
+  });
+});
+
+describe("nudgeConcerns: the question asked of each active query", () => {
+  const screens: [string, Record<string, unknown>][] = [
+    ["Runs", { first: 20 }],
+    ["Runs", { first: 20, status: ["SUCCEEDED"] }],
+    ["RunDetail", { id: RUN }],
+    ["RunDetail", { id: OTHER }],
+    ["RunTimeline", { id: RUN, after: 0 }],
+    ["RunTimeline", { id: OTHER, after: 0 }],
+    ["Usage", { days: 30 }],
+    ["Invitations", {}],
+    ["WebhookEndpoints", {}],
+    ["Viewer", {}],
+    ["Agents", {}],
+  ];
+  const refreshed = (type: string, id: string | null) =>
+    screens.filter(([op, vars]) => nudgeConcerns({ type, id }, op, vars)).map(([op, vars]) =>
+      "id" in vars ? `${op}:${vars["id"] === RUN ? "this" : "other"}` : op,
+    );
+
+  it("a run.updated refreshes that run and every runs list, never another run", () => {
+    expect(refreshed("run.updated", RUN)).toEqual(["Runs", "Runs", "RunDetail:this", "Usage"]);
+  });
+
+  it("a run.created refreshes the lists", () => {
+    expect(refreshed("run.created", RUN)).toEqual(["Runs", "Runs", "Usage"]);
+  });
+
+  it("a run.event refreshes that run's timeline only", () => {
+    expect(refreshed("run.event", RUN)).toEqual(["RunTimeline:this"]);
+  });
+
+  it("an invitation nudge refreshes only the invitations", () => {
+    expect(refreshed("invitation.updated", "i")).toEqual(["Invitations"]);
+  });
+
+  it("a delivery nudge refreshes only the webhooks", () => {
+    expect(refreshed("webhook.delivery.updated", "d")).toEqual(["WebhookEndpoints"]);
+  });
+
+  it("nothing refreshes the viewer or the agents", () => {
+    for (const type of ["run.created", "run.updated", "run.event", "invitation.updated"]) {
+      expect(refreshed(type, RUN)).not.toContain("Viewer");
+      expect(refreshed(type, RUN)).not.toContain("Agents");
+    }
+  });
+});
