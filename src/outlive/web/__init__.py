@@ -1,4 +1,9 @@
-"""Serving the built web app (`web/` in the repository, built into `outlive/web/dist`)."""
+"""Serving the built web app (`web/` in the repository, built into `outlive/web/dist`).
+
+`/` and every path no other route claims answer `index.html` (the app routes in the browser);
+`/assets/*` are Vite's content-hashed files, cached for a year; `GET /graphql` in a browser is
+GraphiQL (`graphiql.html`), from the same build: nothing comes from a CDN.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +13,37 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
 
 DIST = Path(__file__).parent / "dist"
 
 _NOT_BUILT = """<!doctype html><meta charset="utf-8"><title>Outlive</title>
-<p>The web app is not built. Run <code>npm --prefix web ci && npm --prefix web run build</code>,
+<p>The web app is not built. Run <code>npm --prefix web ci && npm --prefix web run build</code>
+(Node.js 20 or newer), or start <code>outlive dev</code>, which builds it;
 or use GraphiQL at <a href="/graphql">/graphql</a>.</p>"""
+
+NO_CACHE = {"Cache-Control": "no-cache"}
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+class HashedAssets(StaticFiles):
+    """Vite's `/assets`: every name carries a content hash, so a file never changes."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        if response.status_code == 200:
+            response.headers["Cache-Control"] = IMMUTABLE
+        return response
 
 
 def graphiql_response() -> Response:
     """GraphiQL, from the package's own files when the web build has them."""
     page = DIST / "graphiql.html"
     if page.is_file():
-        return FileResponse(page, headers={"Cache-Control": "no-cache"})
-    return HTMLResponse(_NOT_BUILT.replace("or use GraphiQL at", "then reload GraphiQL at"))
+        return FileResponse(page, headers=NO_CACHE)
+    return HTMLResponse(
+        _NOT_BUILT.replace("or use GraphiQL at", "then reload GraphiQL at"), headers=NO_CACHE
+    )
 
 
 def web_routes() -> list[BaseRoute]:
@@ -29,11 +51,12 @@ def web_routes() -> list[BaseRoute]:
 
     async def spa(_: Request) -> Response:
         if index.is_file():
-            return FileResponse(index, headers={"Cache-Control": "no-cache"})
-        return HTMLResponse(_NOT_BUILT)
+            return FileResponse(index, headers=NO_CACHE)
+        return HTMLResponse(_NOT_BUILT, headers=NO_CACHE)
 
-    routes: list[BaseRoute] = []
-    if (DIST / "assets").is_dir():
-        routes.append(Mount("/assets", StaticFiles(directory=DIST / "assets"), name="assets"))
-    routes += [Route("/", spa), Route("/{path:path}", spa)]
-    return routes
+    return [
+        # check_dir=False: a build made after the server started is served without a restart
+        Mount("/assets", HashedAssets(directory=DIST / "assets", check_dir=False), name="assets"),
+        Route("/", spa),
+        Route("/{path:path}", spa),
+    ]

@@ -28,7 +28,10 @@ export class Refresher {
    */
   constructor(
     private readonly client: ApolloClient,
-    private readonly askAgain: Record<string, (query: AnyQuery) => Promise<unknown>> = {},
+    private readonly askAgain: Record<
+      string,
+      (query: AnyQuery, client: ApolloClient) => Promise<unknown>
+    > = {},
   ) {}
 
   /** Asks again every active query the nudge concerns; returns how many it touched. */
@@ -59,8 +62,9 @@ export class Refresher {
       try {
         do {
           next.again = false;
-          const ask = (query.queryName && this.askAgain[query.queryName]) || ((q) => q.refetch());
-          await ask(query).catch(() => undefined); // the screen shows the error itself
+          const ask =
+            (query.queryName && this.askAgain[query.queryName]) || ((q: AnyQuery) => q.refetch());
+          await ask(query, this.client).catch(() => undefined); // the screen shows the error itself
         } while (next.again);
       } finally {
         this.slots.delete(query);

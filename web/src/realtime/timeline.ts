@@ -1,27 +1,33 @@
+import type { ApolloClient } from "@apollo/client";
 import type { RunTimelineData } from "../api/documents/runs";
-import { EVENTS_PAGE } from "../api/documents/runs";
+import { EVENTS_PAGE, RUN_TIMELINE } from "../api/documents/runs";
 import type { AnyQuery } from "./refresh";
 
-/** The last seq a timeline query holds (0 when it holds none). */
-export function lastSeq(data: RunTimelineData | undefined): number {
+/** The last seq a timeline holds (0 when it holds none). */
+export function lastSeq(data: RunTimelineData | null | undefined): number {
   const events = data?.run?.events ?? [];
   return events.length ? events[events.length - 1]!.seq : 0;
 }
 
 /**
- * Asks the API for the events after the last one the timeline holds, page by page until a page
- * is not full. The `events` type policy merges them by seq.
+ * Asks the API for the events after the last one the cache holds for this run, page by page until
+ * a page is not full. The answer is written to the cache like any query's, where the `events` type
+ * policy merges it by seq, and the timeline on screen re-reads it.
  */
-export async function fetchNewEvents(query: AnyQuery): Promise<void> {
+export async function fetchNewEvents(query: AnyQuery, client: ApolloClient): Promise<void> {
+  const id = (query.variables as { id?: unknown }).id;
   const current = query.getCurrentResult();
-  if (current.error || !current.data) {
+  if (typeof id !== "string" || current.error || !current.data) {
     await query.refetch(); // nothing sound to build on: ask for the whole first page again
     return;
   }
   for (let pages = 0; pages < 20; pages++) {
-    const after = lastSeq(query.getCurrentResult().data as RunTimelineData | undefined);
-    const result = await query.fetchMore({ variables: { after } });
-    const page = (result.data as RunTimelineData | undefined)?.run?.events ?? [];
-    if (page.length < EVENTS_PAGE) return;
+    const held = client.cache.readQuery({ query: RUN_TIMELINE, variables: { id, after: 0 } });
+    const result = await client.query({
+      query: RUN_TIMELINE,
+      variables: { id, after: lastSeq(held) },
+      fetchPolicy: "network-only",
+    });
+    if ((result.data?.run?.events.length ?? 0) < EVENTS_PAGE) return;
   }
 }

@@ -1,4 +1,4 @@
-import { useMutation, useQuery } from "@apollo/client/react";
+import { useApolloClient, useMutation, useQuery } from "@apollo/client/react";
 import { useEffect, useRef } from "react";
 import { CANCEL_RUN, EVENTS_PAGE, RUN_DETAIL, RUN_TIMELINE } from "../api/documents/runs";
 import { describeError } from "../api/errors";
@@ -120,7 +120,8 @@ export function RunDetail({ id }: { id: string }) {
 }
 
 function Timeline({ id }: { id: string }) {
-  const { data, error, loading, fetchMore } = useQuery(RUN_TIMELINE, { variables: { id, after: 0 } });
+  const client = useApolloClient();
+  const { data, error, loading } = useQuery(RUN_TIMELINE, { variables: { id, after: 0 } });
   const events = data?.run?.events ?? [];
   const asked = useRef(-1);
 
@@ -129,8 +130,10 @@ function Timeline({ id }: { id: string }) {
     const last = lastSeq(data);
     if (loading || events.length === 0 || events.length % EVENTS_PAGE !== 0 || asked.current === last) return;
     asked.current = last;
-    void fetchMore({ variables: { after: last } }).catch(() => undefined);
-  }, [data, events.length, loading, fetchMore]);
+    void client
+      .query({ query: RUN_TIMELINE, variables: { id, after: last }, fetchPolicy: "network-only" })
+      .catch(() => undefined);
+  }, [client, id, data, events.length, loading]);
 
   return (
     <section aria-labelledby="timeline-heading">

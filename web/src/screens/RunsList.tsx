@@ -53,7 +53,7 @@ export function RunsList() {
             </select>
           </label>
           <Link to="/runs/new" className="button primary">
-            New run
+            Start a run
           </Link>
         </div>
       </div>
