@@ -77,8 +77,14 @@ export class NudgeSocket {
     clearTimeout(this.pongTimer);
     clearTimeout(this.restartTimer);
     this.unsubscribe?.();
-    void this.client?.dispose();
+    this.dispose();
+  }
+
+  /** Closes the client; a socket that never opened (a refused token) rejects, which is fine. */
+  private dispose(): void {
+    const client = this.client;
     this.client = null;
+    if (client) Promise.resolve(client.dispose()).catch(() => undefined);
   }
 
   private feed(event: ConnectionEvent): void {
@@ -149,8 +155,7 @@ export class NudgeSocket {
     }
     this.feed({ type: "gave-up" });
     this.unsubscribe?.();
-    void this.client?.dispose();
-    this.client = null;
+    this.dispose();
     const delay = backoffDelay(this.restarts++ + 6); // a protocol-level refusal: wait long
     this.restartTimer = setTimeout(() => {
       if (!this.stopped) this.open();

@@ -1,0 +1,199 @@
+"""Browser tests: the built web app in real headless Chromium (Debian's `chromium`, driven by
+Playwright through its executable path: no browser download), against real `outlive api` and
+`outlive worker` processes on a database and a Redis db index of their own.
+
+Missing pieces fail with how to get them, never a silent skip: Chromium (`apt-get install -y
+chromium`), the Python `playwright` package (its wheel carries its driver; never run `playwright
+install`), or the web build (`npm --prefix web ci && npm --prefix web run build`). Set
+`OUTLIVE_SKIP_BROWSER=1` to skip them on purpose. `OUTLIVE_CHROMIUM` names another Chromium.
+
+Every page is cut off from the internet: a request to anything but this machine is aborted and
+recorded, and a test that made one fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.browser.stack import Stack, Tenant, running_stack
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, BrowserContext, Page, Playwright
+
+CHROMIUM = os.environ.get("OUTLIVE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-results" / "browser"
+
+
+@pytest.fixture(autouse=True)
+def clean_redis() -> None:
+    """Replaces the suite's autouse fixture: the browser stack has its own Redis db, which must
+    not be flushed under its running worker."""
+
+
+def _requirements() -> None:
+    if os.environ.get("OUTLIVE_SKIP_BROWSER") == "1":
+        pytest.skip("OUTLIVE_SKIP_BROWSER=1")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.fail(
+            "the browser tests need the Python package `playwright` (a dev dependency: "
+            "`uv sync` installs it; do not run `playwright install`, they use Debian's chromium)",
+            pytrace=False,
+        )
+    if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
+        pytest.fail(
+            f"Chromium not found at {CHROMIUM}: install Debian's with `apt-get install -y "
+            "chromium` (or set OUTLIVE_CHROMIUM to a Chromium binary)",
+            pytrace=False,
+        )
+    from outlive.web.build import stale_reason
+
+    reason = stale_reason()
+    if reason is not None:
+        pytest.fail(
+            f"the web build is missing or stale ({reason}): run `npm --prefix web ci && "
+            "npm --prefix web run build` (Node.js >= 20), or `uv run outlive dev` once",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="package")
+def stack(server_urls: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    _requirements()
+    workdir = tmp_path_factory.mktemp("browser-stack")
+    with running_stack(server_urls[0], server_urls[1], workdir) as running:
+        yield running
+
+
+@pytest.fixture(scope="package")
+def playwright_driver() -> Iterator[Playwright]:
+    _requirements()
+    from playwright.sync_api import sync_playwright
+
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=15_000)
+    driver = sync_playwright().start()
+    try:
+        yield driver
+    finally:
+        driver.stop()
+
+
+@pytest.fixture(scope="package")
+def browser(playwright_driver: Playwright) -> Iterator[Browser]:
+    # Playwright gives every launch a new, empty profile directory of its own.
+    browser = playwright_driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    try:
+        yield browser
+    finally:
+        browser.close()
+
+
+@pytest.fixture
+def tenant(stack: Stack) -> Tenant:
+    """A tenant of the test's own: its runs list starts empty and no other test starts runs in it."""
+    return stack.new_tenant()
+
+
+class Contexts:
+    """Browser contexts cut off from the internet, each with its console errors collected."""
+
+    def __init__(self, browser: Browser, stack: Stack) -> None:
+        self._browser = browser
+        self._stack = stack
+        self.opened: list[BrowserContext] = []
+        self.blocked: list[str] = []
+        self.errors: list[str] = []
+
+    def new(self) -> BrowserContext:
+        context = self._browser.new_context(
+            base_url=self._stack.base_url, viewport={"width": 1280, "height": 860}
+        )
+        context.set_default_timeout(15_000)
+        context.route("**/*", self._only_this_machine)
+        context.on("page", self._watch)
+        self.opened.append(context)
+        return context
+
+    def page(self) -> Page:
+        return self.new().new_page()
+
+    def _only_this_machine(self, route: Any) -> None:
+        url = route.request.url
+        if url.startswith(("data:", "blob:")) or urlsplit(url).hostname in LOCAL_HOSTS:
+            route.continue_()
+        else:
+            self.blocked.append(url)
+            route.abort("internetdisconnected")
+
+    def _watch(self, page: Page) -> None:
+        page.on("pageerror", lambda error: self.errors.append(f"pageerror: {error}"))
+
+
+@pytest.fixture
+def contexts(
+    browser: Browser, stack: Stack, request: pytest.FixtureRequest
+) -> Iterator[Contexts]:
+    made = Contexts(browser, stack)
+    yield made
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    if failed:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^\w.-]+", "_", request.node.name)
+        for i, context in enumerate(made.opened):
+            for j, page in enumerate(context.pages):
+                page.screenshot(path=str(ARTIFACTS / f"{name}-{i}-{j}.png"), full_page=True)
+    for context in made.opened:
+        context.close()
+    assert made.blocked == [], f"pages tried to reach the internet: {made.blocked}"
+    assert made.errors == [], f"uncaught errors in the page: {made.errors}"
+
+
+@pytest.fixture
+def page(contexts: Contexts) -> Page:
+    return contexts.page()
+
+
+@pytest.fixture
+def sign_in(stack: Stack) -> Callable[[Page, Tenant], None]:
+    """Signs a page in the way `outlive dev`'s link does: `/#token=…`."""
+    from playwright.sync_api import expect
+
+    def go(page: Page, tenant: Tenant, path: str = "/") -> None:
+        page.goto(f"{path}#token={tenant.token}")
+        expect(page.get_by_test_id("tenant")).to_have_text(tenant.slug)
+        expect(connection(page)).to_have_attribute("data-state", "live")
+
+    return go
+
+
+def connection(page: Page) -> Any:
+    return page.get_by_role("status", name="Connection")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

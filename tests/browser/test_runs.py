@@ -1,0 +1,119 @@
+"""The runs screens, live: a run seen from QUEUED to SUCCEEDED without a reload, Cancel run, a
+second page that sees what the first started, and the status filter following a run."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import Contexts
+from tests.browser.stack import Stack, Tenant
+
+pytestmark = pytest.mark.browser
+
+SignIn = Callable[..., None]
+
+# Records every text the run's status badge shows, in order, and marks the document so that a
+# reload (which would wipe the mark) is caught.
+WATCH_STATUS = """() => {
+  window.__statuses = [];
+  window.__noReload = true;
+  const look = () => {
+    const el = document.querySelector('[data-testid="run-status"]');
+    const text = el && el.textContent;
+    if (text && window.__statuses[window.__statuses.length - 1] !== text) window.__statuses.push(text);
+  };
+  new MutationObserver(look).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def run_id_of(page: Page) -> str:
+    match = re.search(r"/runs/([0-9a-f-]{36})", page.url)
+    assert match, page.url
+    return match.group(1)
+
+
+def start_demo_run(page: Page, *, turns: int, delay_ms: int) -> str:
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="New run").click()
+    expect(page.get_by_label("Agent")).to_have_value("demo")
+    page.get_by_label("Turns").fill(str(turns))
+    page.get_by_label("Delay ms").fill(str(delay_ms))
+    page.get_by_role("button", name="Start run").click()
+    expect(page).to_have_url(re.compile(r"/runs/[0-9a-f-]{36}$"))
+    return run_id_of(page)
+
+
+def test_a_demo_run_goes_queued_running_succeeded_without_a_reload(
+    page: Page, tenant: Tenant, sign_in: SignIn
+) -> None:
+    sign_in(page, tenant)
+    page.evaluate(WATCH_STATUS)
+    start_demo_run(page, turns=3, delay_ms=1000)
+
+    status = page.get_by_test_id("run-status")
+    expect(status).to_have_text("SUCCEEDED", timeout=30_000)
+    assert page.evaluate("window.__statuses") == ["QUEUED", "RUNNING", "SUCCEEDED"]
+    assert page.evaluate("window.__noReload") is True
+
+    timeline = page.get_by_role("list", name="Timeline")
+    expect(timeline.get_by_role("listitem")).to_have_count(5)  # claimed, 3 turns, succeeded
+    expect(timeline.get_by_role("listitem").last).to_contain_text("succeeded")
+    expect(page.get_by_label("Output")).to_contain_text('"turns": 3')
+    expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
+
+
+def test_cancel_a_running_run(page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack) -> None:
+    sign_in(page, tenant)
+    run_id = start_demo_run(page, turns=60, delay_ms=500)
+    status = page.get_by_test_id("run-status")
+    expect(status).to_have_text("RUNNING", timeout=20_000)
+    # a turn or two on the timeline: the run is really under way
+    expect(page.get_by_role("list", name="Timeline")).to_contain_text("turn", timeout=10_000)
+
+    page.get_by_role("button", name="Cancel run").click()
+    expect(status).to_have_text("CANCELLED", timeout=20_000)
+    expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
+    expect(page.get_by_role("list", name="Timeline").get_by_role("listitem").last).to_contain_text(
+        "cancelled"
+    )
+    assert stack.run_status(run_id) == "CANCELLED"
+
+
+def test_a_second_page_sees_a_run_started_in_the_first(
+    contexts: Contexts, tenant: Tenant, sign_in: SignIn
+) -> None:
+    first, second = contexts.page(), contexts.page()  # two browsers, in effect
+    sign_in(first, tenant)
+    sign_in(second, tenant, "/runs")
+    expect(second.get_by_text("No runs yet.")).to_be_visible()
+    second.evaluate("window.__noReload = true")
+
+    run_id = start_demo_run(first, turns=2, delay_ms=800)
+
+    row = second.locator(f'tr[data-run-id="{run_id}"]')
+    expect(row).to_be_visible(timeout=15_000)
+    expect(row).to_contain_text("demo")
+    expect(row.locator("[data-status]")).to_have_text("SUCCEEDED", timeout=30_000)
+    expect(second.locator("tbody tr")).to_have_count(1)
+    assert second.evaluate("window.__noReload") is True
+
+
+def test_the_status_filter_follows_a_run(
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
+) -> None:
+    sign_in(page, tenant, "/runs")
+    page.get_by_label("Status").select_option("RUNNING")
+    expect(page).to_have_url(re.compile(r"status=RUNNING"))
+    expect(page.get_by_text("No running runs.")).to_be_visible()
+
+    run_id = stack.start_run(tenant, turns=3, delayMs=1000)
+    row = page.locator(f'tr[data-run-id="{run_id}"]')
+    expect(row).to_be_visible(timeout=15_000)  # it shows up once it runs …
+    expect(row).to_have_count(0, timeout=30_000)  # … and leaves when it succeeds
+    expect(page.get_by_text("No running runs.")).to_be_visible()
+
+    page.get_by_label("Status").select_option("SUCCEEDED")
+    expect(page.locator(f'tr[data-run-id="{run_id}"]')).to_be_visible()

@@ -1,0 +1,49 @@
+"""Signing in: with a pasted token, with the link `outlive dev` prints, and out again."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import connection
+from tests.browser.stack import Stack, Tenant
+
+pytestmark = pytest.mark.browser
+
+
+def test_signs_in_with_a_pasted_token(page: Page, tenant: Tenant) -> None:
+    page.goto("/")
+    token = page.get_by_label("API token")
+    token.fill("olv_not-a-real-token")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("did not accept")
+
+    token.fill(tenant.token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_test_id("tenant")).to_have_text(tenant.slug)
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible()
+    expect(connection(page)).to_have_text("Live")
+    assert page.evaluate("localStorage.getItem('outlive.token')") == tenant.token
+
+
+def test_the_dev_link_signs_in_and_drops_the_token_from_the_address(
+    page: Page, tenant: Tenant, stack: Stack
+) -> None:
+    page.goto(f"/#token={tenant.token}")
+    expect(page.get_by_test_id("tenant")).to_have_text(tenant.slug)
+    expect(page).to_have_url(f"{stack.base_url}/")
+
+
+def test_signing_out_forgets_the_token(page: Page, tenant: Tenant, sign_in) -> None:  # noqa: ANN001
+    sign_in(page, tenant)
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+    assert page.evaluate("localStorage.getItem('outlive.token')") is None
+
+
+def test_a_revoked_token_lands_on_the_sign_in_screen(page: Page) -> None:
+    page.goto("/#token=olv_revoked-or-never-issued")
+    expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+    expect(page.get_by_role("alert")).to_have_text(re.compile("no longer accepts"))
