@@ -20,6 +20,11 @@ export default defineConfig({
         index: resolve(__dirname, "index.html"),
         graphiql: resolve(__dirname, "graphiql.html"),
       },
+      // GraphiQL's dependencies carry "use client" directives, meaningless in a plain SPA
+      onwarn(warning, warn) {
+        if (warning.code === "MODULE_LEVEL_DIRECTIVE") return;
+        warn(warning);
+      },
     },
   },
   worker: { format: "es" },

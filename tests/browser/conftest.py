@@ -78,7 +78,9 @@ def _requirements() -> None:
 
 
 @pytest.fixture(scope="package")
-def stack(server_urls: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    server_urls: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     _requirements()
     workdir = tmp_path_factory.mktemp("browser-stack")
     with running_stack(server_urls[0], server_urls[1], workdir) as running:
@@ -88,9 +90,7 @@ def stack(server_urls: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
 @pytest.fixture(scope="package")
 def playwright_driver() -> Iterator[Playwright]:
     _requirements()
-    from playwright.sync_api import sync_playwright
-
-    from playwright.sync_api import expect
+    from playwright.sync_api import expect, sync_playwright
 
     expect.set_options(timeout=15_000)
     driver = sync_playwright().start()
@@ -152,9 +152,7 @@ class Contexts:
 
 
 @pytest.fixture
-def contexts(
-    browser: Browser, stack: Stack, request: pytest.FixtureRequest
-) -> Iterator[Contexts]:
+def contexts(browser: Browser, stack: Stack, request: pytest.FixtureRequest) -> Iterator[Contexts]:
     made = Contexts(browser, stack)
     yield made
     failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed

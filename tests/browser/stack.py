@@ -216,13 +216,19 @@ class Stack:
         run_async(self._admin(f'CREATE DATABASE "{name}"'))
         self.database_url = _with_database(self.admin_url, name)
         migrated = subprocess.run(
-            outlive_argv("migrate"), env=self.env, capture_output=True, text=True, timeout=120,
+            outlive_argv("migrate"),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
             check=False,
         )
         assert migrated.returncode == 0, migrated.stdout + migrated.stderr
         self.port = free_port()
         self.worker = LoggedProcess(
-            "worker", outlive_argv("worker", "--concurrency", "8"), self.env,
+            "worker",
+            outlive_argv("worker", "--concurrency", "8"),
+            self.env,
             self.workdir / "worker.log",
         )
         self.worker.wait_for_line(r"worker started", timeout=60)
@@ -243,7 +249,9 @@ class Stack:
         assert self.api is None or self.api.proc.poll() is not None, "the API is running"
         self.api_starts += 1
         self.api = LoggedProcess(
-            "api", outlive_argv("api", "--port", str(self.port)), self.env,
+            "api",
+            outlive_argv("api", "--port", str(self.port)),
+            self.env,
             self.workdir / f"api-{self.api_starts}.log",
         )
         self.api.wait_for_line(r"Uvicorn running on", timeout=60)
@@ -252,7 +260,9 @@ class Stack:
         assert self.api is not None
         code = self.api.stop()
         # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done
-        assert code in (0, -signal.SIGTERM), f"the API did not stop cleanly ({code}):\n{self.api.tail()}"
+        assert code in (0, -signal.SIGTERM), (
+            f"the API did not stop cleanly ({code}):\n{self.api.tail()}"
+        )
         self.api.wait_for_line(r"Finished server process", timeout=1)
 
     async def _admin(self, sql: str) -> None:
@@ -268,7 +278,11 @@ class Stack:
         slug = f"{prefix}-{secrets.token_hex(4)}"
         done = subprocess.run(
             outlive_argv("token", "create", "--tenant", slug, "--email", f"owner@{slug}.test"),
-            env=self.env, capture_output=True, text=True, timeout=60, check=False,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         assert done.returncode == 0, done.stdout + done.stderr
         tenant = Tenant(slug=slug, token=done.stdout.strip().splitlines()[-1])
@@ -299,8 +313,9 @@ class Stack:
         async def read() -> str:
             conn = await asyncpg.connect(_asyncpg_dsn(self.database_url))
             try:
-                status = await conn.fetchval("SELECT status::text FROM runs WHERE id = $1::uuid",
-                                             run_id)
+                status = await conn.fetchval(
+                    "SELECT status::text FROM runs WHERE id = $1::uuid", run_id
+                )
             finally:
                 await conn.close()
             return str(status).upper()

@@ -51,5 +51,12 @@ createRoot(root).render(
     defaultHeaders={token ? JSON.stringify({ Authorization: `Bearer ${token}` }, null, 2) : undefined}
     shouldPersistHeaders={false}
     defaultEditorToolsVisibility={token ? false : "headers"}
-  />,
+  >
+    <GraphiQL.Logo>
+      <a href="/" style={{ color: "inherit", textDecoration: "none" }}>
+        Outlive
+      </a>{" "}
+      · Graph<em>i</em>QL
+    </GraphiQL.Logo>
+  </GraphiQL>,
 );

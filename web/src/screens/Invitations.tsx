@@ -18,7 +18,7 @@ export function Invitations() {
     return (
       <section aria-labelledby="invitations-heading">
         <h1 id="invitations-heading">Invitations</h1>
-        <ErrorNote error={error} what="Invitations" />
+        <ErrorNote error={error} what="invitations" />
       </section>
     );
   }

@@ -50,7 +50,7 @@ export function Usage() {
           </select>
         </label>
       </div>
-      {error && <ErrorNote error={error} what="Usage" />}
+      {error && <ErrorNote error={error} what="usage figures" />}
       {!data && loading && <Loading />}
       {data && summary.days.length === 0 && <p className="empty">No runs in this period.</p>}
       {data && summary.days.length > 0 && (

@@ -23,7 +23,7 @@ export function Webhooks() {
     return (
       <section aria-labelledby="webhooks-heading">
         <h1 id="webhooks-heading">Webhooks</h1>
-        <ErrorNote error={error} what="Webhooks" />
+        <ErrorNote error={error} what="webhooks" />
       </section>
     );
   }

@@ -14,7 +14,8 @@ export function ErrorNote({ error, what }: { error: unknown; what?: string }) {
   if (isUnavailable(error)) {
     return (
       <p className="note note-muted" role="note">
-        {what ?? "This screen"} is not available on this server yet.
+        This server does not offer {what ?? "this"} yet: it is in the API contract and will
+        show up here once the server has it.
       </p>
     );
   }

@@ -1,0 +1,47 @@
+import { buildSchema, type DocumentNode, parse, validate } from "graphql";
+import { describe, expect, it } from "vitest";
+import * as invitations from "./documents/invitations";
+import * as runs from "./documents/runs";
+import * as usage from "./documents/usage";
+import * as viewer from "./documents/viewer";
+import * as webhooks from "./documents/webhooks";
+import { OPERATIONS } from "../realtime/invalidation";
+import { NUDGES_SUBSCRIPTION } from "../realtime/socket";
+import contractSdl from "./contract.graphql?raw";
+
+const schema = buildSchema(contractSdl);
+
+const isDocument = (v: unknown): v is DocumentNode =>
+  typeof v === "object" && v !== null && (v as { kind?: string }).kind === "Document";
+
+const operations = Object.entries({ ...runs, ...viewer, ...webhooks, ...invitations, ...usage })
+  .filter(([, v]) => isDocument(v) && (v as DocumentNode).definitions.some((d) => d.kind === "OperationDefinition"))
+  .map(([name, v]) => [name, v as DocumentNode] as const);
+
+describe("the app's documents", () => {
+  it("are all found", () => {
+    expect(operations.map(([name]) => name).sort()).toEqual(
+      [
+        "AGENTS", "CANCEL_RUN", "CREATE_WEBHOOK_ENDPOINT", "DELETE_WEBHOOK_ENDPOINT", "INVITATIONS",
+        "INVITE_MEMBER", "RUNS", "RUN_DETAIL", "RUN_TIMELINE", "START_RUN", "USAGE", "VIEWER",
+        "WEBHOOK_ENDPOINTS",
+      ].sort(),
+    );
+  });
+
+  it.each(operations)("%s is valid against the contract's schema", (_, document) => {
+    expect(validate(schema, document).map((e) => e.message)).toEqual([]);
+  });
+
+  it("include a document for every operation name the nudges refresh", () => {
+    const names = operations.flatMap(([, d]) =>
+      d.definitions.flatMap((def) => (def.kind === "OperationDefinition" && def.name ? [def.name.value] : [])),
+    );
+    for (const name of Object.keys(OPERATIONS)) expect(names).toContain(name);
+  });
+
+  it("the nudge subscription is valid too", () => {
+    const document = parse(NUDGES_SUBSCRIPTION);
+    expect(validate(schema, document).map((e) => e.message)).toEqual([]);
+  });
+});
