@@ -112,7 +112,7 @@ def browser(playwright_driver: Playwright) -> Iterator[Browser]:
 
 @pytest.fixture
 def tenant(stack: Stack) -> Tenant:
-    """A tenant of the test's own: its runs list starts empty and no other test starts runs in it."""
+    """A tenant of the test's own: its runs list starts empty, no other test starts runs in it."""
     return stack.new_tenant()
 
 

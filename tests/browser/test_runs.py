@@ -24,9 +24,11 @@ WATCH_STATUS = """() => {
   const look = () => {
     const el = document.querySelector('[data-testid="run-status"]');
     const text = el && el.textContent;
-    if (text && window.__statuses[window.__statuses.length - 1] !== text) window.__statuses.push(text);
+    const last = window.__statuses[window.__statuses.length - 1];
+    if (text && last !== text) window.__statuses.push(text);
   };
-  new MutationObserver(look).observe(document.body, {subtree: true, childList: true, characterData: true});
+  new MutationObserver(look).observe(
+    document.body, {subtree: true, childList: true, characterData: true});
 }"""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -36,7 +37,9 @@ def test_the_dev_link_signs_in_and_drops_the_token_from_the_address(
     expect(page).to_have_url(f"{stack.base_url}/")
 
 
-def test_signing_out_forgets_the_token(page: Page, tenant: Tenant, sign_in) -> None:
+def test_signing_out_forgets_the_token(
+    page: Page, tenant: Tenant, sign_in: Callable[..., None]
+) -> None:
     sign_in(page, tenant)
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("button", name="Sign in")).to_be_visible()
