@@ -27,4 +27,8 @@ def create_engine(database_url: str, *, pool_size: int = 10, max_overflow: int =
 
 
 def create_sessions(engine: AsyncEngine) -> Sessions:
-    return Sessions(async_sessionmaker(engine, expire_on_commit=False, autoflush=False))
+    autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+    return Sessions(
+        async_sessionmaker(engine, expire_on_commit=False, autoflush=False),
+        autocommit_maker=async_sessionmaker(autocommit, expire_on_commit=False, autoflush=False),
+    )

@@ -64,7 +64,8 @@ async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:
     s = ctx.services
     agent = s.agents.require(input.agent)
     params = agent.validate(cast(Any, input.input))  # BAD_USER_INPUT before anything is written
-    async with s.sessions.unit(ctx.tenant_id) as uow:
+    # One idempotent write (insert, or read the active run): no transaction needed around it.
+    async with s.sessions.unit(ctx.tenant_id, single_statement=True) as uow:
         started = await runs_service.start_run(
             uow, agent=agent.name, params=params, instances=s.instances, on_settled=s.on_settled
         )

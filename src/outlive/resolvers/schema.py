@@ -5,6 +5,7 @@ from __future__ import annotations
 import strawberry
 from graphql import GraphQLError
 from strawberry.extensions import (
+    AddValidationRules,
     MaxAliasesLimiter,
     MaxTokensLimiter,
     ParserCache,
@@ -25,6 +26,13 @@ from outlive.schema.tenants import Viewer
 MAX_DEPTH = 12
 MAX_ALIASES = 30
 MAX_TOKENS = 3000
+
+# Built once: each limiter makes a new rule class per instance, and the validation cache is keyed
+# by the rules, so per-request limiter instances would make every validation a cache miss.
+LIMIT_RULES = [
+    *QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
+    *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
+]
 
 
 @strawberry.type
@@ -67,8 +75,7 @@ def build_schema() -> strawberry.Schema:
         extensions=[
             lambda: ParserCache(maxsize=512),
             lambda: ValidationCache(maxsize=512),
-            lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
-            lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+            lambda: AddValidationRules(LIMIT_RULES),
             lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
             ErrorCodes,
         ],

@@ -12,29 +12,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import (
-    ColumnElement,
-    Select,
-    case,
-    func,
-    literal,
-    literal_column,
-    select,
-    tuple_,
-    update,
-)
-from sqlalchemy import (
-    insert as sa_insert,
-)
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import ColumnElement, Select, literal, literal_column, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.selectable import TextualSelect
 
 from outlive.db.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
 from outlive.db.tx import UnitOfWork
@@ -43,6 +31,7 @@ from outlive.ids import RunId, TenantId
 from outlive.services.ids import parse_uuid
 from outlive.services.ports import RunInstances
 
+ACTIVE_SQL = "status IN ('QUEUED', 'RUNNING')"  # literal values: see `is_active_predicate`
 SETTLED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 _RUN_COLUMNS = tuple(Run.__table__.c)
 MAX_PAGE = 100
@@ -64,6 +53,7 @@ class RunRecord:
     started_at: datetime | None
     finished_at: datetime | None
     cancel_requested_at: datetime | None
+    event_seq: int = 0
 
     @property
     def is_active(self) -> bool:
@@ -107,6 +97,7 @@ def to_record(row: Any) -> RunRecord:
         started_at=m["started_at"],
         finished_at=m["finished_at"],
         cancel_requested_at=m["cancel_requested_at"],
+        event_seq=m["event_seq"],
     )
 
 
@@ -158,26 +149,29 @@ async def start_run(
     return StartedRun(run=run, created=created)
 
 
+# SQL below is assembled from this module's constants only; every value is a bound parameter.
+_INSERT = text(
+    "INSERT INTO runs (tenant_id, agent, input) VALUES (:tenant_id, :agent, CAST(:input AS jsonb))"
+    f" ON CONFLICT (tenant_id, agent) WHERE {ACTIVE_SQL} DO NOTHING RETURNING *"
+).columns(*_RUN_COLUMNS)
+_ACTIVE_RUN = text(
+    f"SELECT * FROM runs WHERE tenant_id = :tenant_id AND agent = :agent AND {ACTIVE_SQL}"
+).columns(*_RUN_COLUMNS)
+_GET_RUN = text("SELECT * FROM runs WHERE id = :run_id AND tenant_id = :tenant_id").columns(
+    *_RUN_COLUMNS
+)
+
+
 async def _insert_or_get_active(
     session: AsyncSession, tenant_id: TenantId, agent: str, params: Mapping[str, Any]
 ) -> tuple[RunRecord, bool]:
-    insert = (
-        pg_insert(Run)
-        .values(tenant_id=tenant_id, agent=agent, input=dict(params))
-        .on_conflict_do_nothing(
-            index_elements=["tenant_id", "agent"], index_where=is_active_predicate()
-        )
-        .returning(*_RUN_COLUMNS)
-    )
-    active = select(*_RUN_COLUMNS).where(
-        Run.tenant_id == tenant_id, Run.agent == agent, is_active_predicate()
-    )
+    values = {"tenant_id": tenant_id, "agent": agent, "input": json.dumps(dict(params))}
     # The conflicting run can settle between the two statements; then the insert wins next time.
     for _ in range(10):
-        row = (await session.execute(insert)).first()
+        row = (await session.execute(_INSERT, values)).first()
         if row is not None:
             return to_record(row), True
-        row = (await session.execute(active)).first()
+        row = (await session.execute(_ACTIVE_RUN, values)).first()
         if row is not None:
             return to_record(row), False
     raise RuntimeError(f"could not insert or find the active {agent!r} run")
@@ -205,8 +199,7 @@ async def _start_instance(
 
 
 async def get_run(session: AsyncSession, tenant_id: TenantId, run_id: RunId) -> RunRecord | None:
-    stmt = select(*_RUN_COLUMNS).where(Run.id == run_id, Run.tenant_id == tenant_id)
-    row = (await session.execute(stmt)).first()
+    row = (await session.execute(_GET_RUN, {"run_id": run_id, "tenant_id": tenant_id})).first()
     return to_record(row) if row is not None else None
 
 
@@ -269,49 +262,79 @@ async def list_events(
 # --- moving a run: every write below carries the predicate -----------------------------------
 
 
-async def move_run(
-    uow: UnitOfWork,
-    values: Mapping[str, Any],
-    where: Sequence[ColumnElement[bool]],
-    event_type: str | Callable[[Any], ColumnElement[str]],
-    event_data: Mapping[str, Any],
-    *,
-    changes_run: bool = True,
-    with_attempt: bool = False,
-) -> tuple[RunRecord, int] | None:
-    """One statement: the conditional UPDATE (bumping `event_seq`) and its timeline event.
+@dataclass(frozen=True)
+class RunMove:
+    """A conditional UPDATE of one run and its timeline event, as one SQL statement.
 
-    Returns the moved run and the new event's `seq`, or None when the predicate matched nothing.
-    `event_type` is a string, or a function of the updated row (the `moved` CTE).
-    `with_attempt` adds the run's attempt after the update to the event's data.
+    `sets` and `where` are SQL over `runs`; `event_type` and `event_data` are SQL over the
+    updated row. The statement is built once per kind (these are module constants) and always
+    carries `id = :run_id AND status IN ('QUEUED', 'RUNNING')`.
     """
-    moved = (
-        update(Run)
-        .where(*where)
-        .values(**values, event_seq=Run.event_seq + 1, updated_at=func.now())
-        .returning(*_RUN_COLUMNS)
-        .cte("moved")
-    )
-    kind = literal(event_type) if isinstance(event_type, str) else event_type(moved)
-    data: ColumnElement[Any] = literal(dict(event_data), JSONB)
-    if with_attempt:
-        data = data.op("||", return_type=JSONB)(func.jsonb_build_object("attempt", moved.c.attempt))
-    appended = (
-        sa_insert(RunEvent)
-        .from_select(
-            ["run_id", "seq", "type", "data"], select(moved.c.id, moved.c.event_seq, kind, data)
+
+    sets: str
+    where: str = ""
+    event_type: str = ":type"
+    event_data: str = "CAST(:data AS jsonb)"
+    changes_run: bool = True
+
+    @cached_property
+    def statement(self) -> TextualSelect:
+        sets = ", ".join(
+            p for p in (self.sets, "event_seq = event_seq + 1, updated_at = now()") if p
         )
-        .cte("appended")
-    )
-    stmt = select(*[moved.c[c.name] for c in _RUN_COLUMNS], moved.c.event_seq).add_cte(appended)
-    row = (await uow.session.execute(stmt)).first()
+        where = f"id = :run_id AND {ACTIVE_SQL}" + (f" AND {self.where}" if self.where else "")
+        return text(
+            f"""WITH moved AS (UPDATE runs SET {sets} WHERE {where} RETURNING *),
+            appended AS (INSERT INTO run_events (run_id, seq, type, data)
+                         SELECT id, event_seq, {self.event_type}, {self.event_data} FROM moved)
+            SELECT * FROM moved"""
+        ).columns(*_RUN_COLUMNS)
+
+
+_SETTLE = "status = :status, output = CAST(:output AS jsonb), error = :error, finished_at = now()"
+CLAIM = RunMove(
+    sets="status = 'RUNNING', attempt = attempt + 1, started_at = coalesce(started_at, now())",
+    event_type="'claimed'",
+    event_data="jsonb_build_object('attempt', attempt)",
+)
+SETTLE = RunMove(sets=_SETTLE, event_type="lower(status)")
+SETTLE_ATTEMPT = RunMove(sets=_SETTLE, where="attempt = :attempt", event_type="lower(status)")
+SETTLE_STALE = RunMove(
+    sets=_SETTLE,
+    where="updated_at < now() - make_interval(secs => :grace)",
+    event_type="lower(status)",
+)
+CANCEL = RunMove(
+    sets="status = CASE WHEN status = 'QUEUED' THEN 'CANCELLED' ELSE status END, "
+    "finished_at = CASE WHEN status = 'QUEUED' THEN now() ELSE finished_at END, "
+    "cancel_requested_at = coalesce(cancel_requested_at, now())",
+    where="tenant_id = :tenant_id AND (status = 'QUEUED' OR cancel_requested_at IS NULL)",
+    event_type="CASE WHEN status = 'CANCELLED' THEN 'cancelled' ELSE 'cancel_requested' END",
+    event_data="'{}'::jsonb",
+)
+APPEND = RunMove(sets="", where="attempt = :attempt", changes_run=False)
+REQUEUE = RunMove(sets="status = 'QUEUED'", where="status = 'RUNNING' AND attempt = :attempt")
+RELEASE = RunMove(
+    sets="status = 'QUEUED', attempt = attempt - 1",
+    where="status = 'RUNNING' AND attempt = :attempt",
+)
+
+
+async def move_run(uow: UnitOfWork, move: RunMove, **params: Any) -> RunRecord | None:
+    """Execute `move` for `params["run_id"]`; the moved run, or None when the predicate matched
+    nothing. Nudges `run.event` (and `run.updated` when the move changes the run)."""
+    row = (await uow.session.execute(move.statement, params)).first()
     if row is None:
         return None
     run = to_record(row)
-    if changes_run:
+    if move.changes_run:
         uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
     uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
-    return run, int(row._mapping["event_seq"])
+    return run
+
+
+def as_json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
 
 
 async def settle_run(
@@ -326,29 +349,31 @@ async def settle_run(
     event_data: Mapping[str, Any] | None = None,
     on_settled: SettleHooks = NO_HOOKS,
 ) -> RunRecord | None:
-    """The terminal write. Returns None when the predicate found nothing to settle."""
+    """The terminal write. Returns None when the predicate found nothing to settle.
+
+    `attempt` fences the write on that attempt; `stale_before_s` only settles a row that has not
+    been updated for that long (reconcile)."""
     if status not in SETTLED_STATUSES:
         raise ValueError(f"{status} is not a settled status")
-    where = [Run.id == run_id, is_active_predicate()]
-    if attempt is not None:
-        where.append(Run.attempt == attempt)
-    if stale_before_s is not None:
-        grace = func.make_interval(0, 0, 0, 0, 0, 0, stale_before_s)
-        where.append(Run.updated_at < func.now() - grace)
     data = dict(event_data or {})
     if error is not None:
         data.setdefault("error", error)
-    moved = await move_run(
-        uow,
-        {"status": status.value, "output": output, "error": error, "finished_at": func.now()},
-        where,
-        status.value.lower(),
-        data,
-    )
-    if moved is None:
-        return None
-    await on_settled(uow, moved[0])
-    return moved[0]
+    params: dict[str, Any] = {
+        "run_id": run_id,
+        "status": status.value,
+        "output": as_json(output),
+        "error": error,
+        "data": json.dumps(data),
+    }
+    move = SETTLE
+    if attempt is not None:
+        move, params["attempt"] = SETTLE_ATTEMPT, attempt
+    elif stale_before_s is not None:
+        move, params["grace"] = SETTLE_STALE, stale_before_s
+    run = await move_run(uow, move, **params)
+    if run is not None:
+        await on_settled(uow, run)
+    return run
 
 
 async def cancel_run(
@@ -356,27 +381,8 @@ async def cancel_run(
 ) -> RunRecord:
     """QUEUED settles CANCELLED at once; RUNNING gets `cancel_requested_at`. Idempotent."""
     tenant_id = TenantId(uow.require_tenant())
-    was_queued = Run.status == RunStatus.QUEUED.value
-    moved = await move_run(
-        uow,
-        {
-            "status": case((was_queued, RunStatus.CANCELLED.value), else_=Run.status),
-            "finished_at": case((was_queued, func.now()), else_=Run.finished_at),
-            "cancel_requested_at": func.coalesce(Run.cancel_requested_at, func.now()),
-        },
-        [
-            Run.id == run_id,
-            Run.tenant_id == tenant_id,
-            was_queued
-            | ((Run.status == RunStatus.RUNNING.value) & Run.cancel_requested_at.is_(None)),
-        ],
-        lambda moved: case(
-            (moved.c.status == RunStatus.CANCELLED.value, "cancelled"), else_="cancel_requested"
-        ),
-        {},
-    )
-    if moved is not None:
-        run = moved[0]
+    run = await move_run(uow, CANCEL, run_id=run_id, tenant_id=tenant_id)
+    if run is not None:
         if run.status is RunStatus.CANCELLED:
             await on_settled(uow, run)
         return run
@@ -388,18 +394,12 @@ async def cancel_run(
 
 async def append_event(
     uow: UnitOfWork, run_id: RunId, type: str, data: Mapping[str, Any], *, attempt: int
-) -> tuple[RunRecord, int] | None:
-    """Append to an active run's timeline on behalf of `attempt`: the run as it is now and the
-    event's `seq`, or None when `attempt` no longer holds the run."""
-    moved = await move_run(
-        uow,
-        {},
-        [Run.id == run_id, is_active_predicate(), Run.attempt == attempt],
-        type,
-        data,
-        changes_run=False,  # an appended event changes no field a client shows: `run.event` only
+) -> RunRecord | None:
+    """Append to an active run's timeline on behalf of `attempt`: the run as it is now (its
+    `event_seq` is the new event's seq), or None when `attempt` no longer holds the run."""
+    return await move_run(
+        uow, APPEND, run_id=run_id, attempt=attempt, type=type, data=json.dumps(dict(data))
     )
-    return moved
 
 
 def parse_run_id(value: str) -> RunId:

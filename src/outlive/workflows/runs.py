@@ -95,12 +95,12 @@ class AttemptContext:
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
         if not type or len(type) > 64:
             raise ValueError("an event type is 1 to 64 characters")
-        async with self._sessions.unit(self.tenant_id) as uow:
+        async with self._sessions.unit(self.tenant_id, single_statement=True) as uow:
             appended = await append_event(uow, self.run_id, type, data, attempt=self.attempt)
         if appended is None:
             raise RunSuperseded(f"attempt {self.attempt} of run {self.run_id} no longer holds it")
-        self._fresh = appended[0]
-        return appended[1]
+        self._fresh = appended
+        return appended.event_seq
 
     async def checkpoint(self) -> None:
         run, self._fresh = self._fresh, None
@@ -126,7 +126,7 @@ class AttemptContext:
 
 
 async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> None:
-    async with deps.sessions.unit() as uow:
+    async with deps.sessions.unit(single_statement=True) as uow:
         run = await claim_run(uow, run_id)
     if run is None:
         log.info("run %s: nothing to claim (cancelled or settled before this attempt)", run_id)

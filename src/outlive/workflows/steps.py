@@ -7,36 +7,21 @@ step re-claims instead of fighting a lock, and a settled row is never claimed ag
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from sqlalchemy import func
-
-from outlive.db.models import Run, RunStatus
 from outlive.db.tx import UnitOfWork
 from outlive.ids import RunId
-from outlive.services.runs import RunRecord, is_active_predicate, move_run
+from outlive.services.runs import CLAIM, RELEASE, REQUEUE, RunRecord, move_run
 
 MAX_ATTEMPTS = 3  # execute has two retries
 
 
 async def claim_run(uow: UnitOfWork, run_id: RunId) -> RunRecord | None:
     """Take the run for a new attempt; None means it was cancelled or settled before this one."""
-    moved = await move_run(
-        uow,
-        {
-            "status": RunStatus.RUNNING.value,
-            "attempt": Run.attempt + 1,
-            "started_at": func.coalesce(Run.started_at, func.now()),
-        },
-        [Run.id == run_id, is_active_predicate()],
-        "claimed",
-        {},
-        with_attempt=True,
-    )
-    if moved is None:
-        return None
-    run = moved[0]
-    uow.tenant_id = run.tenant_id
+    run = await move_run(uow, CLAIM, run_id=run_id)
+    if run is not None:
+        uow.tenant_id = run.tenant_id
     return run
 
 
@@ -53,14 +38,11 @@ async def requeue_run(
     While QUEUED a cancel settles the run at once. `give_back_attempt` undoes this attempt's
     count (a worker that is shutting down did not use up one of the run's retries).
     """
-    values: dict[str, Any] = {"status": RunStatus.QUEUED.value}
-    if give_back_attempt:
-        values["attempt"] = Run.attempt - 1
-    moved = await move_run(
+    return await move_run(
         uow,
-        values,
-        [Run.id == run.id, Run.status == RunStatus.RUNNING.value, Run.attempt == run.attempt],
-        event,
-        {"attempt": run.attempt, **data},
+        RELEASE if give_back_attempt else REQUEUE,
+        run_id=run.id,
+        attempt=run.attempt,
+        type=event,
+        data=json.dumps({"attempt": run.attempt, **data}),
     )
-    return None if moved is None else moved[0]

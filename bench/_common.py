@@ -1,0 +1,147 @@
+"""Shared pieces of the benchmarks: a database and Redis db of their own, processes, figures."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+from redis.asyncio import Redis
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parents[1]
+ADMIN_PG = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+BASE_REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
+REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "13"))
+
+
+@dataclass
+class Env:
+    database_url: str
+    redis_url: str
+
+    def vars(self, **extra: str) -> dict[str, str]:
+        return {"DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url, **extra}
+
+
+@contextlib.asynccontextmanager
+async def bench_env() -> AsyncIterator[Env]:
+    """A fresh migrated database and an emptied Redis db index, removed afterwards."""
+    name = f"outlive_bench_{secrets.token_hex(4)}"
+    admin = await asyncpg.connect(ADMIN_PG)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(ADMIN_PG).set(database=name).render_as_string(hide_password=False)
+    redis_url = f"{BASE_REDIS.rstrip('/')}/{REDIS_DB}"
+    redis = Redis.from_url(redis_url)
+    await redis.flushdb()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "outlive.cli", "migrate"],
+            env={**os.environ, "DATABASE_URL": url},
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode:
+            raise RuntimeError(done.stderr.decode())
+        yield Env(database_url=url, redis_url=redis_url)
+    finally:
+        await redis.flushdb()
+        await redis.aclose()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def outlive(*args: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    log = open(os.devnull, "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        [sys.executable, "-m", "outlive.cli", *args],
+        env={**os.environ, **env},
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+async def wait_http(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient() as client:
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} never answered")
+            await asyncio.sleep(0.1)
+
+
+@dataclass
+class Figures:
+    label: str
+    latencies: list[float]
+    elapsed: float
+
+    @property
+    def p50_ms(self) -> float:
+        return statistics.median(self.latencies) * 1000
+
+    @property
+    def p99_ms(self) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+
+    @property
+    def per_s(self) -> float:
+        return len(self.latencies) / self.elapsed
+
+
+async def load(label: str, call: object, count: int, concurrency: int) -> Figures:
+    """Run `call(i)` `count` times with `concurrency` in flight; per-call latencies."""
+    latencies: list[float] = []
+    next_index = 0
+
+    async def lane() -> None:
+        nonlocal next_index
+        while next_index < count:
+            i = next_index
+            next_index += 1
+            began = time.perf_counter()
+            await call(i)  # type: ignore[operator]
+            latencies.append(time.perf_counter() - began)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(concurrency)))
+    return Figures(label, latencies, time.perf_counter() - began)
+
+
+def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
+    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

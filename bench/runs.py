@@ -1,0 +1,229 @@
+"""Benchmark: `startRun` through the full HTTP stack beside a floor, and end-to-end runs/s.
+
+    uv run python bench/runs.py [--quick]
+
+1. `startRun` latency (p50/p99) and throughput at concurrency 1, 16 and 64, against a real
+   `outlive api` process (uvicorn, Starlette, strawberry, auth, SQLAlchemy, the saq enqueue and
+   the deferred nudge), beside a floor measured in the same run: the same INSERT … ON CONFLICT
+   and the same saq enqueue done directly with asyncpg and saq from this process. Every request
+   uses another tenant, so each one really inserts.
+2. End to end: 3,000 `demo` runs (1 turn, 0 delay) queued first, then 1 or 2 `outlive worker`
+   processes started; runs/s from the first claim to the last settle (database timestamps).
+
+Needs PostgreSQL and Redis (BENCH_DATABASE_URL, BENCH_REDIS_URL; default the local ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import secrets
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import Env, Figures, bench_env, free_port, load, outlive, table, wait_http  # noqa: E402
+
+from outlive.config import Settings  # noqa: E402
+from outlive.jobs.queues import RUNS_QUEUE, create_queue  # noqa: E402
+from outlive.jobs.run_instances import RUN_TASK, SaqRunInstances  # noqa: E402
+
+START = (
+    """mutation($input: StartRunInput!) { startRun(input: $input) { created run { id status } } }"""
+)
+INSERT = """INSERT INTO runs (tenant_id, agent, input) VALUES ($1, 'demo', $2)
+ON CONFLICT (tenant_id, agent) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING RETURNING id"""
+INPUT = {"turns": 1, "delayMs": 0}
+
+
+async def make_tenants(conn: asyncpg.Connection, count: int) -> list[tuple[uuid.UUID, str]]:
+    rows = [(uuid.uuid4(), uuid.uuid4(), "olv_" + secrets.token_urlsafe(32)) for _ in range(count)]
+    await conn.copy_records_to_table(
+        "tenants",
+        records=[(t, f"bench-{i}", f"bench-{i}") for i, (t, _, _) in enumerate(rows)],
+        columns=["id", "slug", "name"],
+    )
+    await conn.copy_records_to_table(
+        "users",
+        records=[(u, t, f"u{i}@bench.test") for i, (t, u, _) in enumerate(rows)],
+        columns=["id", "tenant_id", "email"],
+    )
+    await conn.copy_records_to_table(
+        "api_tokens",
+        records=[(t, u, hashlib.sha256(k.encode()).digest()) for t, u, k in rows],
+        columns=["tenant_id", "user_id", "token_hash"],
+    )
+    return [(t, k) for t, _, k in rows]
+
+
+async def reset(conn: asyncpg.Connection, queue: object) -> None:
+    await conn.execute("UPDATE runs SET status = 'CANCELLED' WHERE status IN ('QUEUED', 'RUNNING')")
+    await queue.redis.flushdb()  # type: ignore[attr-defined]
+
+
+async def start_run_figures(
+    env: Env, tenants: list[tuple[uuid.UUID, str]], quick: bool
+) -> list[tuple[int, Figures, Figures]]:
+    conn = await asyncpg.connect(env.database_url)
+    pool = await asyncpg.create_pool(env.database_url, min_size=8, max_size=64)
+    queue = create_queue(env.redis_url, RUNS_QUEUE)
+    instances = SaqRunInstances(
+        queue, Settings(database_url=env.database_url, redis_url=env.redis_url)
+    )
+    port = free_port()
+    results = []
+    with outlive("api", "--port", str(port), env=env.vars()):
+        await wait_http(f"http://127.0.0.1:{port}/healthz")
+        for concurrency, count in ((1, 300), (16, 1500), (64, 2500)):
+            if quick:
+                count //= 5
+            warm = 100
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}",
+                limits=httpx.Limits(
+                    max_connections=concurrency, max_keepalive_connections=concurrency
+                ),
+            ) as client:
+
+                async def via_api(i: int, client: httpx.AsyncClient = client) -> None:
+                    response = await client.post(
+                        "/graphql",
+                        json={
+                            "query": START,
+                            "variables": {"input": {"agent": "demo", "input": INPUT}},
+                        },
+                        headers={"Authorization": f"Bearer {tenants[i][1]}"},
+                    )
+                    body = response.json()
+                    if body.get("errors") or not body["data"]["startRun"]["created"]:
+                        raise RuntimeError(body)
+
+                async def floor(i: int) -> None:
+                    async with pool.acquire() as c:
+                        run_id = await c.fetchval(INSERT, tenants[i][0], json.dumps(INPUT))
+                    await instances.start(run_id)
+
+                api_rounds, floor_rounds = [], []
+                for _ in range(2):  # alternate, so both see the same machine weather
+                    await reset(conn, queue)
+                    await load("warm", via_api, warm, concurrency)
+                    await reset(conn, queue)
+                    api_rounds.append(await load("api", via_api, count, concurrency))
+                    await reset(conn, queue)
+                    await load("warm", floor, warm, concurrency)
+                    await reset(conn, queue)
+                    floor_rounds.append(await load("floor", floor, count, concurrency))
+            results.append((concurrency, _merge(api_rounds), _merge(floor_rounds)))
+    await pool.close()
+    await conn.close()
+    await queue.disconnect()
+    return results
+
+
+def _merge(rounds: list[Figures]) -> Figures:
+    return Figures(
+        rounds[0].label, [x for r in rounds for x in r.latencies], sum(r.elapsed for r in rounds)
+    )
+
+
+async def end_to_end(
+    env: Env, tenants: list[tuple[uuid.UUID, str]], workers: int, count: int
+) -> float:
+    conn = await asyncpg.connect(env.database_url)
+    queue = create_queue(env.redis_url, RUNS_QUEUE)
+    instances = SaqRunInstances(
+        queue, Settings(database_url=env.database_url, redis_url=env.redis_url)
+    )
+    await reset(conn, queue)
+    await conn.execute("DELETE FROM runs")
+    ids = [
+        r["id"]
+        for r in await conn.fetch(
+            "INSERT INTO runs (tenant_id, agent, input) SELECT t, 'demo', $2::jsonb "
+            "FROM unnest($1::uuid[]) AS t RETURNING id",
+            [t for t, _ in tenants[:count]],
+            json.dumps(INPUT),
+        )
+    ]
+    await asyncio.gather(*(instances.start(i) for i in ids))
+    processes = [outlive("worker", "--concurrency", "32", env=env.vars()) for _ in range(workers)]
+    for p in processes:
+        p.__enter__()
+    try:
+        deadline = time.monotonic() + 300
+        while await conn.fetchval(
+            "SELECT count(*) FROM runs WHERE status IN ('QUEUED', 'RUNNING')"
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError("runs did not finish in 5 minutes")
+            await asyncio.sleep(0.25)
+    finally:
+        for p in processes:
+            p.__exit__(None, None, None)
+    first, last, ok = await conn.fetchrow(
+        "SELECT min(started_at), max(finished_at), count(*) FILTER (WHERE status = 'SUCCEEDED') "
+        "FROM runs"
+    )
+    await conn.close()
+    await queue.disconnect()
+    if ok != count:
+        raise RuntimeError(f"only {ok} of {count} runs succeeded")
+    return count / (last - first).total_seconds()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer requests, for a smoke run")
+    args = parser.parse_args()
+    async with bench_env() as env:
+        conn = await asyncpg.connect(env.database_url)
+        tenants = await make_tenants(conn, 3000)
+        await conn.close()
+        rows = []
+        for concurrency, api, floor in await start_run_figures(env, tenants, args.quick):
+            rows.append(
+                [
+                    concurrency,
+                    f"{api.p50_ms:.2f}",
+                    f"{floor.p50_ms:.2f}",
+                    f"{api.p50_ms / floor.p50_ms:.2f}x",
+                    f"{api.p99_ms:.2f}",
+                    f"{floor.p99_ms:.2f}",
+                    f"{api.per_s:.0f}",
+                    f"{floor.per_s:.0f}",
+                ]
+            )
+        print("startRun through HTTP vs the floor (direct asyncpg INSERT + saq enqueue)")
+        print(
+            table(
+                rows,
+                ["conc", "p50 ms", "floor p50", "ratio", "p99 ms", "floor p99", "req/s", "floor/s"],
+            )
+        )
+        count = 600 if args.quick else 3000
+        e2e = []
+        for workers in (1, 2):
+            rates = [await end_to_end(env, tenants, workers, count) for _ in range(2)]
+            e2e.append(
+                [
+                    workers,
+                    count,
+                    f"{statistics.median(rates):.0f}",
+                    " ".join(f"{r:.0f}" for r in rates),
+                ]
+            )
+        print()
+        print("end to end: demo runs (1 turn, 0 delay), first claim to last settle")
+        print(table(e2e, ["workers", "runs", "median runs/s", "rounds"]))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
