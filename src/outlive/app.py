@@ -30,7 +30,8 @@ from strawberry.types import ExecutionResult
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.engine import create_engine, create_sessions
-from outlive.jobs.queues import RUNS_QUEUE, create_queue, create_redis
+from outlive.jobs.producer import SaqJobProducer
+from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.realtime.hub import Hub
 from outlive.realtime.nudges import Publisher, channel_prefix
@@ -169,10 +170,13 @@ def build_app(
         engine = create_engine(database_url)
         redis: Redis = create_redis(redis_url)
         queue = create_queue(redis_url, RUNS_QUEUE)
+        jobs_queue = create_queue(redis_url, JOBS_QUEUE)
         publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
         hub = Hub(redis, prefix=channel_prefix(redis_url)) if settings.realtime else None
         view.services = Services(
-            sessions=create_sessions(engine).with_sink(publisher.defer),
+            sessions=create_sessions(engine).wired(
+                nudge_sink=publisher.defer, jobs=SaqJobProducer(jobs_queue, settings)
+            ),
             agents=AgentRegistry.from_entry_points(),
             instances=SaqRunInstances(queue, settings),
             settings=settings,
@@ -191,8 +195,9 @@ def build_app(
             if hub is not None:
                 await hub.stop()
             await publisher.drain()
-            with suppress(Exception):
-                await queue.disconnect()
+            for q in (queue, jobs_queue):
+                with suppress(Exception):
+                    await q.disconnect()
             await redis.aclose()
             await engine.dispose()
 

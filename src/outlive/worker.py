@@ -1,4 +1,4 @@
-"""The worker process: saq workers for run workflows (and, beside them, the jobs queue and cron).
+"""The worker process: saq workers for run workflows and for the jobs queue (with cron).
 
 A composition root. `WorkerHost` builds the engine, Redis, queues and workflow dependencies from
 `Settings`, runs the saq workers as tasks, and stops them gracefully. It never installs signal
@@ -26,7 +26,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.engine import create_engine, create_sessions
-from outlive.jobs.queues import RUNS_QUEUE, create_queue, create_redis
+from outlive.jobs.consumer import JobDeps, consume
+from outlive.jobs.mailer import create_mailer
+from outlive.jobs.producer import CONSUME_TASK, SaqJobProducer
+from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
 from outlive.jobs.run_instances import run_workflow
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.workflows.runs import WorkflowDeps
@@ -37,9 +40,12 @@ RELEASE_DEADLINE_S = 10.0  # how long a cancelled attempt may take to release it
 
 
 class WorkerHost:
-    def __init__(self, settings: Settings, *, concurrency: int = 32) -> None:
+    def __init__(
+        self, settings: Settings, *, concurrency: int = 32, jobs_concurrency: int = 16
+    ) -> None:
         self.settings = settings
         self.concurrency = concurrency
+        self.jobs_concurrency = jobs_concurrency
         self.workers: list[Worker[Any]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._engine: AsyncEngine | None = None
@@ -47,6 +53,7 @@ class WorkerHost:
         self._queues: list[Queue] = []
         self._http: httpx.AsyncClient | None = None
         self.deps: WorkflowDeps | None = None
+        self.job_deps: JobDeps | None = None
 
     async def start(self) -> None:
         database_url, redis_url = self.settings.require_services()
@@ -58,14 +65,24 @@ class WorkerHost:
             self._redis, prefix=channel_prefix(redis_url), enabled=self.settings.realtime
         )
         self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100))
+        runs_queue = create_queue(redis_url, RUNS_QUEUE)
+        jobs_queue = create_queue(redis_url, JOBS_QUEUE)
+        self._queues += [runs_queue, jobs_queue]
+        sessions = create_sessions(self._engine).wired(
+            nudge_sink=publisher.publish, jobs=SaqJobProducer(jobs_queue, self.settings)
+        )
         self.deps = WorkflowDeps(
-            sessions=create_sessions(self._engine).with_sink(publisher.publish),
+            sessions=sessions,
             agents=AgentRegistry.from_entry_points(),
             http=self._http,
             settings=self.settings,
         )
-        runs_queue = create_queue(redis_url, RUNS_QUEUE)
-        self._queues.append(runs_queue)
+        self.job_deps = JobDeps(
+            sessions=sessions,
+            http=self._http,
+            settings=self.settings,
+            mailer=create_mailer(self.settings),
+        )
         runs_worker: Worker[Any] = Worker(
             runs_queue,
             functions=[run_workflow],
@@ -77,7 +94,16 @@ class WorkerHost:
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
         )
         runs_worker.context["outlive_workflows"] = self.deps
-        self.workers.append(runs_worker)
+        jobs_worker: Worker[Any] = Worker(
+            jobs_queue,
+            functions=[(CONSUME_TASK, consume)],
+            concurrency=self.jobs_concurrency,
+            timers=cast(PartialTimersDict, {"sweep": 10, "schedule": 1, "abort": 1}),
+            shutdown_grace_period_s=int(self.settings.shutdown_grace_s),  # short jobs finish
+            cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
+        )
+        jobs_worker.context["outlive_jobs"] = self.job_deps
+        self.workers += [runs_worker, jobs_worker]
         for worker in self.workers:
             worker.SIGNALS = []  # the embedding process owns the signals
             await worker.queue.connect()

@@ -2,10 +2,14 @@
 
 A request or a job opens one unit (`Sessions.unit`), does its writes, and leaves the block. Leaving
 normally commits, closes the session (the connection goes back to the pool), and only then runs
-what was collected: `after_commit` callbacks in order (enqueueing jobs, starting run instances),
-then the nudges, handed to the sink in one call. Leaving with an exception rolls back and drops
-all of it, so a job or a nudge can never announce a row that does not exist. Nothing else in the
-code base calls `commit()`.
+what was collected: `after_commit` callbacks in order (starting run instances), the jobs queued
+with `enqueue` (validated when queued, sent after the commit), then the nudges, handed to the sink
+in one call. Leaving with an exception rolls back and drops all of it, so a job or a nudge can
+never announce a row that does not exist. Nothing else in the code base calls `commit()`.
+
+When the jobs queue cannot be reached after the commit, each job's `on_unavailable` records that
+on its row in a follow-up unit, and `QueueUnavailable` propagates to the caller: the row says what
+happened, nothing is silently lost, and nothing ever runs inline instead.
 
 The nudge sink is chosen by the composition root: on the request path it schedules the publish
 in the background (never awaited on the response path); in a worker it is awaited.
@@ -14,12 +18,15 @@ in the background (never awaited on the response path); in a worker it is awaite
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any, Protocol
 from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from outlive.errors import QueueUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +43,17 @@ class PendingNudge:
 
 
 NudgeSink = Callable[[Sequence[PendingNudge]], Awaitable[None]]
+OnUnavailable = Callable[["UnitOfWork"], Awaitable[None]]
+
+
+class JobProducer(Protocol):
+    """The jobs queue as a unit of work sees it (implemented in `outlive.jobs.producer`)."""
+
+    def build(self, type: str, payload: Mapping[str, Any]) -> Any:
+        """The validated envelope; raises at the call site for an unknown type or bad payload."""
+
+    async def send(self, envelopes: Sequence[Any]) -> None:
+        """Enqueue them; raises `QueueUnavailable` when the queue cannot be reached."""
 
 
 async def drop_nudges(_: Sequence[PendingNudge]) -> None:
@@ -48,6 +66,7 @@ class UnitOfWork:
         self.tenant_id = tenant_id
         self.sessions = sessions
         self._after: list[AfterCommit] = []
+        self._jobs: list[tuple[Any, OnUnavailable | None]] = []
         self._nudges: list[PendingNudge] = []
 
     def require_tenant(self) -> UUID:
@@ -57,6 +76,18 @@ class UnitOfWork:
 
     def after_commit(self, callback: AfterCommit) -> None:
         self._after.append(callback)
+
+    def enqueue(
+        self,
+        type: str,
+        payload: Mapping[str, Any],
+        *,
+        on_unavailable: OnUnavailable | None = None,
+    ) -> None:
+        """Queue a job to be sent after the commit; a malformed one raises here, now."""
+        if self.sessions.jobs is None:
+            raise RuntimeError(f"no jobs queue is wired for {type!r}: nothing runs inline")
+        self._jobs.append((self.sessions.jobs.build(type, payload), on_unavailable))
 
     def nudge(self, type: str, id: UUID | None = None, *, tenant_id: UUID | None = None) -> None:
         tenant = tenant_id or self.tenant_id
@@ -71,6 +102,11 @@ class UnitOfWork:
                 await callback()
             except Exception as exc:  # noqa: BLE001 (the rest still runs; the first is re-raised)
                 failure = failure or exc
+        if self._jobs:
+            try:
+                await self._send_jobs()
+            except Exception as exc:  # noqa: BLE001 (the nudges still go; re-raised below)
+                failure = failure or exc
         if self._nudges:
             try:
                 await self.sessions.nudge_sink(self._nudges)
@@ -78,6 +114,17 @@ class UnitOfWork:
                 log.exception("nudge sink failed; clients will refresh on their next fetch")
         if failure is not None:
             raise failure
+
+    async def _send_jobs(self) -> None:
+        assert self.sessions.jobs is not None  # enqueue() checked it  # noqa: S101
+        try:
+            await self.sessions.jobs.send([envelope for envelope, _ in self._jobs])
+        except QueueUnavailable:
+            for _, record in self._jobs:
+                if record is not None:
+                    async with self.sessions.unit(self.tenant_id) as follow_up:
+                        await record(follow_up)
+            raise
 
 
 class Sessions:
@@ -95,13 +142,23 @@ class Sessions:
         nudge_sink: NudgeSink = drop_nudges,
         *,
         autocommit_maker: async_sessionmaker[AsyncSession] | None = None,
+        jobs: JobProducer | None = None,
     ) -> None:
         self.maker = maker
         self.autocommit_maker = autocommit_maker or maker
         self.nudge_sink = nudge_sink
+        self.jobs = jobs
 
-    def with_sink(self, nudge_sink: NudgeSink) -> Sessions:
-        return Sessions(self.maker, nudge_sink, autocommit_maker=self.autocommit_maker)
+    def wired(
+        self, *, nudge_sink: NudgeSink | None = None, jobs: JobProducer | None = None
+    ) -> Sessions:
+        """The same sessions with a nudge sink and a jobs queue (set by a composition root)."""
+        return Sessions(
+            self.maker,
+            nudge_sink or self.nudge_sink,
+            autocommit_maker=self.autocommit_maker,
+            jobs=jobs or self.jobs,
+        )
 
     @asynccontextmanager
     async def unit(

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.errors import Unauthenticated
-from outlive.ids import RunId, TenantId
+from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
 from outlive.services import runs as runs_service
+from outlive.services import webhooks
 from outlive.services.ports import RunInstances
-from outlive.services.runs import NO_HOOKS, EventRecord, SettleHooks
+from outlive.services.runs import EventRecord
 from outlive.services.tenants import Principal
+from outlive.services.webhooks import DeliveryRecord
 
 
 @dataclass
@@ -26,8 +28,6 @@ class Services:
     instances: RunInstances
     settings: Settings
     hub: Hub | None = None
-    on_settled: SettleHooks = field(default_factory=lambda: NO_HOOKS)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -46,6 +46,12 @@ class Context:
     @property
     def tenant_id(self) -> TenantId:
         return self.require().tenant.id
+
+    async def endpoint_deliveries(
+        self, endpoint_id: EndpointId, *, first: int
+    ) -> list[DeliveryRecord]:
+        async with self.services.sessions.read() as session:
+            return await webhooks.list_deliveries(session, self.tenant_id, endpoint_id, first=first)
 
     async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]:
         async with self.services.sessions.read() as session:

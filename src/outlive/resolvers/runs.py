@@ -23,7 +23,6 @@ async def _reconciled(ctx: Context, runs: list[RunRecord]) -> list[RunRecord]:
         s.instances,
         runs,
         grace_s=s.settings.reconcile_grace_s,
-        on_settled=s.on_settled,
     )
 
 
@@ -67,7 +66,7 @@ async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:
     # One idempotent write (insert, or read the active run): no transaction needed around it.
     async with s.sessions.unit(ctx.tenant_id, single_statement=True) as uow:
         started = await runs_service.start_run(
-            uow, agent=agent.name, params=params, instances=s.instances, on_settled=s.on_settled
+            uow, agent=agent.name, params=params, instances=s.instances
         )
     return StartRunPayload(run=Run.of(started.run), created=started.created)
 
@@ -76,5 +75,5 @@ async def cancel_run(info: Info, id: strawberry.ID) -> Run:
     ctx = info.context
     run_id = runs_service.parse_run_id(id)
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
-        record = await runs_service.cancel_run(uow, run_id, on_settled=ctx.services.on_settled)
+        record = await runs_service.cancel_run(uow, run_id)
     return Run.of(record)

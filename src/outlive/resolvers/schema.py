@@ -14,14 +14,18 @@ from strawberry.extensions import (
 )
 from strawberry.types import ExecutionContext
 
+from outlive.resolvers import invitations as invitation_fields
 from outlive.resolvers import nudges as nudge_fields
 from outlive.resolvers import runs as run_fields
 from outlive.resolvers import tenants as tenant_fields
+from outlive.resolvers import webhooks as webhook_fields
 from outlive.resolvers.errors import ErrorCodes
 from outlive.schema.agents import Agent
+from outlive.schema.invitations import Invitation
 from outlive.schema.nudges import Nudge
 from outlive.schema.runs import Run, RunConnection, StartRunPayload
 from outlive.schema.tenants import Viewer
+from outlive.schema.webhooks import CreateWebhookEndpointPayload, WebhookEndpoint
 
 MAX_DEPTH = 12
 MAX_ALIASES = 30
@@ -41,6 +45,10 @@ class Query:
     agents: list[Agent] = strawberry.field(resolver=tenant_fields.agents)
     run: Run | None = strawberry.field(resolver=run_fields.run)
     runs: RunConnection = strawberry.field(resolver=run_fields.runs)
+    webhook_endpoints: list[WebhookEndpoint] = strawberry.field(
+        resolver=webhook_fields.webhook_endpoints
+    )
+    invitations: list[Invitation] = strawberry.field(resolver=invitation_fields.list_invitations)
 
 
 @strawberry.type
@@ -50,6 +58,13 @@ class Mutation:
         resolver=run_fields.cancel_run,
         description="Idempotent; a settled run comes back unchanged.",
     )
+    create_webhook_endpoint: CreateWebhookEndpointPayload = strawberry.mutation(
+        resolver=webhook_fields.create_webhook_endpoint
+    )
+    delete_webhook_endpoint: bool = strawberry.mutation(
+        resolver=webhook_fields.delete_webhook_endpoint
+    )
+    invite_member: Invitation = strawberry.mutation(resolver=invitation_fields.invite_member)
 
 
 @strawberry.type

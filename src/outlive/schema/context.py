@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from outlive.ids import RunId
+    from outlive.ids import EndpointId, RunId
     from outlive.services.runs import EventRecord
+    from outlive.services.webhooks import DeliveryRecord
 
 
 class SchemaContext(Protocol):
+    async def endpoint_deliveries(
+        self, endpoint_id: EndpointId, *, first: int
+    ) -> list[DeliveryRecord]: ...
+
     async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]: ...

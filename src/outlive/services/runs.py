@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -28,6 +28,7 @@ from outlive.db.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
 from outlive.db.tx import UnitOfWork
 from outlive.errors import BadUserInput, NotFound, QueueUnavailable
 from outlive.ids import RunId, TenantId
+from outlive.services import webhooks
 from outlive.services.ids import parse_uuid
 from outlive.services.ports import RunInstances
 
@@ -101,23 +102,6 @@ def to_record(row: Any) -> RunRecord:
     )
 
 
-# Settle hooks: other nouns (webhooks) react to a settle inside the same unit of work. They are
-# registered by the composition root, so this module does not import them.
-SettleHook = Callable[[UnitOfWork, RunRecord], Awaitable[None]]
-
-
-class SettleHooks:
-    def __init__(self, hooks: Sequence[SettleHook] = ()) -> None:
-        self.hooks = list(hooks)
-
-    async def __call__(self, uow: UnitOfWork, run: RunRecord) -> None:
-        for hook in self.hooks:
-            await hook(uow, run)
-
-
-NO_HOOKS = SettleHooks()
-
-
 def is_active_predicate() -> ColumnElement[bool]:
     """`status IN ('QUEUED', 'RUNNING')` with literal values, never bind parameters: the
     planner must see that it implies the partial unique index's predicate (for ON CONFLICT and
@@ -134,7 +118,6 @@ async def start_run(
     agent: str,
     params: Mapping[str, Any],
     instances: RunInstances,
-    on_settled: SettleHooks = NO_HOOKS,
 ) -> StartedRun:
     """Insert the run, or hand back the active one; the instance starts only after commit."""
     tenant_id = TenantId(uow.require_tenant())
@@ -143,7 +126,7 @@ async def start_run(
         uow.nudge("run.created", run.id)
 
         async def start_instance() -> None:
-            await _start_instance(uow, instances, run, on_settled)
+            await _start_instance(uow, instances, run)
 
         uow.after_commit(start_instance)
     return StartedRun(run=run, created=created)
@@ -177,9 +160,7 @@ async def _insert_or_get_active(
     raise RuntimeError(f"could not insert or find the active {agent!r} run")
 
 
-async def _start_instance(
-    uow: UnitOfWork, instances: RunInstances, run: RunRecord, on_settled: SettleHooks
-) -> None:
+async def _start_instance(uow: UnitOfWork, instances: RunInstances, run: RunRecord) -> None:
     try:
         await instances.start(run.id)
     except QueueUnavailable as exc:
@@ -190,7 +171,6 @@ async def _start_instance(
                 run.id,
                 RunStatus.FAILED,
                 error=f"queue unavailable: the run could not be handed off ({exc.message})",
-                on_settled=on_settled,
             )
         raise
 
@@ -347,7 +327,6 @@ async def settle_run(
     attempt: int | None = None,
     stale_before_s: float | None = None,
     event_data: Mapping[str, Any] | None = None,
-    on_settled: SettleHooks = NO_HOOKS,
 ) -> RunRecord | None:
     """The terminal write. Returns None when the predicate found nothing to settle.
 
@@ -372,19 +351,24 @@ async def settle_run(
         move, params["grace"] = SETTLE_STALE, stale_before_s
     run = await move_run(uow, move, **params)
     if run is not None:
-        await on_settled(uow, run)
+        await _on_settled(uow, run)
     return run
 
 
-async def cancel_run(
-    uow: UnitOfWork, run_id: RunId, *, on_settled: SettleHooks = NO_HOOKS
-) -> RunRecord:
+async def _on_settled(uow: UnitOfWork, run: RunRecord) -> None:
+    """Whatever else a settle sets off, in the settling unit of work."""
+    await webhooks.queue_deliveries(
+        uow, tenant_id=run.tenant_id, run_id=run.id, agent=run.agent, status=run.status.value
+    )
+
+
+async def cancel_run(uow: UnitOfWork, run_id: RunId) -> RunRecord:
     """QUEUED settles CANCELLED at once; RUNNING gets `cancel_requested_at`. Idempotent."""
     tenant_id = TenantId(uow.require_tenant())
     run = await move_run(uow, CANCEL, run_id=run_id, tenant_id=tenant_id)
     if run is not None:
         if run.status is RunStatus.CANCELLED:
-            await on_settled(uow, run)
+            await _on_settled(uow, run)
         return run
     current = await get_run(uow.session, tenant_id, run_id)
     if current is None:

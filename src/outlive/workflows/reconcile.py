@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
 from outlive.services.ports import InstanceState, RunInstances
-from outlive.services.runs import NO_HOOKS, RunRecord, SettleHooks, settle_run
+from outlive.services.runs import RunRecord, settle_run
 
 
 async def reconcile_runs(
@@ -23,7 +23,6 @@ async def reconcile_runs(
     runs: list[RunRecord],
     *,
     grace_s: float,
-    on_settled: SettleHooks = NO_HOOKS,
 ) -> list[RunRecord]:
     """The same runs, with every lost one settled; unchanged when nothing is stale."""
     cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
@@ -47,7 +46,6 @@ async def reconcile_runs(
                 RunStatus.FAILED,
                 error=error,
                 stale_before_s=grace_s,
-                on_settled=on_settled,
             )
         if done is not None:
             settled[run.id] = done

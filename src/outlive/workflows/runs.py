@@ -24,7 +24,7 @@ import json
 import logging
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
@@ -36,9 +36,7 @@ from outlive.db.tx import Sessions
 from outlive.errors import RetryableFault, RunCancelled, RunSuperseded
 from outlive.ids import RunId, TenantId
 from outlive.services.runs import (
-    NO_HOOKS,
     RunRecord,
-    SettleHooks,
     append_event,
     get_run,
     settle_run,
@@ -77,7 +75,6 @@ class WorkflowDeps:
     agents: AgentRegistry
     http: httpx.AsyncClient
     settings: Settings
-    on_settled: SettleHooks = field(default_factory=lambda: NO_HOOKS)
 
 
 class AttemptContext:
@@ -187,7 +184,6 @@ async def _settle(
             output=output,
             error=error,
             attempt=run.attempt,
-            on_settled=deps.on_settled,
         )
     if settled is None:
         log.warning(

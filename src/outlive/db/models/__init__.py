@@ -1,7 +1,25 @@
 """Table models, one module per noun. Importing this package registers every table."""
 
 from outlive.db.models.base import Base
+from outlive.db.models.invitations import Invitation, InvitationStatus
+from outlive.db.models.jobs import RejectedJob
 from outlive.db.models.runs import ACTIVE_STATUSES, Run, RunEvent, RunStatus
 from outlive.db.models.tenants import ApiToken, Tenant, User
+from outlive.db.models.webhooks import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 
-__all__ = ["ACTIVE_STATUSES", "ApiToken", "Base", "Run", "RunEvent", "RunStatus", "Tenant", "User"]
+__all__ = [
+    "ACTIVE_STATUSES",
+    "ApiToken",
+    "Base",
+    "DeliveryStatus",
+    "Invitation",
+    "InvitationStatus",
+    "RejectedJob",
+    "Run",
+    "RunEvent",
+    "RunStatus",
+    "Tenant",
+    "User",
+    "WebhookDelivery",
+    "WebhookEndpoint",
+]

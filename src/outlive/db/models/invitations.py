@@ -1,0 +1,44 @@
+"""Invitations: a row per invite, sent by the `email.invitation.v1` job."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from uuid import UUID
+
+from sqlalchemy import CheckConstraint, ForeignKey, Index, LargeBinary, String, text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from outlive.db.models.base import Base, now_default, uuid_pk
+
+
+class InvitationStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    SENT = "SENT"
+    FAILED = "FAILED"
+    EXPIRED = "EXPIRED"
+
+
+class Invitation(Base):
+    __tablename__ = "invitations"
+    __table_args__ = (
+        CheckConstraint("status IN ('PENDING', 'SENT', 'FAILED', 'EXPIRED')", name="status"),
+        Index("ix_invitations_tenant_newest", "tenant_id", text("created_at DESC")),
+        Index(
+            "ix_invitations_expirable_created_at",
+            "created_at",
+            postgresql_where=text("status IN ('PENDING', 'FAILED')"),
+        ),
+    )
+
+    id: Mapped[UUID] = uuid_pk()
+    tenant_id: Mapped[UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    invited_by: Mapped[UUID | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    email: Mapped[str]
+    token_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
+    status: Mapped[str] = mapped_column(String, server_default=InvitationStatus.PENDING.value)
+    attempts: Mapped[int] = mapped_column(server_default=text("0"))
+    last_error: Mapped[str | None]
+    created_at: Mapped[datetime] = now_default()
+    updated_at: Mapped[datetime] = now_default()
+    sent_at: Mapped[datetime | None]

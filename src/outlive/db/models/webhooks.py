@@ -1,0 +1,58 @@
+"""Webhook endpoints (Standard Webhooks) and one delivery row per (settled run, endpoint)."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import CheckConstraint, ForeignKey, Index, String, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.orm import Mapped, mapped_column
+
+from outlive.db.models.base import Base, now_default, uuid_pk
+
+
+class DeliveryStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    DELIVERED = "DELIVERED"
+    FAILED = "FAILED"
+
+
+class WebhookEndpoint(Base):
+    __tablename__ = "webhook_endpoints"
+
+    id: Mapped[UUID] = uuid_pk()
+    tenant_id: Mapped[UUID] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), index=True
+    )
+    url: Mapped[str]
+    secret: Mapped[str]
+    events: Mapped[list[str]] = mapped_column(ARRAY(String), server_default=text("'{}'"))
+    created_at: Mapped[datetime] = now_default()
+
+
+class WebhookDelivery(Base):
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        CheckConstraint("status IN ('PENDING', 'DELIVERED', 'FAILED')", name="status"),
+        Index("ix_webhook_deliveries_endpoint_newest", "endpoint_id", text("created_at DESC")),
+        Index("ix_webhook_deliveries_created_at", "created_at"),
+    )
+
+    id: Mapped[UUID] = uuid_pk()
+    endpoint_id: Mapped[UUID] = mapped_column(
+        ForeignKey("webhook_endpoints.id", ondelete="CASCADE")
+    )
+    tenant_id: Mapped[UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    run_id: Mapped[UUID | None]
+    event_type: Mapped[str]
+    body: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String, server_default=DeliveryStatus.PENDING.value)
+    attempts: Mapped[int] = mapped_column(server_default=text("0"))
+    response_status: Mapped[int | None]
+    last_error: Mapped[str | None]
+    created_at: Mapped[datetime] = now_default()
+    updated_at: Mapped[datetime] = now_default()
+    delivered_at: Mapped[datetime | None]

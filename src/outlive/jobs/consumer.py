@@ -1,0 +1,106 @@
+"""The consumer: parse the envelope first, then dispatch on its type to one handler.
+
+- Not a valid envelope (bad JSON, unknown type, a payload that fails its model, arguments saq
+  should never have carried): a poison message. It is logged, recorded in `rejected_jobs` (type,
+  raw body, validation error, received_at) and acknowledged, never retried: a retry cannot make
+  it valid.
+- A handler that raises is retried after `OUTLIVE_JOB_RETRY_BASE_S`, doubling exactly up to
+  `OUTLIVE_JOB_RETRY_MAX_S` (saq's `retry_backoff` adds full jitter, so the delay is set here),
+  until saq's attempt limit; then the handler's `give_up` settles its row as failed.
+
+Each message opens and closes its own database sessions (inside the handler) and awaits every
+operation: nothing is deferred past the end of the message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from outlive.config import Settings
+from outlive.db.models import RejectedJob
+from outlive.db.tx import Sessions
+from outlive.jobs.envelopes import ENVELOPES, EnvelopeTypes
+from outlive.jobs.handlers import HANDLERS, Handler
+from outlive.jobs.mailer import Mailer
+
+log = logging.getLogger(__name__)
+
+MAX_RECORDED_BODY = 64 * 1024
+
+
+@dataclass
+class JobDeps:
+    sessions: Sessions
+    http: httpx.AsyncClient
+    settings: Settings
+    mailer: Mailer
+    types: EnvelopeTypes = field(default_factory=lambda: ENVELOPES)
+    handlers: dict[str, Handler] = field(default_factory=lambda: dict(HANDLERS))
+
+    def __post_init__(self) -> None:
+        missing = set(self.types.payloads) ^ set(self.handlers)
+        if missing:
+            raise RuntimeError(f"envelope types and handlers disagree on {sorted(missing)}")
+
+
+def retry_delay(settings: Settings, attempt: int) -> float:
+    """The delay after failed attempt `attempt` (1-based): base, doubling, capped."""
+    return float(min(settings.job_retry_base_s * 2 ** (attempt - 1), settings.job_retry_max_s))
+
+
+async def consume(ctx: dict[str, Any], **kwargs: Any) -> None:
+    deps: JobDeps = ctx["outlive_jobs"]
+    job = ctx["job"]
+    body = kwargs.get("body")
+    try:
+        if set(kwargs) != {"body"} or not isinstance(body, str):
+            raise ValueError(f"a job carries exactly one str argument `body`, not {sorted(kwargs)}")
+        envelope = deps.types.parse(body)
+    except (ValidationError, ValueError) as exc:
+        await _reject(deps, body if isinstance(body, str) else json.dumps(kwargs, default=str), exc)
+        return
+    handler = deps.handlers[envelope.type]
+    try:
+        await handler.handle(deps, envelope.payload)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        if job.attempts >= job.retries:
+            log.error(
+                "job %s %s failed for good after %s attempts: %s",
+                envelope.type,
+                envelope.id,
+                job.attempts,
+                error,
+            )
+            await handler.give_up(deps, envelope.payload, error)
+        else:
+            job.retry_delay = retry_delay(deps.settings, job.attempts)
+            log.warning(
+                "job %s %s attempt %s failed (%s); retrying in %gs",
+                envelope.type,
+                envelope.id,
+                job.attempts,
+                error,
+                job.retry_delay,
+            )
+        raise
+
+
+async def _reject(deps: JobDeps, body: str, exc: Exception) -> None:
+    kind = None
+    try:
+        raw = json.loads(body)
+        if isinstance(raw, dict) and isinstance(raw.get("type"), str):
+            kind = raw["type"][:200]
+    except ValueError:
+        pass
+    error = str(exc)[:4000]
+    log.error("rejected a poison job (type %r): %s", kind, error.splitlines()[0])
+    async with deps.sessions.unit() as uow:
+        uow.session.add(RejectedJob(type=kind, body=body[:MAX_RECORDED_BODY], error=error))

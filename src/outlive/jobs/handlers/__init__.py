@@ -1,0 +1,23 @@
+"""One handler file per envelope type. A handler is idempotent (a redelivery finds its row
+already settled and returns); raising means "retry me"; a permanent failure is recorded on the
+row and the handler returns normally. `give_up` settles the row when the retries run out."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from outlive.jobs.handlers import email_invitation_v1, webhook_deliver_v1
+
+
+@dataclass(frozen=True)
+class Handler:
+    handle: Callable[[Any, Any], Awaitable[None]]
+    give_up: Callable[[Any, Any, str], Awaitable[None]]
+
+
+HANDLERS: dict[str, Handler] = {
+    "webhook.deliver.v1": Handler(webhook_deliver_v1.handle, webhook_deliver_v1.give_up),
+    "email.invitation.v1": Handler(email_invitation_v1.handle, email_invitation_v1.give_up),
+}

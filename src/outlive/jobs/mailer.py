@@ -1,0 +1,59 @@
+"""Sending email: SMTP through aiosmtplib, or the log when `OUTLIVE_SMTP_URL` is unset."""
+
+from __future__ import annotations
+
+import logging
+from email.message import EmailMessage
+from typing import Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import aiosmtplib
+
+from outlive.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Mailer(Protocol):
+    async def send(self, message: EmailMessage) -> None: ...
+
+
+class LogMailer:
+    """Development default: the message goes to the log, nothing leaves the machine."""
+
+    def __init__(self) -> None:
+        log.info("OUTLIVE_SMTP_URL is unset: emails go to the log")
+        self.sent: list[EmailMessage] = []
+
+    async def send(self, message: EmailMessage) -> None:
+        self.sent.append(message)
+        del self.sent[:-100]
+        log.info("email to %s: %s\n%s", message["To"], message["Subject"], message.get_content())
+
+
+class SmtpMailer:
+    """`smtp://[user:password@]host:port[?starttls=1]` (or `smtps://` for implicit TLS)."""
+
+    def __init__(self, url: str, timeout_s: float = 10) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
+            raise ValueError("OUTLIVE_SMTP_URL must be smtp://host:port or smtps://host:port")
+        query = parse_qs(parts.query)
+        self._options = {
+            "hostname": parts.hostname,
+            "port": parts.port or (465 if parts.scheme == "smtps" else 25),
+            "username": unquote(parts.username) if parts.username else None,
+            "password": unquote(parts.password) if parts.password else None,
+            "use_tls": parts.scheme == "smtps",
+            "start_tls": query.get("starttls", ["0"])[0] in ("1", "true", "yes"),
+            "timeout": timeout_s,
+        }
+
+    async def send(self, message: EmailMessage) -> None:
+        await aiosmtplib.send(message, **self._options)  # type: ignore[arg-type]
+
+
+def create_mailer(settings: Settings) -> Mailer:
+    if settings.smtp_url is None:
+        return LogMailer()
+    return SmtpMailer(settings.smtp_url.get_secret_value())

@@ -1,0 +1,46 @@
+"""The producer: validates a job where it is queued, sends it to saq after the commit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+from saq.queue import Queue
+
+from outlive.config import Settings
+from outlive.errors import QueueUnavailable
+from outlive.jobs.envelopes import ENVELOPES, Envelope, EnvelopeTypes
+
+CONSUME_TASK = "consume"
+JOB_TIMEOUT_S = 60  # a handler is fire-and-forget work, well inside this
+FINISHED_TTL_S = 24 * 3600
+
+
+class SaqJobProducer:
+    def __init__(self, queue: Queue, settings: Settings, types: EnvelopeTypes = ENVELOPES) -> None:
+        self.queue = queue
+        self.types = types
+        self._options: dict[str, Any] = {
+            "timeout": JOB_TIMEOUT_S,
+            "retries": settings.job_max_attempts,  # saq counts attempts
+            "retry_delay": settings.job_retry_base_s,  # the consumer sets each retry's delay
+            "retry_backoff": False,  # saq's backoff adds full jitter; ours is exact
+            "ttl": FINISHED_TTL_S,
+        }
+
+    def build(self, type: str, payload: Mapping[str, Any]) -> Envelope:
+        return self.types.build(type, payload)
+
+    async def send(self, envelopes: Sequence[Envelope]) -> None:
+        try:
+            await asyncio.gather(*(self._send(e) for e in envelopes))
+        except (RedisError, OSError) as exc:
+            raise QueueUnavailable(f"the jobs queue is unreachable: {exc}") from exc
+
+    async def _send(self, envelope: Envelope) -> None:
+        # `body` is not a saq job field, so saq passes it through as the task's argument.
+        await self.queue.enqueue(
+            CONSUME_TASK, key=str(envelope.id), body=self.types.dump(envelope), **self._options
+        )

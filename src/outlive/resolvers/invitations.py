@@ -1,0 +1,26 @@
+"""`invitations` and `inviteMember`."""
+
+from __future__ import annotations
+
+import strawberry
+
+from outlive.resolvers.context import Context
+from outlive.schema.invitations import Invitation
+from outlive.services import invitations
+
+Info = strawberry.Info[Context, None]
+
+
+async def list_invitations(info: Info) -> list[Invitation]:
+    ctx = info.context
+    async with ctx.services.sessions.read() as session:
+        found = await invitations.list_invitations(session, ctx.tenant_id)
+    return [Invitation.of(i) for i in found]
+
+
+async def invite_member(info: Info, email: str) -> Invitation:
+    ctx = info.context
+    principal = ctx.require()
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        invitation = await invitations.invite(uow, email=email, invited_by=principal.user.id)
+    return Invitation.of(invitation)

@@ -1,0 +1,41 @@
+"""`webhookEndpoints`, `createWebhookEndpoint`, `deleteWebhookEndpoint`."""
+
+from __future__ import annotations
+
+import strawberry
+
+from outlive.ids import EndpointId
+from outlive.resolvers.context import Context
+from outlive.schema.webhooks import CreateWebhookEndpointPayload, WebhookEndpoint
+from outlive.services import webhooks
+from outlive.services.ids import parse_uuid
+
+Info = strawberry.Info[Context, None]
+
+
+async def webhook_endpoints(info: Info) -> list[WebhookEndpoint]:
+    ctx = info.context
+    async with ctx.services.sessions.read() as session:
+        found = await webhooks.list_endpoints(session, ctx.tenant_id)
+    return [WebhookEndpoint.of(e) for e in found]
+
+
+async def create_webhook_endpoint(
+    info: Info, url: str, events: list[str] | None = None
+) -> CreateWebhookEndpointPayload:
+    ctx = info.context
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        endpoint, secret = await webhooks.create_endpoint(
+            uow,
+            url=url,
+            events=events,
+            allow_private=ctx.services.settings.webhook_allow_private,
+        )
+    return CreateWebhookEndpointPayload(endpoint=WebhookEndpoint.of(endpoint), secret=secret)
+
+
+async def delete_webhook_endpoint(info: Info, id: strawberry.ID) -> bool:
+    ctx = info.context
+    endpoint_id = EndpointId(parse_uuid(id, what="webhook endpoint"))
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        return await webhooks.delete_endpoint(uow, endpoint_id)

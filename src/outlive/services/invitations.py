@@ -1,0 +1,179 @@
+"""Invitations: `inviteMember` writes a PENDING row and queues `email.invitation.v1`.
+
+The job sends the email (SMTP, or the log when `OUTLIVE_SMTP_URL` is unset) and marks the row
+SENT; a failure is retried with the jobs-queue backoff and, after the last attempt, the row is
+FAILED. The email carries a link with a one-time token of which only a hash is stored. Every
+change nudges `invitation.updated`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from email.message import EmailMessage
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from outlive.db.models import Invitation, InvitationStatus, Tenant
+from outlive.db.tx import UnitOfWork
+from outlive.ids import InvitationId, TenantId, UserId
+from outlive.services.tenants import check_email
+
+SEND_JOB = "email.invitation.v1"
+MAX_LIST = 200
+
+
+@dataclass(frozen=True, slots=True)
+class InvitationRecord:
+    id: InvitationId
+    email: str
+    status: InvitationStatus
+    attempts: int
+    last_error: str | None
+    created_at: datetime
+    sent_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    id: InvitationId
+    tenant_id: TenantId
+    email: str
+    tenant_name: str
+    token: str
+
+
+def _record(i: Invitation) -> InvitationRecord:
+    return InvitationRecord(
+        id=InvitationId(i.id),
+        email=i.email,
+        status=InvitationStatus(i.status),
+        attempts=i.attempts,
+        last_error=i.last_error,
+        created_at=i.created_at,
+        sent_at=i.sent_at,
+    )
+
+
+async def invite(
+    uow: UnitOfWork, *, email: str, invited_by: UserId | None = None
+) -> InvitationRecord:
+    tenant_id = uow.require_tenant()
+    invitation = Invitation(
+        tenant_id=tenant_id,
+        invited_by=invited_by,
+        email=check_email(email),
+        token_hash=hashlib.sha256(secrets.token_bytes(32)).digest(),  # replaced when sent
+    )
+    uow.session.add(invitation)
+    await uow.session.flush()
+    await uow.session.refresh(invitation)
+    invitation_id = InvitationId(invitation.id)
+    uow.enqueue(
+        SEND_JOB,
+        {"invitationId": str(invitation_id)},
+        on_unavailable=_record_unavailable(invitation_id),
+    )
+    uow.nudge("invitation.updated", invitation_id)
+    return _record(invitation)
+
+
+def _record_unavailable(invitation_id: InvitationId) -> Any:
+    async def record(uow: UnitOfWork) -> None:
+        await finish(
+            uow,
+            invitation_id,
+            status=InvitationStatus.FAILED,
+            error="queue unavailable: the invitation could not be queued",
+        )
+
+    return record
+
+
+async def list_invitations(session: AsyncSession, tenant_id: TenantId) -> list[InvitationRecord]:
+    rows = await session.scalars(
+        select(Invitation)
+        .where(Invitation.tenant_id == tenant_id)
+        .order_by(Invitation.created_at.desc(), Invitation.id)
+        .limit(MAX_LIST)
+    )
+    return [_record(i) for i in rows]
+
+
+async def take_pending(uow: UnitOfWork, invitation_id: InvitationId) -> Outgoing | None:
+    """The invitation to send, with a fresh one-time token (only its hash is stored)."""
+    token = secrets.token_urlsafe(32)
+    row = (
+        await uow.session.execute(
+            update(Invitation)
+            .where(
+                Invitation.id == invitation_id, Invitation.status == InvitationStatus.PENDING.value
+            )
+            .values(token_hash=hashlib.sha256(token.encode()).digest())
+            .returning(Invitation.tenant_id, Invitation.email)
+        )
+    ).first()
+    if row is None:
+        return None
+    name = await uow.session.scalar(select(Tenant.name).where(Tenant.id == row.tenant_id))
+    return Outgoing(
+        id=invitation_id,
+        tenant_id=TenantId(row.tenant_id),
+        email=row.email,
+        tenant_name=name or "",
+        token=token,
+    )
+
+
+def compose(outgoing: Outgoing, *, sender: str, public_url: str) -> EmailMessage:
+    link = f"{public_url.rstrip('/')}/#invitation={outgoing.token}"
+    message = EmailMessage()
+    message["From"] = sender
+    message["To"] = outgoing.email
+    message["Subject"] = f"You are invited to {outgoing.tenant_name} on Outlive"
+    message.set_content(
+        f"You have been invited to join {outgoing.tenant_name} on Outlive.\n\n"
+        f"Accept the invitation: {link}\n"
+    )
+    return message
+
+
+async def record_attempt(uow: UnitOfWork, invitation_id: InvitationId, *, error: str) -> None:
+    tenant = await uow.session.scalar(
+        update(Invitation)
+        .where(Invitation.id == invitation_id, Invitation.status == InvitationStatus.PENDING.value)
+        .values(attempts=Invitation.attempts + 1, last_error=error, updated_at=func.now())
+        .returning(Invitation.tenant_id)
+    )
+    if tenant is not None:
+        uow.nudge("invitation.updated", invitation_id, tenant_id=tenant)
+
+
+async def finish(
+    uow: UnitOfWork,
+    invitation_id: InvitationId,
+    *,
+    status: InvitationStatus,
+    error: str | None = None,
+) -> bool:
+    """SENT or FAILED, only from PENDING: a redelivered job finds nothing to do."""
+    values: dict[str, Any] = {"status": status.value, "updated_at": func.now()}
+    if status is InvitationStatus.SENT:
+        values["sent_at"] = func.now()
+        values["attempts"] = Invitation.attempts + 1
+    if error is not None:
+        values["last_error"] = error
+    tenant = await uow.session.scalar(
+        update(Invitation)
+        .where(Invitation.id == invitation_id, Invitation.status == InvitationStatus.PENDING.value)
+        .values(**values)
+        .returning(Invitation.tenant_id)
+    )
+    if tenant is None:
+        return False
+    uow.nudge("invitation.updated", invitation_id, tenant_id=tenant)
+    return True

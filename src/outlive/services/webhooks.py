@@ -1,0 +1,387 @@
+"""Webhooks (Standard Webhooks, contract §8).
+
+An endpoint has a URL, a `whsec_…` secret (shown once) and the event types it wants (empty: all).
+When a run settles, `queue_deliveries` writes one `webhook_deliveries` row per subscribed endpoint
+in the settling unit of work and queues one `webhook.deliver.v1` job each; the job signs and POSTs
+the stored body. The signature is `v1,<base64 HMAC-SHA256>` over `id.timestamp.body`, keyed by the
+secret's base64 payload, as the Standard Webhooks specification says (the tests verify it with the
+reference `standardwebhooks` package).
+
+URLs are checked twice against server-side request forgery: when the endpoint is created and
+before every delivery (DNS can change), and the delivery connects to the address that was checked.
+Only http(s) is accepted; loopback, private, link-local and other non-global addresses are refused
+unless `OUTLIVE_WEBHOOK_ALLOW_PRIVATE=1`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import ipaddress
+import json
+import secrets
+import socket
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+from uuid import UUID
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from outlive.db.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from outlive.db.tx import UnitOfWork
+from outlive.errors import BadUserInput
+from outlive.ids import DeliveryId, EndpointId, TenantId
+
+RUN_EVENTS = ("run.succeeded", "run.failed", "run.cancelled")
+DELIVER_JOB = "webhook.deliver.v1"
+MAX_ENDPOINTS_PER_TENANT = 50
+MAX_DELIVERIES_PAGE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointRecord:
+    id: EndpointId
+    url: str
+    events: list[str]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRecord:
+    id: DeliveryId
+    endpoint_id: EndpointId
+    event_type: str
+    status: DeliveryStatus
+    attempts: int
+    response_status: int | None
+    last_error: str | None
+    created_at: datetime
+    delivered_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A pending delivery, ready to send: where, what, and how to sign it."""
+
+    id: DeliveryId
+    tenant_id: TenantId
+    url: str
+    secret: str
+    body: bytes
+
+
+# --- signing ----------------------------------------------------------------------------------
+
+
+def new_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    digest = hmac.new(key, signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def signed_headers(outgoing: Outgoing, now: datetime | None = None) -> dict[str, str]:
+    timestamp = int((now or datetime.now(UTC)).timestamp())
+    msg_id = f"msg_{outgoing.id.hex}"
+    return {
+        "content-type": "application/json",
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(outgoing.secret, msg_id, timestamp, outgoing.body),
+    }
+
+
+# --- SSRF -------------------------------------------------------------------------------------
+
+
+class UnsafeDestination(BadUserInput):
+    """A webhook URL that is not http(s) or resolves to a non-public address."""
+
+
+def check_url_shape(url: str) -> str:
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https"):
+        raise UnsafeDestination(f"webhook URLs must be http or https, not {parts.scheme or 'none'}")
+    if not parts.hostname:
+        raise UnsafeDestination("a webhook URL needs a host")
+    if parts.username or parts.password:
+        raise UnsafeDestination("a webhook URL must not carry credentials")
+    if len(url) > 2048:
+        raise UnsafeDestination("a webhook URL is at most 2048 characters")
+    return urlunsplit(parts)
+
+
+async def resolve_public(url: str, *, allow_private: bool) -> tuple[str, str]:
+    """(host, address to connect to): the first resolved address, all of them checked."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UnsafeDestination(f"cannot resolve {host!r}: {exc.strerror or exc}") from None
+    addresses = [str(info[4][0]) for info in infos]
+    if not allow_private:
+        for address in addresses:
+            ip = ipaddress.ip_address(address.split("%")[0])
+            if not ip.is_global or ip.is_multicast:
+                raise UnsafeDestination(
+                    f"{host!r} resolves to {ip}, a loopback, private or link-local address"
+                )
+    return host, addresses[0]
+
+
+def pinned_url(url: str, address: str) -> str:
+    """The URL with its host replaced by the checked address (the Host header keeps the name)."""
+    parts = urlsplit(url)
+    host = f"[{address}]" if ":" in address else address
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+# --- endpoints --------------------------------------------------------------------------------
+
+
+def check_events(events: list[str] | None) -> list[str]:
+    chosen = sorted(set(events or []))
+    unknown = [e for e in chosen if e not in RUN_EVENTS]
+    if unknown:
+        raise BadUserInput(f"unknown event types {unknown}; known: {', '.join(RUN_EVENTS)}")
+    return chosen
+
+
+async def create_endpoint(
+    uow: UnitOfWork, *, url: str, events: list[str] | None, allow_private: bool
+) -> tuple[EndpointRecord, str]:
+    """The endpoint and its secret (returned once, never again)."""
+    tenant_id = uow.require_tenant()
+    url = check_url_shape(url)
+    chosen = check_events(events)
+    await resolve_public(url, allow_private=allow_private)
+    count = await uow.session.scalar(
+        select(func.count())
+        .select_from(WebhookEndpoint)
+        .where(WebhookEndpoint.tenant_id == tenant_id)
+    )
+    if (count or 0) >= MAX_ENDPOINTS_PER_TENANT:
+        raise BadUserInput(f"a tenant has at most {MAX_ENDPOINTS_PER_TENANT} webhook endpoints")
+    secret = new_secret()
+    endpoint = WebhookEndpoint(tenant_id=tenant_id, url=url, secret=secret, events=chosen)
+    uow.session.add(endpoint)
+    await uow.session.flush()
+    return _endpoint(endpoint), secret
+
+
+async def delete_endpoint(uow: UnitOfWork, endpoint_id: EndpointId) -> bool:
+    result = await uow.session.execute(
+        delete(WebhookEndpoint)
+        .where(WebhookEndpoint.id == endpoint_id, WebhookEndpoint.tenant_id == uow.require_tenant())
+        .returning(WebhookEndpoint.id)
+    )
+    return result.first() is not None
+
+
+async def list_endpoints(session: AsyncSession, tenant_id: TenantId) -> list[EndpointRecord]:
+    rows = await session.scalars(
+        select(WebhookEndpoint)
+        .where(WebhookEndpoint.tenant_id == tenant_id)
+        .order_by(WebhookEndpoint.created_at.desc(), WebhookEndpoint.id)
+    )
+    return [_endpoint(e) for e in rows]
+
+
+async def list_deliveries(
+    session: AsyncSession, tenant_id: TenantId, endpoint_id: EndpointId, *, first: int
+) -> list[DeliveryRecord]:
+    if not 0 <= first <= MAX_DELIVERIES_PAGE:
+        raise BadUserInput(f"first must be between 0 and {MAX_DELIVERIES_PAGE}")
+    rows = await session.scalars(
+        select(WebhookDelivery)
+        .where(WebhookDelivery.endpoint_id == endpoint_id, WebhookDelivery.tenant_id == tenant_id)
+        .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id)
+        .limit(first)
+    )
+    return [_delivery(d) for d in rows]
+
+
+def _endpoint(e: WebhookEndpoint) -> EndpointRecord:
+    return EndpointRecord(
+        id=EndpointId(e.id), url=e.url, events=list(e.events), created_at=e.created_at
+    )
+
+
+def _delivery(d: WebhookDelivery) -> DeliveryRecord:
+    return DeliveryRecord(
+        id=DeliveryId(d.id),
+        endpoint_id=EndpointId(d.endpoint_id),
+        event_type=d.event_type,
+        status=DeliveryStatus(d.status),
+        attempts=d.attempts,
+        response_status=d.response_status,
+        last_error=d.last_error,
+        created_at=d.created_at,
+        delivered_at=d.delivered_at,
+    )
+
+
+# --- deliveries -------------------------------------------------------------------------------
+
+
+async def queue_deliveries(
+    uow: UnitOfWork, *, tenant_id: TenantId, run_id: UUID, agent: str, status: str
+) -> int:
+    """On a settle: a delivery row per subscribed endpoint, and a job each after the commit."""
+    event_type = f"run.{status.lower()}"
+    endpoints = (
+        (
+            await uow.session.execute(
+                select(WebhookEndpoint.id).where(
+                    WebhookEndpoint.tenant_id == tenant_id,
+                    (func.cardinality(WebhookEndpoint.events) == 0)
+                    | WebhookEndpoint.events.contains([event_type]),
+                )
+            )
+        )
+        .scalars()
+        .all()
+    )
+    if not endpoints:
+        return 0
+    body = {
+        "type": event_type,
+        "timestamp": datetime.now(UTC).isoformat(),
+        "data": {"runId": str(run_id), "agent": agent, "status": status},
+    }
+    rows = [
+        {
+            "endpoint_id": e,
+            "tenant_id": tenant_id,
+            "run_id": run_id,
+            "event_type": event_type,
+            "body": body,
+        }
+        for e in endpoints
+    ]
+    ids = (
+        (await uow.session.execute(insert(WebhookDelivery).returning(WebhookDelivery.id), rows))
+        .scalars()
+        .all()
+    )
+    for delivery_id in ids:
+        uow.enqueue(
+            DELIVER_JOB,
+            {"deliveryId": str(delivery_id)},
+            on_unavailable=_record_unavailable(DeliveryId(delivery_id)),
+        )
+        uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant_id)
+    return len(ids)
+
+
+def _record_unavailable(delivery_id: DeliveryId) -> Any:
+    async def record(uow: UnitOfWork) -> None:
+        await finish_delivery(
+            uow,
+            delivery_id,
+            status=DeliveryStatus.FAILED,
+            error="queue unavailable: the delivery could not be queued",
+        )
+
+    return record
+
+
+async def pending_delivery(session: AsyncSession, delivery_id: DeliveryId) -> Outgoing | None:
+    row = (
+        await session.execute(
+            select(
+                WebhookDelivery.id,
+                WebhookDelivery.tenant_id,
+                WebhookEndpoint.url,
+                WebhookEndpoint.secret,
+                WebhookDelivery.body,
+            )
+            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
+            .where(
+                WebhookDelivery.id == delivery_id,
+                WebhookDelivery.status == DeliveryStatus.PENDING.value,
+            )
+        )
+    ).first()
+    if row is None:
+        return None
+    body = json.dumps(row.body, separators=(",", ":")).encode()
+    return Outgoing(
+        id=DeliveryId(row.id),
+        tenant_id=TenantId(row.tenant_id),
+        url=row.url,
+        secret=row.secret,
+        body=body,
+    )
+
+
+async def record_attempt(
+    uow: UnitOfWork,
+    delivery_id: DeliveryId,
+    *,
+    response_status: int | None,
+    error: str | None,
+) -> None:
+    """A try that did not succeed; the row stays PENDING for the next one."""
+    tenant = await uow.session.scalar(
+        update(WebhookDelivery)
+        .where(
+            WebhookDelivery.id == delivery_id,
+            WebhookDelivery.status == DeliveryStatus.PENDING.value,
+        )
+        .values(
+            attempts=WebhookDelivery.attempts + 1,
+            response_status=response_status,
+            last_error=error,
+            updated_at=func.now(),
+        )
+        .returning(WebhookDelivery.tenant_id)
+    )
+    if tenant is not None:
+        uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant)
+
+
+async def finish_delivery(
+    uow: UnitOfWork,
+    delivery_id: DeliveryId,
+    *,
+    status: DeliveryStatus,
+    response_status: int | None = None,
+    error: str | None = None,
+    count_attempt: bool = False,
+) -> bool:
+    """DELIVERED or FAILED, only from PENDING: a redelivered job finds nothing to do."""
+    values: dict[str, Any] = {"status": status.value, "updated_at": func.now()}
+    if count_attempt:
+        values["attempts"] = WebhookDelivery.attempts + 1
+    if response_status is not None:
+        values["response_status"] = response_status
+    if error is not None:
+        values["last_error"] = error
+    if status is DeliveryStatus.DELIVERED:
+        values["delivered_at"] = func.now()
+    tenant = await uow.session.scalar(
+        update(WebhookDelivery)
+        .where(
+            WebhookDelivery.id == delivery_id,
+            WebhookDelivery.status == DeliveryStatus.PENDING.value,
+        )
+        .values(**values)
+        .returning(WebhookDelivery.tenant_id)
+    )
+    if tenant is None:
+        return False
+    uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant)
+    return True
