@@ -30,11 +30,11 @@ import asyncpg
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Env, Figures, bench_env, free_port, load, outlive, table, wait_http  # noqa: E402
+from _common import Env, Figures, bench_env, free_port, load, outlive, table, wait_http
 
-from outlive.config import Settings  # noqa: E402
-from outlive.jobs.queues import RUNS_QUEUE, create_queue  # noqa: E402
-from outlive.jobs.run_instances import RUN_TASK, SaqRunInstances  # noqa: E402
+from outlive.config import Settings
+from outlive.jobs.queues import RUNS_QUEUE, create_queue
+from outlive.jobs.run_instances import SaqRunInstances
 
 START = (
     """mutation($input: StartRunInput!) { startRun(input: $input) { created run { id status } } }"""

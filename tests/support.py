@@ -223,3 +223,24 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     assert settings.database_url is not None
     assert settings.redis_url is not None
     return {"DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url, **extra}
+
+
+@contextlib.asynccontextmanager
+async def loopback_server(app: Any) -> AsyncIterator[str]:
+    """Serve an ASGI app on 127.0.0.1:<free port>; yields its base URL."""
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()  # connections wait in the backlog until uvicorn accepts them
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

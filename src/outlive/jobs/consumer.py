@@ -6,7 +6,8 @@
   it valid.
 - A handler that raises is retried after `OUTLIVE_JOB_RETRY_BASE_S`, doubling exactly up to
   `OUTLIVE_JOB_RETRY_MAX_S` (saq's `retry_backoff` adds full jitter, so the delay is set here),
-  until saq's attempt limit; then the handler's `give_up` settles its row as failed.
+  until `OUTLIVE_JOB_MAX_ATTEMPTS` (the consumer's setting, whatever the producer stamped);
+  then the handler's `give_up` settles its row as failed.
 
 Each message opens and closes its own database sessions (inside the handler) and awaits every
 operation: nothing is deferred past the end of the message.
@@ -63,14 +64,16 @@ async def consume(ctx: dict[str, Any], **kwargs: Any) -> None:
             raise ValueError(f"a job carries exactly one str argument `body`, not {sorted(kwargs)}")
         envelope = deps.types.parse(body)
     except (ValidationError, ValueError) as exc:
-        await _reject(deps, body if isinstance(body, str) else json.dumps(kwargs, default=str), exc)
+        raw = body if isinstance(body, str) and set(kwargs) == {"body"} else _dump(kwargs)
+        await _reject(deps, raw, exc)
         return
     handler = deps.handlers[envelope.type]
     try:
         await handler.handle(deps, envelope.payload)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
-        if job.attempts >= job.retries:
+        if job.attempts >= min(job.retries, deps.settings.job_max_attempts):
+            job.retries = job.attempts  # the consumer's limit is the one that holds
             log.error(
                 "job %s %s failed for good after %s attempts: %s",
                 envelope.type,
@@ -92,10 +95,16 @@ async def consume(ctx: dict[str, Any], **kwargs: Any) -> None:
         raise
 
 
+def _dump(kwargs: dict[str, Any]) -> str:
+    return json.dumps(kwargs, default=str)
+
+
 async def _reject(deps: JobDeps, body: str, exc: Exception) -> None:
     kind = None
     try:
         raw = json.loads(body)
+        if isinstance(raw, dict) and isinstance(raw.get("body"), str):
+            raw = json.loads(raw["body"])  # saq arguments around an envelope
         if isinstance(raw, dict) and isinstance(raw.get("type"), str):
             kind = raw["type"][:200]
     except ValueError:

@@ -1,0 +1,92 @@
+"""Fixtures for the jobs queue: a worker with extra (test) envelope types, and the queue."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from saq.job import Job
+from saq.queue import Queue
+
+from outlive.config import Settings
+from outlive.jobs.envelopes import ENVELOPES, EnvelopeTypes, Payload
+from outlive.jobs.handlers import Handler
+from outlive.jobs.producer import SaqJobProducer
+from outlive.jobs.queues import JOBS_QUEUE, create_queue
+from outlive.worker import WorkerHost
+from tests.conftest import make_settings
+from tests.support import Servers
+
+
+@dataclass
+class Spy:
+    """A handler that records what it was called with, and when."""
+
+    fail: bool = False
+    calls: list[tuple[float, Any]] = field(default_factory=list)
+    given_up: list[tuple[Any, str]] = field(default_factory=list)
+
+    async def handle(self, deps: Any, payload: Any) -> None:
+        self.calls.append((time.monotonic(), payload))
+        if self.fail:
+            raise RuntimeError(f"failing on purpose ({len(self.calls)})")
+
+    async def give_up(self, deps: Any, payload: Any, error: str) -> None:
+        self.given_up.append((payload, error))
+
+    def handler(self) -> Handler:
+        return Handler(self.handle, self.give_up)
+
+
+@dataclass
+class JobsWorld:
+    host: WorkerHost
+    queue: Queue
+    settings: Settings
+
+    def producer(self, types: EnvelopeTypes) -> SaqJobProducer:
+        return SaqJobProducer(self.queue, self.settings, types)
+
+    async def finished(self, key: str, timeout: float = 30) -> Job:
+        """Wait (on saq's job-status pub/sub, not a sleep) until the job is terminal."""
+        job = await self.queue.job(key)
+        assert job is not None, f"no job {key}"
+        await job.refresh(until_complete=timeout)
+        return job
+
+
+JobsFactory = Callable[..., Awaitable[JobsWorld]]
+
+
+@pytest.fixture
+async def jobs_world(servers: Servers) -> AsyncIterator[Callable[..., Any]]:
+    hosts: list[WorkerHost] = []
+    queues: list[Queue] = []
+
+    @asynccontextmanager
+    async def start(
+        extra: dict[str, tuple[type[Payload], Handler]] | None = None, **overrides: Any
+    ) -> AsyncIterator[JobsWorld]:
+        settings = make_settings(servers, **overrides)
+        host = WorkerHost(settings, concurrency=2, jobs_concurrency=4)
+        await host.start()
+        hosts.append(host)
+        assert host.job_deps is not None
+        types = ENVELOPES
+        for name, (payload, handler) in (extra or {}).items():
+            types = types.with_type(name, payload)
+            host.job_deps.handlers[name] = handler
+        host.job_deps.types = types
+        queue = create_queue(settings.redis_url or "", JOBS_QUEUE)
+        queues.append(queue)
+        yield JobsWorld(host=host, queue=queue, settings=settings)
+
+    yield start
+    for host in hosts:
+        await host.stop()
+    for queue in queues:
+        await queue.disconnect()

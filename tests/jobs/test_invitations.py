@@ -1,0 +1,126 @@
+"""Invitation emails through a real SMTP server on loopback; the queue down at enqueue time."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from email import message_from_bytes
+from email.message import Message
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from outlive.db.tx import Sessions
+from tests.conftest import make_settings
+from tests.support import Api, NudgeWatch, Servers, TenantHandle
+
+INVITATIONS = "{ invitations { id email status createdAt sentAt lastError } }"
+INVITE = "mutation($e: String!) { inviteMember(email: $e) { id email status } }"
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], Message]] = []
+        self.refuse = 0
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:  # noqa: N802
+        if self.refuse:
+            self.refuse -= 1
+            return "451 try again later"
+        self.messages.append((list(envelope.rcpt_tos), message_from_bytes(envelope.content)))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp() -> Iterator[tuple[Inbox, int]]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    yield inbox, port
+    controller.stop()
+
+
+async def _until_status(api: Api, watch: NudgeWatch, token: str, status: str) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
+        found = (await api.gql(INVITATIONS, token=token))["invitations"]
+        return found[0] if found and found[0]["status"] == status else None
+
+    return await watch.until_true(check, 30, f"an invitation {status}")
+
+
+async def test_an_invitation_email_arrives_with_the_recipient_and_link(
+    api: Api, jobs_world: Any, sessions: Sessions, tenant: TenantHandle, smtp: Any
+) -> None:
+    inbox, port = smtp
+    inbox.refuse = 1  # the first try is refused: retried, then sent
+    async with (
+        jobs_world(
+            smtp_url=f"smtp://127.0.0.1:{port}",
+            job_retry_base_s=0.1,
+            public_url="https://outlive.example",
+        ) as world,
+        NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch,
+    ):
+        invited = await api.gql(INVITE, {"e": "New.Person@Example.com"}, token=tenant.token)
+        assert invited["inviteMember"]["status"] == "PENDING"
+        sent = await _until_status(api, watch, tenant.token, "SENT")
+    assert sent["email"] == "new.person@example.com"
+    assert sent["sentAt"]
+    ((recipients, message),) = inbox.messages
+    assert recipients == ["new.person@example.com"]
+    assert message["To"] == "new.person@example.com"
+    assert tenant.principal.tenant.name in message["Subject"]
+    body = message.get_payload(decode=True).decode()
+    assert "https://outlive.example/#invitation=" in body
+    assert {e["type"] for e in watch.seen} == {"invitation.updated"}
+
+
+async def test_an_unreachable_smtp_server_ends_failed(
+    api: Api, jobs_world: Any, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens here
+    async with (
+        jobs_world(
+            smtp_url=f"smtp://127.0.0.1:{port}", job_retry_base_s=0.05, job_max_attempts=2
+        ) as world,
+        NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch,
+    ):
+        await api.gql(INVITE, {"e": "a@b.example"}, token=tenant.token)
+        failed = await _until_status(api, watch, tenant.token, "FAILED")
+    assert failed["sentAt"] is None
+    assert failed["lastError"]
+
+
+async def test_a_bad_address_is_bad_user_input(api: Api, tenant: TenantHandle) -> None:
+    response = await api.post(INVITE, {"e": "not an address"}, token=tenant.token)
+    assert response.json()["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+    assert (await api.gql(INVITATIONS, token=tenant.token))["invitations"] == []
+
+
+async def test_the_queue_down_at_enqueue_time_is_queue_unavailable_and_recorded(
+    servers: Servers, tenant: TenantHandle
+) -> None:
+    async with Api.running(make_settings(servers)) as api:
+        view = next(
+            r.app
+            for r in api.client._transport.app.router.routes  # type: ignore[attr-defined]
+            if getattr(r, "path", "") == "/graphql"
+        )
+        jobs_queue = view.services.sessions.jobs.queue
+        await jobs_queue.redis.connection_pool.disconnect()
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            jobs_queue.redis.connection_pool.connection_kwargs["port"] = sock.getsockname()[1]
+        response = await api.post(INVITE, {"e": "x@y.example"}, token=tenant.token)
+        (error,) = response.json()["errors"]
+        assert error["extensions"]["code"] == "QUEUE_UNAVAILABLE"
+        (invitation,) = (await api.gql(INVITATIONS, token=tenant.token))["invitations"]
+    assert invitation["status"] == "FAILED"
+    assert invitation["lastError"].startswith("queue unavailable")
