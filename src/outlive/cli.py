@@ -102,6 +102,68 @@ def cmd_schema(_: argparse.Namespace) -> None:
     print(build_schema().as_str())  # noqa: T201
 
 
+# --- cron ------------------------------------------------------------------------------------
+
+
+def cmd_cron_list(_: argparse.Namespace) -> None:
+    from outlive.cron.dispatch import function_name, task_name
+    from outlive.cron.loading import load_table
+
+    table = _load_cron(_settings().cron_table, load_table)
+    for expression, tasks in table.items():
+        names = ", ".join(task_name(t) for t in tasks)
+        print(f"{expression:<16} {function_name(expression):<24} {names}")  # noqa: T201
+
+
+def _load_cron(path: str, load: Callable[[str], Any]) -> Any:
+    try:
+        return load(path)
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None
+
+
+def cmd_cron_run(args: argparse.Namespace) -> None:
+    import json
+
+    from outlive.cron.loading import load_table
+
+    settings = _settings()
+    table = _load_cron(settings.cron_table, load_table)
+    if args.expression not in table:
+        known = ", ".join(repr(e) for e in table)
+        raise CliError(f"no cron expression {args.expression!r} in the table (known: {known})", 2)
+    settings.require_services()
+    report = asyncio.run(_fire(settings, args.expression, table[args.expression]))
+    print(json.dumps(report))  # noqa: T201
+    if report["failed"]:
+        raise CliError(f"{len(report['failed'])} task(s) failed: {report['failed']}", 1)
+
+
+async def _fire(settings: Settings, expression: str, tasks: Any) -> dict[str, Any]:
+    from outlive.cron.deps import CronDeps
+    from outlive.cron.dispatch import run_tick
+    from outlive.db.engine import create_engine, create_sessions
+    from outlive.jobs.producer import SaqJobProducer
+    from outlive.jobs.queues import JOBS_QUEUE, create_queue, create_redis
+    from outlive.realtime.nudges import Publisher, channel_prefix
+
+    database_url, redis_url = settings.require_services()
+    engine = create_engine(database_url, pool_size=2, max_overflow=2)
+    redis = create_redis(redis_url)
+    queue = create_queue(redis_url, JOBS_QUEUE)
+    publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
+    sessions = create_sessions(engine).wired(
+        nudge_sink=publisher.publish, jobs=SaqJobProducer(queue, settings)
+    )
+    try:
+        deps = CronDeps(sessions=sessions, settings=settings, redis=redis)
+        return (await run_tick(deps, expression, tasks)).as_dict()
+    finally:
+        await queue.disconnect()
+        await redis.aclose()
+        await engine.dispose()
+
+
 # --- api / worker / dev ----------------------------------------------------------------------
 
 
@@ -239,6 +301,13 @@ def _parser() -> argparse.ArgumentParser:
     create.set_defaults(func=cmd_token_create)
 
     sub.add_parser("schema", help="print the GraphQL SDL").set_defaults(func=cmd_schema)
+
+    cron = sub.add_parser("cron", help="the cron dispatch table")
+    cron_sub = cron.add_subparsers(dest="cron_command", required=True)
+    cron_sub.add_parser("list", help="print the table").set_defaults(func=cmd_cron_list)
+    fire = cron_sub.add_parser("run", help="fire one expression's tasks now")
+    fire.add_argument("expression")
+    fire.set_defaults(func=cmd_cron_run)
     return parser
 
 

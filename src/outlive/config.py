@@ -50,6 +50,9 @@ class Settings(BaseSettings):
 
     # Cron.
     retention_days: int = Field(30, ge=1)
+    cron_table: str = Field(
+        "outlive.cron.table:CRON", description="module:attribute of the cron dispatch table"
+    )
 
     @field_validator("allowed_origins", mode="before")
     @classmethod

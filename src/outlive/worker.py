@@ -1,4 +1,5 @@
-"""The worker process: saq workers for run workflows and for the jobs queue (with cron).
+"""The worker process: saq workers for run workflows and for the jobs queue (with cron, whose
+ticks run on the jobs queue: every worker schedules them, exactly one runs each tick).
 
 A composition root. `WorkerHost` builds the engine, Redis, queues and workflow dependencies from
 `Settings`, runs the saq workers as tasks, and stops them gracefully. It never installs signal
@@ -25,6 +26,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
+from outlive.cron.deps import CronDeps
+from outlive.cron.dispatch import cron_jobs
+from outlive.cron.loading import load_table
 from outlive.db.engine import create_engine, create_sessions
 from outlive.jobs.consumer import JobDeps, consume
 from outlive.jobs.mailer import create_mailer
@@ -60,7 +64,7 @@ class WorkerHost:
         self._engine = create_engine(
             database_url, pool_size=min(self.concurrency, 20), max_overflow=self.concurrency
         )
-        self._redis = create_redis(redis_url)
+        self._redis = redis = create_redis(redis_url)
         publisher = Publisher(
             self._redis, prefix=channel_prefix(redis_url), enabled=self.settings.realtime
         )
@@ -97,12 +101,16 @@ class WorkerHost:
         jobs_worker: Worker[Any] = Worker(
             jobs_queue,
             functions=[(CONSUME_TASK, consume)],
+            cron_jobs=cron_jobs(load_table(self.settings.cron_table)),
             concurrency=self.jobs_concurrency,
             timers=cast(PartialTimersDict, {"sweep": 10, "schedule": 1, "abort": 1}),
             shutdown_grace_period_s=int(self.settings.shutdown_grace_s),  # short jobs finish
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
         )
         jobs_worker.context["outlive_jobs"] = self.job_deps
+        jobs_worker.context["outlive_cron"] = CronDeps(
+            sessions=sessions, settings=self.settings, redis=redis
+        )
         self.workers += [runs_worker, jobs_worker]
         for worker in self.workers:
             worker.SIGNALS = []  # the embedding process owns the signals

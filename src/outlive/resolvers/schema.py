@@ -18,6 +18,7 @@ from outlive.resolvers import invitations as invitation_fields
 from outlive.resolvers import nudges as nudge_fields
 from outlive.resolvers import runs as run_fields
 from outlive.resolvers import tenants as tenant_fields
+from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
 from outlive.resolvers.errors import ErrorCodes
 from outlive.schema.agents import Agent
@@ -25,6 +26,7 @@ from outlive.schema.invitations import Invitation
 from outlive.schema.nudges import Nudge
 from outlive.schema.runs import Run, RunConnection, StartRunPayload
 from outlive.schema.tenants import Viewer
+from outlive.schema.usage import UsageDay
 from outlive.schema.webhooks import CreateWebhookEndpointPayload, WebhookEndpoint
 
 MAX_DEPTH = 12
@@ -49,6 +51,9 @@ class Query:
         resolver=webhook_fields.webhook_endpoints
     )
     invitations: list[Invitation] = strawberry.field(resolver=invitation_fields.list_invitations)
+    usage: list[UsageDay] = strawberry.field(
+        resolver=usage_fields.usage, description="Runs per UTC day, agent and status."
+    )
 
 
 @strawberry.type

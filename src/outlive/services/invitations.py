@@ -15,7 +15,7 @@ from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import Invitation, InvitationStatus, Tenant
@@ -177,3 +177,21 @@ async def finish(
         return False
     uow.nudge("invitation.updated", invitation_id, tenant_id=tenant)
     return True
+
+
+EXPIRE_AFTER_DAYS = 7
+_EXPIRE = text(
+    """UPDATE invitations SET status = 'EXPIRED', updated_at = now() WHERE id IN (
+         SELECT id FROM invitations WHERE status IN ('PENDING', 'FAILED')
+           AND created_at < now() - make_interval(days => :days)
+         LIMIT :batch FOR UPDATE SKIP LOCKED)
+       RETURNING id, tenant_id"""
+)
+
+
+async def expire_batch(uow: UnitOfWork, *, batch: int = 500) -> int:
+    """PENDING or FAILED invitations older than 7 days become EXPIRED (one batch)."""
+    rows = (await uow.session.execute(_EXPIRE, {"days": EXPIRE_AFTER_DAYS, "batch": batch})).all()
+    for invitation_id, tenant_id in rows:
+        uow.nudge("invitation.updated", invitation_id, tenant_id=tenant_id)
+    return len(rows)

@@ -5,6 +5,7 @@ from outlive.db.models.invitations import Invitation, InvitationStatus
 from outlive.db.models.jobs import RejectedJob
 from outlive.db.models.runs import ACTIVE_STATUSES, Run, RunEvent, RunStatus
 from outlive.db.models.tenants import ApiToken, Tenant, User
+from outlive.db.models.usage import UsageDaily, UsageRollup
 from outlive.db.models.webhooks import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "RunEvent",
     "RunStatus",
     "Tenant",
+    "UsageDaily",
+    "UsageRollup",
     "User",
     "WebhookDelivery",
     "WebhookEndpoint",

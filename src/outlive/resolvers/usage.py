@@ -1,0 +1,18 @@
+"""`usage(days)`: rolled-up days from `usage_daily`, the rest counted live."""
+
+from __future__ import annotations
+
+import strawberry
+
+from outlive.resolvers.context import Context
+from outlive.schema.usage import UsageDay
+from outlive.services import usage as usage_service
+
+Info = strawberry.Info[Context, None]
+
+
+async def usage(info: Info, days: int | None = 30) -> list[UsageDay]:
+    ctx = info.context
+    async with ctx.services.sessions.read() as session:
+        found = await usage_service.usage(session, ctx.tenant_id, days=30 if days is None else days)
+    return [UsageDay.of(u) for u in found]
