@@ -141,7 +141,7 @@ class NudgeWatch:
 
     def __init__(self, redis_url: str, sessions: Sessions, tenant_id: UUID) -> None:
         self._redis = Redis.from_url(redis_url)
-        self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        self._pubsub = self._redis.pubsub()
         self._channel = f"{channel_prefix(redis_url)}{tenant_id}"
         self._sessions = sessions
         self._tenant_id = tenant_id
@@ -149,14 +149,18 @@ class NudgeWatch:
 
     async def __aenter__(self) -> NudgeWatch:
         await self._pubsub.subscribe(self._channel)
-        return self
+        # Wait for Redis to confirm: a publish before that would be lost to this watcher.
+        while True:
+            confirmation = await self._pubsub.get_message(timeout=5)
+            if confirmation is not None and confirmation["type"] == "subscribe":
+                return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self._pubsub.aclose()
         await self._redis.aclose()
 
     async def next_nudge(self, timeout: float) -> dict[str, Any] | None:
-        message = await self._pubsub.get_message(timeout=timeout)
+        message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
         if message is None:
             return None
         nudge: dict[str, Any] = json.loads(message["data"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -103,3 +104,25 @@ def test_schema_prints_the_sdl() -> None:
 def test_an_unknown_command_fails(tmp_path: Any) -> None:
     done = outlive("launch")
     assert done.returncode == 2
+
+
+def test_cron_list_prints_the_table() -> None:
+    from outlive.cron.table import CRON
+
+    done = outlive("cron", "list")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert [line.split("  ")[0].strip() for line in lines] == list(CRON)
+    assert "prune_old_runs, prune_old_deliveries" in lines[0]
+
+
+def test_cron_run_fires_an_expression_now(settings: Settings) -> None:
+    env = {"DATABASE_URL": settings.database_url or "", "REDIS_URL": settings.redis_url or ""}
+    done = outlive("cron", "run", "*/10 * * * *", env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["ran"] == ["expire_invitations"]
+    assert report["failed"] == {}
+    unknown = outlive("cron", "run", "1 2 3 4 5", env=env)
+    assert unknown.returncode == 2
+    assert "no cron expression '1 2 3 4 5'" in _one_line_error(unknown)

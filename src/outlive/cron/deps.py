@@ -16,6 +16,7 @@ class CronDeps:
     sessions: Sessions
     settings: Settings
     redis: Redis
+    tick: int | None = None  # the tick's scheduled time (epoch seconds), when saq fired it
 
 
 # A task returns how many rows it touched (logged), and must be safe to run twice.

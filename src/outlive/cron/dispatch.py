@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from croniter import croniter
@@ -93,7 +93,7 @@ def tick_function(expression: str, tasks: Sequence[CronTask]) -> TickFunction:
         if not await deps.redis.set(lock, "1", nx=True, ex=TICK_LOCK_TTL_S):
             log.info("cron %r tick %s already ran elsewhere", expression, scheduled)
             return TickReport(expression, skipped=True).as_dict()
-        return (await run_tick(deps, expression, tasks)).as_dict()
+        return (await run_tick(replace(deps, tick=scheduled), expression, tasks)).as_dict()
 
     tick.__name__ = tick.__qualname__ = function_name(expression)
     return tick

@@ -6,9 +6,15 @@ always after the commit (the unit of work hands its collected nudges to a sink) 
 design: with `OUTLIVE_REALTIME=0`, or with Redis pub/sub unreachable, it logs and does nothing, and
 every mutation still succeeds.
 
-On the request path the sink is `Publisher.defer`: the publish runs as a tracked background task,
-never awaited by the response; its failure is logged, not lost. In a worker it is
-`Publisher.publish`, awaited after the commit.
+`Publisher.send` is the one function that puts nudges on the wire: it takes `Nudge` models and
+nothing else. Two sinks feed it what a unit of work collected, stamped with the commit time:
+
+- `Publisher.defer`, on the request path: the send runs as a tracked background task, never
+  awaited by the response; a failure is logged, not lost, and `drain()` waits for stragglers at
+  shutdown;
+- `Publisher.publish`, in a worker or a job: awaited after the commit.
+
+A new nudge type is one more member of `NudgeType`; an unknown type never reaches Redis.
 """
 
 from __future__ import annotations
@@ -20,11 +26,24 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol, cast, get_args
 from uuid import UUID
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+NudgeType = Literal[
+    "run.created",
+    "run.updated",
+    "run.event",
+    "invitation.updated",
+    "webhook.delivery.updated",
+]
+NUDGE_TYPES: frozenset[str] = frozenset(get_args(NudgeType))
+
+FAILURE_LOG_EVERY_S = 10.0
 
 
 class PendingNudge(Protocol):
@@ -38,26 +57,30 @@ class PendingNudge(Protocol):
     def id(self) -> UUID | None: ...
 
 
-log = logging.getLogger(__name__)
-
-NudgeType = Literal[
-    "run.created",
-    "run.updated",
-    "run.event",
-    "invitation.updated",
-    "webhook.delivery.updated",
-]
-NUDGE_TYPES: frozenset[str] = frozenset(NudgeType.__args__)  # type: ignore[attr-defined]
-
-
 @dataclass(frozen=True, slots=True)
 class Nudge:
-    type: str
+    """Contract §5: what changed (type and maybe id), for which tenant, and when. Nothing else."""
+
+    type: NudgeType
     tenant_id: UUID
     at: datetime
     id: UUID | None = None
 
-    def to_wire(self) -> dict[str, Any]:
+    def __post_init__(self) -> None:
+        if self.type not in NUDGE_TYPES:
+            raise ValueError(f"unknown nudge type {self.type!r}")
+        if self.at.tzinfo is None:
+            raise ValueError("a nudge's time must carry its offset")
+
+    @classmethod
+    def of(cls, pending: PendingNudge, at: datetime) -> Nudge:
+        """A unit of work's pending nudge, stamped; raises `ValueError` for an unknown type."""
+        if pending.type not in NUDGE_TYPES:
+            raise ValueError(f"unknown nudge type {pending.type!r}")
+        return cls(cast(NudgeType, pending.type), pending.tenant_id, at, pending.id)
+
+    def to_graphql(self) -> dict[str, str | None]:
+        """The GraphQL `Nudge` object, keys and values as clients receive them."""
         return {
             "type": self.type,
             "tenantId": str(self.tenant_id),
@@ -65,14 +88,20 @@ class Nudge:
             "id": None if self.id is None else str(self.id),
         }
 
+    def to_wire(self) -> str:
+        """The Redis message: the GraphQL object itself, so a hub never re-formats a value."""
+        return json.dumps(self.to_graphql(), separators=(",", ":"))
+
     @classmethod
     def from_wire(cls, raw: bytes | str) -> Nudge:
+        """Raises `ValueError` (or `KeyError`/`TypeError`) on anything but a well-formed nudge."""
         data = json.loads(raw)
+        raw_id = data.get("id")
         return cls(
-            type=str(data["type"]),
+            type=data["type"],
             tenant_id=UUID(data["tenantId"]),
             at=datetime.fromisoformat(data["at"]),
-            id=UUID(data["id"]) if data.get("id") else None,
+            id=None if raw_id is None else UUID(raw_id),
         )
 
 
@@ -85,58 +114,80 @@ def channel_prefix(redis_url: str) -> str:
 
 
 class Publisher:
+    """Publishes nudges on `<prefix><tenant id>`; a no-op (that says so) when realtime is off."""
+
     def __init__(self, redis: Redis | None, *, prefix: str, enabled: bool = True) -> None:
         self._redis = redis
         self._prefix = prefix
-        self._enabled = enabled and redis is not None
+        self.enabled = enabled and redis is not None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._last_failure_log = 0.0
+        self._last_failure_log = -FAILURE_LOG_EVERY_S
+        self._unlogged_failures = 0
+        self.sent = 0
         self.failures = 0
-        if not self._enabled:
-            log.info("realtime is off: nudges are not published; clients refresh on fetch")
+        if not self.enabled:
+            log.info("realtime is off (OUTLIVE_REALTIME=0): no nudges; clients refresh on fetch")
 
     def channel(self, tenant_id: UUID) -> str:
         return f"{self._prefix}{tenant_id}"
 
-    async def publish(self, pending: Sequence[PendingNudge]) -> None:
-        """Publish now (awaited): the sink for workers and jobs."""
-        if not self._enabled or not pending or self._redis is None:
+    async def send(self, nudges: Sequence[Nudge]) -> None:
+        """The one way a nudge leaves the process. Never raises for Redis: logs, and the caller's
+        change stands (clients refresh on their next fetch)."""
+        if not self.enabled or not nudges or self._redis is None:
             return
-        at = datetime.now(UTC)
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
-                for p in pending:
-                    if p.type not in NUDGE_TYPES:
-                        raise ValueError(f"unknown nudge type {p.type!r}")
-                    nudge = Nudge(type=p.type, tenant_id=p.tenant_id, at=at, id=p.id)
-                    pipe.publish(self.channel(p.tenant_id), json.dumps(nudge.to_wire()))
+                for nudge in nudges:
+                    pipe.publish(self.channel(nudge.tenant_id), nudge.to_wire())
                 await pipe.execute()
         except (RedisError, OSError) as exc:
-            self._log_failure(exc)
+            self._log_failure(exc, len(nudges))
+        else:
+            self.sent += len(nudges)
+
+    async def publish(self, pending: Sequence[PendingNudge]) -> None:
+        """The awaited sink (workers, jobs, cron): stamp now, send now."""
+        if self.enabled and pending:
+            await self.send(self._stamp(pending))
 
     async def defer(self, pending: Sequence[PendingNudge]) -> None:
-        """Schedule the publish and return at once: the sink for the request path."""
-        if not self._enabled or not pending:
+        """The request-path sink: stamp now, send in a tracked background task, return at once."""
+        if not self.enabled or not pending:
             return
-        task = asyncio.create_task(self.publish(list(pending)))
+        task = asyncio.create_task(self.send(self._stamp(pending)), name="outlive-nudge-publish")
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
+    @staticmethod
+    def _stamp(pending: Sequence[PendingNudge]) -> list[Nudge]:
+        at = datetime.now(UTC)
+        return [p if isinstance(p, Nudge) else Nudge.of(p, at) for p in pending]
+
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("nudge publish failed", exc_info=task.exception())
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("nudge publish failed", exc_info=exc)
 
-    def _log_failure(self, exc: BaseException) -> None:
-        self.failures += 1
+    def _log_failure(self, exc: BaseException, count: int) -> None:
+        self.failures += count
+        self._unlogged_failures += count
         now = time.monotonic()
-        if now - self._last_failure_log > 10:
-            self._last_failure_log = now
+        if now - self._last_failure_log >= FAILURE_LOG_EVERY_S:
             log.warning(
-                "realtime publish failed (%r); mutations go on, clients refresh on fetch", exc
+                "realtime publish failed (%r): %d nudge(s) dropped; the change stands and "
+                "clients refresh on their next fetch",
+                exc,
+                self._unlogged_failures,
             )
+            self._last_failure_log = now
+            self._unlogged_failures = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
 
     async def drain(self) -> None:
-        """Wait for deferred publishes (at shutdown)."""
-        if self._tasks:
+        """Wait for deferred publishes (at shutdown, and in tests)."""
+        while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
