@@ -37,6 +37,7 @@ from outlive.realtime.hub import Hub
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.resolvers.context import Context, Services
 from outlive.resolvers.errors import coded
+from outlive.resolvers.nudges import NudgesTransportWS
 from outlive.resolvers.schema import build_schema
 from outlive.services.tenants import Principal, authenticate
 from outlive.web import graphiql_response, web_routes
@@ -64,9 +65,11 @@ def bearer(value: str | None) -> str | None:
 
 
 class OutliveGraphQL(GraphQL[Context, None]):
-    """Strawberry's ASGI view with our auth: 401 over HTTP, close 4403 on the socket."""
+    """Strawberry's ASGI view with our auth: 401 over HTTP, close 4403 on the socket; the plain
+    `nudges` subscription is sent from shared, pre-encoded frames (`NudgesTransportWS`)."""
 
     services: Services
+    graphql_transport_ws_handler_class = NudgesTransportWS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -182,9 +185,10 @@ def build_app(
             settings=settings,
             hub=hub,
         )
-        app.state.engine, app.state.redis, app.state.hub = engine, redis, hub
+        app.state.engine, app.state.redis = engine, redis
+        app.state.hub, app.state.publisher = hub, publisher
         if hub is not None:
-            await hub.start()
+            await hub.start()  # waits (briefly) for the subscription: no missed first nudges
         if extra_lifespan is not None:
             await extra_lifespan[0]()
         try:
@@ -193,7 +197,7 @@ def build_app(
             if extra_lifespan is not None:
                 await extra_lifespan[1]()
             if hub is not None:
-                await hub.stop()
+                await hub.stop()  # any socket still open is closed with 1012: clients reconnect
             await publisher.drain()
             for q in (queue, jobs_queue):
                 with suppress(Exception):

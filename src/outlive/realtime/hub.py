@@ -1,10 +1,18 @@
 """One Redis subscription per process, fanned out in-process by tenant.
 
 Each API process holds a single pattern subscription on the nudge channels, whatever the number of
-sockets. A subscriber is a small coalescing buffer: a stalled socket holds at most one pending
-nudge per (type, id) — a newer one replaces the older — so memory never grows with a slow client,
-and what it receives when it wakes is still enough to know what to re-query. A lost Redis
-connection is re-established with backoff; clients refetch on reconnect anyway.
+sockets. A message is parsed once into a `Delivery` that every subscriber of its tenant shares
+(and that caches each encoding of it, so a frame is serialized once, not once per socket).
+
+A subscriber is a small coalescing buffer: it holds at most one pending delivery per (type, id) (a
+newer one replaces the older and goes to the back of the line), so a slow socket costs nothing per
+repeated nudge. A stalled one that falls more than `max_pending` distinct nudges behind is closed
+with 1013 (try again later) instead: memory never grows with a stalled client, and the client's
+reconnect refetches everything it shows, which no backlog could do better.
+
+A lost Redis connection is re-established with backoff. When it comes back, every subscriber is
+closed with 1012 (service restart): whatever was published in between was missed, and a client's
+reconnect is what makes it whole. At shutdown, `stop()` closes every subscriber with 1012 too.
 """
 
 from __future__ import annotations
@@ -12,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
+from typing import Any
 from uuid import UUID
 
 from redis.asyncio import Redis
@@ -23,105 +32,238 @@ from outlive.realtime.nudges import Nudge
 
 log = logging.getLogger(__name__)
 
+MAX_PENDING = 256
+IDLE_PING_S = 30.0
+CLOSE_RESTART = 1012  # service restart: reconnect and refetch
+CLOSE_TRY_AGAIN = 1013  # try again later: this socket fell behind
+
+
+class SubscriberClosed(Exception):
+    """The socket should be closed with `code`: the client reconnects and refetches."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+class Delivery:
+    """One received nudge, shared by every subscriber of its tenant."""
+
+    __slots__ = ("_encoded", "key", "nudge")
+
+    def __init__(self, nudge: Nudge) -> None:
+        self.nudge = nudge
+        self.key: tuple[str, UUID | None] = (nudge.type, nudge.id)
+        self._encoded: dict[Any, str] = {}
+
+    def encoded(self, key: Any, encode: Callable[[Nudge], str]) -> str:
+        """`encode(nudge)`, computed once per `key` for all subscribers."""
+        text = self._encoded.get(key)
+        if text is None:
+            text = self._encoded[key] = encode(self.nudge)
+        return text
+
 
 class Subscriber:
-    __slots__ = ("_pending", "_wake", "tenant_id")
+    __slots__ = ("_closed", "_max_pending", "_pending", "_waiter", "tenant_id")
 
-    def __init__(self, tenant_id: UUID) -> None:
+    def __init__(self, tenant_id: UUID, max_pending: int = MAX_PENDING) -> None:
         self.tenant_id = tenant_id
-        self._pending: dict[tuple[str, UUID | None], Nudge] = {}
-        self._wake = asyncio.Event()
-
-    def offer(self, nudge: Nudge) -> None:
-        key = (nudge.type, nudge.id)
-        self._pending.pop(key, None)  # the newest copy goes to the back of the line
-        self._pending[key] = nudge
-        self._wake.set()
+        self._max_pending = max_pending
+        self._pending: dict[tuple[str, UUID | None], Delivery] = {}
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed: SubscriberClosed | None = None
 
     @property
     def backlog(self) -> int:
         return len(self._pending)
 
-    async def next(self) -> Nudge:
-        while not self._pending:
-            self._wake.clear()
-            await self._wake.wait()
-        key = next(iter(self._pending))
-        return self._pending.pop(key)
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    def offer(self, delivery: Delivery) -> None:
+        if self._closed is not None:
+            return
+        pending = self._pending
+        pending.pop(delivery.key, None)  # the newest copy goes to the back of the line
+        pending[delivery.key] = delivery
+        if len(pending) > self._max_pending:
+            self.close(CLOSE_TRY_AGAIN, "too far behind: reconnect and refetch")
+        else:
+            self._wake()
+
+    def close(self, code: int, reason: str) -> None:
+        """Wake the consumer with `SubscriberClosed`; pending nudges are dropped."""
+        if self._closed is None:
+            self._closed = SubscriberClosed(code, reason)
+            self._pending.clear()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def next(self) -> Delivery:
+        """The oldest pending delivery; raises `SubscriberClosed` once closed."""
+        while True:
+            if self._closed is not None:
+                raise self._closed
+            if self._pending:
+                key = next(iter(self._pending))
+                return self._pending.pop(key)
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
 
 class Hub:
-    def __init__(self, redis: Redis, *, prefix: str) -> None:
+    def __init__(self, redis: Redis, *, prefix: str, max_pending: int = MAX_PENDING) -> None:
         self._redis = redis
         self._prefix = prefix
-        self._subscribers: dict[UUID, set[Subscriber]] = {}
+        self._max_pending = max_pending
+        self._groups: dict[UUID, set[Subscriber]] = {}
+        self._count = 0
+        self._watchers: list[asyncio.Future[None]] = []
         self._task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
         self.received = 0
 
-    async def start(self) -> None:
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, *, wait_s: float = 2.0) -> None:
+        """Subscribe in the background; wait up to `wait_s` for it, so that a process that has
+        just started does not miss its first nudges. Never fails: realtime is optional."""
         self._task = asyncio.create_task(self._run(), name="outlive-realtime-hub")
+        try:
+            async with asyncio.timeout(wait_s):
+                await self.ready.wait()
+        except TimeoutError:
+            log.warning("realtime: not subscribed after %.1fs; still trying", wait_s)
 
     async def stop(self) -> None:
+        """Close every subscriber with 1012 (clients reconnect), then unsubscribe."""
+        self.close_all(CLOSE_RESTART, "server shutting down")
         if self._task is not None:
             self._task.cancel()
             with suppress(asyncio.CancelledError):
                 await self._task
+            self._task = None
+
+    def close_all(self, code: int, reason: str) -> int:
+        count = 0
+        for group in self._groups.values():
+            for subscriber in group:
+                subscriber.close(code, reason)
+                count += 1
+        return count
+
+    # --- subscribers -------------------------------------------------------------------------
 
     @property
     def subscriber_count(self) -> int:
-        return sum(len(s) for s in self._subscribers.values())
+        return self._count
+
+    def add(self, tenant_id: UUID) -> Subscriber:
+        """Register now (synchronously: nothing published after this call is missed)."""
+        subscriber = Subscriber(tenant_id, self._max_pending)
+        self._groups.setdefault(tenant_id, set()).add(subscriber)
+        self._count += 1
+        self._changed()
+        return subscriber
+
+    def remove(self, subscriber: Subscriber) -> None:
+        """Idempotent."""
+        group = self._groups.get(subscriber.tenant_id)
+        if group is None or subscriber not in group:
+            return
+        group.discard(subscriber)
+        if not group:
+            del self._groups[subscriber.tenant_id]
+        self._count -= 1
+        self._changed()
 
     @asynccontextmanager
     async def subscribe(self, tenant_id: UUID) -> AsyncIterator[Subscriber]:
-        subscriber = Subscriber(tenant_id)
-        self._subscribers.setdefault(tenant_id, set()).add(subscriber)
+        subscriber = self.add(tenant_id)
         try:
             yield subscriber
         finally:
-            group = self._subscribers.get(tenant_id)
-            if group is not None:
-                group.discard(subscriber)
-                if not group:
-                    del self._subscribers[tenant_id]
+            self.remove(subscriber)
+
+    async def until(self, predicate: Callable[[int], bool]) -> None:
+        """Wait until `predicate(subscriber_count)` holds (for tests and benchmarks)."""
+        loop = asyncio.get_running_loop()
+        while not predicate(self._count):
+            watcher = loop.create_future()
+            self._watchers.append(watcher)
+            await watcher
+
+    def _changed(self) -> None:
+        watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            if not watcher.done():
+                watcher.set_result(None)
+
+    # --- the one Redis subscription ----------------------------------------------------------
 
     def dispatch(self, channel: str, data: bytes | str) -> None:
-        tenant_text = channel[len(self._prefix) :]
+        """Hand one message to its tenant's subscribers (nobody listening: not even parsed)."""
         try:
-            tenant_id = UUID(tenant_text)
-            group = self._subscribers.get(tenant_id)
-            if not group:
-                return
+            tenant_id = UUID(channel[len(self._prefix) :])
+        except ValueError:
+            log.warning("realtime: ignoring a message on %s", channel)
+            return
+        group = self._groups.get(tenant_id)
+        if not group:
+            return
+        try:
             nudge = Nudge.from_wire(data)
-        except (ValueError, KeyError):
-            log.warning("ignoring a malformed nudge on %s", channel)
+        except (ValueError, KeyError, TypeError):
+            log.warning("realtime: ignoring a malformed nudge on %s", channel)
             return
         if nudge.tenant_id != tenant_id:
-            log.warning("ignoring a nudge whose tenant does not match its channel")
+            log.warning("realtime: ignoring a nudge whose tenant does not match its channel")
             return
-        for subscriber in group:
-            subscriber.offer(nudge)
+        delivery = Delivery(nudge)
+        for subscriber in tuple(group):
+            subscriber.offer(delivery)
 
     async def _run(self) -> None:
         delay = 0.5
+        subscribed_before = False
         while True:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.psubscribe(f"{self._prefix}*")
                 self.ready.set()
-                delay = 0.5
-                async for message in pubsub.listen():
-                    if message["type"] == "pmessage":
-                        self.received += 1
-                        channel = message["channel"]
-                        if isinstance(channel, bytes):
-                            channel = channel.decode()
-                        self.dispatch(channel, message["data"])
+                log.info("realtime: subscribed to %s*", self._prefix)
+                if subscribed_before:
+                    closed = self.close_all(CLOSE_RESTART, "realtime restored: refetch")
+                    log.info("realtime: closed %d socket(s) that may have missed nudges", closed)
+                subscribed_before, delay = True, 0.5
+                await self._listen(pubsub)
             except (RedisError, OSError) as exc:
                 self.ready.clear()
-                log.warning("realtime subscription lost (%r); retrying in %.1fs", exc, delay)
+                log.warning("realtime: subscription lost (%r); retrying in ~%.1fs", exc, delay)
             finally:
                 with suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
             await asyncio.sleep(delay * (0.5 + random.random()))  # noqa: S311 (jitter)
             delay = min(delay * 2, 15.0)
+
+    async def _listen(self, pubsub: Any) -> None:
+        while True:
+            message = await pubsub.get_message(timeout=IDLE_PING_S)
+            if message is None:
+                await pubsub.ping()  # an idle link that died raises here, and is re-made
+            elif message["type"] == "pmessage":
+                self.received += 1
+                channel = message["channel"]
+                if isinstance(channel, bytes):
+                    channel = channel.decode()
+                self.dispatch(channel, message["data"])

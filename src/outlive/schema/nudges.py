@@ -9,7 +9,7 @@ import strawberry
 from outlive.realtime.nudges import Nudge as NudgeRecord
 
 
-@strawberry.type
+@strawberry.type(description="Something changed: re-query what shows it. Never row data.")
 class Nudge:
     type: str
     tenant_id: strawberry.ID

@@ -1,0 +1,258 @@
+"""Real clients and servers for the realtime tests: a graphql-transport-ws client on the
+`websockets` library, an `outlive api` child process whose log can be awaited line by line, and an
+in-process uvicorn serving the app with its lifespan (so a test can look at the hub)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from outlive.app import build_app
+from outlive.cli import _uvicorn_config
+from outlive.config import Settings
+from outlive.realtime.hub import Hub
+
+PLAIN = "subscription { nudges { type tenantId at id } }"
+NUDGE_KEYS = {"type", "tenantId", "at", "id"}
+
+
+class Socket:
+    """One graphql-transport-ws connection. Every wait is on a frame or on the close."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(
+        cls,
+        base_url: str,
+        *,
+        token: str | None = None,
+        origin: str | None = None,
+        **options: Any,
+    ) -> AsyncIterator[Socket]:
+        url = base_url.replace("http://", "ws://", 1) + "/graphql"
+        options.setdefault("ping_interval", None)
+        options.setdefault("open_timeout", 10)
+        async with connect(
+            url,
+            subprotocols=["graphql-transport-ws"],  # type: ignore[list-item]
+            origin=origin,  # type: ignore[arg-type]
+            **options,
+        ) as ws:
+            sock = cls(ws)
+            if token is not None:
+                await sock.init(token)
+            yield sock
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps(message))
+
+    async def receive(self, timeout: float = 10) -> dict[str, Any]:
+        async with asyncio.timeout(timeout):
+            message: dict[str, Any] = json.loads(await self.ws.recv())
+        return message
+
+    async def init(self, token: str | None, *, payload: Any = None) -> dict[str, Any]:
+        if payload is None:
+            payload = {"authorization": f"Bearer {token}"} if token is not None else {}
+        await self.send({"type": "connection_init", "payload": payload})
+        return await self.receive()
+
+    async def subscribe(
+        self, query: str = PLAIN, id: str = "1", operation_name: str | None = None
+    ) -> None:
+        """Subscribe, then ping and wait for the pong: the server handles messages in order, so
+        after the pong the subscription is registered and misses nothing published later."""
+        payload: dict[str, Any] = {"query": query}
+        if operation_name is not None:
+            payload["operationName"] = operation_name
+        await self.send({"type": "subscribe", "id": id, "payload": payload})
+        await self.sync()
+
+    async def sync(self) -> None:
+        await self.send({"type": "ping"})
+        while (message := await self.receive())["type"] != "pong":
+            raise AssertionError(f"expected a pong, got {message}")
+
+    async def next_frame(self, timeout: float = 10) -> str:
+        async with asyncio.timeout(timeout):
+            frame = await self.ws.recv()
+        assert isinstance(frame, str)
+        return frame
+
+    async def next_nudge(self, timeout: float = 10, id: str = "1") -> dict[str, Any]:
+        """The next `next` frame's nudge (its data's only value)."""
+        message = json.loads(await self.next_frame(timeout))
+        assert message["type"] == "next", message
+        assert message["id"] == id, message
+        assert set(message["payload"]) == {"data"}, message
+        (nudge,) = message["payload"]["data"].values()
+        result: dict[str, Any] = nudge
+        return result
+
+    async def nudge_where(self, timeout: float = 30, **expected: Any) -> dict[str, Any]:
+        """Read nudges until one matches `expected` (other nudges of the tenant may come first)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                nudge = await self.next_nudge(timeout=timeout)
+                if all(nudge.get(k) == v for k, v in expected.items()):
+                    return nudge
+
+    async def closed(self, timeout: float = 15) -> tuple[int | None, str]:
+        """Wait for the server to close; (code, reason). Frames before the close are dropped."""
+        async with asyncio.timeout(timeout):
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    await self.ws.recv()
+        received = self.ws.close_rcvd
+        return (received.code, received.reason) if received is not None else (None, "")
+
+
+# --- an `outlive api` child process ---------------------------------------------------------------
+
+
+class ApiProcess:
+    """`outlive api --port 0` with its log read line by line; `url` is known once it listens."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._new_line = asyncio.Condition()
+        self._reader = asyncio.create_task(self._read())
+        self.url = ""
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(cls, env: dict[str, str], *args: str) -> AsyncIterator[ApiProcess]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "outlive.cli",
+            "api",
+            "--port",
+            "0",
+            *args,
+            env={**os.environ, **env},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        api = cls(process)
+        try:
+            found = await api.saw(r"Uvicorn running on (http://\S+)", timeout=60)
+            api.url = found.group(1)
+            yield api
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            await api._reader
+
+    async def _read(self) -> None:
+        assert self.process.stdout is not None
+        async for raw in self.process.stdout:
+            async with self._new_line:
+                self.lines.append(raw.decode(errors="replace").rstrip())
+                self._new_line.notify_all()
+        async with self._new_line:
+            self._new_line.notify_all()
+
+    async def saw(self, pattern: str, timeout: float = 30, since: int = 0) -> re.Match[str]:
+        """Wait for a log line (from line `since` on) that matches `pattern`."""
+        regex = re.compile(pattern)
+        checked = since
+        async with asyncio.timeout(timeout), self._new_line:
+            while True:
+                for line in self.lines[checked:]:
+                    if found := regex.search(line):
+                        return found
+                checked = len(self.lines)
+                if self._reader.done():
+                    raise AssertionError(f"exited without logging {pattern!r}:\n{self.log}")
+                await self._new_line.wait()
+
+    @property
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def rss_kib(self) -> int:
+        with open(f"/proc/{self.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    async def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, then the exit status."""
+        self.process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(timeout):
+            return await self.process.wait()
+
+
+# --- the app on an in-process uvicorn -------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    url: str
+    app: Starlette
+    server: uvicorn.Server
+
+    @property
+    def hub(self) -> Hub:
+        hub: Hub | None = self.app.state.hub
+        assert hub is not None, "realtime is off"
+        return hub
+
+    async def subscribers(self, count: int, timeout: float = 10) -> None:
+        async with asyncio.timeout(timeout):
+            await self.hub.until(lambda n: n == count)
+
+
+@contextlib.asynccontextmanager
+async def serve(settings: Settings, **uvicorn_options: Any) -> AsyncIterator[Served]:
+    """The API on 127.0.0.1 in this event loop, with the production uvicorn options (overridable)
+    and its lifespan. Connections wait in the backlog until it accepts them: no polling."""
+    started = asyncio.Event()
+
+    async def on_start() -> None:
+        started.set()
+
+    async def on_stop() -> None:
+        pass
+
+    app = build_app(settings, serve_web=False, extra_lifespan=(on_start, on_stop))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    port = sock.getsockname()[1]
+    options = {"log_level": "warning", "lifespan": "on", **uvicorn_options}
+    server = uvicorn.Server(_uvicorn_config(app, "127.0.0.1", port, **options))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(30):
+            await started.wait()
+        yield Served(url=f"http://127.0.0.1:{port}", app=app, server=server)
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
