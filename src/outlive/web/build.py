@@ -2,8 +2,10 @@
 
 `ensure_built()` runs `npm ci` when `web/node_modules` is missing or `package-lock.json` changed
 since the last install, then `npm run build` when the build is missing or older than its sources.
-It prints one line saying what it does. Without Node.js (>= 20) it fails with a one-line error,
-unless an older build is there to serve (then it says so and serves that). In an installed package
+It prints one line saying what it does. Without Node.js (>= 20) it says so in one line and
+carries on: an older build is served if there is one, else the API and GraphQL run without the app
+(a bare machine with only Python and uv still gets `outlive dev`). A build that fails is a one-line
+error. In an installed package
 without the `web/` sources it does nothing: the wheel carries its build.
 """
 
@@ -141,7 +143,10 @@ def ensure_built(web_dir: Path = WEB_DIR, dist: Path = DIST) -> None:
         if all((dist / name).is_file() for name in PAGES):
             _say(f"web app: cannot rebuild ({problem}); serving the older build")
             return
-        _exit(f"the web app is not built and cannot be: {problem}")
+        _say(
+            f"web app: not built and cannot be ({problem}); the API and GraphQL run without it"
+        )
+        return
     doing = " and ".join(
         step
         for step, wanted in (("npm ci", steps.install), ("npm run build", steps.build))
