@@ -24,7 +24,9 @@ from websockets.exceptions import ConnectionClosed
 from outlive.app import build_app
 from outlive.cli import _uvicorn_config
 from outlive.config import Settings
+from outlive.jobs.queues import create_redis
 from outlive.realtime.hub import Hub
+from outlive.realtime.nudges import Publisher, channel_prefix
 
 PLAIN = "subscription { nudges { type tenantId at id } }"
 NUDGE_KEYS = {"type", "tenantId", "at", "id"}
@@ -120,7 +122,7 @@ class Socket:
             with contextlib.suppress(ConnectionClosed):
                 while True:
                     await self.ws.recv()
-        received = self.ws.close_rcvd
+        received = self.ws.protocol.close_rcvd
         return (received.code, received.reason) if received is not None else (None, "")
 
 
@@ -256,3 +258,14 @@ async def serve(settings: Settings, **uvicorn_options: Any) -> AsyncIterator[Ser
         server.should_exit = True
         await task
         sock.close()
+
+
+@contextlib.asynccontextmanager
+async def publisher(settings: Settings) -> AsyncIterator[Publisher]:
+    """A publisher of the test's own, as a worker has one (awaited `send`)."""
+    assert settings.redis_url is not None
+    redis = create_redis(settings.redis_url)
+    try:
+        yield Publisher(redis, prefix=channel_prefix(settings.redis_url))
+    finally:
+        await redis.aclose()

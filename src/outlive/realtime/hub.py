@@ -83,16 +83,19 @@ class Subscriber:
     def closed(self) -> bool:
         return self._closed is not None
 
-    def offer(self, delivery: Delivery) -> None:
+    def offer(self, delivery: Delivery) -> bool:
+        """Queue `delivery` (replacing a pending copy of the same type and id); False when this
+        subscriber is closed, now that it is too far behind, or before."""
         if self._closed is not None:
-            return
+            return False
         pending = self._pending
         pending.pop(delivery.key, None)  # the newest copy goes to the back of the line
         pending[delivery.key] = delivery
         if len(pending) > self._max_pending:
             self.close(CLOSE_TRY_AGAIN, "too far behind: reconnect and refetch")
-        else:
-            self._wake()
+            return False
+        self._wake()
+        return True
 
     def close(self, code: int, reason: str) -> None:
         """Wake the consumer with `SubscriberClosed`; pending nudges are dropped."""
@@ -155,12 +158,12 @@ class Hub:
             self._task = None
 
     def close_all(self, code: int, reason: str) -> int:
-        count = 0
-        for group in self._groups.values():
-            for subscriber in group:
-                subscriber.close(code, reason)
-                count += 1
-        return count
+        """Close and unregister every subscriber; their sockets are closed with `code`."""
+        subscribers = [s for group in self._groups.values() for s in group]
+        for subscriber in subscribers:
+            subscriber.close(code, reason)
+            self.remove(subscriber)
+        return len(subscribers)
 
     # --- subscribers -------------------------------------------------------------------------
 
@@ -230,8 +233,12 @@ class Hub:
             log.warning("realtime: ignoring a nudge whose tenant does not match its channel")
             return
         delivery = Delivery(nudge)
-        for subscriber in tuple(group):
-            subscriber.offer(delivery)
+        overflowed = []
+        for subscriber in group:
+            if not subscriber.offer(delivery):
+                overflowed.append(subscriber)
+        for subscriber in overflowed:  # its socket may be stalled in a send: leave the hub now
+            self.remove(subscriber)
 
     async def _run(self) -> None:
         delay = 0.5

@@ -63,12 +63,12 @@ async def nudges(info: Info) -> AsyncGenerator[Nudge, None]:
     if hub is None:  # realtime off: the socket stays quiet and clients refresh on fetch
         await asyncio.Future()
         return
-    async with hub.subscribe(tenant_id) as subscriber:
-        try:
+    try:
+        async with hub.subscribe(tenant_id) as subscriber:
             while True:
                 yield Nudge.of((await subscriber.next()).nudge)
-        except SubscriberClosed as closed:
-            await _close(info.context.request, closed)
+    except SubscriberClosed as closed:  # unsubscribed first: a stalled peer may never read this
+        await _close(info.context.request, closed)
     await asyncio.Future()  # the socket is closing; its handler cancels this operation
 
 
@@ -203,6 +203,7 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Context, None]):
                 body = delivery.encoded(selection, selection.encode)
                 await websocket.ws.send_text(head + body + "}}}")
         except SubscriberClosed as closed:
+            hub.remove(subscriber)  # first: a stalled peer may never read the close
             await _close(websocket.ws, closed)
         except (WebSocketDisconnect, WebSocketDisconnected, RuntimeError, OSError):
             pass  # the peer is gone; the handler's own loop sees it and cleans up

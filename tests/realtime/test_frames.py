@@ -1,0 +1,139 @@
+"""The shared-frame path sends just what strawberry would, and encodes a nudge once per tenant."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from outlive.config import Settings
+from outlive.realtime.nudges import Nudge
+from outlive.resolvers.nudges import PlainSelection, plain_selection
+from tests.realtime.clients import Served, Socket, publisher
+from tests.support import TenantHandle
+
+# (plain document, operationName, the same selection strawberry must execute itself)
+SELECTIONS = [
+    (
+        "subscription { nudges { type tenantId at id } }",
+        None,
+        "subscription { nudges { type @include(if: true) tenantId at id } }",
+    ),
+    (
+        "subscription Nudges { nudges { id at type } }",
+        "Nudges",
+        "subscription Nudges { nudges { id @skip(if: false) at type } }",
+    ),
+    (
+        "subscription { n: nudges { __typename kind: type id } }",
+        None,
+        "subscription { n: nudges { __typename kind: type @include(if: true) id } }",
+    ),
+    (
+        "subscription{nudges{at}}",
+        None,
+        "subscription { ...F } fragment F on Subscription { nudges { at } }",
+    ),
+]
+
+
+@pytest.mark.parametrize(("plain", "name", "executed"), SELECTIONS)
+async def test_a_shared_frame_is_byte_for_byte_what_strawberry_sends(
+    served: Served,
+    settings: Settings,
+    tenant: TenantHandle,
+    plain: str,
+    name: str | None,
+    executed: str,
+) -> None:
+    assert plain_selection(plain, name) is not None
+    assert plain_selection(executed, name) is None
+    nudges = [
+        Nudge("run.updated", tenant.id, datetime.now(UTC), uuid.uuid4()),
+        Nudge("invitation.updated", tenant.id, datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), None),
+    ]
+    async with (
+        Socket.open(served.url, token=tenant.token) as shared,
+        Socket.open(served.url, token=tenant.token) as strawberry,
+        publisher(settings) as pub,
+    ):
+        await shared.subscribe(plain, id="op-7", operation_name=name)
+        await strawberry.subscribe(executed, id="op-7", operation_name=name)
+        await served.subscribers(2)
+        await pub.send(nudges)
+        for _ in nudges:
+            assert await shared.next_frame() == await strawberry.next_frame()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "subscription { nudges { type } nudges { id } }",  # two root fields: strawberry refuses
+        "subscription { nudges { type type } }",  # merged by GraphQL: strawberry's business
+        "subscription { nudges { type(x: 1) } }",
+        "subscription($v: Boolean!) { nudges { type } }",
+        "query { viewer { user { id } } }",
+        "subscription { nudges { nope } }",
+        "subscription { nudges }",
+        "subscription A { nudges { type } } subscription B { nudges { id } }",
+        "not graphql",
+    ],
+)
+def test_anything_but_a_plain_selection_is_left_to_strawberry(query: str) -> None:
+    assert plain_selection(query, None) is None
+
+
+def test_an_operation_name_must_match() -> None:
+    assert plain_selection("subscription A { nudges { type } }", "A") is not None
+    assert plain_selection("subscription A { nudges { type } }", "B") is None
+    assert plain_selection("subscription { nudges { type } }", "A") is None
+
+
+async def test_errors_still_come_from_strawberry(served: Served, tenant: TenantHandle) -> None:
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        await sock.send(
+            {
+                "type": "subscribe",
+                "id": "1",
+                "payload": {"query": "subscription { nudges { nope } }"},
+            }
+        )
+        error = await sock.receive()
+    assert error["type"] == "error"
+    assert "nope" in error["payload"][0]["message"]
+
+
+async def test_a_nudge_is_encoded_once_for_all_the_sockets_of_its_tenant(
+    served: Served,
+    settings: Settings,
+    tenant: TenantHandle,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    encoded: list[Nudge] = []
+    original: Callable[[PlainSelection, Nudge], str] = PlainSelection.encode
+
+    def counting(self: PlainSelection, nudge: Nudge) -> str:
+        encoded.append(nudge)
+        return original(self, nudge)
+
+    monkeypatch.setattr(PlainSelection, "encode", counting)
+    nudge = Nudge("run.created", tenant.id, datetime.now(UTC), uuid.uuid4())
+    sockets: list[Any] = []
+    async with publisher(settings) as pub:
+        opened = [Socket.open(served.url, token=tenant.token) for _ in range(5)]
+        for manager in opened:
+            sock = await manager.__aenter__()
+            sockets.append((manager, sock))
+            await sock.subscribe()
+        try:
+            await served.subscribers(5)
+            await pub.send([nudge])
+            frames = {await sock.next_frame() for _, sock in sockets}
+        finally:
+            for manager, _ in sockets:
+                await manager.__aexit__(None, None, None)
+    assert len(frames) == 1
+    assert encoded == [nudge]
