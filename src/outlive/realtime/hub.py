@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -36,6 +38,11 @@ MAX_PENDING = 256
 IDLE_PING_S = 30.0
 CLOSE_RESTART = 1012  # service restart: reconnect and refetch
 CLOSE_TRY_AGAIN = 1013  # try again later: this socket fell behind
+
+
+def hub_client_name() -> str:
+    """The name of a hub's Redis connection (`CLIENT LIST`): one per API process."""
+    return f"outlive-hub-{socket.gethostname()}-{os.getpid()}"
 
 
 class SubscriberClosed(Exception):
