@@ -167,44 +167,48 @@ async def _fire(settings: Settings, expression: str, tasks: Any) -> dict[str, An
 # --- api / worker / dev ----------------------------------------------------------------------
 
 
-def _uvicorn_config(app: Any, host: str, port: int, **extra: Any) -> Any:
+def _uvicorn_config(app: Any, host: str, port: int, **overrides: Any) -> Any:
     import uvicorn
 
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        ws_per_message_deflate=False,  # tiny frames: deflate would double per-socket memory
-        ws_ping_interval=20,
-        ws_ping_timeout=20,
-        timeout_graceful_shutdown=10,
-        log_level="info",
-        access_log=False,
-        **extra,
-    )
+    options: dict[str, Any] = {
+        "ws_per_message_deflate": False,  # tiny frames: deflate would double per-socket memory
+        "ws_ping_interval": 20,  # uvicorn's own pings: a dead peer is dropped within 40 s
+        "ws_ping_timeout": 20,
+        "timeout_graceful_shutdown": 10,
+        "log_level": "info",
+        "access_log": False,
+    }
+    return uvicorn.Config(app, host=host, port=port, **(options | overrides))
 
 
 def cmd_api(args: argparse.Namespace) -> None:
     import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     _settings().require_services()
+
+    def stopped(signum: int, _: Any) -> None:
+        raise SystemExit(0)
+
+    # uvicorn shuts down gracefully on SIGTERM (open sockets get 1012), then re-raises the signal
+    # to the handler it found: with this one, that graceful stop exits 0 (contract §1), not -15.
+    signal.signal(signal.SIGTERM, stopped)
     if args.workers > 1:
-        uvicorn.run(
+        config = _uvicorn_config(
             "outlive.app:app_from_environment",
+            args.host,
+            args.port,
             factory=True,
             workers=args.workers,
-            host=args.host,
-            port=args.port,
-            ws_per_message_deflate=False,
-            ws_ping_interval=20,
-            ws_ping_timeout=20,
-            timeout_graceful_shutdown=10,
-            access_log=False,
         )
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
         return
     from outlive.app import app_from_environment
 
-    uvicorn.Server(_uvicorn_config(app_from_environment(), args.host, args.port)).run()
+    server = uvicorn.Server(_uvicorn_config(app_from_environment(), args.host, args.port))
+    server.run()
+    if not server.started:
+        raise CliError("the API did not start (see the log above)", 1)
 
 
 def _run_with_signals(main: Callable[[asyncio.Event], Any]) -> None:
