@@ -69,14 +69,20 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def outlive(*args: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    log = open(os.devnull, "wb")  # noqa: SIM115
-    process = subprocess.Popen(
-        [sys.executable, "-m", "outlive.cli", *args],
-        env={**os.environ, **env},
-        stdout=log,
-        stderr=log,
-    )
+def outlive(
+    *args: str, env: dict[str, str], log: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    with spawn([sys.executable, "-m", "outlive.cli", *args], env=env, log=log) as process:
+        yield process
+
+
+@contextlib.contextmanager
+def spawn(
+    argv: Sequence[str], *, env: dict[str, str], log: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process (its output to `log`, or dropped), stopped with SIGTERM on the way out."""
+    out = open(log if log is not None else os.devnull, "wb")  # noqa: SIM115
+    process = subprocess.Popen(list(argv), env={**os.environ, **env}, stdout=out, stderr=out)
     try:
         yield process
     finally:
@@ -85,7 +91,8 @@ def outlive(*args: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
-        log.close()
+            process.wait()
+        out.close()
 
 
 async def wait_http(url: str, timeout: float = 30) -> None:
