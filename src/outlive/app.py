@@ -108,8 +108,7 @@ class OutliveGraphQL(GraphQL[Context, None]):
         )
 
     async def _authenticate(self, token: str) -> Principal | None:
-        async with self.services.sessions.read() as session:
-            return await authenticate(session, token)
+        return await authenticate(self.services.sessions, token)
 
     async def process_result(
         self, request: Request, result: ExecutionResult
@@ -179,10 +178,12 @@ def build_app(
             create_redis(redis_url, client_name=hub_client_name()) if settings.realtime else None
         )
         hub = Hub(hub_redis, prefix=channel_prefix(redis_url)) if hub_redis is not None else None
+        sessions = create_sessions(engine).wired(
+            nudge_sink=publisher.defer, jobs=SaqJobProducer(jobs_queue, settings)
+        )
+        await sessions.open_raw(database_url)
         view.services = Services(
-            sessions=create_sessions(engine).wired(
-                nudge_sink=publisher.defer, jobs=SaqJobProducer(jobs_queue, settings)
-            ),
+            sessions=sessions,
             agents=AgentRegistry.from_entry_points(),
             instances=SaqRunInstances(queue, settings),
             settings=settings,
@@ -208,6 +209,7 @@ def build_app(
             await redis.aclose()
             if hub_redis is not None:
                 await hub_redis.aclose()
+            await sessions.close_raw()
             await engine.dispose()
 
     async def readyz(request: Request) -> Response:

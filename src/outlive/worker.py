@@ -30,6 +30,7 @@ from outlive.cron.deps import CronDeps
 from outlive.cron.dispatch import cron_jobs
 from outlive.cron.loading import load_table
 from outlive.db.engine import create_engine, create_sessions
+from outlive.db.tx import Sessions
 from outlive.jobs.consumer import JobDeps, consume
 from outlive.jobs.mailer import create_mailer
 from outlive.jobs.producer import CONSUME_TASK, SaqJobProducer
@@ -57,6 +58,7 @@ class WorkerHost:
         self._queues: list[Queue] = []
         self._http: httpx.AsyncClient | None = None
         self.deps: WorkflowDeps | None = None
+        self._sessions: Sessions | None = None
         self.job_deps: JobDeps | None = None
 
     async def start(self) -> None:
@@ -75,6 +77,8 @@ class WorkerHost:
         sessions = create_sessions(self._engine).wired(
             nudge_sink=publisher.publish, jobs=SaqJobProducer(jobs_queue, self.settings)
         )
+        await sessions.open_raw(database_url, max_size=min(self.concurrency, 20))
+        self._sessions = sessions
         self.deps = WorkflowDeps(
             sessions=sessions,
             agents=AgentRegistry.from_entry_points(),
@@ -130,6 +134,8 @@ class WorkerHost:
             await self._http.aclose()
         if self._redis is not None:
             await self._redis.aclose()
+        if self._sessions is not None:
+            await self._sessions.close_raw()
         if self._engine is not None:
             await self._engine.dispose()
 

@@ -5,7 +5,9 @@ normally commits, closes the session (the connection goes back to the pool), and
 what was collected: `after_commit` callbacks in order (starting run instances), the jobs queued
 with `enqueue` (validated when queued, sent after the commit), then the nudges, handed to the sink
 in one call. Leaving with an exception rolls back and drops all of it, so a job or a nudge can
-never announce a row that does not exist. Nothing else in the code base calls `commit()`.
+never announce a row that does not exist. Nothing else in the code base calls `commit()`. What
+runs after the commit is shielded: a caller cancelled meanwhile (a worker stopping mid-step) still
+sends what its commit promised, then sees the cancellation.
 
 When the jobs queue cannot be reached after the commit, each job's `on_unavailable` records that
 on its row in a follow-up unit, and `QueueUnavailable` propagates to the caller: the row says what
@@ -17,6 +19,7 @@ in the background (never awaited on the response path); in a worker it is awaite
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -24,8 +27,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from outlive.db.raw import Statement, create_pool
 from outlive.errors import QueueUnavailable
 
 log = logging.getLogger(__name__)
@@ -61,13 +66,36 @@ async def drop_nudges(_: Sequence[PendingNudge]) -> None:
 
 
 class UnitOfWork:
-    def __init__(self, session: AsyncSession, tenant_id: UUID | None, sessions: Sessions) -> None:
-        self.session = session
+    def __init__(
+        self,
+        session: AsyncSession | None,
+        tenant_id: UUID | None,
+        sessions: Sessions,
+        raw: asyncpg.Connection | None = None,
+    ) -> None:
+        self._session = session
+        self._raw = raw
         self.tenant_id = tenant_id
         self.sessions = sessions
         self._after: list[AfterCommit] = []
         self._jobs: list[tuple[Any, OnUnavailable | None]] = []
         self._nudges: list[PendingNudge] = []
+
+    @property
+    def session(self) -> AsyncSession:
+        if self._session is None:
+            raise RuntimeError("a single-statement unit has no session: use fetchrow()")
+        return self._session
+
+    async def fetchrow(self, statement: Statement, **params: Any) -> Mapping[Any, Any] | None:
+        """Run one prepared statement: on asyncpg directly in a single-statement unit, through
+        the session (inside its transaction) otherwise."""
+        if self._raw is not None:
+            row: Mapping[Any, Any] | None = await self._raw.fetchrow(
+                statement.sql, *statement.args(params)
+            )
+            return row
+        return (await self.session.execute(statement.clause, params)).mappings().first()
 
     def require_tenant(self) -> UUID:
         if self.tenant_id is None:
@@ -94,6 +122,18 @@ class UnitOfWork:
         if tenant is None:
             raise RuntimeError(f"nudge {type!r} has no tenant: set the unit's tenant first")
         self._nudges.append(PendingNudge(type=type, tenant_id=tenant, id=id))
+
+    async def _after_commit_shielded(self) -> None:
+        """What the commit promised goes out even when the caller is cancelled meanwhile (a worker
+        stopping mid-step): the work finishes, then the cancellation propagates."""
+        if not (self._after or self._jobs or self._nudges):
+            return
+        work = asyncio.ensure_future(self._run_after_commit())
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            await work
+            raise
 
     async def _run_after_commit(self) -> None:
         failure: BaseException | None = None
@@ -148,32 +188,57 @@ class Sessions:
         self.autocommit_maker = autocommit_maker or maker
         self.nudge_sink = nudge_sink
         self.jobs = jobs
+        self.raw: asyncpg.Pool | None = None  # set by `open_raw`; None: everything via SQLAlchemy
+
+    async def open_raw(self, database_url: str, *, max_size: int = 20) -> None:
+        self.raw = await create_pool(database_url, max_size=max_size)
+
+    async def close_raw(self) -> None:
+        if self.raw is not None:
+            await self.raw.close()
 
     def wired(
         self, *, nudge_sink: NudgeSink | None = None, jobs: JobProducer | None = None
     ) -> Sessions:
         """The same sessions with a nudge sink and a jobs queue (set by a composition root)."""
-        return Sessions(
+        wired = Sessions(
             self.maker,
             nudge_sink or self.nudge_sink,
             autocommit_maker=self.autocommit_maker,
             jobs=jobs or self.jobs,
         )
+        wired.raw = self.raw
+        return wired
+
+    async def fetchrow(self, statement: Statement, **params: Any) -> Mapping[Any, Any] | None:
+        """One read statement, outside any unit of work."""
+        if self.raw is not None:
+            row: Mapping[Any, Any] | None = await self.raw.fetchrow(
+                statement.sql, *statement.args(params)
+            )
+            return row
+        async with self.autocommit_maker() as session:
+            return (await session.execute(statement.clause, params)).mappings().first()
 
     @asynccontextmanager
     async def unit(
         self, tenant_id: UUID | None = None, *, single_statement: bool = False
     ) -> AsyncIterator[UnitOfWork]:
-        maker = self.autocommit_maker if single_statement else self.maker
-        async with maker() as session:
-            uow = UnitOfWork(session, tenant_id, self)
-            try:
-                yield uow
-            except BaseException:
-                await session.rollback()
-                raise
-            await session.commit()
-        await uow._run_after_commit()
+        if single_statement and self.raw is not None:
+            async with self.raw.acquire() as connection:
+                uow = UnitOfWork(None, tenant_id, self, raw=connection)
+                yield uow  # each statement committed itself; an exception drops the side effects
+        else:
+            maker = self.autocommit_maker if single_statement else self.maker
+            async with maker() as session:
+                uow = UnitOfWork(session, tenant_id, self)
+                try:
+                    yield uow
+                except BaseException:
+                    await session.rollback()
+                    raise
+                await session.commit()
+        await uow._after_commit_shielded()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:

@@ -29,8 +29,7 @@ async def _reconciled(ctx: Context, runs: list[RunRecord]) -> list[RunRecord]:
 async def run(info: Info, id: strawberry.ID) -> Run | None:
     ctx = info.context
     run_id = runs_service.parse_run_id(id)
-    async with ctx.services.sessions.read() as session:
-        record = await runs_service.get_run(session, ctx.tenant_id, run_id)
+    record = await runs_service.read_run(ctx.services.sessions, ctx.tenant_id, run_id)
     if record is None:
         return None
     (record,) = await _reconciled(ctx, [record])

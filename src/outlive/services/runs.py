@@ -22,10 +22,10 @@ from uuid import UUID
 
 from sqlalchemy import ColumnElement, Select, literal, literal_column, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql.selectable import TextualSelect
 
 from outlive.db.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
-from outlive.db.tx import UnitOfWork
+from outlive.db.raw import Statement, prepare
+from outlive.db.tx import Sessions, UnitOfWork
 from outlive.errors import BadUserInput, NotFound, QueueUnavailable
 from outlive.ids import RunId, TenantId
 from outlive.services import webhooks
@@ -82,8 +82,7 @@ class RunPage:
     has_next_page: bool
 
 
-def to_record(row: Any) -> RunRecord:
-    m = row._mapping
+def to_record(m: Mapping[Any, Any]) -> RunRecord:
     return RunRecord(
         id=RunId(m["id"]),
         tenant_id=TenantId(m["tenant_id"]),
@@ -121,7 +120,7 @@ async def start_run(
 ) -> StartedRun:
     """Insert the run, or hand back the active one; the instance starts only after commit."""
     tenant_id = TenantId(uow.require_tenant())
-    run, created = await _insert_or_get_active(uow.session, tenant_id, agent, params)
+    run, created = await _insert_or_get_active(uow, tenant_id, agent, params)
     if created:
         uow.nudge("run.created", run.id)
 
@@ -133,28 +132,33 @@ async def start_run(
 
 
 # SQL below is assembled from this module's constants only; every value is a bound parameter.
-_INSERT = text(
-    "INSERT INTO runs (tenant_id, agent, input) VALUES (:tenant_id, :agent, CAST(:input AS jsonb))"
-    f" ON CONFLICT (tenant_id, agent) WHERE {ACTIVE_SQL} DO NOTHING RETURNING *"
-).columns(*_RUN_COLUMNS)
-_ACTIVE_RUN = text(
-    f"SELECT * FROM runs WHERE tenant_id = :tenant_id AND agent = :agent AND {ACTIVE_SQL}"
-).columns(*_RUN_COLUMNS)
-_GET_RUN = text("SELECT * FROM runs WHERE id = :run_id AND tenant_id = :tenant_id").columns(
-    *_RUN_COLUMNS
+_INSERT = prepare(
+    text(
+        "INSERT INTO runs (tenant_id, agent, input)"
+        " VALUES (:tenant_id, :agent, CAST(:input AS jsonb))"
+        f" ON CONFLICT (tenant_id, agent) WHERE {ACTIVE_SQL} DO NOTHING RETURNING *"
+    ).columns(*_RUN_COLUMNS)
+)
+_ACTIVE_RUN = prepare(
+    text(
+        f"SELECT * FROM runs WHERE tenant_id = :tenant_id AND agent = :agent AND {ACTIVE_SQL}"
+    ).columns(*_RUN_COLUMNS)
+)
+_GET_RUN = prepare(
+    text("SELECT * FROM runs WHERE id = :run_id AND tenant_id = :tenant_id").columns(*_RUN_COLUMNS)
 )
 
 
 async def _insert_or_get_active(
-    session: AsyncSession, tenant_id: TenantId, agent: str, params: Mapping[str, Any]
+    uow: UnitOfWork, tenant_id: TenantId, agent: str, params: Mapping[str, Any]
 ) -> tuple[RunRecord, bool]:
     values = {"tenant_id": tenant_id, "agent": agent, "input": json.dumps(dict(params))}
     # The conflicting run can settle between the two statements; then the insert wins next time.
     for _ in range(10):
-        row = (await session.execute(_INSERT, values)).first()
+        row = await uow.fetchrow(_INSERT, **values)
         if row is not None:
             return to_record(row), True
-        row = (await session.execute(_ACTIVE_RUN, values)).first()
+        row = await uow.fetchrow(_ACTIVE_RUN, tenant_id=tenant_id, agent=agent)
         if row is not None:
             return to_record(row), False
     raise RuntimeError(f"could not insert or find the active {agent!r} run")
@@ -178,8 +182,18 @@ async def _start_instance(uow: UnitOfWork, instances: RunInstances, run: RunReco
 # --- reading --------------------------------------------------------------------------------
 
 
+async def read_run(sessions: Sessions, tenant_id: TenantId, run_id: RunId) -> RunRecord | None:
+    """`get_run` as one statement on its own (the hot path: no session)."""
+    row = await sessions.fetchrow(_GET_RUN, run_id=run_id, tenant_id=tenant_id)
+    return to_record(row) if row is not None else None
+
+
 async def get_run(session: AsyncSession, tenant_id: TenantId, run_id: RunId) -> RunRecord | None:
-    row = (await session.execute(_GET_RUN, {"run_id": run_id, "tenant_id": tenant_id})).first()
+    row = (
+        (await session.execute(_GET_RUN.clause, {"run_id": run_id, "tenant_id": tenant_id}))
+        .mappings()
+        .first()
+    )
     return to_record(row) if row is not None else None
 
 
@@ -218,7 +232,7 @@ async def list_runs(
     if agent is not None:
         stmt = stmt.where(Run.agent == agent)
     stmt = stmt.order_by(Run.created_at.desc(), Run.id.desc()).limit(first + 1)
-    runs = [to_record(row) for row in (await session.execute(stmt)).all()]
+    runs = [to_record(row) for row in (await session.execute(stmt)).mappings().all()]
     page = runs[:first]
     return RunPage(
         runs=page, cursors=[encode_cursor(r) for r in page], has_next_page=len(runs) > first
@@ -258,17 +272,19 @@ class RunMove:
     changes_run: bool = True
 
     @cached_property
-    def statement(self) -> TextualSelect:
+    def statement(self) -> Statement:
         sets = ", ".join(
             p for p in (self.sets, "event_seq = event_seq + 1, updated_at = now()") if p
         )
         where = f"id = :run_id AND {ACTIVE_SQL}" + (f" AND {self.where}" if self.where else "")
-        return text(
-            f"""WITH moved AS (UPDATE runs SET {sets} WHERE {where} RETURNING *),
-            appended AS (INSERT INTO run_events (run_id, seq, type, data)
-                         SELECT id, event_seq, {self.event_type}, {self.event_data} FROM moved)
-            SELECT * FROM moved"""
-        ).columns(*_RUN_COLUMNS)
+        return prepare(
+            text(
+                f"""WITH moved AS (UPDATE runs SET {sets} WHERE {where} RETURNING *),
+                appended AS (INSERT INTO run_events (run_id, seq, type, data)
+                             SELECT id, event_seq, {self.event_type}, {self.event_data} FROM moved)
+                SELECT * FROM moved"""
+            ).columns(*_RUN_COLUMNS)
+        )
 
 
 _SETTLE = "status = :status, output = CAST(:output AS jsonb), error = :error, finished_at = now()"
@@ -303,7 +319,7 @@ RELEASE = RunMove(
 async def move_run(uow: UnitOfWork, move: RunMove, **params: Any) -> RunRecord | None:
     """Execute `move` for `params["run_id"]`; the moved run, or None when the predicate matched
     nothing. Nudges `run.event` (and `run.updated` when the move changes the run)."""
-    row = (await uow.session.execute(move.statement, params)).first()
+    row = await uow.fetchrow(move.statement, **params)
     if row is None:
         return None
     run = to_record(row)

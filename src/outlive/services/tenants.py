@@ -7,12 +7,12 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import ApiToken, Tenant, User
-from outlive.db.tx import UnitOfWork
+from outlive.db.raw import prepare
+from outlive.db.tx import Sessions, UnitOfWork
 from outlive.errors import BadUserInput
 from outlive.ids import TenantId, UserId
 
@@ -89,22 +89,25 @@ async def create_token(uow: UnitOfWork, *, tenant_slug: str, email: str) -> tupl
     return principal, token
 
 
-async def authenticate(session: AsyncSession, token: str) -> Principal | None:
-    """The principal behind a bearer token, or None for an unknown one."""
+_AUTHENTICATE = prepare(
+    text(
+        "SELECT users.id AS user_id, users.email, tenants.id AS tenant_id, tenants.slug,"
+        " tenants.name FROM api_tokens"
+        " JOIN users ON users.id = api_tokens.user_id"
+        " JOIN tenants ON tenants.id = api_tokens.tenant_id"
+        " WHERE api_tokens.token_hash = :token_hash"
+    )
+)
+
+
+async def authenticate(sessions: Sessions, token: str) -> Principal | None:
+    """The principal behind a bearer token, or None for an unknown one (one indexed lookup)."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
-    stmt = (
-        select(User.id, User.email, Tenant.id, Tenant.slug, Tenant.name)
-        .select_from(ApiToken)
-        .join(User, User.id == ApiToken.user_id)
-        .join(Tenant, Tenant.id == ApiToken.tenant_id)
-        .where(ApiToken.token_hash == hash_token(token))
-    )
-    row = (await session.execute(stmt)).first()
+    row = await sessions.fetchrow(_AUTHENTICATE, token_hash=hash_token(token))
     if row is None:
         return None
-    user_id, user_email, tenant_id, slug, name = row
     return Principal(
-        user=UserRecord(id=UserId(user_id), email=user_email),
-        tenant=TenantRecord(id=TenantId(tenant_id), slug=slug, name=name),
+        user=UserRecord(id=UserId(row["user_id"]), email=row["email"]),
+        tenant=TenantRecord(id=TenantId(row["tenant_id"]), slug=row["slug"], name=row["name"]),
     )

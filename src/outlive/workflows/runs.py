@@ -38,7 +38,7 @@ from outlive.ids import RunId, TenantId
 from outlive.services.runs import (
     RunRecord,
     append_event,
-    get_run,
+    read_run,
     settle_run,
 )
 from outlive.workflows.steps import MAX_ATTEMPTS, claim_run, requeue_run
@@ -118,8 +118,7 @@ class AttemptContext:
                 await self.checkpoint()
 
     async def _read(self) -> RunRecord | None:
-        async with self._sessions.read() as session:
-            return await get_run(session, self.tenant_id, self.run_id)
+        return await read_run(self._sessions, self.tenant_id, self.run_id)
 
 
 async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> None:

@@ -1,0 +1,55 @@
+"""The hot path's statements, straight to asyncpg.
+
+SQLAlchemy builds and checks every statement (they are `text()` constants with typed columns);
+the few that run on every request or every run step (authentication, start, claim, a timeline
+event, reading a run) are compiled once for asyncpg here and, in units that are a single
+statement, executed on a plain asyncpg pool: no session, no greenlet hop, no BEGIN/COMMIT. In a
+transactional unit the same statement runs through the SQLAlchemy session, so results are the
+same either way (the tests run both).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
+from sqlalchemy.sql.elements import TextClause
+from sqlalchemy.sql.selectable import TextualSelect
+
+_DIALECT = asyncpg_dialect()  # type: ignore[no-untyped-call]  # untyped in SQLAlchemy
+
+
+@dataclass(frozen=True)
+class Statement:
+    clause: TextClause | TextualSelect
+    sql: str
+    names: tuple[str, ...]
+
+    def args(self, params: Mapping[str, Any]) -> list[Any]:
+        return [params[name] for name in self.names]
+
+
+def prepare(clause: TextClause | TextualSelect) -> Statement:
+    compiled = clause.compile(dialect=_DIALECT)
+    return Statement(clause=clause, sql=compiled.string, names=tuple(compiled.positiontup or ()))
+
+
+async def _setup(conn: asyncpg.Connection) -> None:
+    # Parameters arrive already serialized (CAST(:x AS jsonb) with a str); results decode.
+    for kind in ("json", "jsonb"):
+        await conn.set_type_codec(kind, encoder=str, decoder=json.loads, schema="pg_catalog")
+
+
+async def create_pool(database_url: str, *, max_size: int = 20) -> asyncpg.Pool:
+    """A pool for single statements. `database_url` is the contract's `postgresql://…`."""
+    return await asyncpg.create_pool(
+        database_url,
+        min_size=1,
+        max_size=max_size,
+        init=_setup,
+        server_settings={"application_name": "outlive"},
+    )
