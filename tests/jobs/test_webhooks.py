@@ -45,11 +45,18 @@ async def receiver() -> Any:
         yield r, f"{u}/hook"
 
 
-async def _settle_a_run(api: Api, token: str) -> str:
-    started = await api.start_run(token, "demo", {"turns": 1})
-    cancelled = await api.cancel(token, started["run"]["id"])  # QUEUED: settles at once
-    assert cancelled["status"] == "CANCELLED"
-    return str(started["run"]["id"])
+async def _settle_a_run(api: Api, watch: NudgeWatch, token: str) -> str:
+    """Cancel a long run: at once if still QUEUED, else at its next cancel check (a worker runs)."""
+    started = await api.start_run(token, "demo", {"turns": 1000, "delayMs": 600_000})
+    run_id = str(started["run"]["id"])
+    await api.cancel(token, run_id)
+
+    async def cancelled() -> dict[str, Any] | None:
+        run = await api.run(token, run_id)
+        return run if run is not None and run["status"] == "CANCELLED" else None
+
+    await watch.until_true(cancelled, 30, "the run cancelled")
+    return run_id
 
 
 async def _wait_delivery(api: Api, watch: NudgeWatch, token: str, status: str) -> dict[str, Any]:
@@ -74,7 +81,7 @@ async def test_a_delivery_is_signed_and_retried_until_the_endpoint_answers_2xx(
         secret = created["createWebhookEndpoint"]["secret"]
         assert secret.startswith("whsec_")
         async with NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch:
-            run_id = await _settle_a_run(api, tenant.token)
+            run_id = await _settle_a_run(api, watch, tenant.token)
             delivery = await _wait_delivery(api, watch, tenant.token, "DELIVERED")
     assert delivery["attempts"] == 2
     assert delivery["responseStatus"] == 200
@@ -97,7 +104,7 @@ async def test_an_endpoint_that_keeps_failing_ends_failed_with_the_last_error(
     async with jobs_world(job_retry_base_s=0.05, job_max_attempts=3) as world:
         await api.gql(CREATE, {"url": url}, token=tenant.token)
         async with NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch:
-            await _settle_a_run(api, tenant.token)
+            await _settle_a_run(api, watch, tenant.token)
             delivery = await _wait_delivery(api, watch, tenant.token, "FAILED")
     assert delivery["attempts"] == 3
     assert delivery["responseStatus"] == 500
@@ -109,10 +116,13 @@ async def test_an_endpoint_gets_only_the_events_it_subscribed_to(
     api: Api, jobs_world: Any, sessions: Sessions, tenant: TenantHandle, receiver: Any
 ) -> None:
     r, url = receiver
-    async with jobs_world():
+    async with (
+        jobs_world() as world,
+        NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch,
+    ):
         await api.gql(CREATE, {"url": url, "events": ["run.succeeded"]}, token=tenant.token)
         await api.gql(CREATE, {"url": url + "?all=1", "events": []}, token=tenant.token)
-        await _settle_a_run(api, tenant.token)
+        await _settle_a_run(api, watch, tenant.token)
         await asyncio.wait_for(r.arrived.wait(), 30)
     data = await api.gql(ENDPOINTS, token=tenant.token)
     counts = {e["url"]: len(e["deliveries"]) for e in data["webhookEndpoints"]}
@@ -154,7 +164,7 @@ async def test_a_destination_that_turned_private_is_not_called(
         jobs_world(webhook_allow_private=False) as world,
         NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch,
     ):
-        await _settle_a_run(api, tenant.token)
+        await _settle_a_run(api, watch, tenant.token)
         delivery = await _wait_delivery(api, watch, tenant.token, "FAILED")
     assert delivery["attempts"] == 1
     assert "loopback, private or link-local" in delivery["lastError"]
