@@ -30,6 +30,7 @@ from uuid import UUID
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from outlive.realtime.gcfreeze import GcFreezer
 from outlive.realtime.nudges import Nudge
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class Hub:
         self._task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
         self.received = 0
+        self.freezer = GcFreezer(lambda: self._count)  # see gcfreeze: no full-GC pause per fan-out
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -149,6 +151,7 @@ class Hub:
         """Subscribe in the background; wait up to `wait_s` for it, so that a process that has
         just started does not miss its first nudges. Never fails: realtime is optional."""
         self._task = asyncio.create_task(self._run(), name="outlive-realtime-hub")
+        self.freezer.start()
         try:
             async with asyncio.timeout(wait_s):
                 await self.ready.wait()
@@ -163,6 +166,7 @@ class Hub:
             with suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        await self.freezer.stop()
 
     def close_all(self, code: int, reason: str) -> int:
         """Close and unregister every subscriber; their sockets are closed with `code`."""

@@ -1,0 +1,56 @@
+"""The API process freezes settled objects as sockets pile up, and thaws them to reclaim cycles."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from outlive.realtime.gcfreeze import GcFreezer
+
+
+class Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the cyclic collector can free it
+
+
+@pytest.fixture
+def clean_gc() -> Iterator[None]:
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+def test_it_freezes_once_subscribers_grow_by_a_quarter(clean_gc: None) -> None:
+    count = 10
+    freezer = GcFreezer(lambda: count, min_subscribers=100, thaw_every_s=3600)
+    freezer.tick()
+    assert (freezer.freezes, gc.get_freeze_count()) == (0, 0)  # few sockets: nothing to do
+    count = 100
+    freezer.tick()
+    assert freezer.freezes == 1
+    assert gc.get_freeze_count() > 0
+    count = 124
+    freezer.tick()
+    assert freezer.freezes == 1  # less than a quarter more
+    count = 125
+    freezer.tick()
+    assert freezer.freezes == 2
+
+
+def test_cycles_frozen_with_the_rest_are_reclaimed_at_the_thaw(clean_gc: None) -> None:
+    count = 1000
+    freezer = GcFreezer(lambda: count, min_subscribers=1, thaw_every_s=3600)
+    node = Node()
+    alive = weakref.ref(node)
+    freezer.tick()  # node is frozen now
+    del node
+    gc.collect()
+    assert alive() is not None  # frozen: the collector does not look at it
+    freezer._thaw_every_s = 0
+    freezer.tick()
+    assert freezer.thaws == 1
+    assert alive() is None
+    assert gc.get_freeze_count() > 0  # and what is alive is frozen again
