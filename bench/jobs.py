@@ -90,9 +90,9 @@ async def main() -> None:
             worker.SIGNALS = []
             worker.context["outlive_jobs"] = JobDeps(
                 sessions=sessions,
-                http=None,
+                http=None,  # type: ignore[arg-type]  # the no-op handler never calls out
                 settings=settings,
-                mailer=LogMailer(),  # type: ignore[arg-type]
+                mailer=LogMailer(),
                 types=types,
                 handlers={**{k: Handler(open_a_session, never) for k in types.payloads}},
             )

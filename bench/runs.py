@@ -27,10 +27,19 @@ import uuid
 from pathlib import Path
 
 import asyncpg
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Env, Figures, bench_env, free_port, load, outlive, table, wait_http
+from _common import (
+    Env,
+    Figures,
+    KeepAlive,
+    bench_env,
+    free_port,
+    load,
+    outlive,
+    table,
+    wait_http,
+)
 
 from outlive.config import Settings
 from outlive.jobs.queues import RUNS_QUEUE, create_queue
@@ -86,41 +95,39 @@ async def start_run_figures(
             if quick:
                 count //= 5
             warm = 100
-            async with httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{port}",
-                limits=httpx.Limits(
-                    max_connections=concurrency, max_keepalive_connections=concurrency
-                ),
-            ) as client:
+            client = KeepAlive("127.0.0.1", port)
 
-                async def via_api(i: int, client: httpx.AsyncClient = client) -> None:
-                    response = await client.post(
-                        "/graphql",
-                        json={
-                            "query": START,
-                            "variables": {"input": {"agent": "demo", "input": INPUT}},
-                        },
-                        headers={"Authorization": f"Bearer {tenants[i][1]}"},
-                    )
-                    body = response.json()
-                    if body.get("errors") or not body["data"]["startRun"]["created"]:
-                        raise RuntimeError(body)
+            async def via_api(i: int, client: KeepAlive = client) -> None:
+                body = json.dumps(
+                    {"query": START, "variables": {"input": {"agent": "demo", "input": INPUT}}}
+                ).encode()
+                status, payload = await client.post_json(
+                    "/graphql", body, {"Authorization": f"Bearer {tenants[i][1]}"}
+                )
+                answer = json.loads(payload)
+                if (
+                    status != 200
+                    or answer.get("errors")
+                    or not answer["data"]["startRun"]["created"]
+                ):
+                    raise RuntimeError(answer)
 
-                async def floor(i: int) -> None:
-                    async with pool.acquire() as c:
-                        run_id = await c.fetchval(INSERT, tenants[i][0], json.dumps(INPUT))
-                    await instances.start(run_id)
+            async def floor(i: int) -> None:
+                async with pool.acquire() as c:
+                    run_id = await c.fetchval(INSERT, tenants[i][0], json.dumps(INPUT))
+                await instances.start(run_id)
 
-                api_rounds, floor_rounds = [], []
-                for _ in range(2):  # alternate, so both see the same machine weather
-                    await reset(conn, queue)
-                    await load("warm", via_api, warm, concurrency)
-                    await reset(conn, queue)
-                    api_rounds.append(await load("api", via_api, count, concurrency))
-                    await reset(conn, queue)
-                    await load("warm", floor, warm, concurrency)
-                    await reset(conn, queue)
-                    floor_rounds.append(await load("floor", floor, count, concurrency))
+            api_rounds, floor_rounds = [], []
+            for _ in range(2):  # alternate, so both see the same machine weather
+                await reset(conn, queue)
+                await load("warm", via_api, warm, concurrency)
+                await reset(conn, queue)
+                api_rounds.append(await load("api", via_api, count, concurrency))
+                await reset(conn, queue)
+                await load("warm", floor, warm, concurrency)
+                await reset(conn, queue)
+                floor_rounds.append(await load("floor", floor, count, concurrency))
+            await client.close()
             results.append((concurrency, _merge(api_rounds), _merge(floor_rounds)))
     await pool.close()
     await conn.close()
@@ -176,7 +183,7 @@ async def end_to_end(
     await queue.disconnect()
     if ok != count:
         raise RuntimeError(f"only {ok} of {count} runs succeeded")
-    return count / (last - first).total_seconds()
+    return float(count / (last - first).total_seconds())
 
 
 async def main() -> None:
