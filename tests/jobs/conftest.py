@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,11 +53,17 @@ class JobsWorld:
         return SaqJobProducer(self.queue, self.settings, types)
 
     async def finished(self, key: str, timeout: float = 30) -> Job:
-        """Wait (on saq's job-status pub/sub, not a sleep) until the job is terminal."""
-        job = await self.queue.job(key)
-        assert job is not None, f"no job {key}"
-        await job.refresh(until_complete=timeout)
-        return job
+        """Wait on saq's job-status pub/sub until the job is terminal. saq reads the job before it
+        subscribes, so a status set in between is missed: each wait is short, and the job is read
+        again after it."""
+        async with asyncio.timeout(timeout):
+            while True:
+                job = await self.queue.job(key)
+                assert job is not None, f"no job {key}"
+                if job.completed:
+                    return job
+                with suppress(TimeoutError):
+                    await job.refresh(until_complete=1)
 
 
 JobsFactory = Callable[..., Awaitable[JobsWorld]]
