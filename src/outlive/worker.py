@@ -91,7 +91,7 @@ class WorkerHost:
             settings=self.settings,
             mailer=create_mailer(self.settings),
         )
-        runs_worker: Worker[Any] = Worker(
+        runs_worker: Worker[Any] = GracefulWorker(
             runs_queue,
             functions=[run_workflow],
             concurrency=self.concurrency,
@@ -102,7 +102,7 @@ class WorkerHost:
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
         )
         runs_worker.context["outlive_workflows"] = self.deps
-        jobs_worker: Worker[Any] = Worker(
+        jobs_worker: Worker[Any] = GracefulWorker(
             jobs_queue,
             functions=[(CONSUME_TASK, consume)],
             cron_jobs=cron_jobs(load_table(self.settings.cron_table)),
@@ -148,3 +148,21 @@ async def run_until_stopped(host: WorkerHost, stop: asyncio.Event) -> None:
     finally:
         log.info("worker stopping")
         await host.stop()
+
+
+class GracefulWorker(Worker[Any]):
+    """saq's worker with its shutdown grace spent on jobs only. saq waits the whole grace period
+    for every task it owns, idle ones included (a dequeue waiting for work, upkeep loops), so an
+    idle worker took `OUTLIVE_SHUTDOWN_GRACE_S` to stop. Here the grace goes to the job functions
+    still executing; once they are done, what is left gets a second for its bookkeeping (marking
+    the job complete) before the idle waits are cancelled."""
+
+    async def stop(self) -> None:
+        self.event.set()  # no new process loops
+        grace = self._shutdown_grace_period_s  # saq has no public accessor
+        if grace:
+            busy = [c["task"] for c in self.job_task_contexts.values() if not c["task"].done()]
+            if busy:
+                await asyncio.wait(busy, timeout=grace)
+            self._shutdown_grace_period_s = 1
+        await super().stop()
