@@ -7,11 +7,13 @@ objects created since the last one reach a quarter of all long-lived objects) fi
 nudges and walks every socket's objects: ~0.5 s at 5,000 sockets, a pause every nudge behind it
 waits out (`bench/nudges.py` saw it as a p99 several times the floor's).
 
-`GcFreezer` moves what has settled into the permanent generation (`gc.freeze()`) whenever the
-subscriber count has grown by a quarter since the last freeze, so full collections only look at
-what is new. Frozen objects are still freed by reference counting; only reference cycles among them
-wait: every `thaw_every_s` everything is unfrozen, collected once, and frozen again, so the cycles
-of closed sockets are reclaimed at a known, rare moment instead of every few seconds.
+`GcFreezer` keeps what has settled out of those collections: while the process has many
+subscribers it calls `gc.freeze()` every second, which moves every tracked object into the
+permanent generation (a cheap list splice), so a collection only ever looks at what the last second
+made. Frozen objects are still freed by reference counting; only reference cycles among them wait:
+every `thaw_every_s` everything is unfrozen and collected once, and with few subscribers the
+process goes back to the default, so garbage cycles are reclaimed at a known, rare moment instead
+of a full pass every few seconds.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ log = logging.getLogger(__name__)
 CHECK_EVERY_S = 1.0
 THAW_EVERY_S = 300.0
 MIN_SUBSCRIBERS = 256  # below this a full collection is cheap: nothing to do
-GROWTH = 1.25
 
 
 class GcFreezer:
@@ -44,11 +45,14 @@ class GcFreezer:
         self._check_every_s = check_every_s
         self._thaw_every_s = thaw_every_s
         self._min = min_subscribers
-        self._frozen_at = 0  # subscriber count at the last freeze
+        self._active = False  # objects are being frozen
         self._thawed_at = time.monotonic()
         self._task: asyncio.Task[None] | None = None
-        self.freezes = 0
         self.thaws = 0
+
+    @property
+    def active(self) -> bool:
+        return self._active
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="outlive-gc-freezer")
@@ -59,33 +63,35 @@ class GcFreezer:
             with suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self.freezes:
+        if self._active:
             gc.unfreeze()
+            self._active = False
 
     def tick(self) -> None:
-        """One check: freeze after growth, thaw-collect-freeze when due."""
+        """One check: freeze what the last second made; thaw and collect when due."""
         count = self._count()
         now = time.monotonic()
-        if self.freezes and now - self._thawed_at >= self._thaw_every_s:
-            gc.unfreeze()
+        if count < self._min:
+            if self._active:  # few sockets again: back to the default, cycles reclaimed
+                self._thaw(now)
+                self._active = False
+            return
+        if not self._active:
+            gc.collect()  # garbage is not frozen with the rest
+            self._active = True
             self._thawed_at = now
-            self.thaws += 1
-            self._freeze(count)
-        elif count >= self._min and count >= self._frozen_at * GROWTH:
-            self._freeze(count)
-
-    def _freeze(self, count: int) -> None:
-        started = time.perf_counter()
-        gc.collect()
+            log.info("realtime: %d subscribers; freezing settled objects", count)
+        elif now - self._thawed_at >= self._thaw_every_s:
+            self._thaw(now)
         gc.freeze()
-        self._frozen_at = count
-        self.freezes += 1
-        log.info(
-            "realtime: froze %d objects at %d subscribers (%.0f ms)",
-            gc.get_freeze_count(),
-            count,
-            (time.perf_counter() - started) * 1000,
-        )
+
+    def _thaw(self, now: float) -> None:
+        started = time.perf_counter()
+        gc.unfreeze()
+        gc.collect()
+        self._thawed_at = now
+        self.thaws += 1
+        log.info("realtime: thawed and collected (%.0f ms)", (time.perf_counter() - started) * 1000)
 
     async def _run(self) -> None:
         while True:
