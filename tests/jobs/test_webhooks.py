@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -92,6 +93,7 @@ async def test_a_delivery_is_signed_and_retried_until_the_endpoint_answers_2xx(
     payload = Webhook(secret).verify(body, headers)  # raises on a bad signature
     assert payload["type"] == "run.cancelled"
     assert payload["data"] == {"runId": run_id, "agent": "demo", "status": "CANCELLED"}
+    assert datetime.fromisoformat(payload["timestamp"]).utcoffset() == timedelta(0)
     assert headers["webhook-id"] == r.received[0][0]["webhook-id"]  # same message, retried
     assert {e["type"] for e in watch.seen} >= {"webhook.delivery.updated"}
 
@@ -190,3 +192,30 @@ async def test_deleting_an_endpoint_is_scoped_to_the_tenant(
         CREATE, {"url": "http://127.0.0.1:9/x", "events": ["run.exploded"]}, token=tenant.token
     )
     assert bad.json()["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+async def test_a_settle_writes_its_deliveries_in_the_same_statement(
+    api: Api, tenant: TenantHandle, other_tenant: TenantHandle
+) -> None:
+    """No worker: cancelling a QUEUED run settles it in the request's unit of work (through the
+    session), and the deliveries of the subscribed endpoints are there with it; the other
+    tenant's endpoint, and an endpoint of another event, get none."""
+    await api.gql(CREATE, {"url": "http://127.0.0.1:9/all"}, token=tenant.token)
+    await api.gql(
+        CREATE, {"url": "http://127.0.0.1:9/ok", "events": ["run.succeeded"]}, token=tenant.token
+    )
+    await api.gql(CREATE, {"url": "http://127.0.0.1:9/other"}, token=other_tenant.token)
+    started = await api.start_run(tenant.token, "demo", {"turns": 1})
+    assert (await api.cancel(tenant.token, started["run"]["id"]))["status"] == "CANCELLED"
+
+    mine = (await api.gql(ENDPOINTS, token=tenant.token))["webhookEndpoints"]
+    by_url = {e["url"]: e["deliveries"] for e in mine}
+    assert by_url["http://127.0.0.1:9/ok"] == []
+    (delivery,) = by_url["http://127.0.0.1:9/all"]
+    assert (delivery["eventType"], delivery["status"], delivery["attempts"]) == (
+        "run.cancelled",
+        "PENDING",
+        0,
+    )
+    theirs = (await api.gql(ENDPOINTS, token=other_tenant.token))["webhookEndpoints"]
+    assert theirs[0]["deliveries"] == []

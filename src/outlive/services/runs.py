@@ -20,7 +20,16 @@ from functools import cached_property
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Select, literal, literal_column, select, text, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    column,
+    literal,
+    literal_column,
+    select,
+    text,
+    tuple_,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import ACTIVE_STATUSES, Run, RunEvent, RunStatus
@@ -270,6 +279,7 @@ class RunMove:
     event_type: str = ":type"
     event_data: str = "CAST(:data AS jsonb)"
     changes_run: bool = True
+    may_settle: bool = False  # also writes the webhook deliveries of a settle, in the statement
 
     @cached_property
     def statement(self) -> Statement:
@@ -277,13 +287,19 @@ class RunMove:
             p for p in (self.sets, "event_seq = event_seq + 1, updated_at = now()") if p
         )
         where = f"id = :run_id AND {ACTIVE_SQL}" + (f" AND {self.where}" if self.where else "")
+        deliveries, delivery_ids, columns = "", "", _RUN_COLUMNS
+        if self.may_settle:
+            deliveries = f",\n{webhooks.SETTLED_DELIVERIES_CTE}"
+            delivery_ids = ", ARRAY(SELECT id FROM delivered) AS delivery_ids"
+            columns = (*_RUN_COLUMNS, column("delivery_ids"))
         return prepare(
             text(
                 f"""WITH moved AS (UPDATE runs SET {sets} WHERE {where} RETURNING *),
                 appended AS (INSERT INTO run_events (run_id, seq, type, data)
                              SELECT id, event_seq, {self.event_type}, {self.event_data} FROM moved)
-                SELECT * FROM moved"""
-            ).columns(*_RUN_COLUMNS)
+                {deliveries}
+                SELECT moved.*{delivery_ids} FROM moved"""
+            ).columns(*columns)
         )
 
 
@@ -293,12 +309,15 @@ CLAIM = RunMove(
     event_type="'claimed'",
     event_data="jsonb_build_object('attempt', attempt)",
 )
-SETTLE = RunMove(sets=_SETTLE, event_type="lower(status)")
-SETTLE_ATTEMPT = RunMove(sets=_SETTLE, where="attempt = :attempt", event_type="lower(status)")
+SETTLE = RunMove(sets=_SETTLE, event_type="lower(status)", may_settle=True)
+SETTLE_ATTEMPT = RunMove(
+    sets=_SETTLE, where="attempt = :attempt", event_type="lower(status)", may_settle=True
+)
 SETTLE_STALE = RunMove(
     sets=_SETTLE,
     where="updated_at < now() - make_interval(secs => :grace)",
     event_type="lower(status)",
+    may_settle=True,
 )
 CANCEL = RunMove(
     sets="status = CASE WHEN status = 'QUEUED' THEN 'CANCELLED' ELSE status END, "
@@ -307,6 +326,7 @@ CANCEL = RunMove(
     where="tenant_id = :tenant_id AND (status = 'QUEUED' OR cancel_requested_at IS NULL)",
     event_type="CASE WHEN status = 'CANCELLED' THEN 'cancelled' ELSE 'cancel_requested' END",
     event_data="'{}'::jsonb",
+    may_settle=True,  # a QUEUED run settles CANCELLED at once
 )
 APPEND = RunMove(sets="", where="attempt = :attempt", changes_run=False)
 REQUEUE = RunMove(sets="status = 'QUEUED'", where="status = 'RUNNING' AND attempt = :attempt")
@@ -326,6 +346,8 @@ async def move_run(uow: UnitOfWork, move: RunMove, **params: Any) -> RunRecord |
     if move.changes_run:
         uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
     uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
+    if move.may_settle:
+        webhooks.announce_deliveries(uow, run.tenant_id, row["delivery_ids"] or ())
     return run
 
 
@@ -365,17 +387,7 @@ async def settle_run(
         move, params["attempt"] = SETTLE_ATTEMPT, attempt
     elif stale_before_s is not None:
         move, params["grace"] = SETTLE_STALE, stale_before_s
-    run = await move_run(uow, move, **params)
-    if run is not None:
-        await _on_settled(uow, run)
-    return run
-
-
-async def _on_settled(uow: UnitOfWork, run: RunRecord) -> None:
-    """Whatever else a settle sets off, in the settling unit of work."""
-    await webhooks.queue_deliveries(
-        uow, tenant_id=run.tenant_id, run_id=run.id, agent=run.agent, status=run.status.value
-    )
+    return await move_run(uow, move, **params)
 
 
 async def cancel_run(uow: UnitOfWork, run_id: RunId) -> RunRecord:
@@ -383,8 +395,6 @@ async def cancel_run(uow: UnitOfWork, run_id: RunId) -> RunRecord:
     tenant_id = TenantId(uow.require_tenant())
     run = await move_run(uow, CANCEL, run_id=run_id, tenant_id=tenant_id)
     if run is not None:
-        if run.status is RunStatus.CANCELLED:
-            await _on_settled(uow, run)
         return run
     current = await get_run(uow.session, tenant_id, run_id)
     if current is None:

@@ -1,11 +1,12 @@
 """Webhooks (Standard Webhooks, contract §8).
 
 An endpoint has a URL, a `whsec_…` secret (shown once) and the event types it wants (empty: all).
-When a run settles, `queue_deliveries` writes one `webhook_deliveries` row per subscribed endpoint
-in the settling unit of work and queues one `webhook.deliver.v1` job each; the job signs and POSTs
-the stored body. The signature is `v1,<base64 HMAC-SHA256>` over `id.timestamp.body`, keyed by the
-secret's base64 payload, as the Standard Webhooks specification says (the tests verify it with the
-reference `standardwebhooks` package).
+When a run settles, the settling statement writes one `webhook_deliveries` row per subscribed
+endpoint (`SETTLED_DELIVERIES_CTE`) and `announce_deliveries` queues one `webhook.deliver.v1` job
+each, after the commit; the job signs and POSTs the stored body. The signature is
+`v1,<base64 HMAC-SHA256>` over `id.timestamp.body`, keyed by the secret's base64 payload, as the
+Standard Webhooks specification says (the tests verify it with the reference `standardwebhooks`
+package).
 
 URLs are checked twice against server-side request forgery: when the endpoint is created and
 before every delivery (DNS can change), and the delivery connects to the address that was checked.
@@ -23,13 +24,14 @@ import ipaddress
 import json
 import secrets
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
@@ -236,54 +238,33 @@ def _delivery(d: WebhookDelivery) -> DeliveryRecord:
 # --- deliveries -------------------------------------------------------------------------------
 
 
-async def queue_deliveries(
-    uow: UnitOfWork, *, tenant_id: TenantId, run_id: UUID, agent: str, status: str
-) -> int:
-    """On a settle: a delivery row per subscribed endpoint, and a job each after the commit."""
-    event_type = f"run.{status.lower()}"
-    endpoints = (
-        (
-            await uow.session.execute(
-                select(WebhookEndpoint.id).where(
-                    WebhookEndpoint.tenant_id == tenant_id,
-                    (func.cardinality(WebhookEndpoint.events) == 0)
-                    | WebhookEndpoint.events.contains([event_type]),
-                )
-            )
-        )
-        .scalars()
-        .all()
-    )
-    if not endpoints:
-        return 0
-    body = {
-        "type": event_type,
-        "timestamp": datetime.now(UTC).isoformat(),
-        "data": {"runId": str(run_id), "agent": agent, "status": status},
-    }
-    rows = [
-        {
-            "endpoint_id": e,
-            "tenant_id": tenant_id,
-            "run_id": run_id,
-            "event_type": event_type,
-            "body": body,
-        }
-        for e in endpoints
-    ]
-    ids = (
-        (await uow.session.execute(insert(WebhookDelivery).returning(WebhookDelivery.id), rows))
-        .scalars()
-        .all()
-    )
-    for delivery_id in ids:
+# One row per subscribed endpoint, written by the settling statement itself (a CTE over `moved`,
+# the settled run; see `services.runs.RunMove`): a settle and its deliveries commit together, in
+# one round trip. The body is what the job signs and POSTs, unchanged.
+SETTLED_DELIVERIES_CTE = """delivered AS (
+    INSERT INTO webhook_deliveries (endpoint_id, tenant_id, run_id, event_type, body)
+    SELECT e.id, m.tenant_id, m.id, 'run.' || lower(m.status),
+           jsonb_build_object(
+               'type', 'run.' || lower(m.status),
+               'timestamp', (to_jsonb(now() AT TIME ZONE 'UTC') #>> '{}') || '+00\\:00',
+               'data', jsonb_build_object(
+                   'runId', CAST(m.id AS text), 'agent', m.agent, 'status', m.status))
+    FROM moved m JOIN webhook_endpoints e ON e.tenant_id = m.tenant_id
+    WHERE m.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+      AND (cardinality(e.events) = 0 OR 'run.' || lower(m.status) = ANY(e.events))
+    RETURNING id)"""
+
+
+def announce_deliveries(uow: UnitOfWork, tenant_id: TenantId, delivery_ids: Sequence[UUID]) -> int:
+    """After a settle wrote `delivery_ids`: a `webhook.deliver.v1` job each, after the commit."""
+    for delivery_id in delivery_ids:
         uow.enqueue(
             DELIVER_JOB,
             {"deliveryId": str(delivery_id)},
             on_unavailable=_record_unavailable(DeliveryId(delivery_id)),
         )
         uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant_id)
-    return len(ids)
+    return len(delivery_ids)
 
 
 def _record_unavailable(delivery_id: DeliveryId) -> Any:

@@ -175,7 +175,7 @@ async def _settle(
     output: Any = None,
     error: str | None = None,
 ) -> None:
-    async with deps.sessions.unit(run.tenant_id) as uow:
+    async with deps.sessions.unit(run.tenant_id, single_statement=True) as uow:
         settled = await settle_run(
             uow,
             run.id,
