@@ -32,6 +32,13 @@ class Statement:
     def args(self, params: Mapping[str, Any]) -> list[Any]:
         return [params[name] for name in self.names]
 
+    async def fetchrow(
+        self, on: asyncpg.Pool | asyncpg.Connection, params: Mapping[str, Any]
+    ) -> Mapping[Any, Any] | None:
+        """Run on asyncpg (a pool or one of its connections): the first row, or None."""
+        row: Mapping[Any, Any] | None = await on.fetchrow(self.sql, *self.args(params))
+        return row
+
 
 def prepare(clause: TextClause | TextualSelect) -> Statement:
     compiled = clause.compile(dialect=_DIALECT)

@@ -91,10 +91,7 @@ class UnitOfWork:
         """Run one prepared statement: on asyncpg directly in a single-statement unit, through
         the session (inside its transaction) otherwise."""
         if self._raw is not None:
-            row: Mapping[Any, Any] | None = await self._raw.fetchrow(
-                statement.sql, *statement.args(params)
-            )
-            return row
+            return await statement.fetchrow(self._raw, params)
         return (await self.session.execute(statement.clause, params)).mappings().first()
 
     def require_tenant(self) -> UUID:
@@ -213,10 +210,7 @@ class Sessions:
     async def fetchrow(self, statement: Statement, **params: Any) -> Mapping[Any, Any] | None:
         """One read statement, outside any unit of work."""
         if self.raw is not None:
-            row: Mapping[Any, Any] | None = await self.raw.fetchrow(
-                statement.sql, *statement.args(params)
-            )
-            return row
+            return await statement.fetchrow(self.raw, params)
         async with self.autocommit_maker() as session:
             return (await session.execute(statement.clause, params)).mappings().first()
 

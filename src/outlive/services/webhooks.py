@@ -243,15 +243,16 @@ def _delivery(d: WebhookDelivery) -> DeliveryRecord:
 # one round trip. The body is what the job signs and POSTs, unchanged.
 SETTLED_DELIVERIES_CTE = """delivered AS (
     INSERT INTO webhook_deliveries (endpoint_id, tenant_id, run_id, event_type, body)
-    SELECT e.id, m.tenant_id, m.id, 'run.' || lower(m.status),
+    SELECT e.id, m.tenant_id, m.id, m.event_type,
            jsonb_build_object(
-               'type', 'run.' || lower(m.status),
+               'type', m.event_type,
                'timestamp', (to_jsonb(now() AT TIME ZONE 'UTC') #>> '{}') || '+00\\:00',
                'data', jsonb_build_object(
                    'runId', CAST(m.id AS text), 'agent', m.agent, 'status', m.status))
-    FROM moved m JOIN webhook_endpoints e ON e.tenant_id = m.tenant_id
+    FROM (SELECT *, 'run.' || lower(status) AS event_type FROM moved) m
+    JOIN webhook_endpoints e ON e.tenant_id = m.tenant_id
     WHERE m.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-      AND (cardinality(e.events) = 0 OR 'run.' || lower(m.status) = ANY(e.events))
+      AND (cardinality(e.events) = 0 OR m.event_type = ANY(e.events))
     RETURNING id)"""
 
 
