@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import asyncpg
 import pytest
 from sqlalchemy import text
 
+from outlive.config import Settings
+from outlive.db.raw import prepare
 from outlive.db.tx import PendingNudge, Sessions
 from tests.support import TenantHandle
 
@@ -39,3 +42,46 @@ async def test_a_cancelled_caller_still_sends_what_its_commit_promised(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert [n.type for n in sent] == ["run.updated"]
+
+
+async def test_a_statement_cancelled_in_flight_finishes_and_still_announces(
+    sessions: Sessions, settings: Settings, tenant: TenantHandle
+) -> None:
+    """On the raw pool a statement commits itself: a cancellation that lands while it runs waits
+    for it, the unit's nudge goes out, and only then does the caller see the cancellation."""
+    assert settings.database_url is not None
+    sent: list[PendingNudge] = []
+
+    async def sink(nudges: Sequence[PendingNudge]) -> None:
+        sent.extend(nudges)
+
+    wired = sessions.wired(nudge_sink=sink)
+    await wired.open_raw(settings.database_url, max_size=2)
+    slow = prepare(text("SELECT pg_sleep(0.5), 'outlive-tx-test' AS marker"))
+    finished: list[str] = []
+
+    async def step() -> None:
+        async with wired.unit(tenant.id, single_statement=True) as uow:
+            row = await uow.fetchrow(slow)
+            assert row is not None
+            finished.append(row["marker"])
+            uow.nudge("run.event", tenant.id)
+
+    try:
+        task = asyncio.create_task(step())
+        watcher = await asyncpg.connect(settings.database_url)
+        try:  # until the statement is running on the server
+            while not await watcher.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%outlive-tx-test%'"
+                " AND state = 'active' AND pid <> pg_backend_pid()"
+            ):
+                pass
+        finally:
+            await watcher.close()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await wired.close_raw()
+    assert finished == ["outlive-tx-test"]
+    assert [n.type for n in sent] == ["run.event"]

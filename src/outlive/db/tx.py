@@ -7,7 +7,9 @@ with `enqueue` (validated when queued, sent after the commit), then the nudges, 
 in one call. Leaving with an exception rolls back and drops all of it, so a job or a nudge can
 never announce a row that does not exist. Nothing else in the code base calls `commit()`. What
 runs after the commit is shielded: a caller cancelled meanwhile (a worker stopping mid-step) still
-sends what its commit promised, then sees the cancellation.
+sends what its commit promised, then sees the cancellation. On the raw pool, where a statement
+commits itself, a cancellation that lands while the statement runs is held until the end of the
+unit for the same reason.
 
 When the jobs queue cannot be reached after the commit, each job's `on_unavailable` records that
 on its row in a follow-up unit, and `QueueUnavailable` propagates to the caller: the row says what
@@ -80,6 +82,7 @@ class UnitOfWork:
         self._after: list[AfterCommit] = []
         self._jobs: list[tuple[Any, OnUnavailable | None]] = []
         self._nudges: list[PendingNudge] = []
+        self._cancelled = False  # a cancellation held back until the unit has announced its work
 
     @property
     def session(self) -> AsyncSession:
@@ -91,7 +94,18 @@ class UnitOfWork:
         """Run one prepared statement: on asyncpg directly in a single-statement unit, through
         the session (inside its transaction) otherwise."""
         if self._raw is not None:
-            return await statement.fetchrow(self._raw, params)
+            # The statement commits itself: once sent, it finishes, and a cancellation that
+            # arrives meanwhile waits for the end of the unit, after its nudges and jobs went out.
+            running = asyncio.ensure_future(statement.fetchrow(self._raw, params))
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                row = await running
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                self._cancelled = True
+                return row
         return (await self.session.execute(statement.clause, params)).mappings().first()
 
     def require_tenant(self) -> UUID:
@@ -233,6 +247,8 @@ class Sessions:
                     raise
                 await session.commit()
         await uow._after_commit_shielded()
+        if uow._cancelled:
+            raise asyncio.CancelledError()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
