@@ -107,7 +107,9 @@ class WorkerHost:
             functions=[(CONSUME_TASK, consume)],
             cron_jobs=cron_jobs(load_table(self.settings.cron_table)),
             concurrency=self.jobs_concurrency,
-            timers=cast(PartialTimersDict, {"sweep": 10, "schedule": 1, "abort": 1}),
+            timers=cast(
+                PartialTimersDict, {"sweep": self.settings.run_sweep_s, "schedule": 1, "abort": 1}
+            ),
             shutdown_grace_period_s=int(self.settings.shutdown_grace_s),  # short jobs finish
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
         )

@@ -6,12 +6,16 @@ import asyncio
 from typing import Any
 from uuid import UUID
 
+from sqlalchemy import text
+
 from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
 from outlive.ids import RunId, TenantId
 from outlive.services import runs as runs_service
 from outlive.workflows.steps import claim_run, requeue_run
 from tests.support import TenantHandle
+
+LEASE_S = 30.0
 
 
 class NoInstances:
@@ -44,6 +48,14 @@ async def read(sessions: Sessions, tenant: TenantHandle, run_id: RunId) -> runs_
     return run
 
 
+async def expire_lease(sessions: Sessions, run_id: RunId) -> None:
+    async with sessions.unit() as uow:
+        await uow.session.execute(
+            text("UPDATE runs SET lease_expires_at = now() - interval '1 second' WHERE id = :id"),
+            {"id": run_id},
+        )
+
+
 async def events(sessions: Sessions, run_id: RunId) -> list[str]:
     async with sessions.read() as session:
         return [e.type for e in await runs_service.list_events(session, run_id)]
@@ -52,7 +64,7 @@ async def events(sessions: Sessions, run_id: RunId) -> list[str]:
 async def test_a_settled_run_is_never_rewritten(sessions: Sessions, tenant: TenantHandle) -> None:
     run_id = await new_run(sessions, tenant)
     async with sessions.unit() as uow:
-        claimed = await claim_run(uow, run_id)
+        claimed = await claim_run(uow, run_id, lease_s=LEASE_S)
     assert claimed is not None
     assert claimed.attempt == 1
     async with sessions.unit(tenant.id) as uow:
@@ -70,11 +82,14 @@ async def test_a_settled_run_is_never_rewritten(sessions: Sessions, tenant: Tena
     async with sessions.unit(tenant.id) as uow:  # a late finish without the fence
         assert await runs_service.settle_run(uow, run_id, RunStatus.CANCELLED) is None
     async with sessions.unit() as uow:  # a late claim (a re-delivered instance)
-        assert await claim_run(uow, run_id) is None
+        assert await claim_run(uow, run_id, lease_s=LEASE_S) is None
     async with sessions.unit(tenant.id) as uow:  # a late cancel
         cancelled = await runs_service.cancel_run(uow, run_id)
     async with sessions.unit(tenant.id) as uow:  # a late event
-        assert await runs_service.append_event(uow, run_id, "turn", {}, attempt=1) is None
+        assert (
+            await runs_service.append_event(uow, run_id, "turn", {}, attempt=1, lease_s=LEASE_S)
+            is None
+        )
     async with sessions.unit(tenant.id) as uow:  # a late requeue
         assert await requeue_run(uow, claimed, event="retrying", data={}) is None
 
@@ -90,14 +105,19 @@ async def test_a_superseded_attempt_cannot_settle_or_emit(
 ) -> None:
     run_id = await new_run(sessions, tenant)
     async with sessions.unit() as uow:
-        first = await claim_run(uow, run_id)
+        first = await claim_run(uow, run_id, lease_s=LEASE_S)
+    await expire_lease(sessions, run_id)  # attempt 1's worker died
     async with sessions.unit() as uow:  # the instance was re-delivered: attempt 2 takes over
-        second = await claim_run(uow, run_id)
+        second = await claim_run(uow, run_id, lease_s=LEASE_S)
     assert first is not None
     assert second is not None
     assert second.attempt == 2
+    assert second.lost_attempts == 1
     async with sessions.unit(tenant.id) as uow:
-        assert await runs_service.append_event(uow, run_id, "turn", {}, attempt=1) is None
+        assert (
+            await runs_service.append_event(uow, run_id, "turn", {}, attempt=1, lease_s=LEASE_S)
+            is None
+        )
     async with sessions.unit(tenant.id) as uow:
         assert await runs_service.settle_run(uow, run_id, RunStatus.SUCCEEDED, attempt=1) is None
     async with sessions.unit(tenant.id) as uow:
@@ -115,7 +135,9 @@ async def test_cancelling_a_queued_run_settles_it_at_once(
     assert run.finished_at is not None
     assert run.cancel_requested_at is not None
     async with sessions.unit() as uow:
-        assert await claim_run(uow, run_id) is None  # its instance, arriving later, exits
+        assert (
+            await claim_run(uow, run_id, lease_s=LEASE_S) is None
+        )  # its instance, arriving later, exits
     async with sessions.unit(tenant.id) as uow:
         again = await runs_service.cancel_run(uow, run_id)  # idempotent
     assert again == run
@@ -127,7 +149,7 @@ async def test_cancelling_a_running_run_only_requests_it(
 ) -> None:
     run_id = await new_run(sessions, tenant)
     async with sessions.unit() as uow:
-        await claim_run(uow, run_id)
+        await claim_run(uow, run_id, lease_s=LEASE_S)
     async with sessions.unit(tenant.id) as uow:
         run = await runs_service.cancel_run(uow, run_id)
     assert run.status == RunStatus.RUNNING
@@ -148,7 +170,7 @@ async def test_cancel_racing_claim_ends_in_one_consistent_state(
 
         async def claim(run_id: RunId = run_id) -> object:
             async with sessions.unit() as uow:
-                return await claim_run(uow, run_id)
+                return await claim_run(uow, run_id, lease_s=LEASE_S)
 
         async def cancel(run_id: RunId = run_id) -> object:
             async with sessions.unit(tenant.id) as uow:

@@ -20,7 +20,7 @@ async def test_concurrent_emitters_get_gap_free_seqs_and_a_late_reader_sees_all(
 ) -> None:
     run_id = await new_run(sessions, tenant)
     async with sessions.unit() as uow:
-        run = await claim_run(uow, run_id)
+        run = await claim_run(uow, run_id, lease_s=settings.run_heartbeat_s)
     assert run is not None
     async with httpx.AsyncClient() as http:
         deps = WorkflowDeps(

@@ -13,7 +13,10 @@ unit for the same reason.
 
 When the jobs queue cannot be reached after the commit, each job's `on_unavailable` records that
 on its row in a follow-up unit, and `QueueUnavailable` propagates to the caller: the row says what
-happened, nothing is silently lost, and nothing ever runs inline instead.
+happened, nothing is silently lost, and nothing ever runs inline instead. A job queued with
+`outbox=True` serves a row that is its own outbox (a PENDING webhook delivery): the row is
+re-enqueued when it is read, so an unreachable queue (or a process killed between the commit and
+the enqueue) loses nothing and fails nothing; such a job never makes the unit raise.
 
 The nudge sink is chosen by the composition root: on the request path it schedules the publish
 in the background (never awaited on the response path); in a worker it is awaited.
@@ -56,8 +59,10 @@ OnUnavailable = Callable[["UnitOfWork"], Awaitable[None]]
 class JobProducer(Protocol):
     """The jobs queue as a unit of work sees it (implemented in `outlive.jobs.producer`)."""
 
-    def build(self, type: str, payload: Mapping[str, Any]) -> Any:
-        """The validated envelope; raises at the call site for an unknown type or bad payload."""
+    def build(self, type: str, payload: Mapping[str, Any], *, key: str | None = None) -> Any:
+        """The validated envelope; raises at the call site for an unknown type or bad payload.
+        With a `key`, the envelope's id (the queue's job key) is derived from it: enqueueing
+        the same (type, key) again is a no-op while that job is queued, scheduled or running."""
 
     async def send(self, envelopes: Sequence[Any]) -> None:
         """Enqueue them; raises `QueueUnavailable` when the queue cannot be reached."""
@@ -80,7 +85,7 @@ class UnitOfWork:
         self.tenant_id = tenant_id
         self.sessions = sessions
         self._after: list[AfterCommit] = []
-        self._jobs: list[tuple[Any, OnUnavailable | None]] = []
+        self._jobs: list[tuple[Any, OnUnavailable | None, bool]] = []
         self._nudges: list[PendingNudge] = []
         self._cancelled = False  # a cancellation held back until the unit has announced its work
 
@@ -121,12 +126,15 @@ class UnitOfWork:
         type: str,
         payload: Mapping[str, Any],
         *,
+        key: str | None = None,
         on_unavailable: OnUnavailable | None = None,
+        outbox: bool = False,
     ) -> None:
         """Queue a job to be sent after the commit; a malformed one raises here, now."""
         if self.sessions.jobs is None:
             raise RuntimeError(f"no jobs queue is wired for {type!r}: nothing runs inline")
-        self._jobs.append((self.sessions.jobs.build(type, payload), on_unavailable))
+        envelope = self.sessions.jobs.build(type, payload, key=key)
+        self._jobs.append((envelope, on_unavailable, outbox))
 
     def nudge(self, type: str, id: UUID | None = None, *, tenant_id: UUID | None = None) -> None:
         tenant = tenant_id or self.tenant_id
@@ -169,13 +177,15 @@ class UnitOfWork:
     async def _send_jobs(self) -> None:
         assert self.sessions.jobs is not None  # enqueue() checked it  # noqa: S101
         try:
-            await self.sessions.jobs.send([envelope for envelope, _ in self._jobs])
+            await self.sessions.jobs.send([envelope for envelope, _, _ in self._jobs])
         except QueueUnavailable:
-            for _, record in self._jobs:
+            for _, record, _ in self._jobs:
                 if record is not None:
                     async with self.sessions.unit(self.tenant_id) as follow_up:
                         await record(follow_up)
-            raise
+            if not all(outbox for _, _, outbox in self._jobs):
+                raise
+            log.warning("the jobs queue is unreachable; %d outbox row(s) wait", len(self._jobs))
 
 
 class Sessions:

@@ -10,13 +10,18 @@
   then the handler's `give_up` settles its row as failed.
 
 Each message opens and closes its own database sessions (inside the handler) and awaits every
-operation: nothing is deferred past the end of the message.
+operation: nothing is deferred past the end of the message. While a handler runs, the consumer
+touches its job every third of `OUTLIVE_RUN_HEARTBEAT_S`, so the queue's sweep re-delivers the job
+of a worker that died soon after, and never the job of a live one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +74,8 @@ async def consume(ctx: dict[str, Any], **kwargs: Any) -> None:
         return
     handler = deps.handlers[envelope.type]
     try:
-        await handler.handle(deps, envelope.payload)
+        async with _heartbeating(job, every_s=deps.settings.run_heartbeat_s / 3):
+            await handler.handle(deps, envelope.payload)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         if job.attempts >= min(job.retries, deps.settings.job_max_attempts):
@@ -93,6 +99,24 @@ async def consume(ctx: dict[str, Any], **kwargs: Any) -> None:
                 job.retry_delay,
             )
         raise
+
+
+@asynccontextmanager
+async def _heartbeating(job: Any, *, every_s: float) -> AsyncIterator[None]:
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await job.update()
+            except Exception:
+                log.warning("job %s: heartbeat failed", job.key, exc_info=True)
+
+    beating = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        beating.cancel()
+        await asyncio.gather(beating, return_exceptions=True)
 
 
 def _dump(kwargs: dict[str, Any]) -> str:

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, Union, cast
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 from pydantic.alias_generators import to_camel
 
+_KEYED = uuid.UUID("5d1e0f8a-31c4-4a47-9d3c-6f0e2b7a9c15")  # the namespace of keyed envelope ids
+
 
 class Payload(BaseModel):
     model_config = ConfigDict(
@@ -66,13 +68,15 @@ class EnvelopeTypes:
     def with_type(self, name: str, payload: type[Payload]) -> EnvelopeTypes:
         return EnvelopeTypes({**self.payloads, name: payload})
 
-    def build(self, type: str, payload: Mapping[str, Any]) -> Envelope:
+    def build(self, type: str, payload: Mapping[str, Any], *, key: str | None = None) -> Envelope:
+        """A new envelope; with a `key` (the row it serves), its id is derived from (type, key),
+        so the same work queued twice is one job while the first is queued or running."""
         if type not in self.payloads:
             raise InvalidJob(f"unknown job type {type!r}")
         try:
             return self._adapter.validate_python(
                 {
-                    "id": uuid.uuid4(),
+                    "id": uuid.uuid5(_KEYED, f"{type}:{key}") if key else uuid.uuid4(),
                     "type": type,
                     "payload": dict(payload),
                     "enqueued_at": datetime.now(UTC),

@@ -28,10 +28,13 @@ class SaqJobProducer:
             "retry_delay": settings.job_retry_base_s,  # the consumer sets each retry's delay
             "retry_backoff": False,  # saq's backoff adds full jitter; ours is exact
             "ttl": FINISHED_TTL_S,
+            # The consumer touches the job while its handler runs; a job whose worker died is
+            # re-delivered by the sweep after this much silence, not after the whole timeout.
+            "heartbeat": max(1, int(settings.run_heartbeat_s)),
         }
 
-    def build(self, type: str, payload: Mapping[str, Any]) -> Envelope:
-        return self.types.build(type, payload)
+    def build(self, type: str, payload: Mapping[str, Any], *, key: str | None = None) -> Envelope:
+        return self.types.build(type, payload, key=key)
 
     async def send(self, envelopes: Sequence[Envelope]) -> None:
         try:

@@ -1,10 +1,23 @@
 """The saq queues: one for run workflows, one for typed jobs (and cron).
 
-`OutliveRedisQueue` fixes one race in saq's Redis sweep: a worker moves a job to the active list
-(BLMOVE) a moment before it marks the job ACTIVE, and the stock sweep, seeing a non-ACTIVE job in
-the active list, aborts and re-queues a job that is about to run (tobymao/saq#124, #277). Here a
-job in that state is looked at again after `settle_s`; only one that is still not ACTIVE (its
-worker died in between) is swept.
+`OutliveRedisQueue` replaces saq's Redis sweep, which re-delivers a job whose worker died, with one
+that is crash-safe at every step:
+
+- saq's sweep aborts the job, waits up to 5 s, then re-queues it: a sweeper killed in between left
+  the job `aborting` in no list, where nothing would ever deliver it again. Here each repair is one
+  Lua script (`_REPAIR`), a compare-and-set on the job's record: it re-queues (or, out of
+  attempts, finishes ABORTED) only if the record is still byte for byte what the sweeper read, and
+  does all of it atomically. A sweeper that dies before the script leaves the job in the active
+  list for the next sweep; one that dies after has nothing left to do.
+- a worker moves a job to the active list (BLMOVE) a moment before it marks the job ACTIVE, and
+  the stock sweep, seeing a non-ACTIVE job in the active list, re-queues a job that is about to
+  run (tobymao/saq#124, #277). Here a job in that state is looked at again after `settle_s`, and
+  the compare-and-set repairs it only if its worker never marked it (it died in between).
+- a live worker's heartbeat changes the record, so a job that was touched after the sweeper read
+  it is never repaired.
+
+Nothing here aborts a job in a worker that may still be running it: for runs, the row's lease
+fences a stalled attempt (see `outlive.services.runs`); jobs-queue handlers are idempotent.
 """
 
 from __future__ import annotations
@@ -14,17 +27,21 @@ import logging
 from typing import Any
 
 from redis.asyncio import Redis
-from saq.job import Job, Status
+from saq.job import Status
 from saq.queue.redis import RedisQueue
+from saq.utils import now
 
 log = logging.getLogger(__name__)
 
 RUNS_QUEUE = "outlive-runs"
 JOBS_QUEUE = "outlive-jobs"
+FINISHED_TTL_S = 3600  # how long a job swept out of attempts is kept, when it has no ttl of its own
 
 
 class OutliveRedisQueue(RedisQueue):
     settle_s = 2.0
+    _repair_script: Any = None
+    _drop_script: Any = None
 
     async def sweep(self, lock: int = 60, abort: float = 5.0) -> list[str]:
         if not self._cleanup_script:
@@ -32,51 +49,59 @@ class OutliveRedisQueue(RedisQueue):
         id_jobs: list[tuple[bytes, bytes | None]] = await self._cleanup_script(
             keys=[self._sweep, self._active], args=[lock], client=self.redis
         )
-        suspects: list[bytes] = []
+        suspects: list[tuple[bytes, bytes]] = []
         swept: list[str] = []
         for job_id, job_bytes in id_jobs:
             job = self.deserialize(job_bytes)
-            if job is None:
-                await self._drop_missing(job_id)
-                swept.append(job_id.decode())
+            if job_bytes is None or job is None:
+                if await self._drop_missing(job_id):
+                    swept.append(job_id.decode())
             elif job.status != Status.ACTIVE:
-                suspects.append(job_id)
-            elif job.stuck:
-                await self._sweep_job(job)
+                suspects.append((job_id, job_bytes))
+            elif job.stuck and await self.repair(job_id, job_bytes):
                 swept.append(job_id.decode())
         if suspects:
             await asyncio.sleep(self.settle_s)
-            # redis-py types a command's result as sync-or-async
-            active = set(await self.redis.lrange(self._active, 0, -1))  # type: ignore[misc]
-            for job_id in suspects:
-                job = await self._get_job_by_id(job_id)
-                if job_id in active and (
-                    job is None or job.status not in (Status.ACTIVE, *_TERMINAL)
-                ):
-                    if job is None:
-                        await self._drop_missing(job_id)
-                    else:
-                        await self._sweep_job(job)
+            for job_id, job_bytes in suspects:
+                if await self.repair(job_id, job_bytes):
                     swept.append(job_id.decode())
         return swept
 
-    async def _sweep_job(self, job: Job, abort: float = 5.0) -> None:
-        log.info("sweeping %s", job.info(False))
-        await self.abort(job, error=self.swept_error_message)
-        try:
-            await job.refresh(abort)
-        except TimeoutError:
-            log.info("could not abort %s", job.key)
-        if job.retryable:
-            await self.retry(job, error=self.swept_error_message)
+    async def repair(self, job_id: bytes, seen: bytes) -> bool:
+        """Re-deliver a job whose worker is gone, in one atomic step, if its record is still
+        `seen`: re-queued when it has attempts left, else finished ABORTED. A record that is
+        terminal already only loses its stale entry in the active list."""
+        job = self.deserialize(seen)
+        assert job is not None  # noqa: S101 (the caller read a record)
+        error = self.swept_error_message
+        if job.status in _TERMINAL:
+            mode, ttl = "drop", 0
+        elif job.retryable:
+            mode, ttl = "queue", 0
+            job.status, job.error, job.completed, job.started = Status.QUEUED, error, 0, 0
+            job.touched = now()
         else:
-            await self.finish(job, Status.ABORTED, error=self.swept_error_message)
+            mode, ttl = "finish", job.ttl if job.ttl > 0 else FINISHED_TTL_S
+            job.status, job.error, job.completed = Status.ABORTED, error, now()
+        if not self._repair_script:
+            self._repair_script = self.redis.register_script(_REPAIR)
+        done = await self._repair_script(
+            keys=[job_id, self._active, self._queued, self._incomplete],
+            args=[seen, self.serialize(job), mode, ttl, job.status],
+            client=self.redis,
+        )
+        if done:
+            log.info("swept %s (%s): its worker is gone", job.key, mode)
+        return bool(done)
 
-    async def _drop_missing(self, job_id: bytes) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.lrem(self._active, 0, job_id)  # type: ignore[arg-type]  # bytes keys are fine
-            pipe.zrem(self._incomplete, job_id)
-            await pipe.execute()
+    async def _drop_missing(self, job_id: bytes) -> bool:
+        if not self._drop_script:
+            self._drop_script = self.redis.register_script(_DROP_MISSING)
+        return bool(
+            await self._drop_script(
+                keys=[job_id, self._active, self._incomplete], client=self.redis
+            )
+        )
 
 
 _TERMINAL = (Status.COMPLETE, Status.FAILED, Status.ABORTED)
@@ -91,6 +116,32 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
     end
 end
 return id_jobs
+"""
+
+# KEYS: job id, active, queued, incomplete. ARGV: the record the sweeper read, the new record,
+# 'queue' | 'finish' | 'drop', the ttl of a finished record, the status to announce.
+_REPAIR = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('LREM', KEYS[2], 0, KEYS[1]) == 0 then return 0 end
+if ARGV[3] == 'queue' then
+    redis.call('SET', KEYS[1], ARGV[2])
+    redis.call('LREM', KEYS[3], 0, KEYS[1])
+    redis.call('ZADD', KEYS[4], 0, KEYS[1])
+    redis.call('RPUSH', KEYS[3], KEYS[1])
+elseif ARGV[3] == 'finish' then
+    redis.call('ZREM', KEYS[4], KEYS[1])
+    redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
+end
+redis.call('PUBLISH', KEYS[1], ARGV[5])
+return 1
+"""
+
+# KEYS: job id, active, incomplete. A job id in the active list whose record is gone.
+_DROP_MISSING = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('LREM', KEYS[2], 0, KEYS[1])
+redis.call('ZREM', KEYS[3], KEYS[1])
+return 1
 """
 
 

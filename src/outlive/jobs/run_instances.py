@@ -2,14 +2,17 @@
 
 Every saq option is set on purpose; saq's defaults (a 10 s timeout, one attempt) are wrong here:
 
-- `retries = MAX_ATTEMPTS` (3): saq counts attempts, not retries. The row's own `attempt` is the
-  authority (see `outlive.workflows.runs`); saq's count only has to allow a crashed attempt to be
-  delivered again.
+- `retries = DELIVERIES` (20): saq counts attempts, not retries. The row is the authority: its
+  `attempt`, `lost_attempts` and lease decide what a delivery may do (see
+  `outlive.workflows.runs`). saq's count only has to let a crashed attempt be delivered again,
+  and to end a job whose every delivery dies before it can claim; a delivery that finds another
+  attempt holding the run (`RetryLater(counts=False)`) gives its saq attempt back.
 - `timeout = OUTLIVE_RUN_TIMEOUT_S + 120`: the workflow enforces the execute timeout itself and
   settles or retries; saq's timeout is only the last line behind it.
-- `heartbeat = OUTLIVE_RUN_HEARTBEAT_S` (10 s): an executing attempt touches its job every third
-  of that; the sweep (every `OUTLIVE_RUN_SWEEP_S`, 5 s) re-delivers a job whose worker stopped
-  touching it, so a SIGKILLed worker's run is re-claimed within about 20 s, not after the timeout.
+- `heartbeat = OUTLIVE_RUN_HEARTBEAT_S` (10 s): an executing attempt touches its job (and extends
+  its row's lease) every third of that; the sweep (every `OUTLIVE_RUN_SWEEP_S`, 5 s) re-delivers a
+  job whose worker stopped touching it, and the new delivery takes over the run once the row's
+  lease has expired: a SIGKILLed worker's run is re-claimed within about 15 s.
 - `retry_delay`: set per retry by the workflow (`RetryLater`), exact; `retry_backoff` stays off
   because saq would add full jitter.
 - `ttl = 3600`: how long saq keeps a *finished* job. A queued, scheduled or active job has no
@@ -25,28 +28,27 @@ from typing import Any
 from uuid import UUID
 
 from redis.exceptions import RedisError
-from saq.job import TERMINAL_STATUSES
-from saq.queue import Queue
+from saq.queue.redis import RedisQueue
 
 from outlive.config import Settings
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId
 from outlive.services.ports import InstanceState
 from outlive.workflows.runs import RetryLater, WorkflowDeps, run_attempt
-from outlive.workflows.steps import MAX_ATTEMPTS
 
 log = logging.getLogger(__name__)
 
 RUN_TASK = "run_workflow"
 FINISHED_TTL_S = 3600
 TIMEOUT_MARGIN_S = 120
+DELIVERIES = 20
 
 
 class SaqRunInstances:
-    def __init__(self, queue: Queue, settings: Settings) -> None:
+    def __init__(self, queue: RedisQueue, settings: Settings) -> None:
         self.queue = queue
         self._options: dict[str, Any] = {
-            "retries": MAX_ATTEMPTS,
+            "retries": DELIVERIES,
             "timeout": int(settings.run_timeout_s + TIMEOUT_MARGIN_S),
             "heartbeat": max(1, int(settings.run_heartbeat_s)),
             "ttl": FINISHED_TTL_S,
@@ -55,24 +57,34 @@ class SaqRunInstances:
         }
 
     async def start(self, run_id: RunId) -> None:
+        """Enqueue the instance; a no-op while one is queued, scheduled or executing (the job key
+        is the run id), so a repair can always call it."""
         try:
             await self.queue.enqueue(RUN_TASK, key=str(run_id), run_id=str(run_id), **self._options)
         except (RedisError, OSError) as exc:
             raise QueueUnavailable(f"the run queue is unreachable: {exc}") from exc
 
     async def states(self, run_ids: Sequence[RunId]) -> list[InstanceState]:
+        """ACTIVE: in saq's incomplete set (queued, scheduled or executing). A job outside it
+        whose record says otherwise (`aborting`, `active`) is in no list and nothing would ever
+        deliver it: FINISHED, like a completed one."""
+        ids = [self.queue.job_id(str(r)) for r in run_ids]
         try:
-            jobs = await self.queue.jobs(str(r) for r in run_ids)
+            async with self.queue.redis.pipeline(transaction=False) as pipe:
+                for job_id in ids:
+                    pipe.zscore(self.queue.namespace("incomplete"), job_id)
+                    pipe.exists(job_id)
+                replies = await pipe.execute()
         except (RedisError, OSError):
             log.warning("cannot reach the run queue to reconcile; leaving rows as they are")
             return [InstanceState.ACTIVE] * len(run_ids)
         return [
-            InstanceState.MISSING
-            if job is None
+            InstanceState.ACTIVE
+            if score is not None
             else InstanceState.FINISHED
-            if job.status in TERMINAL_STATUSES
-            else InstanceState.ACTIVE
-            for job in jobs
+            if exists
+            else InstanceState.MISSING
+            for score, exists in zip(replies[::2], replies[1::2], strict=True)
         ]
 
 
@@ -98,5 +110,8 @@ async def run_workflow(ctx: dict[str, Any], *, run_id: str) -> None:
     try:
         await run_attempt(deps, RunId(UUID(run_id)), SaqAttemptControl(ctx))
     except RetryLater as later:
-        ctx["job"].retry_delay = later.delay_s
+        job = ctx["job"]
+        job.retry_delay = later.delay_s
+        if not later.counts:  # this delivery did not execute the run
+            job.attempts = max(0, job.attempts - 1)
         raise

@@ -50,8 +50,13 @@ class Context:
     async def endpoint_deliveries(
         self, endpoint_id: EndpointId, *, first: int
     ) -> list[DeliveryRecord]:
-        async with self.services.sessions.read() as session:
-            return await webhooks.list_deliveries(session, self.tenant_id, endpoint_id, first=first)
+        s = self.services
+        async with s.sessions.read() as session:
+            found = await webhooks.list_deliveries(
+                session, self.tenant_id, endpoint_id, first=first
+            )
+        await webhooks.requeue_stale(s.sessions, found, grace_s=s.settings.reconcile_grace_s)
+        return found
 
     async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]:
         async with self.services.sessions.read() as session:

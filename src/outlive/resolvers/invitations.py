@@ -13,8 +13,10 @@ Info = strawberry.Info[Context, None]
 
 async def list_invitations(info: Info) -> list[Invitation]:
     ctx = info.context
-    async with ctx.services.sessions.read() as session:
+    s = ctx.services
+    async with s.sessions.read() as session:
         found = await invitations.list_invitations(session, ctx.tenant_id)
+    await invitations.requeue_stale(s.sessions, found, grace_s=s.settings.reconcile_grace_s)
     return [Invitation.of(i) for i in found]
 
 

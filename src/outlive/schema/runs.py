@@ -40,6 +40,17 @@ class Run:
     started_at: datetime | None
     finished_at: datetime | None
     cancel_requested_at: datetime | None
+    heartbeat_at: datetime | None = strawberry.field(
+        description="The last sign of life (heartbeat or event) of the attempt holding the run."
+    )
+    lease_expires_at: datetime | None = strawberry.field(
+        description="While RUNNING: when another worker may take the run over, unless the "
+        "attempt holding it heartbeats first."
+    )
+    lost_attempts: int = strawberry.field(
+        description="Attempts whose worker was lost (their lease expired); they do not use up "
+        "the run's retries, but a run fails after losing its worker 3 times."
+    )
     record: strawberry.Private[RunRecord]
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
@@ -67,6 +78,9 @@ class Run:
             started_at=r.started_at,
             finished_at=r.finished_at,
             cancel_requested_at=r.cancel_requested_at,
+            heartbeat_at=r.heartbeat_at,
+            lease_expires_at=r.lease_expires_at if r.status == DbRunStatus.RUNNING else None,
+            lost_attempts=r.lost_attempts,
             record=r,
         )
 

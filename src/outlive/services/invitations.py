@@ -9,9 +9,11 @@ change nudges `invitation.updated`.
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from typing import Any
 
@@ -19,9 +21,12 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import Invitation, InvitationStatus, Tenant
-from outlive.db.tx import UnitOfWork
+from outlive.db.tx import Sessions, UnitOfWork
+from outlive.errors import QueueUnavailable
 from outlive.ids import InvitationId, TenantId, UserId
 from outlive.services.tenants import check_email
+
+log = logging.getLogger(__name__)
 
 SEND_JOB = "email.invitation.v1"
 MAX_LIST = 200
@@ -36,6 +41,7 @@ class InvitationRecord:
     last_error: str | None
     created_at: datetime
     sent_at: datetime | None
+    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,7 @@ def _record(i: Invitation) -> InvitationRecord:
         last_error=i.last_error,
         created_at=i.created_at,
         sent_at=i.sent_at,
+        updated_at=i.updated_at,
     )
 
 
@@ -75,11 +82,38 @@ async def invite(
     invitation_id = InvitationId(invitation.id)
     uow.enqueue(
         SEND_JOB,
-        {"invitationId": str(invitation_id)},
+        _payload(invitation_id),
+        key=str(invitation_id),
         on_unavailable=_record_unavailable(invitation_id),
     )
     uow.nudge("invitation.updated", invitation_id)
     return _record(invitation)
+
+
+def _payload(invitation_id: InvitationId) -> dict[str, Any]:
+    return {"invitationId": str(invitation_id)}
+
+
+async def requeue_stale(
+    sessions: Sessions, invitations: Sequence[InvitationRecord], *, grace_s: float
+) -> int:
+    """Repair on read: the PENDING row is the outbox. Every PENDING invitation not updated for
+    `grace_s` is enqueued again; the job is keyed by the invitation, so this is a no-op for one
+    that is queued, waiting for its next attempt or being sent, and only an invitation whose job
+    was lost (a process killed between its commit and its enqueue) is sent."""
+    cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
+    stale = [
+        i for i in invitations if i.status is InvitationStatus.PENDING and i.updated_at < cutoff
+    ]
+    jobs = sessions.jobs
+    if not stale or jobs is None:
+        return 0
+    try:
+        await jobs.send([jobs.build(SEND_JOB, _payload(i.id), key=str(i.id)) for i in stale])
+    except QueueUnavailable:
+        log.warning("cannot re-enqueue %d stale invitations: the queue is unreachable", len(stale))
+        return 0
+    return len(stale)
 
 
 def _record_unavailable(invitation_id: InvitationId) -> Any:

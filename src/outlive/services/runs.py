@@ -1,11 +1,17 @@
-"""Runs: the row is the claim.
+"""Runs: the row is the claim, and the claim's lease lives in the row.
 
 Every statement that moves a run carries the active-status predicate (`status IN (QUEUED,
 RUNNING)`), so a settled run is never rewritten; writes made on behalf of one attempt also carry
 `attempt = <that attempt>`, a fencing token, so an attempt that was superseded by a re-claim cannot
-settle or extend the run either. Timeline events are appended in the same statement that bumps
-`runs.event_seq` (a data-modifying CTE), which keeps `seq` gap-free under concurrent emitters and
-makes "settle + its timeline event" one atomic write.
+settle or extend the run either. A claim takes a run only when it is QUEUED, or RUNNING with an
+expired lease (`lease_expires_at`): the attempt that holds a run extends its lease with every
+heartbeat and every timeline event, so a second delivery of the same run cannot claim it while
+the first is alive, whatever the queue does. Taking over an expired lease counts a lost attempt
+(`lost_attempts`) and writes a `lost` event before the `claimed` one.
+
+Timeline events are appended in the same statement that bumps `runs.event_seq` (a data-modifying
+CTE), which keeps `seq` gap-free under concurrent emitters and makes "settle + its timeline event"
+one atomic write.
 """
 
 from __future__ import annotations
@@ -13,9 +19,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 from uuid import UUID
@@ -41,6 +48,8 @@ from outlive.services import webhooks
 from outlive.services.ids import parse_uuid
 from outlive.services.ports import RunInstances
 
+log = logging.getLogger(__name__)
+
 ACTIVE_SQL = "status IN ('QUEUED', 'RUNNING')"  # literal values: see `is_active_predicate`
 SETTLED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 _RUN_COLUMNS = tuple(Run.__table__.c)
@@ -64,6 +73,9 @@ class RunRecord:
     finished_at: datetime | None
     cancel_requested_at: datetime | None
     event_seq: int = 0
+    lease_expires_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    lost_attempts: int = 0
 
     @property
     def is_active(self) -> bool:
@@ -107,6 +119,9 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         finished_at=m["finished_at"],
         cancel_requested_at=m["cancel_requested_at"],
         event_seq=m["event_seq"],
+        lease_expires_at=m["lease_expires_at"],
+        heartbeat_at=m["heartbeat_at"],
+        lost_attempts=m["lost_attempts"],
     )
 
 
@@ -127,7 +142,12 @@ async def start_run(
     params: Mapping[str, Any],
     instances: RunInstances,
 ) -> StartedRun:
-    """Insert the run, or hand back the active one; the instance starts only after commit."""
+    """Insert the run, or hand back the active one; the instance starts only after commit.
+
+    Handing back a QUEUED run (or one whose lease has expired) also enqueues its instance again,
+    which is a no-op while one is queued, scheduled or executing (the job key is the run id): a
+    client that retries after an API died between its commit and its enqueue gets a run that
+    will run, not one that can only fail."""
     tenant_id = TenantId(uow.require_tenant())
     run, created = await _insert_or_get_active(uow, tenant_id, agent, params)
     if created:
@@ -137,7 +157,22 @@ async def start_run(
             await _start_instance(uow, instances, run)
 
         uow.after_commit(start_instance)
+    elif _may_have_lost_its_instance(run):
+
+        async def repair_instance() -> None:
+            try:
+                await instances.start(run.id)
+            except QueueUnavailable:
+                log.warning("run %s: cannot re-enqueue it, the queue is unreachable", run.id)
+
+        uow.after_commit(repair_instance)
     return StartedRun(run=run, created=created)
+
+
+def _may_have_lost_its_instance(run: RunRecord) -> bool:
+    if run.status == RunStatus.QUEUED:
+        return True
+    return run.lease_expires_at is None or run.lease_expires_at < datetime.now(UTC)
 
 
 # SQL below is assembled from this module's constants only; every value is a bound parameter.
@@ -195,6 +230,23 @@ async def read_run(sessions: Sessions, tenant_id: TenantId, run_id: RunId) -> Ru
     """`get_run` as one statement on its own (the hot path: no session)."""
     row = await sessions.fetchrow(_GET_RUN, run_id=run_id, tenant_id=tenant_id)
     return to_record(row) if row is not None else None
+
+
+_LEASE_LEFT = prepare(
+    text(
+        "SELECT status, extract(epoch FROM lease_expires_at - now()) AS left_s"
+        " FROM runs WHERE id = :run_id"
+    )
+)
+
+
+async def lease_left(sessions: Sessions, run_id: RunId) -> float | None:
+    """For a delivery that could not claim the run: None when the run is settled (or gone);
+    otherwise the seconds left on the lease of the attempt holding it (0 when QUEUED)."""
+    row = await sessions.fetchrow(_LEASE_LEFT, run_id=run_id)
+    if row is None or row["status"] not in ACTIVE_STATUSES:
+        return None
+    return float(row["left_s"] or 0.0)
 
 
 async def get_run(session: AsyncSession, tenant_id: TenantId, run_id: RunId) -> RunRecord | None:
@@ -303,21 +355,35 @@ class RunMove:
         )
 
 
-_SETTLE = "status = :status, output = CAST(:output AS jsonb), error = :error, finished_at = now()"
-CLAIM = RunMove(
-    sets="status = 'RUNNING', attempt = attempt + 1, started_at = coalesce(started_at, now())",
-    event_type="'claimed'",
-    event_data="jsonb_build_object('attempt', attempt)",
+_SETTLE = (
+    "status = :status, output = CAST(:output AS jsonb), error = :error, finished_at = now(), "
+    "lease_expires_at = NULL"
+)
+# The lease of the attempt holding a RUNNING run, extended by its heartbeats and its events.
+_LEASE = "lease_expires_at = now() + make_interval(secs => :lease), heartbeat_at = now()"
+LEASE_EXPIRED_SQL = "coalesce(lease_expires_at, '-infinity') < now()"
+_LOST_LONG_AGO = (
+    "status = 'RUNNING' AND attempt = :attempt"
+    " AND coalesce(lease_expires_at, '-infinity') < now() - make_interval(secs => :grace)"
 )
 SETTLE = RunMove(sets=_SETTLE, event_type="lower(status)", may_settle=True)
 SETTLE_ATTEMPT = RunMove(
     sets=_SETTLE, where="attempt = :attempt", event_type="lower(status)", may_settle=True
 )
-SETTLE_STALE = RunMove(
+SETTLE_STALE = RunMove(  # an instance lost (reconcile): never a run whose attempt is alive
     sets=_SETTLE,
-    where="updated_at < now() - make_interval(secs => :grace)",
+    where=f"updated_at < now() - make_interval(secs => :grace)"
+    f" AND (status = 'QUEUED' OR {LEASE_EXPIRED_SQL})",
     event_type="lower(status)",
     may_settle=True,
+)
+SETTLE_LOST = RunMove(
+    sets=_SETTLE, where=_LOST_LONG_AGO, event_type="lower(status)", may_settle=True
+)
+LOST = RunMove(  # a worker lost long ago (reconcile): back to QUEUED, the attempt counted as lost
+    sets="status = 'QUEUED', lease_expires_at = NULL, lost_attempts = lost_attempts + 1",
+    where=_LOST_LONG_AGO,
+    event_type="'lost'",
 )
 CANCEL = RunMove(
     sets="status = CASE WHEN status = 'QUEUED' THEN 'CANCELLED' ELSE status END, "
@@ -328,11 +394,49 @@ CANCEL = RunMove(
     event_data="'{}'::jsonb",
     may_settle=True,  # a QUEUED run settles CANCELLED at once
 )
-APPEND = RunMove(sets="", where="attempt = :attempt", changes_run=False)
-REQUEUE = RunMove(sets="status = 'QUEUED'", where="status = 'RUNNING' AND attempt = :attempt")
-RELEASE = RunMove(
-    sets="status = 'QUEUED', attempt = attempt - 1",
+APPEND = RunMove(sets=_LEASE, where="attempt = :attempt", changes_run=False)
+REQUEUE = RunMove(
+    sets="status = 'QUEUED', lease_expires_at = NULL",
     where="status = 'RUNNING' AND attempt = :attempt",
+)
+RELEASE = RunMove(
+    sets="status = 'QUEUED', attempt = attempt - 1, lease_expires_at = NULL",
+    where="status = 'RUNNING' AND attempt = :attempt",
+)
+
+# The claim: QUEUED, or RUNNING with an expired lease (its worker was lost). `prior` locks the row
+# first, so `was` is the status the UPDATE really replaced, also when a concurrent claim won and
+# the UPDATE re-checks its predicate on the newer row. Taking over a lost attempt counts it and
+# writes `lost` just before `claimed`, in the same statement.
+_LOST_REASON = "its worker stopped heartbeating and the lease expired"
+CLAIM = prepare(
+    text(
+        f"""WITH prior AS (SELECT id, status AS was FROM runs WHERE id = :run_id FOR UPDATE),
+        moved AS (
+            UPDATE runs SET status = 'RUNNING', attempt = attempt + 1,
+                started_at = coalesce(started_at, now()), {_LEASE},
+                lost_attempts = lost_attempts + CAST(prior.was = 'RUNNING' AS int),
+                event_seq = event_seq + 1 + CAST(prior.was = 'RUNNING' AS int), updated_at = now()
+            FROM prior
+            WHERE runs.id = prior.id
+              AND (runs.status = 'QUEUED' OR (runs.status = 'RUNNING' AND {LEASE_EXPIRED_SQL}))
+            RETURNING runs.*, prior.was),
+        appended AS (
+            INSERT INTO run_events (run_id, seq, type, data)
+            SELECT id, event_seq - 1, 'lost',
+                   jsonb_build_object('attempt', attempt - 1, 'reason', '{_LOST_REASON}')
+            FROM moved WHERE was = 'RUNNING'
+            UNION ALL
+            SELECT id, event_seq, 'claimed', jsonb_build_object('attempt', attempt) FROM moved)
+        SELECT moved.* FROM moved"""
+    ).columns(*_RUN_COLUMNS, column("was"))
+)
+# A heartbeat: the attempt still holds the run; its lease is extended. No event, no nudge.
+HEARTBEAT = prepare(
+    text(
+        f"UPDATE runs SET {_LEASE} WHERE id = :run_id AND status = 'RUNNING'"
+        " AND attempt = :attempt RETURNING cancel_requested_at"
+    )
 )
 
 
@@ -342,13 +446,41 @@ async def move_run(uow: UnitOfWork, move: RunMove, **params: Any) -> RunRecord |
     row = await uow.fetchrow(move.statement, **params)
     if row is None:
         return None
+    return _announce(uow, row, changes_run=move.changes_run, may_settle=move.may_settle)
+
+
+def _announce(
+    uow: UnitOfWork, row: Mapping[Any, Any], *, changes_run: bool, may_settle: bool
+) -> RunRecord:
     run = to_record(row)
-    if move.changes_run:
+    if changes_run:
         uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
     uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
-    if move.may_settle:
+    if may_settle:
         webhooks.announce_deliveries(uow, run.tenant_id, row["delivery_ids"] or ())
     return run
+
+
+async def claim(uow: UnitOfWork, run_id: RunId, *, lease_s: float) -> RunRecord | None:
+    """Take the run for a new attempt holding a lease of `lease_s`; None when it is settled, or
+    RUNNING under a live lease (another attempt holds it)."""
+    row = await uow.fetchrow(CLAIM, run_id=run_id, lease=lease_s)
+    if row is None:
+        return None
+    return _announce(uow, row, changes_run=True, may_settle=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """What a heartbeat found: the attempt still holds the run; whether a cancel was asked."""
+
+    cancel_requested: bool
+
+
+async def heartbeat(uow: UnitOfWork, run_id: RunId, *, attempt: int, lease_s: float) -> Beat | None:
+    """Extend `attempt`'s lease; None when it no longer holds the run (settled or taken over)."""
+    row = await uow.fetchrow(HEARTBEAT, run_id=run_id, attempt=attempt, lease=lease_s)
+    return None if row is None else Beat(cancel_requested=row["cancel_requested_at"] is not None)
 
 
 def as_json(value: Any) -> str | None:
@@ -364,12 +496,15 @@ async def settle_run(
     error: str | None = None,
     attempt: int | None = None,
     stale_before_s: float | None = None,
+    lost_before_s: float | None = None,
     event_data: Mapping[str, Any] | None = None,
 ) -> RunRecord | None:
     """The terminal write. Returns None when the predicate found nothing to settle.
 
     `attempt` fences the write on that attempt; `stale_before_s` only settles a row that has not
-    been updated for that long (reconcile)."""
+    been updated for that long and holds no live lease (reconcile: a lost instance);
+    `lost_before_s` (with `attempt`) only settles a RUNNING run whose lease expired that long ago
+    (reconcile: a lost worker)."""
     if status not in SETTLED_STATUSES:
         raise ValueError(f"{status} is not a settled status")
     data = dict(event_data or {})
@@ -383,11 +518,27 @@ async def settle_run(
         "data": json.dumps(data),
     }
     move = SETTLE
-    if attempt is not None:
+    if attempt is not None and lost_before_s is not None:
+        move, params["attempt"], params["grace"] = SETTLE_LOST, attempt, lost_before_s
+    elif attempt is not None:
         move, params["attempt"] = SETTLE_ATTEMPT, attempt
     elif stale_before_s is not None:
         move, params["grace"] = SETTLE_STALE, stale_before_s
     return await move_run(uow, move, **params)
+
+
+async def requeue_lost(uow: UnitOfWork, run: RunRecord, *, grace_s: float) -> RunRecord | None:
+    """A RUNNING run whose lease expired more than `grace_s` ago: its worker was lost and nothing
+    re-delivered it. Back to QUEUED with a `lost` event, the attempt counted as lost; None when
+    the run moved meanwhile."""
+    return await move_run(
+        uow,
+        LOST,
+        run_id=run.id,
+        attempt=run.attempt,
+        grace=grace_s,
+        data=json.dumps({"attempt": run.attempt, "reason": "its lease expired; re-enqueued"}),
+    )
 
 
 async def cancel_run(uow: UnitOfWork, run_id: RunId) -> RunRecord:
@@ -403,12 +554,25 @@ async def cancel_run(uow: UnitOfWork, run_id: RunId) -> RunRecord:
 
 
 async def append_event(
-    uow: UnitOfWork, run_id: RunId, type: str, data: Mapping[str, Any], *, attempt: int
+    uow: UnitOfWork,
+    run_id: RunId,
+    type: str,
+    data: Mapping[str, Any],
+    *,
+    attempt: int,
+    lease_s: float,
 ) -> RunRecord | None:
-    """Append to an active run's timeline on behalf of `attempt`: the run as it is now (its
-    `event_seq` is the new event's seq), or None when `attempt` no longer holds the run."""
+    """Append to an active run's timeline on behalf of `attempt`, extending its lease: the run as
+    it is now (its `event_seq` is the new event's seq), or None when `attempt` no longer holds
+    the run."""
     return await move_run(
-        uow, APPEND, run_id=run_id, attempt=attempt, type=type, data=json.dumps(dict(data))
+        uow,
+        APPEND,
+        run_id=run_id,
+        attempt=attempt,
+        lease=lease_s,
+        type=type,
+        data=json.dumps(dict(data)),
     )
 
 

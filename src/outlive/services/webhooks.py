@@ -22,11 +22,12 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import logging
 import secrets
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
@@ -35,9 +36,11 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
-from outlive.db.tx import UnitOfWork
-from outlive.errors import BadUserInput
+from outlive.db.tx import Sessions, UnitOfWork
+from outlive.errors import BadUserInput, QueueUnavailable
 from outlive.ids import DeliveryId, EndpointId, TenantId
+
+log = logging.getLogger(__name__)
 
 RUN_EVENTS = ("run.succeeded", "run.failed", "run.cancelled")
 DELIVER_JOB = "webhook.deliver.v1"
@@ -64,6 +67,7 @@ class DeliveryRecord:
     last_error: str | None
     created_at: datetime
     delivered_at: datetime | None
+    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +236,7 @@ def _delivery(d: WebhookDelivery) -> DeliveryRecord:
         last_error=d.last_error,
         created_at=d.created_at,
         delivered_at=d.delivered_at,
+        updated_at=d.updated_at,
     )
 
 
@@ -257,27 +262,43 @@ SETTLED_DELIVERIES_CTE = """delivered AS (
 
 
 def announce_deliveries(uow: UnitOfWork, tenant_id: TenantId, delivery_ids: Sequence[UUID]) -> int:
-    """After a settle wrote `delivery_ids`: a `webhook.deliver.v1` job each, after the commit."""
+    """After a settle wrote `delivery_ids`: a `webhook.deliver.v1` job each, after the commit.
+    The PENDING row is the outbox: a job keyed by the delivery, so that a row whose job was never
+    sent (the queue down, the process killed after the commit) is simply re-enqueued when it is
+    read (`requeue_stale`)."""
     for delivery_id in delivery_ids:
-        uow.enqueue(
-            DELIVER_JOB,
-            {"deliveryId": str(delivery_id)},
-            on_unavailable=_record_unavailable(DeliveryId(delivery_id)),
-        )
+        _enqueue_delivery(uow, delivery_id)
         uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant_id)
     return len(delivery_ids)
 
 
-def _record_unavailable(delivery_id: DeliveryId) -> Any:
-    async def record(uow: UnitOfWork) -> None:
-        await finish_delivery(
-            uow,
-            delivery_id,
-            status=DeliveryStatus.FAILED,
-            error="queue unavailable: the delivery could not be queued",
-        )
+def _enqueue_delivery(uow: UnitOfWork, delivery_id: UUID) -> None:
+    uow.enqueue(DELIVER_JOB, _payload(delivery_id), key=str(delivery_id), outbox=True)
 
-    return record
+
+async def requeue_stale(
+    sessions: Sessions, deliveries: Sequence[DeliveryRecord], *, grace_s: float
+) -> int:
+    """Repair on read: every PENDING delivery not updated for `grace_s` is enqueued again. The
+    job is keyed by the delivery, so this is a no-op for one that is queued, waiting for its
+    next attempt or being sent; only a delivery whose job was lost is sent again (at least once,
+    with the same `webhook-id`)."""
+    cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
+    stale = [d for d in deliveries if d.status is DeliveryStatus.PENDING and d.updated_at < cutoff]
+    jobs = sessions.jobs
+    if not stale or jobs is None:
+        return 0
+    envelopes = [jobs.build(DELIVER_JOB, _payload(d.id), key=str(d.id)) for d in stale]
+    try:
+        await jobs.send(envelopes)
+    except QueueUnavailable:
+        log.warning("cannot re-enqueue %d stale deliveries: the queue is unreachable", len(stale))
+        return 0
+    return len(stale)
+
+
+def _payload(delivery_id: UUID) -> dict[str, Any]:
+    return {"deliveryId": str(delivery_id)}
 
 
 async def pending_delivery(session: AsyncSession, delivery_id: DeliveryId) -> Outgoing | None:

@@ -1,20 +1,34 @@
-"""Reconcile on read: a run whose workflow instance vanished is settled when someone looks.
+"""Reconcile on read: a run whose work was lost is repaired when someone looks.
 
-There is no sweeper cron: the only rows anybody cares about are the ones somebody reads. A read of
-QUEUED or RUNNING rows whose last update is older than `OUTLIVE_RECONCILE_GRACE_S` asks the engine
-about their instances; a missing instance, or a finished one under a row that is still active,
-settles the row FAILED with an error naming the lost instance. The grace is also part of the
-settle's predicate, so a row that a worker touched meanwhile is left alone.
+There is no sweeper cron: the only rows anybody cares about are the ones somebody reads. Every
+read of runs (`run`, `runs`) passes the active ones it returns through `reconcile_runs`, which
+acts only on rows older than `OUTLIVE_RECONCILE_GRACE_S`, and repeats each check in the
+predicate of the write it makes, so a row a worker touched meanwhile is left alone:
+
+- **a lost worker**: a RUNNING run whose lease expired more than the grace ago, whatever the
+  engine says about its instance (a job left `aborting` or `active` by a dead worker looks alive
+  there). The run is re-enqueued (a no-op when an instance is already queued or scheduled) and
+  set back to QUEUED with a `lost` event, the attempt counted as lost; a run whose cancel was
+  requested settles CANCELLED instead, and one that has lost its worker `MAX_LOST_ATTEMPTS`
+  times settles FAILED, saying so.
+- **a lost instance** (contract §7): a QUEUED run (or a RUNNING one with no live lease) whose
+  instance the engine no longer has, or has finished while the row is still active, is settled
+  FAILED with an error naming the lost instance.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
+from outlive.errors import QueueUnavailable
 from outlive.services.ports import InstanceState, RunInstances
-from outlive.services.runs import RunRecord, settle_run
+from outlive.services.runs import RunRecord, requeue_lost, settle_run
+from outlive.workflows.steps import MAX_LOST_ATTEMPTS
+
+log = logging.getLogger(__name__)
 
 
 async def reconcile_runs(
@@ -24,29 +38,81 @@ async def reconcile_runs(
     *,
     grace_s: float,
 ) -> list[RunRecord]:
-    """The same runs, with every lost one settled; unchanged when nothing is stale."""
+    """The same runs, with every lost one repaired; unchanged when nothing is stale."""
     cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
-    stale = [r for r in runs if r.is_active and r.updated_at < cutoff]
-    if not stale:
+    lost_workers = [r for r in runs if _worker_lost_before(r, cutoff)]
+    stale = [
+        r
+        for r in runs
+        if r.is_active
+        and r.updated_at < cutoff
+        and r not in lost_workers
+        and (r.status == RunStatus.QUEUED or r.lease_expires_at is None)
+    ]
+    if not (lost_workers or stale):
         return runs
-    states = await instances.states([r.id for r in stale])
-    settled: dict[object, RunRecord] = {}
-    for run, state in zip(stale, states, strict=True):
-        if state is InstanceState.ACTIVE:
-            continue
-        error = (
-            f"workflow instance {run.id} lost: the engine has no record of it"
-            if state is InstanceState.MISSING
-            else f"workflow instance {run.id} lost: it finished without settling the run"
-        )
+    repaired: dict[object, RunRecord] = {}
+    for run in lost_workers:
+        done = await _recover_lost_worker(sessions, instances, run, grace_s=grace_s)
+        if done is not None:
+            repaired[run.id] = done
+    if stale:
+        states = await instances.states([r.id for r in stale])
+        for run, state in zip(stale, states, strict=True):
+            if state is not InstanceState.ACTIVE:
+                done = await _settle_lost_instance(sessions, run, state, grace_s=grace_s)
+                if done is not None:
+                    repaired[run.id] = done
+    return [repaired.get(r.id, r) for r in runs]
+
+
+def _worker_lost_before(run: RunRecord, cutoff: datetime) -> bool:
+    return (
+        run.status == RunStatus.RUNNING
+        and run.lease_expires_at is not None
+        and run.lease_expires_at < cutoff
+    )
+
+
+async def _recover_lost_worker(
+    sessions: Sessions, instances: RunInstances, run: RunRecord, *, grace_s: float
+) -> RunRecord | None:
+    lost = run.lost_attempts + 1
+    if run.cancel_requested_at is not None or lost >= MAX_LOST_ATTEMPTS:
+        cancelled = run.cancel_requested_at is not None
         async with sessions.unit(run.tenant_id) as uow:
-            done = await settle_run(
+            return await settle_run(
                 uow,
                 run.id,
-                RunStatus.FAILED,
-                error=error,
-                stale_before_s=grace_s,
+                RunStatus.CANCELLED if cancelled else RunStatus.FAILED,
+                error=None if cancelled else _gave_up(run, lost),
+                attempt=run.attempt,
+                lost_before_s=grace_s,
             )
-        if done is not None:
-            settled[run.id] = done
-    return [settled.get(r.id, r) for r in runs]
+    # The instance first: should the row's move fail, the delivery still takes the run over.
+    try:
+        await instances.start(run.id)
+    except QueueUnavailable:
+        log.warning("run %s: its worker was lost, but the queue is unreachable", run.id)
+        return None
+    async with sessions.unit(run.tenant_id) as uow:
+        return await requeue_lost(uow, run, grace_s=grace_s)
+
+
+def _gave_up(run: RunRecord, lost: int) -> str:
+    return (
+        f"gave up: its worker was lost {lost} times (attempt {run.attempt}'s lease expired and "
+        "nothing took it over); a run that kills its worker is not retried forever"
+    )
+
+
+async def _settle_lost_instance(
+    sessions: Sessions, run: RunRecord, state: InstanceState, *, grace_s: float
+) -> RunRecord | None:
+    error = (
+        f"workflow instance {run.id} lost: the engine has no record of it"
+        if state is InstanceState.MISSING
+        else f"workflow instance {run.id} lost: it finished without settling the run"
+    )
+    async with sessions.unit(run.tenant_id) as uow:
+        return await settle_run(uow, run.id, RunStatus.FAILED, error=error, stale_before_s=grace_s)

@@ -3,13 +3,20 @@
 The workflow engine (saq, through `outlive.jobs.run_instances`) calls `run_attempt` once per
 delivery of the run's instance. What happens to the attempt is decided here:
 
-- nothing to claim: the run was cancelled or settled before this attempt; return quietly;
-- a cancel already requested, or the attempt budget spent (a worker died holding it): settle;
-- execute the agent under `OUTLIVE_RUN_TIMEOUT_S`, heartbeating the instance meanwhile;
+- nothing to claim: the run was cancelled or settled before this attempt (return quietly), or
+  another attempt holds it under a live lease (a second delivery of the same run: come back
+  when that lease would have expired, without using up one of saq's attempts);
+- a cancel already requested, or the lost-worker budget spent (the claim took over the expired
+  lease of a worker that died, `MAX_LOST_ATTEMPTS` times): settle;
+- execute the agent under `OUTLIVE_RUN_TIMEOUT_S`, heartbeating meanwhile: every third of
+  `OUTLIVE_RUN_HEARTBEAT_S` the row's lease is extended (and saq's job touched); a heartbeat that
+  finds the run taken over or settled stops the attempt at once;
 - success → SUCCEEDED; `RunCancelled` at a turn boundary → CANCELLED;
 - a retryable fault (or the timeout) with attempts left → back to QUEUED with a `retrying`
   event, and `RetryLater(delay)` tells the engine when to deliver the next attempt
-  (`OUTLIVE_RUN_RETRY_DELAY_S`, doubling); with none left → FAILED;
+  (`OUTLIVE_RUN_RETRY_DELAY_S`, doubling); with none left → FAILED. Attempts lost to a dead
+  worker are counted apart (`lost_attempts`): a worker's death is not the agent's fault, so it
+  does not use up one of the run's retries, but a run that keeps killing its worker still ends;
 - any other exception → FAILED at once;
 - the worker stopping (SIGTERM) → the run is released to QUEUED and the attempt given back, so a
   deploy never costs a run one of its retries.
@@ -22,8 +29,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
-from contextlib import suppress
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,22 +45,28 @@ from outlive.ids import RunId, TenantId
 from outlive.services.runs import (
     RunRecord,
     append_event,
+    heartbeat,
+    lease_left,
     read_run,
     settle_run,
 )
-from outlive.workflows.steps import MAX_ATTEMPTS, claim_run, requeue_run
+from outlive.workflows.steps import MAX_ATTEMPTS, MAX_LOST_ATTEMPTS, claim_run, requeue_run
 
 log = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 1.0  # how often a sleeping agent looks for a cancel request
+HEARTBEATS_PER_LEASE = 3  # a lease survives two missed heartbeats
 
 
 class RetryLater(Exception):
-    """Deliver this run's instance again after `delay_s` seconds."""
+    """Deliver this run's instance again after `delay_s` seconds. `counts` is False when the
+    delivery did not execute the run (another attempt holds it): it must not use up one of the
+    engine's attempts."""
 
-    def __init__(self, delay_s: float, reason: str) -> None:
+    def __init__(self, delay_s: float, reason: str, *, counts: bool = True) -> None:
         super().__init__(f"retry in {delay_s:g}s: {reason}")
         self.delay_s = delay_s
+        self.counts = counts
 
 
 class AttemptControl(Protocol):
@@ -76,6 +89,11 @@ class WorkflowDeps:
     http: httpx.AsyncClient
     settings: Settings
 
+    @property
+    def lease_s(self) -> float:
+        """How long an attempt holds its run without a heartbeat."""
+        return self.settings.run_heartbeat_s
+
 
 class AttemptContext:
     """The `RunContext` an agent receives; every write is fenced on this attempt."""
@@ -87,13 +105,16 @@ class AttemptContext:
         self.http = deps.http
         self.settings = deps.settings
         self._sessions = deps.sessions
+        self._lease_s = deps.lease_s
         self._fresh: RunRecord | None = run  # the row as this attempt last wrote it
 
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
         if not type or len(type) > 64:
             raise ValueError("an event type is 1 to 64 characters")
         async with self._sessions.unit(self.tenant_id, single_statement=True) as uow:
-            appended = await append_event(uow, self.run_id, type, data, attempt=self.attempt)
+            appended = await append_event(
+                uow, self.run_id, type, data, attempt=self.attempt, lease_s=self._lease_s
+            )
         if appended is None:
             raise RunSuperseded(f"attempt {self.attempt} of run {self.run_id} no longer holds it")
         self._fresh = appended
@@ -123,29 +144,46 @@ class AttemptContext:
 
 async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> None:
     async with deps.sessions.unit(single_statement=True) as uow:
-        run = await claim_run(uow, run_id)
+        run = await claim_run(uow, run_id, lease_s=deps.lease_s)
     if run is None:
-        log.info("run %s: nothing to claim (cancelled or settled before this attempt)", run_id)
+        await _not_claimed(deps, run_id)
         return
     if run.cancel_requested_at is not None:
         await _settle(deps, run, RunStatus.CANCELLED)
         return
-    if run.attempt > MAX_ATTEMPTS:
-        await _settle(
-            deps,
-            run,
-            RunStatus.FAILED,
-            error=f"gave up after {MAX_ATTEMPTS} attempts (the last one's worker was lost)",
+    if run.lost_attempts >= MAX_LOST_ATTEMPTS:
+        error = (
+            f"gave up: its worker was lost {run.lost_attempts} times (the last one's lease "
+            "expired); a run that kills its worker is not retried forever"
         )
+        await _settle(deps, run, RunStatus.FAILED, error=error)
         return
     agent = deps.agents.get(run.agent)
     if agent is None:
         await _settle(deps, run, RunStatus.FAILED, error=f"agent {run.agent!r} is not installed")
         return
-    heartbeat = asyncio.create_task(_heartbeat(control, deps.settings.run_heartbeat_s / 3))
+    await _execute(deps, run, agent, control)
+
+
+async def _not_claimed(deps: WorkflowDeps, run_id: RunId) -> None:
+    """Nothing to claim. A settled (or cancelled) run: this delivery is done. A run held by
+    another attempt under a live lease (the engine delivered it twice): come back when that lease
+    would have expired, so that a holder that dies meanwhile is still taken over."""
+    left = await lease_left(deps.sessions, run_id)
+    if left is None:
+        log.info("run %s: nothing to claim (cancelled or settled before this attempt)", run_id)
+        return
+    delay = max(left, 0.0) + deps.lease_s / HEARTBEATS_PER_LEASE
+    log.info("run %s: held by another attempt; this delivery comes back in %.1fs", run_id, delay)
+    raise RetryLater(delay, "another attempt holds the run's lease", counts=False)
+
+
+async def _execute(deps: WorkflowDeps, run: RunRecord, agent: Any, control: AttemptControl) -> None:
+    lease = _Lease(deps, run, control)
     try:
-        async with asyncio.timeout(deps.settings.run_timeout_s):
-            output = await agent.run(AttemptContext(deps, run), agent.parse(run.input))
+        async with lease.kept():
+            async with asyncio.timeout(deps.settings.run_timeout_s):
+                output = await agent.run(AttemptContext(deps, run), agent.parse(run.input))
         json.dumps(output)  # a result that is not JSON is the agent's bug, not a retry's
     except RunCancelled:
         await _settle(deps, run, RunStatus.CANCELLED)
@@ -154,6 +192,10 @@ async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl
     except (RetryableFault, TimeoutError) as fault:
         await _retry_or_fail(deps, run, fault)
     except asyncio.CancelledError:
+        if lease.lost:  # taken over or settled elsewhere: this cancellation was ours; stop quietly
+            _uncancel()
+            log.warning("run %s: attempt %s lost its lease; it stops", run.id, run.attempt)
+            return
         if control.is_shutting_down():
             await asyncio.shield(_release(deps, run, control))
         raise
@@ -161,10 +203,54 @@ async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl
         await _settle(deps, run, RunStatus.FAILED, error=_describe(exc))
     else:
         await _settle(deps, run, RunStatus.SUCCEEDED, output=output)
-    finally:
-        heartbeat.cancel()
-        with suppress(asyncio.CancelledError):
-            await heartbeat
+
+
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+
+
+class _Lease:
+    """Keeps an executing attempt's lease alive while the agent runs: in PostgreSQL (the truth: a
+    live lease is what stops a second delivery from claiming the run) and in the engine (so that
+    its sweep does not re-deliver a live attempt). A heartbeat that finds the run no longer held
+    by this attempt cancels the agent (`lost`): someone else owns the run now. The heartbeats stop
+    before the attempt settles, so they never race its own terminal write."""
+
+    def __init__(self, deps: WorkflowDeps, run: RunRecord, control: AttemptControl) -> None:
+        self._deps, self._run, self._control = deps, run, control
+        self.lost = False
+
+    @asynccontextmanager
+    async def kept(self) -> AsyncIterator[None]:
+        beating = asyncio.create_task(self._keep(asyncio.current_task()))
+        try:
+            yield
+        finally:
+            beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
+
+    async def _keep(self, attempt: asyncio.Task[Any] | None) -> None:
+        every_s = self._deps.lease_s / HEARTBEATS_PER_LEASE
+        while not self.lost:
+            await asyncio.sleep(every_s)
+            try:
+                await self._beat()
+            except Exception:
+                log.warning("run %s: heartbeat failed", self._run.id, exc_info=True)
+        if attempt is not None:
+            attempt.cancel()
+
+    async def _beat(self) -> None:
+        async with self._deps.sessions.unit(single_statement=True) as uow:
+            beat = await heartbeat(
+                uow, self._run.id, attempt=self._run.attempt, lease_s=self._deps.lease_s
+            )
+        if beat is None:
+            self.lost = True
+            return
+        await self._control.heartbeat()
 
 
 async def _settle(
@@ -192,10 +278,14 @@ async def _settle(
 
 async def _retry_or_fail(deps: WorkflowDeps, run: RunRecord, fault: Exception) -> None:
     error = _describe(fault) if str(fault) else f"timed out after {deps.settings.run_timeout_s:g}s"
-    if run.attempt >= MAX_ATTEMPTS:
-        await _settle(deps, run, RunStatus.FAILED, error=f"{error} (after {run.attempt} attempts)")
+    executed = run.attempt - run.lost_attempts  # attempts that reached a verdict, this one too
+    if executed >= MAX_ATTEMPTS:
+        lost = f"; {run.lost_attempts} more lost their worker" if run.lost_attempts else ""
+        await _settle(
+            deps, run, RunStatus.FAILED, error=f"{error} (after {executed} attempts{lost})"
+        )
         return
-    delay = deps.settings.run_retry_delay_s * 2 ** (run.attempt - 1)
+    delay = deps.settings.run_retry_delay_s * 2 ** (executed - 1)
     async with deps.sessions.unit(run.tenant_id) as uow:
         requeued = await requeue_run(
             uow, run, event="retrying", data={"delayS": delay, "error": error}
@@ -219,15 +309,6 @@ async def _release(deps: WorkflowDeps, run: RunRecord, control: AttemptControl) 
         return
     if released is not None:
         control.give_back_attempt()
-
-
-async def _heartbeat(control: AttemptControl, every_s: float) -> None:
-    while True:
-        await asyncio.sleep(every_s)
-        try:
-            await control.heartbeat()
-        except Exception:
-            log.warning("heartbeat failed", exc_info=True)
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,8 +1,10 @@
 """The claim and the requeue: the two writes a workflow makes besides settling.
 
-The claim is one conditional update: RUNNING, attempt + 1, only where the status is still QUEUED
-or RUNNING, returning the row (and appending the `claimed` event in the same statement). A retried
-step re-claims instead of fighting a lock, and a settled row is never claimed again.
+The claim is one conditional update: RUNNING, attempt + 1, a fresh lease, only where the status
+is still QUEUED, or RUNNING with an expired lease (the attempt holding it lost its worker),
+returning the row (and appending the `claimed` event, after a `lost` one for a take-over, in the
+same statement). A retried step re-claims instead of fighting a lock, a settled row is never
+claimed again, and a live attempt is never claimed from under itself.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ from typing import Any
 
 from outlive.db.tx import UnitOfWork
 from outlive.ids import RunId
-from outlive.services.runs import CLAIM, RELEASE, REQUEUE, RunRecord, move_run
+from outlive.services.runs import RELEASE, REQUEUE, RunRecord, claim, move_run
 
 MAX_ATTEMPTS = 3  # execute has two retries
+MAX_LOST_ATTEMPTS = 3  # a run whose worker dies this many times fails: it may be what kills it
 
 
-async def claim_run(uow: UnitOfWork, run_id: RunId) -> RunRecord | None:
-    """Take the run for a new attempt; None means it was cancelled or settled before this one."""
-    run = await move_run(uow, CLAIM, run_id=run_id)
+async def claim_run(uow: UnitOfWork, run_id: RunId, *, lease_s: float) -> RunRecord | None:
+    """Take the run for a new attempt holding a lease of `lease_s`; None means it was cancelled
+    or settled before this one, or another attempt holds it under a live lease."""
+    run = await claim(uow, run_id, lease_s=lease_s)
     if run is not None:
         uow.tenant_id = run.tenant_id
     return run

@@ -1,10 +1,11 @@
 """Runs and their timeline.
 
 `runs` carries the claim: `status` + `attempt` move only through conditional updates (see
-`outlive.services.runs`). The partial unique index over the active statuses is what makes
-"one active run per tenant and agent" true across every process. `event_seq` is the per-run
-counter that keeps timeline `seq` gap-free: it is bumped in the same statement that inserts the
-event, under the row lock, and rolls back with it.
+`outlive.services.runs`), and `lease_expires_at` is the claim's lease: a RUNNING run is held by
+its attempt until the lease expires without a heartbeat. The partial unique index over the active
+statuses is what makes "one active run per tenant and agent" true across every process.
+`event_seq` is the per-run counter that keeps timeline `seq` gap-free: it is bumped in the same
+statement that inserts the event, under the row lock, and rolls back with it.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ class Run(Base):
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     cancel_requested_at: Mapped[datetime | None]
+    # The lease of the attempt that holds a RUNNING run: extended by its heartbeats; a claim may
+    # take over a RUNNING run only once it has expired (the worker was lost).
+    lease_expires_at: Mapped[datetime | None]
+    heartbeat_at: Mapped[datetime | None]
+    lost_attempts: Mapped[int] = mapped_column(server_default=text("0"))
 
 
 class RunEvent(Base):
