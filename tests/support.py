@@ -28,7 +28,7 @@ from outlive.services.tenants import Principal
 T = TypeVar("T")
 
 RUN_FIELDS = """id agent status attempt input output error createdAt startedAt finishedAt
-cancelRequestedAt"""
+cancelRequestedAt heartbeatAt leaseExpiresAt lostAttempts"""
 
 
 @dataclass

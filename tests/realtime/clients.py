@@ -131,7 +131,8 @@ class Socket:
 
 
 class ApiProcess:
-    """`outlive api --port 0` with its log read line by line; `url` is known once it listens."""
+    """`outlive api --port 0` with its log read line by line; `url` is known once it listens.
+    With `command=("worker",)` it runs `outlive worker` (ready once it logs that it started)."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
@@ -142,14 +143,14 @@ class ApiProcess:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def running(cls, env: dict[str, str], *args: str) -> AsyncIterator[ApiProcess]:
+    async def running(
+        cls, env: dict[str, str], *args: str, command: tuple[str, ...] = ("api", "--port", "0")
+    ) -> AsyncIterator[ApiProcess]:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "outlive.cli",
-            "api",
-            "--port",
-            "0",
+            *command,
             *args,
             env={**os.environ, **env},
             stdout=asyncio.subprocess.PIPE,
@@ -157,8 +158,11 @@ class ApiProcess:
         )
         api = cls(process)
         try:
-            found = await api.saw(r"Uvicorn running on (http://\S+)", timeout=60)
-            api.url = found.group(1)
+            if command[0] == "api":
+                found = await api.saw(r"Uvicorn running on (http://\S+)", timeout=60)
+                api.url = found.group(1)
+            else:
+                await api.saw(r"worker started", timeout=60)
             yield api
         finally:
             if process.returncode is None:

@@ -107,7 +107,8 @@ async def _heartbeating(job: Any, *, every_s: float) -> AsyncIterator[None]:
         while True:
             await asyncio.sleep(every_s)
             try:
-                await job.update()
+                async with asyncio.timeout(every_s):
+                    await job.update()
             except Exception:
                 log.warning("job %s: heartbeat failed", job.key, exc_info=True)
 

@@ -43,6 +43,7 @@ NudgeType = Literal[
 ]
 NUDGE_TYPES: frozenset[str] = frozenset(get_args(NudgeType))
 
+PUBLISH_TIMEOUT_S = 2.0
 FAILURE_LOG_EVERY_S = 10.0
 
 
@@ -137,11 +138,12 @@ class Publisher:
         if not self.enabled or not nudges or self._redis is None:
             return
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for nudge in nudges:
-                    pipe.publish(self.channel(nudge.tenant_id), nudge.to_wire())
-                await pipe.execute()
-        except (RedisError, OSError) as exc:
+            async with asyncio.timeout(PUBLISH_TIMEOUT_S):  # a Redis that hangs holds nothing up
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for nudge in nudges:
+                        pipe.publish(self.channel(nudge.tenant_id), nudge.to_wire())
+                    await pipe.execute()
+        except (RedisError, OSError, TimeoutError) as exc:
             self._log_failure(exc, len(nudges))
         else:
             self.sent += len(nudges)

@@ -250,7 +250,10 @@ class _Lease:
         if beat is None:
             self.lost = True
             return
-        await self._control.heartbeat()
+        # The engine's heartbeat only keeps its sweep away; a Redis that hangs must not stall
+        # the loop that keeps the lease (the truth) alive.
+        async with asyncio.timeout(self._deps.lease_s / HEARTBEATS_PER_LEASE):
+            await self._control.heartbeat()
 
 
 async def _settle(
