@@ -39,6 +39,7 @@ from outlive.resolvers.context import Context, Services
 from outlive.resolvers.errors import coded
 from outlive.resolvers.nudges import NudgesTransportWS
 from outlive.resolvers.schema import build_schema
+from outlive.services.admission import Limits, TenantAdmission
 from outlive.services.tenants import Principal, authenticate
 from outlive.web import graphiql_response, web_routes
 
@@ -182,10 +183,13 @@ def build_app(
             nudge_sink=publisher.defer, jobs=SaqJobProducer(jobs_queue, settings)
         )
         await sessions.open_raw(database_url)
+        agents = AgentRegistry.from_entry_points(settings.agent_modules)
+        instances = SaqRunInstances(queue, settings)
+        sessions.admission = TenantAdmission(sessions, instances, Limits.of(settings, len(agents)))
         view.services = Services(
             sessions=sessions,
-            agents=AgentRegistry.from_entry_points(),
-            instances=SaqRunInstances(queue, settings),
+            agents=agents,
+            instances=instances,
             settings=settings,
             hub=hub,
         )

@@ -29,6 +29,14 @@ class Settings(BaseSettings):
     run_sweep_s: int = Field(5, ge=1, description="how often a worker looks for stuck jobs")
     shutdown_grace_s: float = Field(10.0, ge=0, description="jobs-queue drain time at stop")
 
+    # Tenant fairness: caps per tenant, overridable per tenant (`outlive tenant set-limits`).
+    tenant_max_running_runs: int = Field(
+        10, ge=1, description="runs of one tenant in flight (RUNNING, or QUEUED and admitted)"
+    )
+    tenant_max_inflight_jobs: int = Field(
+        20, ge=1, description="webhook deliveries and emails of one tenant in the jobs queue"
+    )
+
     # Jobs queue (contract §2).
     job_retry_base_s: float = Field(30.0, ge=0)
     job_retry_max_s: float = Field(900.0, ge=0)
@@ -44,6 +52,9 @@ class Settings(BaseSettings):
     llm_model: str = "gpt-4o-mini"
     llm_timeout_s: float = Field(60.0, gt=0)
 
+    # Agents beside the installed entry points: "module:attribute" (an Agent or a list of them).
+    agent_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
     # Realtime.
     realtime: bool = True
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -54,7 +65,7 @@ class Settings(BaseSettings):
         "outlive.cron.table:CRON", description="module:attribute of the cron dispatch table"
     )
 
-    @field_validator("allowed_origins", mode="before")
+    @field_validator("allowed_origins", "agent_modules", mode="before")
     @classmethod
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str):

@@ -35,8 +35,9 @@ from outlive.jobs.consumer import JobDeps, consume
 from outlive.jobs.mailer import create_mailer
 from outlive.jobs.producer import CONSUME_TASK, SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
-from outlive.jobs.run_instances import run_workflow
+from outlive.jobs.run_instances import SaqRunInstances, run_workflow
 from outlive.realtime.nudges import Publisher, channel_prefix
+from outlive.services.admission import Limits, TenantAdmission
 from outlive.workflows.runs import WorkflowDeps
 
 log = logging.getLogger(__name__)
@@ -79,9 +80,15 @@ class WorkerHost:
         )
         await sessions.open_raw(database_url, max_size=min(self.concurrency, 20))
         self._sessions = sessions
+        agents = AgentRegistry.from_entry_points(self.settings.agent_modules)
+        sessions.admission = TenantAdmission(
+            sessions,
+            SaqRunInstances(runs_queue, self.settings),
+            Limits.of(self.settings, len(agents)),
+        )
         self.deps = WorkflowDeps(
             sessions=sessions,
-            agents=AgentRegistry.from_entry_points(),
+            agents=agents,
             http=self._http,
             settings=self.settings,
         )

@@ -190,7 +190,7 @@ async def test_jobs_are_sent_only_after_the_commit_and_dropped_on_rollback(
         async with wired.unit(tenant.id) as uow:
             uow.enqueue("test.greet.v1", {"name": "committed"})
             seen_in_unit = await consume_jobs(world.queue)  # not sent yet
-        (envelope,) = [e for e, _ in uow._jobs]
+        (envelope,) = [e for e, _, _ in uow._jobs]
         assert (await world.finished(str(envelope.id))).status == Status.COMPLETE
     assert seen_in_unit == 0
     assert [p.name for _, p in spy.calls] == ["committed"]

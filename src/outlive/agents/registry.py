@@ -21,6 +21,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import import_module
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -88,6 +89,15 @@ class Agent(Generic[P]):
         return self.input_model.model_validate(stored)
 
 
+def _load(path: str) -> list[Agent[Any]]:
+    module_name, _, attribute = path.partition(":")
+    loaded = getattr(import_module(module_name), attribute or "AGENT")
+    agents = list(loaded) if isinstance(loaded, list | tuple) else [loaded]
+    if not all(isinstance(a, Agent) for a in agents):
+        raise TypeError(f"{path} is not an outlive Agent or a list of them")
+    return agents
+
+
 def _summary(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors(include_url=False)[:5]:
@@ -105,14 +115,21 @@ class AgentRegistry:
             self._agents[agent.name] = agent
 
     @classmethod
-    def from_entry_points(cls) -> AgentRegistry:
+    def from_entry_points(cls, modules: Iterable[str] = ()) -> AgentRegistry:
+        """The installed agents (entry points), and those named by `modules` ("module:attribute",
+        an Agent or a list of Agents: `OUTLIVE_AGENT_MODULES`, for agents not packaged yet)."""
         found = []
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             agent = ep.load()
             if not isinstance(agent, Agent):
                 raise TypeError(f"entry point {ep.value} is not an outlive Agent")
             found.append(agent)
+        for path in modules:
+            found.extend(_load(path))
         return cls(found)
+
+    def __len__(self) -> int:
+        return len(self._agents)
 
     def __iter__(self) -> Any:
         return iter(sorted(self._agents.values(), key=lambda a: a.name))

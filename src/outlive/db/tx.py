@@ -68,6 +68,23 @@ class JobProducer(Protocol):
         """Enqueue them; raises `QueueUnavailable` when the queue cannot be reached."""
 
 
+class Admission(Protocol):
+    """Per-tenant admission (implemented in `outlive.services.admission`): what a unit calls
+    after its commit when it freed a slot or added waiting work."""
+
+    max_running_runs: int  # the deployment's default cap of a tenant's runs in flight
+    agents: int  # installed agents: at most one active run each, per tenant
+
+    def runs_capped(self, override: int | None) -> bool:
+        """True when a tenant with this cap override can have runs waiting for a slot."""
+
+    async def dispatch_runs(self, tenant_id: UUID) -> Sequence[UUID]:
+        """Admit and enqueue the tenant's waiting runs, up to its cap."""
+
+    async def dispatch_jobs(self, tenant_id: UUID) -> Sequence[tuple[str, UUID]]:
+        """Admit and enqueue the tenant's waiting deliveries and emails, up to its cap."""
+
+
 async def drop_nudges(_: Sequence[PendingNudge]) -> None:
     """The sink when realtime is not wired: nudges are optional by design."""
 
@@ -210,6 +227,7 @@ class Sessions:
         self.nudge_sink = nudge_sink
         self.jobs = jobs
         self.raw: asyncpg.Pool | None = None  # set by `open_raw`; None: everything via SQLAlchemy
+        self.admission: Admission | None = None  # set by a composition root, once it is built
 
     async def open_raw(self, database_url: str, *, max_size: int = 20) -> None:
         self.raw = await create_pool(database_url, max_size=max_size)
@@ -229,6 +247,7 @@ class Sessions:
             jobs=jobs or self.jobs,
         )
         wired.raw = self.raw
+        wired.admission = self.admission
         return wired
 
     async def fetchrow(self, statement: Statement, **params: Any) -> Mapping[Any, Any] | None:
@@ -237,6 +256,13 @@ class Sessions:
             return await statement.fetchrow(self.raw, params)
         async with self.autocommit_maker() as session:
             return (await session.execute(statement.clause, params)).mappings().first()
+
+    async def fetch(self, statement: Statement, **params: Any) -> list[Mapping[Any, Any]]:
+        """One statement, outside any unit of work (it commits itself): every row."""
+        if self.raw is not None:
+            return await statement.fetch(self.raw, params)
+        async with self.autocommit_maker() as session:
+            return list((await session.execute(statement.clause, params)).mappings().all())
 
     @asynccontextmanager
     async def unit(

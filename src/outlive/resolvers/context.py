@@ -11,10 +11,10 @@ from outlive.db.tx import Sessions
 from outlive.errors import Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
+from outlive.services import admission, webhooks
 from outlive.services import runs as runs_service
-from outlive.services import webhooks
 from outlive.services.ports import RunInstances
-from outlive.services.runs import EventRecord
+from outlive.services.runs import EventRecord, RunRecord
 from outlive.services.tenants import Principal
 from outlive.services.webhooks import DeliveryRecord
 
@@ -57,6 +57,19 @@ class Context:
             )
         await webhooks.requeue_stale(s.sessions, found, grace_s=s.settings.reconcile_grace_s)
         return found
+
+    async def waiting_reason(self, run: RunRecord) -> str | None:
+        """Why a run waits for a slot under its tenant's cap, and where it is in line."""
+        sessions = self.services.sessions
+        if not run.is_waiting or sessions.admission is None:
+            return None
+        return await admission.waiting_reason(
+            sessions,
+            default_cap=sessions.admission.max_running_runs,
+            tenant_id=run.tenant_id,
+            run_id=run.id,
+            created_at=run.created_at,
+        )
 
     async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]:
         async with self.services.sessions.read() as session:

@@ -64,6 +64,14 @@ class Run:
         )
         return [RunEvent.of(e) for e in cast(list[EventRecord], events)]
 
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="While the run waits for a slot under its tenant's cap (QUEUED, not yet "
+        "handed to a worker): why, and its place in line. Null otherwise."
+    )
+    async def waiting_reason(self, info: strawberry.Info[Any, Any]) -> str | None:
+        reason = await info.context.waiting_reason(self.record)
+        return cast(str | None, reason)
+
     @classmethod
     def of(cls, r: RunRecord) -> Run:
         return cls(

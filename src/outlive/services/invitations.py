@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -42,6 +43,8 @@ class InvitationRecord:
     created_at: datetime
     sent_at: datetime | None
     updated_at: datetime
+    tenant_id: TenantId
+    dispatched_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,8 @@ def _record(i: Invitation) -> InvitationRecord:
         created_at=i.created_at,
         sent_at=i.sent_at,
         updated_at=i.updated_at,
+        tenant_id=TenantId(i.tenant_id),
+        dispatched_at=i.dispatched_at,
     )
 
 
@@ -80,52 +85,73 @@ async def invite(
     await uow.session.flush()
     await uow.session.refresh(invitation)
     invitation_id = InvitationId(invitation.id)
-    uow.enqueue(
-        SEND_JOB,
-        _payload(invitation_id),
-        key=str(invitation_id),
-        on_unavailable=_record_unavailable(invitation_id),
-    )
     uow.nudge("invitation.updated", invitation_id)
+    _dispatch_after_commit(uow, tenant_id, answer_unavailable=True)
     return _record(invitation)
 
 
-def _payload(invitation_id: InvitationId) -> dict[str, Any]:
-    return {"invitationId": str(invitation_id)}
+def _dispatch_after_commit(
+    uow: UnitOfWork, tenant_id: UUID, *, answer_unavailable: bool = False
+) -> None:
+    """Admit the tenant's waiting emails (and deliveries) after the commit. An unreachable queue
+    records the admitted invitations FAILED; `inviteMember` answers it (`QUEUE_UNAVAILABLE`)."""
+    admission = uow.sessions.admission
+    if admission is None:
+        raise RuntimeError("no admission is wired: invitations are never sent inline")
+
+    async def dispatch() -> None:
+        try:
+            await admission.dispatch_jobs(tenant_id)
+        except QueueUnavailable:
+            if answer_unavailable:
+                raise
+            log.warning("jobs of tenant %s wait: the queue is unreachable", tenant_id)
+
+    uow.after_commit(dispatch)
 
 
 async def requeue_stale(
     sessions: Sessions, invitations: Sequence[InvitationRecord], *, grace_s: float
 ) -> int:
     """Repair on read: the PENDING row is the outbox. Every PENDING invitation not updated for
-    `grace_s` is enqueued again; the job is keyed by the invitation, so this is a no-op for one
-    that is queued, waiting for its next attempt or being sent, and only an invitation whose job
-    was lost (a process killed between its commit and its enqueue) is sent."""
+    `grace_s` is enqueued again (or, still waiting for its tenant's cap, triggers a dispatch);
+    the job is keyed by the invitation, so this is a no-op for one that is queued, waiting for
+    its next attempt or being sent, and only an invitation whose job was lost (a process killed
+    between its commit and its enqueue) is sent."""
     cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
     stale = [
         i for i in invitations if i.status is InvitationStatus.PENDING and i.updated_at < cutoff
     ]
-    jobs = sessions.jobs
-    if not stale or jobs is None:
+    jobs, admission = sessions.jobs, sessions.admission
+    if not stale or jobs is None or admission is None:
         return 0
+    admitted = [i for i in stale if i.dispatched_at is not None]
     try:
-        await jobs.send([jobs.build(SEND_JOB, _payload(i.id), key=str(i.id)) for i in stale])
+        if admitted:
+            await jobs.send(
+                [jobs.build(SEND_JOB, job_payload(i.id), key=str(i.id)) for i in admitted]
+            )
+        if len(admitted) < len(stale):
+            await admission.dispatch_jobs(stale[0].tenant_id)
     except QueueUnavailable:
         log.warning("cannot re-enqueue %d stale invitations: the queue is unreachable", len(stale))
         return 0
     return len(stale)
 
 
-def _record_unavailable(invitation_id: InvitationId) -> Any:
-    async def record(uow: UnitOfWork) -> None:
-        await finish(
-            uow,
-            invitation_id,
-            status=InvitationStatus.FAILED,
-            error="queue unavailable: the invitation could not be queued",
-        )
+def job_payload(invitation_id: UUID) -> dict[str, Any]:
+    return {"invitationId": str(invitation_id)}
 
-    return record
+
+async def record_unavailable(uow: UnitOfWork, invitation_id: UUID) -> None:
+    """The queue could not be reached when the invitation was admitted."""
+    await finish(
+        uow,
+        InvitationId(invitation_id),
+        status=InvitationStatus.FAILED,
+        error="queue unavailable: the invitation could not be queued",
+        dispatch=False,
+    )
 
 
 async def list_invitations(session: AsyncSession, tenant_id: TenantId) -> list[InvitationRecord]:
@@ -193,8 +219,10 @@ async def finish(
     *,
     status: InvitationStatus,
     error: str | None = None,
+    dispatch: bool = True,
 ) -> bool:
-    """SENT or FAILED, only from PENDING: a redelivered job finds nothing to do."""
+    """SENT or FAILED, only from PENDING: a redelivered job finds nothing to do. Its slot in the
+    tenant's jobs cap is free then (`dispatch`: admit the next waiting one after the commit)."""
     values: dict[str, Any] = {"status": status.value, "updated_at": func.now()}
     if status is InvitationStatus.SENT:
         values["sent_at"] = func.now()
@@ -210,6 +238,8 @@ async def finish(
     if tenant is None:
         return False
     uow.nudge("invitation.updated", invitation_id, tenant_id=tenant)
+    if dispatch:
+        _dispatch_after_commit(uow, tenant)
     return True
 
 

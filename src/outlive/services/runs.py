@@ -76,6 +76,12 @@ class RunRecord:
     lease_expires_at: datetime | None = None
     heartbeat_at: datetime | None = None
     lost_attempts: int = 0
+    dispatched_at: datetime | None = None
+
+    @property
+    def is_waiting(self) -> bool:
+        """QUEUED and not admitted yet: waiting for a slot under its tenant's cap."""
+        return self.status == RunStatus.QUEUED and self.dispatched_at is None
 
     @property
     def is_active(self) -> bool:
@@ -122,6 +128,7 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         lease_expires_at=m["lease_expires_at"],
         heartbeat_at=m["heartbeat_at"],
         lost_attempts=m["lost_attempts"],
+        dispatched_at=m["dispatched_at"],
     )
 
 
@@ -152,6 +159,9 @@ async def start_run(
     run, created = await _insert_or_get_active(uow, tenant_id, agent, params)
     if created:
         uow.nudge("run.created", run.id)
+    if run.is_waiting:
+        dispatch_after_commit(uow, tenant_id)
+    elif created:
 
         async def start_instance() -> None:
             await _start_instance(uow, instances, run)
@@ -169,6 +179,18 @@ async def start_run(
     return StartedRun(run=run, created=created)
 
 
+def dispatch_after_commit(uow: UnitOfWork, tenant_id: TenantId) -> None:
+    """After the commit, admit the tenant's waiting runs up to its cap (and enqueue them)."""
+    admission = uow.sessions.admission
+    if admission is None:
+        raise RuntimeError("no admission is wired: a waiting run is never started inline")
+
+    async def dispatch() -> None:
+        await admission.dispatch_runs(tenant_id)
+
+    uow.after_commit(dispatch)
+
+
 def _may_have_lost_its_instance(run: RunRecord) -> bool:
     if run.status == RunStatus.QUEUED:
         return True
@@ -176,10 +198,14 @@ def _may_have_lost_its_instance(run: RunRecord) -> bool:
 
 
 # SQL below is assembled from this module's constants only; every value is a bound parameter.
+# Admitted at once when its tenant's cap is at least the number of agents (it can never be
+# exceeded then: one active run per agent); otherwise written waiting for a dispatch.
 _INSERT = prepare(
     text(
-        "INSERT INTO runs (tenant_id, agent, input)"
-        " VALUES (:tenant_id, :agent, CAST(:input AS jsonb))"
+        "INSERT INTO runs (tenant_id, agent, input, dispatched_at)"
+        " VALUES (:tenant_id, :agent, CAST(:input AS jsonb), CASE WHEN coalesce("
+        "(SELECT max_running_runs FROM tenants WHERE id = :tenant_id), :default_cap) >= :agents"
+        " THEN now() END)"
         f" ON CONFLICT (tenant_id, agent) WHERE {ACTIVE_SQL} DO NOTHING RETURNING *"
     ).columns(*_RUN_COLUMNS)
 )
@@ -196,7 +222,14 @@ _GET_RUN = prepare(
 async def _insert_or_get_active(
     uow: UnitOfWork, tenant_id: TenantId, agent: str, params: Mapping[str, Any]
 ) -> tuple[RunRecord, bool]:
-    values = {"tenant_id": tenant_id, "agent": agent, "input": json.dumps(dict(params))}
+    admission = uow.sessions.admission
+    values = {
+        "tenant_id": tenant_id,
+        "agent": agent,
+        "input": json.dumps(dict(params)),
+        "default_cap": 0 if admission is None else admission.max_running_runs,
+        "agents": 0 if admission is None else admission.agents,
+    }
     # The conflicting run can settle between the two statements; then the insert wins next time.
     for _ in range(10):
         row = await uow.fetchrow(_INSERT, **values)
@@ -234,17 +267,20 @@ async def read_run(sessions: Sessions, tenant_id: TenantId, run_id: RunId) -> Ru
 
 _LEASE_LEFT = prepare(
     text(
-        "SELECT status, extract(epoch FROM lease_expires_at - now()) AS left_s"
+        "SELECT status, dispatched_at, extract(epoch FROM lease_expires_at - now()) AS left_s"
         " FROM runs WHERE id = :run_id"
     )
 )
 
 
 async def lease_left(sessions: Sessions, run_id: RunId) -> float | None:
-    """For a delivery that could not claim the run: None when the run is settled (or gone);
-    otherwise the seconds left on the lease of the attempt holding it (0 when QUEUED)."""
+    """For a delivery that could not claim the run: None when the run is settled (or gone), or
+    waiting for a slot (its admission enqueues it again); otherwise the seconds left on the
+    lease of the attempt holding it (0 when QUEUED)."""
     row = await sessions.fetchrow(_LEASE_LEFT, run_id=run_id)
     if row is None or row["status"] not in ACTIVE_STATUSES:
+        return None
+    if row["status"] == RunStatus.QUEUED and row["dispatched_at"] is None:
         return None
     return float(row["left_s"] or 0.0)
 
@@ -342,8 +378,11 @@ class RunMove:
         deliveries, delivery_ids, columns = "", "", _RUN_COLUMNS
         if self.may_settle:
             deliveries = f",\n{webhooks.SETTLED_DELIVERIES_CTE}"
-            delivery_ids = ", ARRAY(SELECT id FROM delivered) AS delivery_ids"
-            columns = (*_RUN_COLUMNS, column("delivery_ids"))
+            delivery_ids = (
+                ", ARRAY(SELECT id FROM delivered) AS delivery_ids, (SELECT max_running_runs"
+                " FROM tenants WHERE id = moved.tenant_id) AS tenant_max_running"
+            )
+            columns = (*_RUN_COLUMNS, column("delivery_ids"), column("tenant_max_running"))
         return prepare(
             text(
                 f"""WITH moved AS (UPDATE runs SET {sets} WHERE {where} RETURNING *),
@@ -419,7 +458,8 @@ CLAIM = prepare(
                 event_seq = event_seq + 1 + CAST(prior.was = 'RUNNING' AS int), updated_at = now()
             FROM prior
             WHERE runs.id = prior.id
-              AND (runs.status = 'QUEUED' OR (runs.status = 'RUNNING' AND {LEASE_EXPIRED_SQL}))
+              AND ((runs.status = 'QUEUED' AND runs.dispatched_at IS NOT NULL)
+                   OR (runs.status = 'RUNNING' AND {LEASE_EXPIRED_SQL}))
             RETURNING runs.*, prior.was),
         appended AS (
             INSERT INTO run_events (run_id, seq, type, data)
@@ -458,6 +498,14 @@ def _announce(
     uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
     if may_settle:
         webhooks.announce_deliveries(uow, run.tenant_id, row["delivery_ids"] or ())
+        admission = uow.sessions.admission
+        if (
+            not run.is_active
+            and run.dispatched_at is not None
+            and admission is not None
+            and admission.runs_capped(row["tenant_max_running"])
+        ):  # it held one of its tenant's slots: the next waiting run may have it
+            dispatch_after_commit(uow, run.tenant_id)
     return run
 
 

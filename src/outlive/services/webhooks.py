@@ -68,6 +68,8 @@ class DeliveryRecord:
     created_at: datetime
     delivered_at: datetime | None
     updated_at: datetime
+    tenant_id: TenantId
+    dispatched_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +239,8 @@ def _delivery(d: WebhookDelivery) -> DeliveryRecord:
         created_at=d.created_at,
         delivered_at=d.delivered_at,
         updated_at=d.updated_at,
+        tenant_id=TenantId(d.tenant_id),
+        dispatched_at=d.dispatched_at,
     )
 
 
@@ -262,42 +266,59 @@ SETTLED_DELIVERIES_CTE = """delivered AS (
 
 
 def announce_deliveries(uow: UnitOfWork, tenant_id: TenantId, delivery_ids: Sequence[UUID]) -> int:
-    """After a settle wrote `delivery_ids`: a `webhook.deliver.v1` job each, after the commit.
-    The PENDING row is the outbox: a job keyed by the delivery, so that a row whose job was never
-    sent (the queue down, the process killed after the commit) is simply re-enqueued when it is
-    read (`requeue_stale`)."""
+    """After a settle wrote `delivery_ids` (waiting for the tenant's jobs cap): the tenant's
+    waiting deliveries are admitted after the commit, each a `webhook.deliver.v1` job keyed by
+    the delivery. The PENDING row is the outbox: a row whose job was never sent (the queue down,
+    the process killed after the commit) is admitted or enqueued again when it is read
+    (`requeue_stale`)."""
     for delivery_id in delivery_ids:
-        _enqueue_delivery(uow, delivery_id)
         uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant_id)
+    if delivery_ids:
+        _dispatch_after_commit(uow, tenant_id)
     return len(delivery_ids)
 
 
-def _enqueue_delivery(uow: UnitOfWork, delivery_id: UUID) -> None:
-    uow.enqueue(DELIVER_JOB, _payload(delivery_id), key=str(delivery_id), outbox=True)
+def _dispatch_after_commit(uow: UnitOfWork, tenant_id: UUID) -> None:
+    admission = uow.sessions.admission
+    if admission is None:
+        raise RuntimeError("no admission is wired: deliveries are never sent inline")
+
+    async def dispatch() -> None:
+        try:
+            await admission.dispatch_jobs(tenant_id)
+        except QueueUnavailable:
+            log.warning("deliveries of tenant %s wait: the queue is unreachable", tenant_id)
+
+    uow.after_commit(dispatch)
 
 
 async def requeue_stale(
     sessions: Sessions, deliveries: Sequence[DeliveryRecord], *, grace_s: float
 ) -> int:
-    """Repair on read: every PENDING delivery not updated for `grace_s` is enqueued again. The
-    job is keyed by the delivery, so this is a no-op for one that is queued, waiting for its
-    next attempt or being sent; only a delivery whose job was lost is sent again (at least once,
-    with the same `webhook-id`)."""
+    """Repair on read: every PENDING delivery not updated for `grace_s` is enqueued again, or,
+    still waiting for its tenant's cap, triggers a dispatch. The job is keyed by the delivery,
+    so this is a no-op for one that is queued, waiting for its next attempt or being sent; only a
+    delivery whose job was lost is sent again (at least once, with the same `webhook-id`)."""
     cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
     stale = [d for d in deliveries if d.status is DeliveryStatus.PENDING and d.updated_at < cutoff]
-    jobs = sessions.jobs
-    if not stale or jobs is None:
+    jobs, admission = sessions.jobs, sessions.admission
+    if not stale or jobs is None or admission is None:
         return 0
-    envelopes = [jobs.build(DELIVER_JOB, _payload(d.id), key=str(d.id)) for d in stale]
+    admitted = [d for d in stale if d.dispatched_at is not None]
     try:
-        await jobs.send(envelopes)
+        if admitted:
+            await jobs.send(
+                [jobs.build(DELIVER_JOB, job_payload(d.id), key=str(d.id)) for d in admitted]
+            )
+        for tenant_id in {d.tenant_id for d in stale if d.dispatched_at is None}:
+            await admission.dispatch_jobs(tenant_id)
     except QueueUnavailable:
         log.warning("cannot re-enqueue %d stale deliveries: the queue is unreachable", len(stale))
         return 0
     return len(stale)
 
 
-def _payload(delivery_id: UUID) -> dict[str, Any]:
+def job_payload(delivery_id: UUID) -> dict[str, Any]:
     return {"deliveryId": str(delivery_id)}
 
 
@@ -387,4 +408,5 @@ async def finish_delivery(
     if tenant is None:
         return False
     uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant)
+    _dispatch_after_commit(uow, tenant)  # its slot is free for the tenant's next delivery
     return True

@@ -13,7 +13,9 @@ predicate of the write it makes, so a row a worker touched meanwhile is left alo
   times settles FAILED, saying so.
 - **a lost instance** (contract §7): a QUEUED run (or a RUNNING one with no live lease) whose
   instance the engine no longer has, or has finished while the row is still active, is settled
-  FAILED with an error naming the lost instance.
+  FAILED with an error naming the lost instance. A run still waiting for a slot under its
+  tenant's cap has no instance yet, by design: it is not lost, and its tenant's waiting runs are
+  dispatched instead (should a dispatch have been missed, a read makes up for it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
+from outlive.ids import TenantId
 from outlive.services.ports import InstanceState, RunInstances
 from outlive.services.runs import RunRecord, requeue_lost, settle_run
 from outlive.workflows.steps import MAX_LOST_ATTEMPTS
@@ -49,6 +52,10 @@ async def reconcile_runs(
         and r not in lost_workers
         and (r.status == RunStatus.QUEUED or r.lease_expires_at is None)
     ]
+    waiting = {r.tenant_id for r in stale if r.is_waiting}
+    stale = [r for r in stale if not r.is_waiting]  # no instance yet, by design: not lost
+    for tenant_id in waiting:  # a dispatch that nobody triggered: admit what has a slot now
+        await _dispatch(sessions, tenant_id)
     if not (lost_workers or stale):
         return runs
     repaired: dict[object, RunRecord] = {}
@@ -64,6 +71,11 @@ async def reconcile_runs(
                 if done is not None:
                     repaired[run.id] = done
     return [repaired.get(r.id, r) for r in runs]
+
+
+async def _dispatch(sessions: Sessions, tenant_id: TenantId) -> None:
+    if sessions.admission is not None:
+        await sessions.admission.dispatch_runs(tenant_id)
 
 
 def _worker_lost_before(run: RunRecord, cutoff: datetime) -> bool:

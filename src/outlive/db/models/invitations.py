@@ -29,6 +29,13 @@ class Invitation(Base):
             "created_at",
             postgresql_where=text("status IN ('PENDING', 'FAILED')"),
         ),
+        Index(
+            "ix_invitations_pending",
+            "tenant_id",
+            "created_at",
+            "id",
+            postgresql_where=text("status = 'PENDING'"),
+        ),
     )
 
     id: Mapped[UUID] = uuid_pk()
@@ -42,3 +49,4 @@ class Invitation(Base):
     created_at: Mapped[datetime] = now_default()
     updated_at: Mapped[datetime] = now_default()
     sent_at: Mapped[datetime | None]
+    dispatched_at: Mapped[datetime | None]  # admitted under the tenant's jobs cap

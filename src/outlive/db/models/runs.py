@@ -47,6 +47,13 @@ class Run(Base):
         ),
         Index("ix_runs_tenant_newest", "tenant_id", text("created_at DESC"), text("id DESC")),
         Index(
+            "ix_runs_waiting",
+            "tenant_id",
+            "created_at",
+            "id",
+            postgresql_where=text("status = 'QUEUED' AND dispatched_at IS NULL"),
+        ),
+        Index(
             "ix_runs_settled_finished_at",
             "finished_at",
             postgresql_where=text("status NOT IN ('QUEUED', 'RUNNING')"),
@@ -72,6 +79,8 @@ class Run(Base):
     lease_expires_at: Mapped[datetime | None]
     heartbeat_at: Mapped[datetime | None]
     lost_attempts: Mapped[int] = mapped_column(server_default=text("0"))
+    # Admitted under its tenant's cap (see `outlive.services.admission`); NULL: waiting for a slot.
+    dispatched_at: Mapped[datetime | None]
 
 
 class RunEvent(Base):

@@ -18,6 +18,9 @@ class Tenant(Base):
     slug: Mapped[str] = mapped_column(unique=True)
     name: Mapped[str]
     created_at: Mapped[datetime] = now_default()
+    # Per-tenant caps (`outlive tenant set-limits`); NULL: the deployment's default.
+    max_running_runs: Mapped[int | None]
+    max_inflight_jobs: Mapped[int | None]
 
 
 class User(Base):

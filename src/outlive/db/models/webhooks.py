@@ -39,6 +39,13 @@ class WebhookDelivery(Base):
         CheckConstraint("status IN ('PENDING', 'DELIVERED', 'FAILED')", name="status"),
         Index("ix_webhook_deliveries_endpoint_newest", "endpoint_id", text("created_at DESC")),
         Index("ix_webhook_deliveries_created_at", "created_at"),
+        Index(
+            "ix_webhook_deliveries_pending",
+            "tenant_id",
+            "created_at",
+            "id",
+            postgresql_where=text("status = 'PENDING'"),
+        ),
     )
 
     id: Mapped[UUID] = uuid_pk()
@@ -56,3 +63,4 @@ class WebhookDelivery(Base):
     created_at: Mapped[datetime] = now_default()
     updated_at: Mapped[datetime] = now_default()
     delivered_at: Mapped[datetime | None]
+    dispatched_at: Mapped[datetime | None]  # admitted under the tenant's jobs cap

@@ -1,0 +1,170 @@
+"""Admission: per-tenant caps, enforced in PostgreSQL, that make dispatch fair across tenants.
+
+A tenant has at most `max_running_runs` runs in flight (RUNNING, or QUEUED and admitted: its saq
+job exists) and at most `max_inflight_jobs` webhook deliveries and emails in the jobs queue
+(`OUTLIVE_TENANT_MAX_RUNNING_RUNS` / `OUTLIVE_TENANT_MAX_INFLIGHT_JOBS`, overridden per tenant with
+`outlive tenant set-limits`). What is over the cap is written waiting (`dispatched_at` NULL) and
+never reaches the queue: saq's FIFO only ever holds a bounded number of each tenant's items, so a
+tenant that floods cannot push another tenant's work to the back of a long line. In effect the
+queue serves tenants round robin, in quanta of their caps (a larger cap is a larger weight).
+
+The only way in is a dispatch function (`outlive_dispatch_runs`, `outlive_dispatch_jobs`, in the
+migration): it locks the tenant's row, counts what is in flight with a fresh snapshot, and admits
+the oldest waiting rows up to the cap. Every place that frees a slot (a settle, a finished
+delivery or email) calls it after its commit, and so does every place that adds waiting work, so
+one of the two always sees the other: nothing waits for a slot that is free, and no two
+dispatchers hand out the same slot, however many processes there are.
+
+One shortcut keeps the common case at one statement: a run can only wait when its tenant's cap is
+below the number of installed agents (there is at most one active run per tenant and agent), so
+below that the run is admitted by the INSERT itself and no dispatch is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import text
+
+from outlive.config import Settings
+from outlive.db.raw import prepare
+from outlive.db.tx import JobProducer, Sessions
+from outlive.errors import QueueUnavailable
+from outlive.ids import RunId, TenantId
+from outlive.services import invitations, webhooks
+from outlive.services.ports import RunInstances
+
+log = logging.getLogger(__name__)
+
+_DISPATCH_RUNS = prepare(text("SELECT outlive_dispatch_runs(:tenant_id, :default_cap) AS id"))
+_DISPATCH_JOBS = prepare(
+    text("SELECT kind, id FROM outlive_dispatch_jobs(:tenant_id, :default_cap)")
+)
+_UNDISPATCH_RUNS = prepare(
+    text(
+        "UPDATE runs SET dispatched_at = NULL"
+        " WHERE id = ANY(:ids) AND status = 'QUEUED' AND attempt = 0"
+    )
+)
+_UNDISPATCH_DELIVERIES = prepare(
+    text(
+        "UPDATE webhook_deliveries SET dispatched_at = NULL"
+        " WHERE id = ANY(:ids) AND status = 'PENDING'"
+    )
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_running_runs: int
+    max_inflight_jobs: int
+    agents: int  # installed agents: a tenant whose run cap is at least this never waits
+
+    @classmethod
+    def of(cls, settings: Settings, agents: int) -> Limits:
+        return cls(settings.tenant_max_running_runs, settings.tenant_max_inflight_jobs, agents)
+
+    def runs_capped(self, override: int | None) -> bool:
+        cap = self.max_running_runs if override is None else override
+        return cap < self.agents
+
+
+class TenantAdmission:
+    """The dispatcher every unit of work reaches through `Sessions.admission`."""
+
+    def __init__(self, sessions: Sessions, instances: RunInstances, limits: Limits) -> None:
+        self._sessions = sessions
+        self._instances = instances
+        self.limits = limits
+        self.max_running_runs = limits.max_running_runs
+        self.agents = limits.agents
+
+    def runs_capped(self, override: int | None) -> bool:
+        return self.limits.runs_capped(override)
+
+    async def dispatch_runs(self, tenant_id: UUID) -> list[RunId]:
+        """Admit the tenant's waiting runs up to its cap and enqueue them. Should the queue be
+        unreachable, the runs it could not take go back to waiting (a later dispatch, or the next
+        read, admits them again): a Redis outage delays a waiting run, it never fails one."""
+        rows = await self._sessions.fetch(
+            _DISPATCH_RUNS, tenant_id=tenant_id, default_cap=self.limits.max_running_runs
+        )
+        admitted = [RunId(row["id"]) for row in rows]
+        for done, run_id in enumerate(admitted):
+            try:
+                await self._instances.start(run_id)
+            except QueueUnavailable:
+                left = admitted[done:]
+                log.warning("%d admitted run(s) wait again: the queue is unreachable", len(left))
+                await self._sessions.fetch(_UNDISPATCH_RUNS, ids=left)
+                return admitted[:done]
+        return admitted
+
+    async def dispatch_jobs(self, tenant_id: UUID) -> list[tuple[str, UUID]]:
+        """Admit the tenant's waiting deliveries and emails up to its cap and enqueue them. When
+        the queue is unreachable, the deliveries go back to waiting (each is its own outbox) and
+        the invitations are recorded FAILED (`QueueUnavailable` is raised, as `inviteMember`
+        answers it)."""
+        rows = await self._sessions.fetch(
+            _DISPATCH_JOBS, tenant_id=tenant_id, default_cap=self.limits.max_inflight_jobs
+        )
+        admitted = [(str(row["kind"]), UUID(str(row["id"]))) for row in rows]
+        jobs = self._sessions.jobs
+        if not admitted or jobs is None:
+            return admitted
+        try:
+            await jobs.send([_job(jobs, kind, row_id) for kind, row_id in admitted])
+        except QueueUnavailable:
+            await self._requeue_failed(TenantId(tenant_id), admitted)
+            raise
+        return admitted
+
+    async def _requeue_failed(self, tenant_id: TenantId, admitted: list[tuple[str, UUID]]) -> None:
+        deliveries = [row_id for kind, row_id in admitted if kind == "webhook"]
+        if deliveries:
+            await self._sessions.fetch(_UNDISPATCH_DELIVERIES, ids=deliveries)
+        for kind, row_id in admitted:
+            if kind == "invitation":
+                async with self._sessions.unit(tenant_id) as uow:
+                    await invitations.record_unavailable(uow, row_id)
+
+
+def _job(jobs: JobProducer, kind: str, row_id: UUID) -> Any:
+    """The row's job, keyed by the row: enqueueing it twice is one job while it is alive."""
+    if kind == "webhook":
+        return jobs.build(webhooks.DELIVER_JOB, webhooks.job_payload(row_id), key=str(row_id))
+    return jobs.build(invitations.SEND_JOB, invitations.job_payload(row_id), key=str(row_id))
+
+
+_POSITION = prepare(
+    text(
+        """SELECT (SELECT count(*) FROM runs w
+                    WHERE w.tenant_id = :tenant_id AND w.status = 'QUEUED'
+                      AND w.dispatched_at IS NULL
+                      AND (w.created_at, w.id) < (:created_at, :run_id)) + 1 AS position,
+                  (SELECT max_running_runs FROM tenants WHERE id = :tenant_id) AS cap"""
+    )
+)
+
+
+async def waiting_reason(
+    sessions: Sessions, *, default_cap: int, tenant_id: TenantId, run_id: RunId, created_at: Any
+) -> str:
+    """Why a run that was not admitted yet waits, and where it is in its tenant's line."""
+    row = await sessions.fetchrow(
+        _POSITION, tenant_id=tenant_id, run_id=run_id, created_at=created_at
+    )
+    assert row is not None  # noqa: S101 (a SELECT of two subqueries returns one row)
+    cap = default_cap if row["cap"] is None else row["cap"]
+    return (
+        f"waiting for a slot: this tenant runs at most {cap} at a time; "
+        f"{_ordinal(row['position'])} in line"
+    )
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
