@@ -93,6 +93,79 @@ def cmd_token_create(args: argparse.Namespace) -> None:
     print(token)  # noqa: T201
 
 
+# --- tenant limits ---------------------------------------------------------------------------
+
+
+_KEEP = object()  # a limit left as it is (argparse applies `type` to string defaults only)
+
+
+def _limit(value: str) -> int | None:
+    if value == "default":
+        return None
+    return _positive(value)
+
+
+async def set_tenant_limits(settings: Settings, slug: str, changes: dict[str, int | None]) -> str:
+    """Set the caps, then admit what the new caps let through (when Redis is reachable)."""
+    from outlive.db.engine import create_engine, create_sessions
+    from outlive.services.tenants import set_limits
+
+    database_url = settings.database_url
+    if not database_url:
+        raise CliError("DATABASE_URL is not set", 1)
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        async with create_sessions(engine).unit() as uow:
+            limits = await set_limits(uow, tenant_slug=slug, changes=changes)
+    finally:
+        await engine.dispose()
+    if settings.redis_url:
+        await _dispatch(settings, limits.id)
+    runs = limits.max_running_runs or f"default ({settings.tenant_max_running_runs})"
+    jobs = limits.max_inflight_jobs or f"default ({settings.tenant_max_inflight_jobs})"
+    return f"{limits.slug}: max-running-runs {runs}, max-inflight-jobs {jobs}"
+
+
+async def _dispatch(settings: Settings, tenant_id: Any) -> None:
+    from outlive.agents.registry import AgentRegistry
+    from outlive.db.engine import create_engine, create_sessions
+    from outlive.jobs.producer import SaqJobProducer
+    from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue
+    from outlive.jobs.run_instances import SaqRunInstances
+    from outlive.services.admission import Limits, TenantAdmission
+
+    database_url, redis_url = settings.require_services()
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)
+    runs_queue, jobs_queue = (
+        create_queue(redis_url, RUNS_QUEUE),
+        create_queue(redis_url, JOBS_QUEUE),
+    )
+    sessions = create_sessions(engine).wired(jobs=SaqJobProducer(jobs_queue, settings))
+    agents = AgentRegistry.from_entry_points(settings.agent_modules)
+    admission = TenantAdmission(
+        sessions, SaqRunInstances(runs_queue, settings), Limits.of(settings, len(agents))
+    )
+    try:
+        await admission.dispatch_runs(tenant_id)
+        await admission.dispatch_jobs(tenant_id)
+    finally:
+        for queue in (runs_queue, jobs_queue):
+            await queue.disconnect()
+        await engine.dispose()
+
+
+def cmd_tenant_set_limits(args: argparse.Namespace) -> None:
+    changes = {
+        name: value
+        for name, value in (
+            ("max_running_runs", args.max_running_runs),
+            ("max_inflight_jobs", args.max_inflight_jobs),
+        )
+        if value is not _KEEP
+    }
+    print(asyncio.run(set_tenant_limits(_settings(), args.tenant, changes)))  # noqa: T201
+
+
 # --- schema ----------------------------------------------------------------------------------
 
 
@@ -276,8 +349,16 @@ def _serve_dev(settings: Settings, host: str, port: int, token: str) -> None:
 # --- parsing ---------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (no usage block), as every other error here."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("outlive").strip()
+        _fail(f"{command}: {message}" if command else message, 2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="outlive", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="outlive", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     dev = sub.add_parser("dev", help="everything in one process, for a laptop")
@@ -303,6 +384,16 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--tenant", required=True)
     create.add_argument("--email", required=True)
     create.set_defaults(func=cmd_token_create)
+
+    tenant = sub.add_parser("tenant", help="tenants")
+    tenant_sub = tenant.add_subparsers(dest="tenant_command", required=True)
+    limits = tenant_sub.add_parser(
+        "set-limits", help="a tenant's caps: a number, or 'default' for the deployment's"
+    )
+    limits.add_argument("--tenant", required=True, help="the tenant's slug")
+    limits.add_argument("--max-running-runs", type=_limit, default=_KEEP)
+    limits.add_argument("--max-inflight-jobs", type=_limit, default=_KEEP)
+    limits.set_defaults(func=cmd_tenant_set_limits)
 
     sub.add_parser("schema", help="print the GraphQL SDL").set_defaults(func=cmd_schema)
 

@@ -208,3 +208,46 @@ async def _pending(world: World, tenant: TenantHandle) -> dict[str, Any]:
     await conn.close()
     assert row is not None
     return dict(row)
+
+
+async def test_set_limits_admits_what_a_raised_cap_lets_through(world: World) -> None:
+    from tests.test_cli import outlive
+
+    tenant = await new_tenant(world.sessions, "capped")
+    env = service_env(world.settings, OUTLIVE_AGENT_MODULES=MANY)
+    slug = tenant.principal.tenant.slug
+    done = outlive("tenant", "set-limits", "--tenant", slug, "--max-running-runs", "1", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{slug}: max-running-runs 1, max-inflight-jobs default (20)"
+    async with Api.running(world.settings) as api:  # no worker: admitted runs stay QUEUED
+        ids = [await start(api, tenant, f"many-{i}", 0) for i in range(3)]
+        assert await _admitted(world, ids) == [True, False, False]
+        raised = outlive(
+            "tenant", "set-limits", "--tenant", slug, "--max-running-runs", "3", env=env
+        )
+        assert raised.returncode == 0, raised.stderr
+        assert await _admitted(world, ids) == [True, True, True]
+        waiting = await api.gql(READ, {"id": ids[2]}, token=tenant.token)
+    assert waiting["run"]["waitingReason"] is None
+    bad = outlive("tenant", "set-limits", "--tenant", slug, "--max-running-runs", "0", env=env)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "outlive: error: tenant set-limits: argument --max-running-runs: must be at least 1"
+    )
+    unknown = outlive(
+        "tenant", "set-limits", "--tenant", "nope", "--max-inflight-jobs", "5", env=env
+    )
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == "outlive: error: no tenant 'nope'"
+
+
+async def _admitted(world: World, ids: list[str]) -> list[bool]:
+    conn = await asyncpg.connect(world.database_url)
+    rows = {
+        str(r["id"]): r["dispatched_at"] is not None
+        for r in await conn.fetch(
+            "SELECT id, dispatched_at FROM runs WHERE id = ANY($1::uuid[])", ids
+        )
+    }
+    await conn.close()
+    return [rows[i] for i in ids]

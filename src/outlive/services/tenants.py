@@ -5,15 +5,17 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import select, text
+from sqlalchemy import select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import ApiToken, Tenant, User
 from outlive.db.raw import prepare
 from outlive.db.tx import Sessions, UnitOfWork
-from outlive.errors import BadUserInput
+from outlive.errors import BadUserInput, NotFound
 from outlive.ids import TenantId, UserId
 
 TOKEN_PREFIX = "olv_"  # noqa: S105 (a prefix that makes leaked tokens greppable)
@@ -111,3 +113,47 @@ async def authenticate(sessions: Sessions, token: str) -> Principal | None:
         user=UserRecord(id=UserId(row["user_id"]), email=row["email"]),
         tenant=TenantRecord(id=TenantId(row["tenant_id"]), slug=row["slug"], name=row["name"]),
     )
+
+
+LIMITS = ("max_running_runs", "max_inflight_jobs")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    id: TenantId
+    slug: str
+    max_running_runs: int | None  # None: the deployment's default
+    max_inflight_jobs: int | None
+
+
+async def set_limits(
+    uow: UnitOfWork, *, tenant_slug: str, changes: Mapping[str, int | None]
+) -> TenantLimits:
+    """Override some of a tenant's caps (`LIMITS`); None resets one to the default."""
+    for name, value in changes.items():
+        if name not in LIMITS:
+            raise BadUserInput(f"unknown limit {name!r}; known: {', '.join(LIMITS)}")
+        if value is not None and value < 1:
+            raise BadUserInput(f"{name.replace('_', '-')} is a whole number of at least 1")
+    slug = check_slug(tenant_slug)
+    values: dict[str, object] = {**changes} or {"slug": slug}  # no change: read them back
+    row = (
+        await uow.session.execute(
+            update(Tenant)
+            .where(Tenant.slug == slug)
+            .values(**values)
+            .returning(Tenant.id, Tenant.slug, Tenant.max_running_runs, Tenant.max_inflight_jobs)
+        )
+    ).first()
+    if row is None:
+        raise NotFound(f"no tenant {tenant_slug!r}")
+    return TenantLimits(TenantId(row.id), row.slug, row.max_running_runs, row.max_inflight_jobs)
+
+
+async def list_limits(session: AsyncSession) -> list[TenantLimits]:
+    rows = await session.execute(
+        select(Tenant.id, Tenant.slug, Tenant.max_running_runs, Tenant.max_inflight_jobs).order_by(
+            Tenant.slug
+        )
+    )
+    return [TenantLimits(TenantId(r.id), r.slug, r[2], r[3]) for r in rows]
