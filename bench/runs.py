@@ -48,7 +48,7 @@ from outlive.jobs.run_instances import SaqRunInstances
 START = (
     """mutation($input: StartRunInput!) { startRun(input: $input) { created run { id status } } }"""
 )
-INSERT = """INSERT INTO runs (tenant_id, agent, input) VALUES ($1, 'demo', $2)
+INSERT = """INSERT INTO runs (tenant_id, agent, input, dispatched_at) VALUES ($1, 'demo', $2, now())
 ON CONFLICT (tenant_id, agent) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING RETURNING id"""
 INPUT = {"turns": 1, "delayMs": 0}
 
@@ -155,7 +155,8 @@ async def end_to_end(
     ids = [
         r["id"]
         for r in await conn.fetch(
-            "INSERT INTO runs (tenant_id, agent, input) SELECT t, 'demo', $2::jsonb "
+            "INSERT INTO runs (tenant_id, agent, input, dispatched_at)"
+            " SELECT t, 'demo', $2::jsonb, now() "
             "FROM unnest($1::uuid[]) AS t RETURNING id",
             [t for t, _ in tenants[:count]],
             json.dumps(INPUT),

@@ -103,6 +103,12 @@ def upgrade() -> None:
         ["tenant_id", "created_at", "id"],
         postgresql_where=sa.text("status = 'QUEUED' AND dispatched_at IS NULL"),
     )
+    op.create_index(  # a tenant's runs in flight, counted by every dispatch
+        "ix_runs_in_flight",
+        "runs",
+        ["tenant_id"],
+        postgresql_where=sa.text("status IN ('QUEUED', 'RUNNING') AND dispatched_at IS NOT NULL"),
+    )
     op.create_index(
         "ix_webhook_deliveries_pending",
         "webhook_deliveries",
@@ -124,6 +130,7 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION outlive_dispatch_runs(uuid, integer)")
     op.drop_index("ix_invitations_pending", table_name="invitations")
     op.drop_index("ix_webhook_deliveries_pending", table_name="webhook_deliveries")
+    op.drop_index("ix_runs_in_flight", table_name="runs")
     op.drop_index("ix_runs_waiting", table_name="runs")
     for table in ("invitations", "webhook_deliveries", "runs"):
         op.drop_column(table, "dispatched_at")

@@ -54,6 +54,11 @@ class Run(Base):
             postgresql_where=text("status = 'QUEUED' AND dispatched_at IS NULL"),
         ),
         Index(
+            "ix_runs_in_flight",
+            "tenant_id",
+            postgresql_where=text("status IN ('QUEUED', 'RUNNING') AND dispatched_at IS NOT NULL"),
+        ),
+        Index(
             "ix_runs_settled_finished_at",
             "finished_at",
             postgresql_where=text("status NOT IN ('QUEUED', 'RUNNING')"),

@@ -1,0 +1,239 @@
+"""Benchmark: the noisy neighbour. A quiet tenant's runs while another tenant floods the queue.
+
+    uv run python bench/fairness.py [--quick] [--flood N]
+
+One `outlive api` and 2 `outlive worker --concurrency 32` processes (agents: `demo`, and 5,000
+copies of it from `tests/many_agents.py`, since a tenant has at most one active run per agent).
+A quiet tenant starts one `demo` run (1 turn, 0 delay) through the API every 200 ms; the noisy
+tenant floods 5,000 runs (one per agent, 1 turn, 0 delay), written at once and admitted by the
+dispatch function (so the flood is in the queue, not in the API). Four phases:
+
+1. quiet alone: the quiet tenant's start-to-claim (its `claimed` event minus `createdAt`);
+2. noisy alone: the flood's throughput (runs from its first claim to its last settle, per s);
+3. both, with the default cap (10 runs of a tenant in flight): the quiet tenant's start-to-claim
+   during the flood, and the flood's throughput;
+4. both, with the noisy tenant's cap lifted (`outlive tenant set-limits --max-running-runs
+   100000`): what arrival order alone gives, for comparison.
+
+Targets: in phase 3 the quiet tenant's p99 at most 2x its idle p99 (phase 1), and the noisy
+tenant's throughput at least 80% of phase 2's.
+
+Needs PostgreSQL and Redis (BENCH_DATABASE_URL, BENCH_REDIS_URL; default the local ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import Env, KeepAlive, bench_env, free_port, outlive, table, wait_http
+from runs import START, make_tenants
+
+from outlive.config import Settings
+from outlive.jobs.queues import RUNS_QUEUE, create_queue
+from outlive.jobs.run_instances import SaqRunInstances
+
+MANY = "tests.many_agents:AGENTS"
+QUIET_EVERY_S = 0.2
+QUIET_ALONE_S = 15.0
+CAP = ("--max-running-runs",)
+
+
+@dataclass
+class Phase:
+    name: str
+    quiet_ms: list[float]  # start-to-claim of each quiet run
+    noisy_per_s: float | None
+
+    def quiet(self, q: float) -> float | None:
+        if not self.quiet_ms:
+            return None
+        ordered = sorted(self.quiet_ms)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+class Tenant:
+    def __init__(self, tenant_id: uuid.UUID, token: str, client: KeepAlive) -> None:
+        self.id, self.token, self.client = tenant_id, token, client
+
+    async def start(self, agent: str) -> None:
+        run = {"agent": agent, "input": {"turns": 1, "delayMs": 0}}
+        body = json.dumps({"query": START, "variables": {"input": run}}).encode()
+        headers = {"Authorization": f"Bearer {self.token}"}
+        try:
+            status, payload = await self.client.post_json("/graphql", body, headers)
+        except (asyncio.IncompleteReadError, ConnectionError):  # an idle connection was closed
+            await self.client.close()
+            status, payload = await self.client.post_json("/graphql", body, headers)
+        if status != 200 or json.loads(payload).get("errors"):
+            raise RuntimeError(payload)
+
+
+async def quiet_runs(quiet: Tenant, until: asyncio.Event) -> None:
+    """One demo run every 200 ms until `until` is set (a run still active is handed back)."""
+    while not until.is_set():
+        began = time.monotonic()
+        await quiet.start("demo")
+        await asyncio.sleep(max(0.0, QUIET_EVERY_S - (time.monotonic() - began)))  # the pace
+
+
+async def flood(conn: asyncpg.Connection, env: Env, noisy: uuid.UUID, count: int) -> None:
+    """The noisy tenant's `count` runs, written waiting in one statement, then admitted by the
+    same dispatch function the API calls (the rest is admitted by the workers' settles). Written
+    directly, so that the flood is in the queue, not in the API's event loop."""
+    await conn.execute(
+        """INSERT INTO runs (tenant_id, agent, input)
+           SELECT $1, 'many-' || i, '{"turns": 1, "delayMs": 0}'
+             FROM generate_series(0, $2 - 1) i""",
+        noisy,
+        count,
+    )
+    queue = create_queue(env.redis_url, RUNS_QUEUE)
+    instances = SaqRunInstances(
+        queue, Settings(database_url=env.database_url, redis_url=env.redis_url)
+    )
+    admitted = await conn.fetch("SELECT outlive_dispatch_runs($1, 10) AS id", noisy)
+    await asyncio.gather(*(instances.start(r["id"]) for r in admitted))
+    await queue.disconnect()
+
+
+async def settled(conn: asyncpg.Connection, tenant: uuid.UUID) -> None:
+    while await conn.fetchval(
+        "SELECT count(*) FROM runs WHERE tenant_id = $1 AND status IN ('QUEUED', 'RUNNING')",
+        tenant,
+    ):
+        await asyncio.sleep(0.1)  # a poll of the database: the benchmark has no socket
+
+
+async def start_to_claim_ms(
+    conn: asyncpg.Connection, tenant: uuid.UUID, since: float
+) -> list[float]:
+    rows = await conn.fetch(
+        """SELECT extract(epoch FROM min(e.at) - r.created_at) * 1000 AS ms
+             FROM runs r JOIN run_events e ON e.run_id = r.id AND e.type = 'claimed'
+            WHERE r.tenant_id = $1 AND r.created_at >= to_timestamp($2) GROUP BY r.id""",
+        tenant,
+        since,
+    )
+    return [float(r["ms"]) for r in rows]
+
+
+async def throughput(conn: asyncpg.Connection, tenant: uuid.UUID, since: float) -> float:
+    first, last, count = await conn.fetchrow(
+        """SELECT min(started_at), max(finished_at), count(*) FROM runs
+            WHERE tenant_id = $1 AND created_at >= to_timestamp($2)""",
+        tenant,
+        since,
+    )
+    return float(count / (last - first).total_seconds())
+
+
+async def phase(
+    conn: asyncpg.Connection,
+    env: Env,
+    name: str,
+    quiet: Tenant | None,
+    noisy: uuid.UUID | None,
+    flood_n: int,
+) -> Phase:
+    since = time.time()
+    stop = asyncio.Event()
+    quieting = asyncio.create_task(quiet_runs(quiet, stop)) if quiet else None
+    if noisy is not None:
+        await flood(conn, env, noisy, flood_n)
+        await settled(conn, noisy)
+    else:
+        await asyncio.sleep(QUIET_ALONE_S)  # the quiet tenant alone, for as long
+    stop.set()
+    if quieting is not None:
+        await quieting
+        await settled(conn, quiet.id)  # type: ignore[union-attr]
+    return Phase(
+        name,
+        await start_to_claim_ms(conn, quiet.id, since) if quiet else [],
+        await throughput(conn, noisy, since) if noisy else None,
+    )
+
+
+def set_cap(env: Env, slug: str, cap: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "outlive.cli", "tenant", "set-limits", "--tenant", slug, *CAP, cap],
+        env={**os.environ, **env.vars(OUTLIVE_AGENT_MODULES=MANY)},
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(done.stderr.decode())
+
+
+def report(phases: list[Phase]) -> str:
+    idle, alone = phases[0], phases[1]
+    rows = []
+    for p in phases:
+        p50, p99 = p.quiet(0.5), p.quiet(0.99)
+        rows.append(
+            [
+                p.name,
+                len(p.quiet_ms) or "",
+                "" if p50 is None else f"{p50:.1f}",
+                "" if p99 is None else f"{p99:.1f}",
+                "" if p99 is None or p is idle else f"{p99 / (idle.quiet(0.99) or 1):.2f}x",
+                "" if p.noisy_per_s is None else f"{p.noisy_per_s:.0f}",
+                ""
+                if p.noisy_per_s is None or p is alone or alone.noisy_per_s is None
+                else f"{p.noisy_per_s / alone.noisy_per_s:.0%}",
+            ]
+        )
+    header = ["phase", "quiet runs", "p50 ms", "p99 ms", "p99 vs idle", "noisy runs/s", "vs alone"]
+    return table(rows, header)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="a flood of 1,000")
+    parser.add_argument("--flood", type=int, default=5000)
+    args = parser.parse_args()
+    flood_n = 1000 if args.quick else args.flood
+    async with bench_env() as env:
+        conn = await asyncpg.connect(env.database_url)
+        (quiet_id, quiet_token), (noisy_id, _) = await make_tenants(conn, 2)
+        slugs = {r["id"]: r["slug"] for r in await conn.fetch("SELECT id, slug FROM tenants")}
+        port = free_port()
+        vars = env.vars(OUTLIVE_AGENT_MODULES=MANY)
+        with ExitStack() as stack:
+            stack.enter_context(outlive("api", "--port", str(port), env=vars))
+            for _ in range(2):
+                stack.enter_context(outlive("worker", "--concurrency", "32", env=vars))
+            await wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+            quiet = Tenant(quiet_id, quiet_token, KeepAlive("127.0.0.1", port))
+            phases = [
+                await phase(conn, env, "1. quiet alone", quiet, None, flood_n),
+                await phase(conn, env, "2. noisy alone", None, noisy_id, flood_n),
+                await phase(conn, env, "3. both, capped", quiet, noisy_id, flood_n),
+            ]
+            set_cap(env, slugs[noisy_id], "100000")
+            phases.append(await phase(conn, env, "4. both, no cap", quiet, noisy_id, flood_n))
+        await conn.close()
+    print(f"noisy neighbour: a flood of {flood_n} runs, 2 workers x 32, default cap 10")
+    print(report(phases))
+    capped, idle, alone = phases[2], phases[0], phases[1]
+    quiet_ratio = (capped.quiet(0.99) or 0) / (idle.quiet(0.99) or 1)
+    noisy_ratio = (capped.noisy_per_s or 0) / (alone.noisy_per_s or 1)
+    print(f"targets: quiet p99 <= 2x idle: {quiet_ratio:.2f}x;", end=" ")
+    print(f"noisy >= 80% of alone: {noisy_ratio:.0%}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
