@@ -11,7 +11,7 @@ from outlive.db.tx import Sessions
 from outlive.errors import Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
-from outlive.services import admission, webhooks
+from outlive.services import admission, outbox, webhooks
 from outlive.services import runs as runs_service
 from outlive.services.ports import RunInstances
 from outlive.services.runs import EventRecord, RunRecord
@@ -55,7 +55,9 @@ class Context:
             found = await webhooks.list_deliveries(
                 session, self.tenant_id, endpoint_id, first=first
             )
-        await webhooks.requeue_stale(s.sessions, found, grace_s=s.settings.reconcile_grace_s)
+        await outbox.requeue_stale(
+            s.sessions, "webhook", found, grace_s=s.settings.reconcile_grace_s
+        )
         return found
 
     async def waiting_reason(self, run: RunRecord) -> str | None:

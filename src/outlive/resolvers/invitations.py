@@ -6,7 +6,7 @@ import strawberry
 
 from outlive.resolvers.context import Context
 from outlive.schema.invitations import Invitation
-from outlive.services import invitations
+from outlive.services import invitations, outbox
 
 Info = strawberry.Info[Context, None]
 
@@ -16,7 +16,9 @@ async def list_invitations(info: Info) -> list[Invitation]:
     s = ctx.services
     async with s.sessions.read() as session:
         found = await invitations.list_invitations(session, ctx.tenant_id)
-    await invitations.requeue_stale(s.sessions, found, grace_s=s.settings.reconcile_grace_s)
+    await outbox.requeue_stale(
+        s.sessions, "invitation", found, grace_s=s.settings.reconcile_grace_s
+    )
     return [Invitation.of(i) for i in found]
 
 

@@ -31,10 +31,10 @@ from sqlalchemy import text
 
 from outlive.config import Settings
 from outlive.db.raw import prepare
-from outlive.db.tx import JobProducer, Sessions
+from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId, TenantId
-from outlive.services import invitations, webhooks
+from outlive.services import invitations, outbox
 from outlive.services.ports import RunInstances
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class TenantAdmission:
         if not admitted or jobs is None:
             return admitted
         try:
-            await jobs.send([_job(jobs, kind, row_id) for kind, row_id in admitted])
+            await jobs.send([outbox.job(jobs, kind, row_id) for kind, row_id in admitted])
         except QueueUnavailable:
             await self._requeue_failed(TenantId(tenant_id), admitted)
             raise
@@ -130,13 +130,6 @@ class TenantAdmission:
             if kind == "invitation":
                 async with self._sessions.unit(tenant_id) as uow:
                     await invitations.record_unavailable(uow, row_id)
-
-
-def _job(jobs: JobProducer, kind: str, row_id: UUID) -> Any:
-    """The row's job, keyed by the row: enqueueing it twice is one job while it is alive."""
-    if kind == "webhook":
-        return jobs.build(webhooks.DELIVER_JOB, webhooks.job_payload(row_id), key=str(row_id))
-    return jobs.build(invitations.SEND_JOB, invitations.job_payload(row_id), key=str(row_id))
 
 
 _POSITION = prepare(

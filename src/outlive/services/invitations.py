@@ -11,9 +11,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
 from uuid import UUID
@@ -22,14 +21,13 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import Invitation, InvitationStatus, Tenant
-from outlive.db.tx import Sessions, UnitOfWork
+from outlive.db.tx import UnitOfWork
 from outlive.errors import QueueUnavailable
 from outlive.ids import InvitationId, TenantId, UserId
 from outlive.services.tenants import check_email
 
 log = logging.getLogger(__name__)
 
-SEND_JOB = "email.invitation.v1"
 MAX_LIST = 200
 
 
@@ -108,39 +106,6 @@ def _dispatch_after_commit(
             log.warning("jobs of tenant %s wait: the queue is unreachable", tenant_id)
 
     uow.after_commit(dispatch)
-
-
-async def requeue_stale(
-    sessions: Sessions, invitations: Sequence[InvitationRecord], *, grace_s: float
-) -> int:
-    """Repair on read: the PENDING row is the outbox. Every PENDING invitation not updated for
-    `grace_s` is enqueued again (or, still waiting for its tenant's cap, triggers a dispatch);
-    the job is keyed by the invitation, so this is a no-op for one that is queued, waiting for
-    its next attempt or being sent, and only an invitation whose job was lost (a process killed
-    between its commit and its enqueue) is sent."""
-    cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
-    stale = [
-        i for i in invitations if i.status is InvitationStatus.PENDING and i.updated_at < cutoff
-    ]
-    jobs, admission = sessions.jobs, sessions.admission
-    if not stale or jobs is None or admission is None:
-        return 0
-    admitted = [i for i in stale if i.dispatched_at is not None]
-    try:
-        if admitted:
-            await jobs.send(
-                [jobs.build(SEND_JOB, job_payload(i.id), key=str(i.id)) for i in admitted]
-            )
-        if len(admitted) < len(stale):
-            await admission.dispatch_jobs(stale[0].tenant_id)
-    except QueueUnavailable:
-        log.warning("cannot re-enqueue %d stale invitations: the queue is unreachable", len(stale))
-        return 0
-    return len(stale)
-
-
-def job_payload(invitation_id: UUID) -> dict[str, Any]:
-    return {"invitationId": str(invitation_id)}
 
 
 async def record_unavailable(uow: UnitOfWork, invitation_id: UUID) -> None:

@@ -27,7 +27,7 @@ import secrets
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
@@ -36,14 +36,13 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
-from outlive.db.tx import Sessions, UnitOfWork
+from outlive.db.tx import UnitOfWork
 from outlive.errors import BadUserInput, QueueUnavailable
 from outlive.ids import DeliveryId, EndpointId, TenantId
 
 log = logging.getLogger(__name__)
 
 RUN_EVENTS = ("run.succeeded", "run.failed", "run.cancelled")
-DELIVER_JOB = "webhook.deliver.v1"
 MAX_ENDPOINTS_PER_TENANT = 50
 MAX_DELIVERIES_PAGE = 100
 
@@ -270,7 +269,7 @@ def announce_deliveries(uow: UnitOfWork, tenant_id: TenantId, delivery_ids: Sequ
     waiting deliveries are admitted after the commit, each a `webhook.deliver.v1` job keyed by
     the delivery. The PENDING row is the outbox: a row whose job was never sent (the queue down,
     the process killed after the commit) is admitted or enqueued again when it is read
-    (`requeue_stale`)."""
+    (`outbox.requeue_stale`)."""
     for delivery_id in delivery_ids:
         uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant_id)
     if delivery_ids:
@@ -290,36 +289,6 @@ def _dispatch_after_commit(uow: UnitOfWork, tenant_id: UUID) -> None:
             log.warning("deliveries of tenant %s wait: the queue is unreachable", tenant_id)
 
     uow.after_commit(dispatch)
-
-
-async def requeue_stale(
-    sessions: Sessions, deliveries: Sequence[DeliveryRecord], *, grace_s: float
-) -> int:
-    """Repair on read: every PENDING delivery not updated for `grace_s` is enqueued again, or,
-    still waiting for its tenant's cap, triggers a dispatch. The job is keyed by the delivery,
-    so this is a no-op for one that is queued, waiting for its next attempt or being sent; only a
-    delivery whose job was lost is sent again (at least once, with the same `webhook-id`)."""
-    cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
-    stale = [d for d in deliveries if d.status is DeliveryStatus.PENDING and d.updated_at < cutoff]
-    jobs, admission = sessions.jobs, sessions.admission
-    if not stale or jobs is None or admission is None:
-        return 0
-    admitted = [d for d in stale if d.dispatched_at is not None]
-    try:
-        if admitted:
-            await jobs.send(
-                [jobs.build(DELIVER_JOB, job_payload(d.id), key=str(d.id)) for d in admitted]
-            )
-        for tenant_id in {d.tenant_id for d in stale if d.dispatched_at is None}:
-            await admission.dispatch_jobs(tenant_id)
-    except QueueUnavailable:
-        log.warning("cannot re-enqueue %d stale deliveries: the queue is unreachable", len(stale))
-        return 0
-    return len(stale)
-
-
-def job_payload(delivery_id: UUID) -> dict[str, Any]:
-    return {"deliveryId": str(delivery_id)}
 
 
 async def pending_delivery(session: AsyncSession, delivery_id: DeliveryId) -> Outgoing | None:
