@@ -59,8 +59,9 @@ class JobProducer(Protocol):
     def build(self, type: str, payload: Mapping[str, Any]) -> Any:
         """The validated envelope; raises at the call site for an unknown type or bad payload."""
 
-    async def send(self, envelopes: Sequence[Any]) -> None:
-        """Enqueue them; raises `QueueUnavailable` when the queue cannot be reached."""
+    async def send(self, envelopes: Sequence[Any], *, delay_s: float = 0.0) -> None:
+        """Enqueue them (due in `delay_s`); raises `QueueUnavailable` when the queue cannot be
+        reached."""
 
 
 async def drop_nudges(_: Sequence[PendingNudge]) -> None:
@@ -81,6 +82,7 @@ class UnitOfWork:
         self.sessions = sessions
         self._after: list[AfterCommit] = []
         self._jobs: list[tuple[Any, OnUnavailable | None]] = []
+        self._delays: dict[int, float] = {}  # id(envelope) -> seconds, for jobs due later
         self._nudges: list[PendingNudge] = []
         self._cancelled = False  # a cancellation held back until the unit has announced its work
 
@@ -122,11 +124,16 @@ class UnitOfWork:
         payload: Mapping[str, Any],
         *,
         on_unavailable: OnUnavailable | None = None,
+        delay_s: float = 0.0,
     ) -> None:
-        """Queue a job to be sent after the commit; a malformed one raises here, now."""
+        """Queue a job to be sent after the commit (due `delay_s` later); a malformed one raises
+        here, now."""
         if self.sessions.jobs is None:
             raise RuntimeError(f"no jobs queue is wired for {type!r}: nothing runs inline")
-        self._jobs.append((self.sessions.jobs.build(type, payload), on_unavailable))
+        envelope = self.sessions.jobs.build(type, payload)
+        self._jobs.append((envelope, on_unavailable))
+        if delay_s > 0:
+            self._delays[id(envelope)] = delay_s
 
     def nudge(self, type: str, id: UUID | None = None, *, tenant_id: UUID | None = None) -> None:
         tenant = tenant_id or self.tenant_id
@@ -169,7 +176,12 @@ class UnitOfWork:
     async def _send_jobs(self) -> None:
         assert self.sessions.jobs is not None  # enqueue() checked it  # noqa: S101
         try:
-            await self.sessions.jobs.send([envelope for envelope, _ in self._jobs])
+            now = [envelope for envelope, _ in self._jobs if id(envelope) not in self._delays]
+            if now:
+                await self.sessions.jobs.send(now)
+            for envelope, _ in self._jobs:
+                if (delay := self._delays.get(id(envelope))) is not None:
+                    await self.sessions.jobs.send([envelope], delay_s=delay)
         except QueueUnavailable:
             for _, record in self._jobs:
                 if record is not None:
@@ -201,8 +213,12 @@ class Sessions:
         self.jobs = jobs
         self.raw: asyncpg.Pool | None = None  # set by `open_raw`; None: everything via SQLAlchemy
 
-    async def open_raw(self, database_url: str, *, max_size: int = 20) -> None:
-        self.raw = await create_pool(database_url, max_size=max_size)
+    async def open_raw(
+        self, database_url: str, *, max_size: int = 10, statement_cache: bool = True
+    ) -> None:
+        self.raw = await create_pool(
+            database_url, max_size=max_size, statement_cache=statement_cache
+        )
 
     async def close_raw(self) -> None:
         if self.raw is not None:

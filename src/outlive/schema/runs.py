@@ -41,6 +41,9 @@ class Run:
     finished_at: datetime | None
     cancel_requested_at: datetime | None
     record: strawberry.Private[RunRecord]
+    retried_from_id: strawberry.ID | None = strawberry.field(
+        default=None, description="The run this one retried (retryRun, replayRuns), if any."
+    )
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="Timeline events with seq > after, ascending."
@@ -68,6 +71,9 @@ class Run:
             finished_at=r.finished_at,
             cancel_requested_at=r.cancel_requested_at,
             record=r,
+            retried_from_id=None
+            if r.retried_from_id is None
+            else strawberry.ID(str(r.retried_from_id)),
         )
 
 

@@ -40,6 +40,7 @@ from outlive.ids import RunId, TenantId
 from outlive.services import webhooks
 from outlive.services.ids import parse_uuid
 from outlive.services.ports import RunInstances
+from outlive.telemetry import logs, metrics
 
 ACTIVE_SQL = "status IN ('QUEUED', 'RUNNING')"  # literal values: see `is_active_predicate`
 SETTLED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
@@ -64,6 +65,7 @@ class RunRecord:
     finished_at: datetime | None
     cancel_requested_at: datetime | None
     event_seq: int = 0
+    retried_from_id: RunId | None = None
 
     @property
     def is_active(self) -> bool:
@@ -107,6 +109,7 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         finished_at=m["finished_at"],
         cancel_requested_at=m["cancel_requested_at"],
         event_seq=m["event_seq"],
+        retried_from_id=m["retried_from_id"],
     )
 
 
@@ -126,11 +129,14 @@ async def start_run(
     agent: str,
     params: Mapping[str, Any],
     instances: RunInstances,
+    retried_from: RunId | None = None,
 ) -> StartedRun:
-    """Insert the run, or hand back the active one; the instance starts only after commit."""
+    """Insert the run, or hand back the active one; the instance starts only after commit.
+    `retried_from`: the run this one retries (`retryRun`, replays)."""
     tenant_id = TenantId(uow.require_tenant())
-    run, created = await _insert_or_get_active(uow, tenant_id, agent, params)
+    run, created = await _insert_or_get_active(uow, tenant_id, agent, params, retried_from)
     if created:
+        metrics.RUNS_STARTED.labels(run.agent).inc()
         uow.nudge("run.created", run.id)
 
         async def start_instance() -> None:
@@ -143,8 +149,8 @@ async def start_run(
 # SQL below is assembled from this module's constants only; every value is a bound parameter.
 _INSERT = prepare(
     text(
-        "INSERT INTO runs (tenant_id, agent, input)"
-        " VALUES (:tenant_id, :agent, CAST(:input AS jsonb))"
+        "INSERT INTO runs (tenant_id, agent, input, retried_from_id)"
+        " VALUES (:tenant_id, :agent, CAST(:input AS jsonb), :retried_from_id)"
         f" ON CONFLICT (tenant_id, agent) WHERE {ACTIVE_SQL} DO NOTHING RETURNING *"
     ).columns(*_RUN_COLUMNS)
 )
@@ -159,9 +165,18 @@ _GET_RUN = prepare(
 
 
 async def _insert_or_get_active(
-    uow: UnitOfWork, tenant_id: TenantId, agent: str, params: Mapping[str, Any]
+    uow: UnitOfWork,
+    tenant_id: TenantId,
+    agent: str,
+    params: Mapping[str, Any],
+    retried_from: RunId | None = None,
 ) -> tuple[RunRecord, bool]:
-    values = {"tenant_id": tenant_id, "agent": agent, "input": json.dumps(dict(params))}
+    values = {
+        "tenant_id": tenant_id,
+        "agent": agent,
+        "input": json.dumps(dict(params)),
+        "retried_from_id": retried_from,
+    }
     # The conflicting run can settle between the two statements; then the insert wins next time.
     for _ in range(10):
         row = await uow.fetchrow(_INSERT, **values)
@@ -343,6 +358,9 @@ async def move_run(uow: UnitOfWork, move: RunMove, **params: Any) -> RunRecord |
     if row is None:
         return None
     run = to_record(row)
+    logs.bind(tenant_id=run.tenant_id, run_id=run.id, agent=run.agent)
+    if run.status in SETTLED_STATUSES:
+        metrics.RUNS_SETTLED.labels(run.agent, run.status.value).inc()
     if move.changes_run:
         uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
     uow.nudge("run.event", run.id, tenant_id=run.tenant_id)

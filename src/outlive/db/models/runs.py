@@ -66,6 +66,8 @@ class Run(Base):
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     cancel_requested_at: Mapped[datetime | None]
+    # The run this one retried (retryRun, a replay); not a foreign key: retention may prune it.
+    retried_from_id: Mapped[UUID | None]
 
 
 class RunEvent(Base):
