@@ -125,15 +125,16 @@ class UnitOfWork:
         *,
         on_unavailable: OnUnavailable | None = None,
         delay_s: float = 0.0,
-    ) -> None:
+    ) -> Any:
         """Queue a job to be sent after the commit (due `delay_s` later); a malformed one raises
-        here, now."""
+        here, now. Returns the envelope."""
         if self.sessions.jobs is None:
             raise RuntimeError(f"no jobs queue is wired for {type!r}: nothing runs inline")
         envelope = self.sessions.jobs.build(type, payload)
         self._jobs.append((envelope, on_unavailable))
         if delay_s > 0:
             self._delays[id(envelope)] = delay_s
+        return envelope
 
     def nudge(self, type: str, id: UUID | None = None, *, tenant_id: UUID | None = None) -> None:
         tenant = tenant_id or self.tenant_id

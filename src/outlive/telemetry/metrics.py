@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -206,3 +209,20 @@ def process_exited(pid: int | None = None) -> None:
     """In multiprocess mode, drop a stopped process's live gauges from the sums."""
     if is_multiprocess():
         _multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
+
+
+@contextmanager
+def multiprocess_directory() -> Iterator[None]:
+    """Multiprocess mode for the processes started inside the block (`outlive api --workers N`):
+    a fresh `PROMETHEUS_MULTIPROC_DIR` (unless one is set already), removed afterwards. Set
+    before the processes start, so that each of them imports prometheus_client in that mode."""
+    if os.environ.get(MULTIPROC_ENV):
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix="outlive-metrics-")
+    os.environ[MULTIPROC_ENV] = directory
+    try:
+        yield
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(directory, ignore_errors=True)
