@@ -248,7 +248,9 @@ def build_app(
         sessions = (await open_sessions(settings, engine, database_url)).wired(
             nudge_sink=publisher.defer, jobs=SaqJobProducer(jobs_queue, settings)
         )
-        sampler = Sampler(engine=engine, sessions=sessions, queues=(queue, jobs_queue), hub=hub)
+        sampler = Sampler(
+            engine=engine, sessions=sessions, redis=redis, queues=(queue, jobs_queue), hub=hub
+        )
         view.services = Services(
             sessions=sessions,
             agents=AgentRegistry.from_entry_points(),

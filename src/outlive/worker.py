@@ -92,7 +92,9 @@ class WorkerHost:
             nudge_sink=publisher.publish, jobs=SaqJobProducer(jobs_queue, self.settings)
         )
         self._sessions = sessions
-        self.sampler = Sampler(engine=self._engine, sessions=sessions, queues=self._queues)
+        self.sampler = Sampler(
+            engine=self._engine, sessions=sessions, redis=redis, queues=(runs_queue, jobs_queue)
+        )
         self.sampler.start(self.settings.metrics_sample_s)
         self._serve_metrics()
         agents = AgentRegistry.from_entry_points()

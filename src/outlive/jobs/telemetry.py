@@ -16,9 +16,10 @@ from typing import Any
 
 import httpx
 from prometheus_client import REGISTRY, CollectorRegistry, multiprocess, start_http_server
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from saq.job import Job
-from saq.queue import Queue
+from saq.queue.redis import RedisQueue
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from outlive.db.tx import Sessions
@@ -157,19 +158,22 @@ def metered_http_client(max_connections: int = 100) -> httpx.AsyncClient:
 
 
 class Sampler:
-    """Every `every_s`, and before each scrape: pool usage, queue depths, hub subscribers."""
+    """Every `every_s`, and before each scrape: pool usage, queue depths (saq's own keys, read
+    with `redis`), hub subscribers."""
 
     def __init__(
         self,
         *,
         engine: AsyncEngine | None,
         sessions: Sessions | None,
-        queues: Sequence[Queue] = (),
+        redis: Redis | None = None,
+        queues: Sequence[RedisQueue] = (),
         hub: Hub | None = None,
     ) -> None:
         self._engine = engine
         self._sessions = sessions
-        self._queues = list(queues)
+        self._redis = redis  # a client of its own: the queues' connections are left alone
+        self._queues = list(queues) if redis is not None else []
         self._hub = hub
         self._task: asyncio.Task[None] | None = None
 
@@ -196,10 +200,13 @@ class Sampler:
         if self._hub is not None:
             metrics.SUBSCRIBERS.set(self._hub.subscriber_count)
         for queue in self._queues:
+            assert self._redis is not None  # noqa: S101 (no queues without it)
             with suppress(RedisError, OSError):
-                queued, active, incomplete = await asyncio.gather(
-                    queue.count("queued"), queue.count("active"), queue.count("incomplete")
-                )
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.llen(queue.namespace("queued"))
+                    pipe.llen(queue.namespace("active"))
+                    pipe.zcard(queue.namespace("incomplete"))
+                    queued, active, incomplete = await pipe.execute()
                 metrics.QUEUE_DEPTH.labels(queue.name, "queued").set(queued)
                 metrics.QUEUE_DEPTH.labels(queue.name, "active").set(active)
                 metrics.QUEUE_DEPTH.labels(queue.name, "scheduled").set(
