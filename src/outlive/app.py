@@ -249,7 +249,12 @@ def build_app(
             nudge_sink=publisher.defer, jobs=SaqJobProducer(jobs_queue, settings)
         )
         sampler = Sampler(
-            engine=engine, sessions=sessions, redis=redis, queues=(queue, jobs_queue), hub=hub
+            role="api",
+            engine=engine,
+            sessions=sessions,
+            redis=redis,
+            queues=(queue, jobs_queue),
+            hub=hub,
         )
         view.services = Services(
             sessions=sessions,

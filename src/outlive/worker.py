@@ -93,7 +93,11 @@ class WorkerHost:
         )
         self._sessions = sessions
         self.sampler = Sampler(
-            engine=self._engine, sessions=sessions, redis=redis, queues=(runs_queue, jobs_queue)
+            role="worker",
+            engine=self._engine,
+            sessions=sessions,
+            redis=redis,
+            queues=(runs_queue, jobs_queue),
         )
         self.sampler.start(self.settings.metrics_sample_s)
         self._serve_metrics()

@@ -164,12 +164,14 @@ class Sampler:
     def __init__(
         self,
         *,
+        role: str,
         engine: AsyncEngine | None,
         sessions: Sessions | None,
         redis: Redis | None = None,
         queues: Sequence[RedisQueue] = (),
         hub: Hub | None = None,
     ) -> None:
+        self._role = role
         self._engine = engine
         self._sessions = sessions
         self._redis = redis  # a client of its own: the queues' connections are left alone
@@ -217,12 +219,13 @@ class Sampler:
         if self._engine is not None:
             pool: Any = self._engine.sync_engine.pool
             in_use = pool.checkedout()
-            metrics.DB_POOL_CONNECTIONS.labels("sqlalchemy", "in_use").set(in_use)
-            metrics.DB_POOL_CONNECTIONS.labels("sqlalchemy", "idle").set(pool.checkedin())
-            metrics.DB_POOL_LIMIT.labels("sqlalchemy").set(pool.size() + pool._max_overflow)
+            role = self._role
+            metrics.DB_POOL_CONNECTIONS.labels(role, "sqlalchemy", "in_use").set(in_use)
+            metrics.DB_POOL_CONNECTIONS.labels(role, "sqlalchemy", "idle").set(pool.checkedin())
+            metrics.DB_POOL_LIMIT.labels(role, "sqlalchemy").set(pool.size() + pool._max_overflow)
         raw = self._sessions.raw if self._sessions is not None else None
         if raw is not None:
             size, idle = raw.get_size(), raw.get_idle_size()
-            metrics.DB_POOL_CONNECTIONS.labels("asyncpg", "in_use").set(size - idle)
-            metrics.DB_POOL_CONNECTIONS.labels("asyncpg", "idle").set(idle)
-            metrics.DB_POOL_LIMIT.labels("asyncpg").set(raw.get_max_size())
+            metrics.DB_POOL_CONNECTIONS.labels(self._role, "asyncpg", "in_use").set(size - idle)
+            metrics.DB_POOL_CONNECTIONS.labels(self._role, "asyncpg", "idle").set(idle)
+            metrics.DB_POOL_LIMIT.labels(self._role, "asyncpg").set(raw.get_max_size())

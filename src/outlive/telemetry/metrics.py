@@ -142,14 +142,14 @@ GRAPHQL_DURATION = Histogram(
 
 DB_POOL_CONNECTIONS = Gauge(
     "outlive_db_pool_connections",
-    "Connections of each pool, in use or idle (sampled).",
-    ["pool", "state"],
+    "Connections of each pool, in use or idle (sampled), by process role (api, worker).",
+    ["role", "pool", "state"],
     multiprocess_mode="livesum",
 )
 DB_POOL_LIMIT = Gauge(
     "outlive_db_pool_max_connections",
-    "The most connections each pool may open (size + overflow).",
-    ["pool"],
+    "The most connections each pool may open (size + overflow), by process role.",
+    ["role", "pool"],
     multiprocess_mode="livesum",
 )
 
@@ -157,7 +157,7 @@ DB_POOL_LIMIT = Gauge(
 
 MAX_OPERATION_LABELS = 200
 _NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]{0,63}")
-_DECLARED = re.compile(r"\s*(query|mutation|subscription)\s+([_A-Za-z][_0-9A-Za-z]*)")
+_DECLARED = re.compile(r"\s*(query|mutation|subscription)\b\s*([_A-Za-z][_0-9A-Za-z]*)?")
 _operations: set[str] = set()
 _operations_lock = threading.Lock()
 
@@ -171,7 +171,7 @@ def operation_label(name: str | None, query: str | None) -> tuple[str, str]:
     declared = _DECLARED.match(query or "")
     if declared is not None:
         kind = declared.group(1)
-        name = name or declared.group(2)
+        name = name or declared.group(2) or None
     if not name:
         return "anonymous", kind
     if _NAME.fullmatch(name) is None:
