@@ -104,9 +104,9 @@ def instrumented_run_task(task: RunTask) -> RunTask:
                 raise
             finally:
                 agent = logs.current().get("agent", "unknown")
-                metrics.RUN_ATTEMPT_DURATION.labels(agent, outcome).observe(
-                    time.perf_counter() - began
-                )
+                elapsed = time.perf_counter() - began
+                metrics.RUN_ATTEMPT_DURATION.labels(agent, outcome).observe(elapsed)
+                log.debug("run attempt %s in %.3fs (attempt %s)", outcome, elapsed, job.attempts)
 
     run_workflow.__qualname__ = run_workflow.__name__ = getattr(task, "__name__", "run_workflow")
     return run_workflow
