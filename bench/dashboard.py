@@ -68,22 +68,23 @@ class Scraper:
                 await task
 
     async def _loop(self) -> None:
-        async with httpx.AsyncClient(timeout=2) as client:
+        async with httpx.AsyncClient(timeout=5) as client:
             while True:
                 began = time.time()
-                for target in list(self.targets):
-                    with contextlib.suppress(httpx.HTTPError):
-                        text = (await client.get(target)).text
-                        samples = [
-                            [s.name, s.labels, s.value]
-                            for family in text_string_to_metric_families(text)
-                            if family.name.startswith("outlive_")
-                            for s in family.samples
-                        ]
-                        with self.path.open("a") as out:
-                            out.write(json.dumps({"t": began, "target": target, "s": samples}))
-                            out.write("\n")
+                await asyncio.gather(*(self._scrape(client, t, began) for t in list(self.targets)))
                 await asyncio.sleep(max(0.0, self.every_s - (time.time() - began)))
+
+    async def _scrape(self, client: httpx.AsyncClient, target: str, began: float) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            text = (await client.get(target)).text
+            samples = [
+                [s.name, s.labels, s.value]
+                for family in text_string_to_metric_families(text)
+                if family.name.startswith("outlive_")
+                for s in family.samples
+            ]
+            with self.path.open("a") as out:
+                out.write(json.dumps({"t": began, "target": target, "s": samples}) + "\n")
 
 
 def load(path: Path) -> dict[str, list[tuple[float, dict[Labels, float]]]]:
@@ -101,8 +102,9 @@ def load(path: Path) -> dict[str, list[tuple[float, dict[Labels, float]]]]:
 # --- a little PromQL --------------------------------------------------------------------------
 
 RATE = re.compile(r"^rate\((\w+)(?:\{([^}]*)\})?\[(\d+)m\]\)$")
-SUM = re.compile(r"^sum(?: by \(([^)]*)\))? \((.*)\)$")
+SUM = re.compile(r"^sum(?: by \(([^)]*)\))? ?\((.*)\)$")
 QUANTILE = re.compile(r"^histogram_quantile\(([\d.]+), (.*)\)$")
+STALE_S = 10.0
 SELECTOR = re.compile(r"^(\w+)(?:\{([^}]*)\})?$")
 
 
@@ -119,16 +121,7 @@ def _instant(data: Any, expr: str, t: float) -> dict[Labels, float]:
     """One sub-expression at time `t`: a selector, or `rate()` of one."""
     if found := RATE.match(expr):
         name, matchers, minutes = found.group(1), _matchers(found.group(2)), int(found.group(3))
-        points = data.get(name, [])
-        window = min(minutes * 60, max(5.0, t - points[0][0])) if points else 60
-        now = _at(points, t)
-        then = _at(points, t - window)
-        out = {}
-        for key, value in now.items():
-            if _selected(key, matchers) and key in then:
-                delta = value - then[key]
-                out[key] = (delta if delta >= 0 else value) / window
-        return out
+        return _rate(data.get(name, []), t, minutes * 60.0, matchers)
     if found := SELECTOR.match(expr):
         matchers = _matchers(found.group(2))
         return {
@@ -137,14 +130,43 @@ def _instant(data: Any, expr: str, t: float) -> dict[Labels, float]:
     raise ValueError(f"unsupported expression: {expr}")
 
 
-def _at(points: list[tuple[float, dict[Labels, float]]], t: float) -> dict[Labels, float]:
-    """The latest scrape at or before `t`."""
-    best: dict[Labels, float] = {}
+def _rate(
+    points: list[tuple[float, dict[Labels, float]]],
+    t: float,
+    window: float,
+    matchers: dict[str, str],
+) -> dict[Labels, float]:
+    """Per series: the increase between its first and last sample inside (t - window, t], over
+    the time between them (Prometheus extrapolates to the window's edges; this does not)."""
+    first: dict[Labels, tuple[float, float]] = {}
+    last: dict[Labels, tuple[float, float]] = {}
     for when, values in points:
         if when > t:
             break
-        best = values
-    return best
+        if when <= t - window:
+            continue
+        for key, value in values.items():
+            if _selected(key, matchers):
+                first.setdefault(key, (when, value))
+                last[key] = (when, value)
+    out = {}
+    for key, (t1, v1) in last.items():
+        t0, v0 = first[key]
+        if t1 > t0 and t - t1 < STALE_S:
+            out[key] = max(0.0, v1 - v0) / (t1 - t0)
+    return out
+
+
+def _at(points: list[tuple[float, dict[Labels, float]]], t: float) -> dict[Labels, float]:
+    """Each series' latest sample at or before `t`, unless older than `STALE_S` (a target that
+    went away stops counting, as Prometheus marks it stale)."""
+    best: dict[Labels, tuple[float, float]] = {}
+    for when, values in points:
+        if when > t:
+            break
+        for key, value in values.items():
+            best[key] = (when, value)
+    return {key: value for key, (when, value) in best.items() if t - when < STALE_S}
 
 
 def _sum(values: dict[Labels, float], by: list[str]) -> dict[Labels, float]:
@@ -251,6 +273,17 @@ def _axes(top: float, unit: str | None, span: float) -> list[str]:
     return out
 
 
+def _contiguous(points: list[tuple[float, float]]) -> list[list[tuple[float, float]]]:
+    """Split a series where it has no data for more than a few seconds (no line across gaps)."""
+    runs: list[list[tuple[float, float]]] = []
+    for point in points:
+        if runs and point[0] - runs[-1][-1][0] <= 3:
+            runs[-1].append(point)
+        else:
+            runs.append([point])
+    return runs
+
+
 def panel_svg(panel: dict[str, Any], data: Any, times: list[float]) -> str:
     unit = panel["fieldConfig"]["defaults"].get("unit")
     lines = _lines(panel, data, times)
@@ -263,10 +296,13 @@ def panel_svg(panel: dict[str, Any], data: Any, times: list[float]) -> str:
     keys = []
     for n, (name, points) in enumerate(sorted(lines.items())[:8]):
         color = COLORS[n % len(COLORS)]
-        xs = (LEFT + (W - LEFT) * (t - t0) / span for t, _ in points)
-        ys = (TOP + (H - BOTTOM - TOP) * (1 - v / top) for _, v in points)
-        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys, strict=True))
-        out.append(f'<polyline points="{path}" stroke="{color}" fill="none" stroke-width="1.6"/>')
+        for run in _contiguous(points):
+            xs = (LEFT + (W - LEFT) * (t - t0) / span for t, _ in run)
+            ys = (TOP + (H - BOTTOM - TOP) * (1 - v / top) for _, v in run)
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys, strict=True))
+            out.append(
+                f'<polyline points="{path}" stroke="{color}" fill="none" stroke-width="1.6"/>'
+            )
         peak = _fmt(max(v for _, v in points), unit)
         keys.append(
             f'<span><i style="background:{color}"></i>{html.escape(name)} <b>max {peak}</b></span>'

@@ -148,11 +148,12 @@ async def _fire(settings: Settings, expression: str, tasks: Any) -> dict[str, An
     from outlive.realtime.nudges import Publisher, channel_prefix
 
     database_url, redis_url = settings.require_services()
-    engine = create_engine(database_url, pool_size=2, max_overflow=2)
+    pgbouncer = settings.db_pgbouncer
+    engine = create_engine(database_url, pool_size=2, max_overflow=2, statement_cache=not pgbouncer)
     redis = create_redis(redis_url)
     queue = create_queue(redis_url, JOBS_QUEUE)
     publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
-    sessions = create_sessions(engine).wired(
+    sessions = create_sessions(engine, autocommit=not pgbouncer).wired(
         nudge_sink=publisher.publish, jobs=SaqJobProducer(queue, settings)
     )
     try:
