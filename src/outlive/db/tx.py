@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from outlive.db.raw import Statement, create_pool
 from outlive.errors import QueueUnavailable
+from outlive.telemetry import logs
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,8 @@ class Sessions:
     async def unit(
         self, tenant_id: UUID | None = None, *, single_statement: bool = False
     ) -> AsyncIterator[UnitOfWork]:
+        if tenant_id is not None:
+            logs.bind(tenant_id=tenant_id)  # the log lines of this task say whose work it is
         if single_statement and self.raw is not None:
             async with self.raw.acquire() as connection:
                 uow = UnitOfWork(None, tenant_id, self, raw=connection)

@@ -205,11 +205,10 @@ def _queue_tick(uow: UnitOfWork, replay_id: UUID, *, tick: int, delay_s: float) 
 
 
 def pace(rate: float) -> tuple[int, float]:
-    """(runs per tick, seconds per tick): `rate` runs per second, at least a second a tick."""
-    if rate >= 1:
-        count = math.floor(rate)
-        return count, count / rate
-    return 1, 1 / rate
+    """(runs per tick, seconds per tick): ticks at least a second apart, never faster than `rate`
+    runs per second over any tick (2.5/s runs as 2 a second; 0.25/s as 1 every 4 seconds)."""
+    count = max(1, math.floor(rate))
+    return count, max(1.0, count / rate)
 
 
 async def advance_replay(
