@@ -75,8 +75,12 @@ class Scraper:
                 await asyncio.sleep(max(0.0, self.every_s - (time.time() - began)))
 
     async def _scrape(self, client: httpx.AsyncClient, target: str, began: float) -> None:
-        with contextlib.suppress(httpx.HTTPError):
-            text = (await client.get(target)).text
+        # a process starting or stopping answers nothing, or not metrics: that round is skipped
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            response = await client.get(target)
+            if response.status_code != 200:
+                return
+            text = response.text
             samples = [
                 [s.name, s.labels, s.value]
                 for family in text_string_to_metric_families(text)
