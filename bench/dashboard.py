@@ -15,13 +15,13 @@ and layout, and Debian's Chromium (through Playwright, as tests/browser does) ta
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import html
 import json
 import math
 import re
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
@@ -43,52 +43,58 @@ Sample = tuple[float, str, dict[str, float]]  # (time, target, {series key: valu
 
 
 class Scraper:
-    """Polls its targets every `every_s` seconds and appends what it read to `path`."""
+    """Polls each target every `every_s` seconds, each from a thread of its own (so neither a
+    busy target nor the benchmark's own event loop delays the others), appending what it read
+    to `path`. A target that takes longer than `timeout_s` (as Prometheus's scrape timeout) is
+    skipped for that round."""
 
-    def __init__(self, path: Path, every_s: float = 1.0) -> None:
+    def __init__(self, path: Path, every_s: float = 1.0, timeout_s: float = 10.0) -> None:
         self.path = path
         self.every_s = every_s
-        self.targets: set[str] = set()
+        self.timeout_s = timeout_s
+        self._stops: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
         self.path.write_text("")
 
     def add(self, url: str) -> None:
-        self.targets.add(url)
+        stop = self._stops[url] = threading.Event()
+        threading.Thread(target=self._poll, args=(url, stop), daemon=True).start()
 
     def remove(self, url: str) -> None:
-        self.targets.discard(url)
+        stop = self._stops.pop(url, None)
+        if stop is not None:
+            stop.set()
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Scraper]:
-        task = asyncio.create_task(self._loop())
         try:
             yield self
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for url in list(self._stops):
+                self.remove(url)
 
-    async def _loop(self) -> None:
-        async with httpx.AsyncClient(timeout=5) as client:
-            while True:
+    def _poll(self, target: str, stop: threading.Event) -> None:
+        with httpx.Client(timeout=self.timeout_s) as client:
+            while not stop.is_set():
                 began = time.time()
-                await asyncio.gather(*(self._scrape(client, t, began) for t in list(self.targets)))
-                await asyncio.sleep(max(0.0, self.every_s - (time.time() - began)))
+                self._scrape(client, target, began)
+                stop.wait(max(0.0, self.every_s - (time.time() - began)))
 
-    async def _scrape(self, client: httpx.AsyncClient, target: str, began: float) -> None:
+    def _scrape(self, client: httpx.Client, target: str, began: float) -> None:
         # a process starting or stopping answers nothing, or not metrics: that round is skipped
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            response = await client.get(target)
+            response = client.get(target)
             if response.status_code != 200:
                 return
-            text = response.text
             samples = [
                 [s.name, s.labels, s.value]
-                for family in text_string_to_metric_families(text)
+                for family in text_string_to_metric_families(response.text)
                 if family.name.startswith("outlive_")
                 for s in family.samples
             ]
-            with self.path.open("a") as out:
-                out.write(json.dumps({"t": began, "target": target, "s": samples}) + "\n")
+            line = json.dumps({"t": began, "target": target, "s": samples}) + "\n"
+            with self._lock, self.path.open("a") as out:
+                out.write(line)
 
 
 def load(path: Path) -> dict[str, list[tuple[float, dict[Labels, float]]]]:
