@@ -1,15 +1,15 @@
 """The Grafana dashboard's panels, drawn from metrics scraped during a benchmark.
 
-    uv run python bench/runs.py --quick --scrape /tmp/scrapes.jsonl
+    uv run python bench/runs.py --scrape /tmp/scrapes.jsonl
     uv run python bench/dashboard.py /tmp/scrapes.jsonl docs/grafana/dashboard.png
 
 Grafana cannot be installed here, so this does what Grafana and Prometheus would do, for the
 few PromQL shapes `docs/grafana/outlive.json` uses: `Scraper` polls every `/metrics` target of the
 benchmark once a second (as Prometheus would, into a JSON-lines file); `evaluate` computes each
-panel's expressions over those samples (`rate()` over a window, `sum by (…)`, and
-`histogram_quantile()` with Prometheus's linear interpolation inside a bucket); `render` draws
-every panel of the dashboard as an inline-SVG time series on one page, in the dashboard's order
-and layout, and Debian's Chromium (through Playwright, as tests/browser does) takes the picture.
+panel's expressions over those samples (`rate()` over a window, `sum by (…)`, `max by (…)` and
+`histogram_quantile()` with Prometheus's linear interpolation inside a bucket); `page` draws
+every panel of the dashboard as an inline-SVG time series on one page, in the dashboard's order,
+and Debian's Chromium (through Playwright, as tests/browser does) takes the picture.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def load(path: Path) -> dict[str, list[tuple[float, dict[Labels, float]]]]:
 # --- a little PromQL --------------------------------------------------------------------------
 
 RATE = re.compile(r"^rate\((\w+)(?:\{([^}]*)\})?\[(\d+)m\]\)$")
-SUM = re.compile(r"^sum(?: by \(([^)]*)\))? ?\((.*)\)$")
+SUM = re.compile(r"^(sum|max)(?: by \(([^)]*)\))? ?\((.*)\)$")
 QUANTILE = re.compile(r"^histogram_quantile\(([\d.]+), (.*)\)$")
 STALE_S = 10.0
 SELECTOR = re.compile(r"^(\w+)(?:\{([^}]*)\})?$")
@@ -179,12 +179,17 @@ def _at(points: list[tuple[float, dict[Labels, float]]], t: float) -> dict[Label
     return {key: value for key, (when, value) in best.items() if t - when < STALE_S}
 
 
-def _sum(values: dict[Labels, float], by: list[str]) -> dict[Labels, float]:
-    out: dict[Labels, float] = defaultdict(float)
+def _aggregate(how: str, values: dict[Labels, float], by: list[str]) -> dict[Labels, float]:
+    """`sum by (…)` or `max by (…)`."""
+    out: dict[Labels, float] = {}
     for key, value in values.items():
         labels = dict(key)
-        out[tuple((b, labels.get(b, "")) for b in by)] += value
-    return dict(out)
+        group = tuple((b, labels.get(b, "")) for b in by)
+        if group not in out:
+            out[group] = value
+        else:
+            out[group] = out[group] + value if how == "sum" else max(out[group], value)
+    return out
 
 
 def _quantile(q: float, buckets: dict[Labels, float]) -> dict[Labels, float]:
@@ -216,8 +221,8 @@ def evaluate(data: Any, expr: str, t: float) -> dict[Labels, float]:
     if found := QUANTILE.match(expr):
         return _quantile(float(found.group(1)), evaluate(data, found.group(2), t))
     if found := SUM.match(expr):
-        by = [b.strip() for b in (found.group(1) or "").split(",") if b.strip()]
-        return _sum(_instant(data, found.group(2), t), by)
+        by = [b.strip() for b in (found.group(2) or "").split(",") if b.strip()]
+        return _aggregate(found.group(1), _instant(data, found.group(3), t), by)
     return _instant(data, expr, t)
 
 
@@ -361,7 +366,8 @@ def main() -> None:
         sys.exit("no samples in the scrape file")
     note = args.note or (
         "Panels of docs/grafana/outlive.json, evaluated by bench/dashboard.py over /metrics "
-        "scraped every second during `bench/runs.py --quick --scrape`; rendered by Chromium."
+        "scraped every second from every process of `bench/runs.py --scrape` (startRun on one, "
+        "then two API processes; then end-to-end runs on one, then two workers)."
     )
     screenshot(page(dashboard, data, note), args.out)
     print(f"wrote {args.out}")
