@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import secrets
@@ -40,6 +41,7 @@ from _common import (
     table,
     wait_http,
 )
+from dashboard import Scraper
 
 from outlive.config import Settings
 from outlive.jobs.queues import RUNS_QUEUE, create_queue
@@ -79,7 +81,11 @@ async def reset(conn: asyncpg.Connection, queue: object) -> None:
 
 
 async def start_run_figures(
-    env: Env, tenants: list[tuple[uuid.UUID, str]], quick: bool, api_processes: int
+    env: Env,
+    tenants: list[tuple[uuid.UUID, str]],
+    quick: bool,
+    api_processes: int,
+    scraper: Scraper | None = None,
 ) -> list[tuple[int, Figures, Figures]]:
     conn = await asyncpg.connect(env.database_url)
     # 32: with two API processes holding their own pools, PostgreSQL's default 100 connections
@@ -90,8 +96,11 @@ async def start_run_figures(
     )
     port = free_port()
     results = []
+    metrics_url = f"http://127.0.0.1:{port}/metrics"
     with outlive("api", "--port", str(port), "--workers", str(api_processes), env=env.vars()):
         await wait_http(f"http://127.0.0.1:{port}/healthz")
+        if scraper is not None:
+            scraper.add(metrics_url)
         for concurrency, count in ((1, 300), (16, 1500), (64, 2500)):
             if quick:
                 count //= 5
@@ -130,6 +139,8 @@ async def start_run_figures(
                 floor_rounds.append(await load("floor", floor, count, concurrency))
             await client.close()
             results.append((concurrency, _merge(api_rounds), _merge(floor_rounds)))
+        if scraper is not None:
+            scraper.remove(metrics_url)
     await pool.close()
     await conn.close()
     await queue.disconnect()
@@ -143,7 +154,11 @@ def _merge(rounds: list[Figures]) -> Figures:
 
 
 async def end_to_end(
-    env: Env, tenants: list[tuple[uuid.UUID, str]], workers: int, count: int
+    env: Env,
+    tenants: list[tuple[uuid.UUID, str]],
+    workers: int,
+    count: int,
+    scraper: Scraper | None = None,
 ) -> float:
     conn = await asyncpg.connect(env.database_url)
     queue = create_queue(env.redis_url, RUNS_QUEUE)
@@ -163,9 +178,21 @@ async def end_to_end(
         )
     ]
     await asyncio.gather(*(instances.start(i) for i in ids))
-    processes = [outlive("worker", "--concurrency", "32", env=env.vars()) for _ in range(workers)]
+    ports = [free_port() for _ in range(workers)]
+    processes = [
+        outlive(
+            "worker",
+            "--concurrency",
+            "32",
+            env=env.vars(OUTLIVE_METRICS_PORT=str(port), OUTLIVE_METRICS_HOST="127.0.0.1"),
+        )
+        for port in ports
+    ]
     for p in processes:
         p.__enter__()
+    targets = [f"http://127.0.0.1:{port}/metrics" for port in ports]
+    for target in targets if scraper is not None else []:
+        scraper.add(target)  # type: ignore[union-attr]  # checked just above
     try:
         deadline = time.monotonic() + 300
         while await conn.fetchval(
@@ -175,6 +202,8 @@ async def end_to_end(
                 raise RuntimeError("runs did not finish in 5 minutes")
             await asyncio.sleep(0.25)
     finally:
+        for target in targets if scraper is not None else []:
+            scraper.remove(target)  # type: ignore[union-attr]  # checked just above
         for p in processes:
             p.__exit__(None, None, None)
     first, last, ok = await conn.fetchrow(
@@ -191,14 +220,20 @@ async def end_to_end(
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer requests, for a smoke run")
+    parser.add_argument(
+        "--scrape", type=Path, help="scrape every process's /metrics each second into this file"
+    )
     args = parser.parse_args()
-    async with bench_env() as env:
+    scraper = Scraper(args.scrape) if args.scrape else None
+    async with bench_env() as env, contextlib.AsyncExitStack() as stack:
+        if scraper is not None:
+            await stack.enter_async_context(scraper.running())
         conn = await asyncpg.connect(env.database_url)
         tenants = await make_tenants(conn, 3000)
         await conn.close()
         rows = []
         for processes in (1, 2):
-            figures = await start_run_figures(env, tenants, args.quick, processes)
+            figures = await start_run_figures(env, tenants, args.quick, processes, scraper)
             for concurrency, api, floor in figures:
                 rows.append(
                     [
@@ -233,7 +268,7 @@ async def main() -> None:
         count = 600 if args.quick else 3000
         e2e = []
         for workers in (1, 2):
-            rates = [await end_to_end(env, tenants, workers, count) for _ in range(2)]
+            rates = [await end_to_end(env, tenants, workers, count, scraper) for _ in range(2)]
             e2e.append(
                 [
                     workers,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
@@ -23,16 +24,17 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
-from strawberry.http import GraphQLHTTPResponse
+from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
-from outlive.db.engine import create_engine, create_sessions
+from outlive.db.engine import create_engine_for, open_sessions
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
 from outlive.jobs.run_instances import SaqRunInstances
+from outlive.jobs.telemetry import Sampler, stamp_traceparent
 from outlive.realtime.hub import Hub, hub_client_name
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.resolvers.context import Context, Services
@@ -41,6 +43,7 @@ from outlive.resolvers.nudges import NudgesTransportWS
 from outlive.resolvers.schema import build_schema
 from outlive.services.admission import Limits, TenantAdmission
 from outlive.services.tenants import Principal, authenticate
+from outlive.telemetry import logs, metrics, tracing
 from outlive.web import graphiql_response, web_routes
 
 log = logging.getLogger(__name__)
@@ -119,6 +122,38 @@ class OutliveGraphQL(GraphQL[Context, None]):
             result.errors = [coded(e) for e in result.errors]
         return await super().process_result(request, result)
 
+    async def execute_single(
+        self,
+        request: Request,
+        request_adapter: Any,
+        sub_response: Any,
+        context: Context,
+        root_value: None,
+        request_data: GraphQLRequestData,
+    ) -> ExecutionResult:
+        """One operation, counted and timed by name (`outlive_graphql_operation…`) and, with
+        tracing on, a server span continuing the caller's `traceparent`."""
+        operation, kind = metrics.operation_label(request_data.operation_name, request_data.query)
+        began = time.perf_counter()
+        outcome = "error"
+        with tracing.span(
+            f"graphql {kind} {operation}",
+            kind=tracing.SpanKind.SERVER,
+            parent=tracing.extract_headers(request.headers),
+            attributes={"graphql.operation.name": operation, "graphql.operation.type": kind},
+        ):
+            try:
+                result = await super().execute_single(
+                    request, request_adapter, sub_response, context, root_value, request_data
+                )
+                outcome = "error" if result.errors else "ok"
+                return result
+            finally:
+                metrics.GRAPHQL_OPERATIONS.labels(operation, kind, outcome).inc()
+                metrics.GRAPHQL_DURATION.labels(operation, kind).observe(
+                    time.perf_counter() - began
+                )
+
     async def render_graphql_ide(self, request: Request) -> Response:
         return graphiql_response()
 
@@ -126,6 +161,8 @@ class OutliveGraphQL(GraphQL[Context, None]):
         principal = None
         if not isinstance(request, WebSocket):
             principal = request.scope.get("state", {}).get("principal")
+            if principal is not None:
+                logs.bind(tenant_id=principal.tenant.id)
         return Context(
             services=self.services, principal=principal, request=request, response=response
         )
@@ -145,12 +182,39 @@ async def _healthz(_: Request) -> Response:
     return JSONResponse({"ok": True})
 
 
+class _CountedSockets:
+    """The view for WebSocket routes, keeping `outlive_websocket_connections` (a class, not a
+    function: Starlette would take a function for a `WebSocket` endpoint)."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        metrics.SOCKETS.inc()
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            metrics.SOCKETS.dec()
+
+
 Hook = Callable[[], Awaitable[None]]
+
+
+async def _metrics(request: Request) -> Response:
+    """Prometheus exposition (every process's, under `outlive api --workers N`)."""
+    await request.app.state.sampler.sample()
+    return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
 
 
 def app_from_environment() -> Starlette:
     """The factory `outlive api --workers N` gives uvicorn: each process reads the environment."""
-    return build_app(Settings())
+    settings = Settings()
+    logs.setup(
+        settings.log_format or "json",
+        level=settings.log_level,
+        libraries_level=settings.log_libraries_level,
+    )
+    return build_app(settings)
 
 
 def build_app(
@@ -159,6 +223,7 @@ def build_app(
     """The app; `extra_lifespan` (start, stop) runs inside its lifespan, as `outlive dev` does
     with the embedded worker."""
     database_url, redis_url = settings.require_services()
+    tracing.setup(endpoint_set=bool(settings.otel_endpoint), disabled=settings.otel_sdk_disabled)
     view = OutliveGraphQL(
         build_schema(),
         graphql_ide="graphiql",
@@ -170,22 +235,31 @@ def build_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        engine = create_engine(database_url)
+        engine = create_engine_for(settings, database_url)
         redis: Redis = create_redis(redis_url)
         queue = create_queue(redis_url, RUNS_QUEUE)
         jobs_queue = create_queue(redis_url, JOBS_QUEUE)
+        if tracing.is_enabled():
+            queue.register_before_enqueue(stamp_traceparent)
         publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
         hub_redis = (
             create_redis(redis_url, client_name=hub_client_name()) if settings.realtime else None
         )
         hub = Hub(hub_redis, prefix=channel_prefix(redis_url)) if hub_redis is not None else None
-        sessions = create_sessions(engine).wired(
+        sessions = (await open_sessions(settings, engine, database_url)).wired(
             nudge_sink=publisher.defer, jobs=SaqJobProducer(jobs_queue, settings)
         )
-        await sessions.open_raw(database_url)
         agents = AgentRegistry.from_entry_points(settings.agent_modules)
         instances = SaqRunInstances(queue, settings)
         sessions.admission = TenantAdmission(sessions, instances, Limits.of(settings, len(agents)))
+        sampler = Sampler(
+            role="api",
+            engine=engine,
+            sessions=sessions,
+            redis=redis,
+            queues=(queue, jobs_queue),
+            hub=hub,
+        )
         view.services = Services(
             sessions=sessions,
             agents=agents,
@@ -195,6 +269,8 @@ def build_app(
         )
         app.state.engine, app.state.redis = engine, redis
         app.state.hub, app.state.publisher = hub, publisher
+        app.state.sampler = sampler
+        sampler.start(settings.metrics_sample_s)
         if hub is not None:
             await hub.start()  # waits (briefly) for the subscription: no missed first nudges
         if extra_lifespan is not None:
@@ -206,6 +282,7 @@ def build_app(
                 await extra_lifespan[1]()
             if hub is not None:
                 await hub.stop()  # any socket still open is closed with 1012: clients reconnect
+            await sampler.stop()
             await publisher.drain()
             for q in (queue, jobs_queue):
                 with suppress(Exception):
@@ -215,6 +292,7 @@ def build_app(
                 await hub_redis.aclose()
             await sessions.close_raw()
             await engine.dispose()
+            metrics.process_exited()
 
     async def readyz(request: Request) -> Response:
         checks: dict[str, str] = {}
@@ -238,8 +316,10 @@ def build_app(
         Route("/healthz", _healthz),
         Route("/readyz", readyz),
         Route("/graphql", view, methods=["GET", "POST"]),
-        WebSocketRoute("/graphql", view),
+        WebSocketRoute("/graphql", _CountedSockets(view)),
     ]
+    if settings.metrics:
+        routes.append(Route("/metrics", _metrics))
     if serve_web:
         routes.extend(web_routes())
     return Starlette(routes=routes, lifespan=lifespan)

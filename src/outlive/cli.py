@@ -221,11 +221,12 @@ async def _fire(settings: Settings, expression: str, tasks: Any) -> dict[str, An
     from outlive.realtime.nudges import Publisher, channel_prefix
 
     database_url, redis_url = settings.require_services()
-    engine = create_engine(database_url, pool_size=2, max_overflow=2)
+    pgbouncer = settings.db_pgbouncer
+    engine = create_engine(database_url, pool_size=2, max_overflow=2, statement_cache=not pgbouncer)
     redis = create_redis(redis_url)
     queue = create_queue(redis_url, JOBS_QUEUE)
     publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
-    sessions = create_sessions(engine).wired(
+    sessions = create_sessions(engine, autocommit=not pgbouncer).wired(
         nudge_sink=publisher.publish, jobs=SaqJobProducer(queue, settings)
     )
     try:
@@ -235,6 +236,37 @@ async def _fire(settings: Settings, expression: str, tasks: Any) -> dict[str, An
         await queue.disconnect()
         await redis.aclose()
         await engine.dispose()
+
+
+# --- jobs: poison messages ---------------------------------------------------------------------
+
+
+def cmd_jobs_rejected(args: argparse.Namespace) -> None:
+    from outlive.admin import print_rejected
+
+    settings = _settings()
+    settings.require_services()
+    asyncio.run(
+        print_rejected(settings, include_redriven=args.all, limit=args.limit, as_json=args.json)
+    )
+
+
+def cmd_jobs_redrive(args: argparse.Namespace) -> None:
+    from uuid import UUID
+
+    from outlive.admin import redrive_rejected
+
+    if not args.ids and not args.all:
+        raise CliError("name the rejected jobs to redrive (IDs) or pass --all", 2)
+    try:
+        ids = [UUID(i) for i in args.ids]
+    except ValueError:
+        raise CliError(f"not a rejected job id: {' '.join(args.ids)}", 2) from None
+    settings = _settings()
+    settings.require_services()
+    invalid, total = asyncio.run(redrive_rejected(settings, ids, every=args.all))
+    if invalid:
+        raise CliError(f"{invalid} of {total} rejected job(s) are still invalid", 1)
 
 
 # --- api / worker / dev ----------------------------------------------------------------------
@@ -250,6 +282,7 @@ def _uvicorn_config(app: Any, host: str, port: int, **overrides: Any) -> Any:
         "timeout_graceful_shutdown": 10,
         "log_level": "info",
         "access_log": False,
+        "log_config": None,  # our root handler formats uvicorn's records too (json or text)
     }
     return uvicorn.Config(app, host=host, port=port, **(options | overrides))
 
@@ -274,7 +307,10 @@ def cmd_api(args: argparse.Namespace) -> None:
             factory=True,
             workers=args.workers,
         )
-        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        from outlive.telemetry.metrics import multiprocess_directory
+
+        with multiprocess_directory():
+            Multiprocess(config, sockets=[config.bind_socket()]).run()
         return
     from outlive.app import app_from_environment
 
@@ -305,9 +341,13 @@ def cmd_worker(args: argparse.Namespace) -> None:
 
 
 def cmd_dev(args: argparse.Namespace) -> None:
+    import warnings
+
     from outlive.embedded import embedded_postgres, embedded_redis
     from outlive.web.build import ensure_built
 
+    # pgserver asks platformdirs for a runtime directory it never uses; the warning is noise.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
     settings = _settings()
     state = Path.cwd() / ".outlive"
     with ExitStack() as stack:
@@ -339,11 +379,16 @@ def _serve_dev(settings: Settings, host: str, port: int, token: str) -> None:
     from outlive.worker import WorkerHost
 
     worker = WorkerHost(settings, concurrency=16)
-    app = build_app(settings, extra_lifespan=(worker.start, worker.stop))
     url = f"http://{host}:{port}"
-    print(f"token: {token}")  # noqa: T201
-    print(f"open {url}/#token={token}  (GraphiQL: {url}/graphql)", flush=True)  # noqa: T201
-    uvicorn.Server(_uvicorn_config(app, host, port)).run()
+
+    async def start() -> None:
+        await worker.start()
+        # Last, once everything runs: the lines the user came for are the last on the screen.
+        print(f"token: {token}")  # noqa: T201
+        print(f"open {url}/#token={token}  (GraphiQL: {url}/graphql)", flush=True)  # noqa: T201
+
+    app = build_app(settings, extra_lifespan=(start, worker.stop))
+    uvicorn.Server(_uvicorn_config(app, host, port, log_level="warning")).run()
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -397,6 +442,20 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("schema", help="print the GraphQL SDL").set_defaults(func=cmd_schema)
 
+    jobs = sub.add_parser("jobs", help="the jobs queue's poison messages")
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True)
+    rejected = jobs_sub.add_parser("rejected", help="list rejected (poison) jobs, newest first")
+    rejected.add_argument("--all", action="store_true", help="include those already redriven")
+    rejected.add_argument("--limit", type=_positive, default=50)
+    rejected.add_argument("--json", action="store_true", help="one JSON object per line")
+    rejected.set_defaults(func=cmd_jobs_rejected)
+    redrive = jobs_sub.add_parser(
+        "redrive", help="re-validate rejected jobs against today's envelopes; send the valid ones"
+    )
+    redrive.add_argument("ids", nargs="*", metavar="ID")
+    redrive.add_argument("--all", action="store_true", help="every one not redriven yet")
+    redrive.set_defaults(func=cmd_jobs_redrive)
+
     cron = sub.add_parser("cron", help="the cron dispatch table")
     cron_sub = cron.add_subparsers(dest="cron_command", required=True)
     cron_sub.add_parser("list", help="print the table").set_defaults(func=cmd_cron_list)
@@ -426,10 +485,27 @@ def _describe_unreachable(exc: BaseException) -> str | None:
     return None
 
 
+def _setup_logs(command: str) -> None:
+    """`OUTLIVE_LOG_FORMAT` when set; else JSON for the servers, text for people (dev, the rest).
+    A settings error is reported by the command itself, with the usual one line."""
+    from outlive.telemetry import logs
+
+    try:
+        settings = Settings()
+    except ValueError:
+        logs.setup("text")
+        return
+    default = "json" if command in ("api", "worker") else "text"
+    logs.setup(
+        settings.log_format or default,
+        level=settings.log_level,
+        libraries_level=settings.log_libraries_level,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("saq").setLevel(logging.WARNING)
     args = _parser().parse_args(argv)
+    _setup_logs(args.command)
     try:
         args.func(args)
     except CliError as exc:

@@ -6,7 +6,7 @@ anywhere else, and there is no module-level instance.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -64,6 +64,43 @@ class Settings(BaseSettings):
     cron_table: str = Field(
         "outlive.cron.table:CRON", description="module:attribute of the cron dispatch table"
     )
+
+    # Connection budget (README: "The connection budget"): per process, at most
+    # db_pool_size + db_max_overflow (SQLAlchemy) + db_raw_pool_size (asyncpg) connections.
+    db_pool_size: int = Field(5, ge=1, description="SQLAlchemy pool: connections kept open")
+    db_max_overflow: int = Field(5, ge=0, description="SQLAlchemy pool: extra ones under load")
+    db_raw_pool_size: int = Field(10, ge=1, description="asyncpg pool (single statements): max")
+    db_pool_timeout_s: float = Field(30.0, gt=0, description="wait for a pooled connection")
+    db_pgbouncer: bool = Field(
+        False, description="behind PgBouncer in transaction mode: no prepared-statement caches"
+    )
+
+    # Observability.
+    log_format: Literal["json", "text"] | None = Field(
+        None, description="json or text; unset: json for api/worker, text for dev"
+    )
+    log_level: str = "INFO"
+    log_libraries_level: str = Field("WARNING", description="pgserver, alembic, saq, httpx, …")
+    metrics: bool = Field(True, description="GET /metrics on API processes")
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="a worker serves /metrics on this port when set"
+    )
+    metrics_host: str = "0.0.0.0"  # noqa: S104 (Prometheus scrapes workers over the network)
+    metrics_sample_s: float = Field(5.0, gt=0, description="pool, queue and socket sampling")
+    otel_endpoint: str | None = Field(
+        None,
+        validation_alias=AliasChoices(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT", "otel_endpoint"
+        ),
+        description="tracing is on when set (the OTel SDK reads the other OTEL_* variables)",
+    )
+    otel_sdk_disabled: bool = Field(
+        False, validation_alias=AliasChoices("OTEL_SDK_DISABLED", "otel_sdk_disabled")
+    )
+
+    # Replay.
+    replay_max_runs: int = Field(1000, ge=1, description="most runs one replayRuns may start")
+    replay_max_rate: float = Field(20.0, gt=0, description="fastest replayRuns pace, runs/s")
 
     @field_validator("allowed_origins", "agent_modules", mode="before")
     @classmethod

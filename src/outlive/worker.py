@@ -29,15 +29,23 @@ from outlive.config import Settings
 from outlive.cron.deps import CronDeps
 from outlive.cron.dispatch import cron_jobs
 from outlive.cron.loading import load_table
-from outlive.db.engine import create_engine, create_sessions
+from outlive.db.engine import create_engine_for, open_sessions
 from outlive.db.tx import Sessions
 from outlive.jobs.consumer import JobDeps, consume
 from outlive.jobs.mailer import create_mailer
 from outlive.jobs.producer import CONSUME_TASK, SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
 from outlive.jobs.run_instances import SaqRunInstances, run_workflow
+from outlive.jobs.telemetry import (
+    Sampler,
+    instrumented_run_task,
+    metered_http_client,
+    serve_metrics,
+    stamp_traceparent,
+)
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.services.admission import Limits, TenantAdmission
+from outlive.telemetry import tracing
 from outlive.workflows.runs import WorkflowDeps
 
 log = logging.getLogger(__name__)
@@ -61,25 +69,39 @@ class WorkerHost:
         self.deps: WorkflowDeps | None = None
         self._sessions: Sessions | None = None
         self.job_deps: JobDeps | None = None
+        self.sampler: Sampler | None = None
+        self._metrics_server: Any = None
 
     async def start(self) -> None:
         database_url, redis_url = self.settings.require_services()
-        self._engine = create_engine(
-            database_url, pool_size=min(self.concurrency, 20), max_overflow=self.concurrency
+        tracing.setup(
+            endpoint_set=bool(self.settings.otel_endpoint),
+            disabled=self.settings.otel_sdk_disabled,
         )
+        self._engine = create_engine_for(self.settings, database_url)
         self._redis = redis = create_redis(redis_url)
         publisher = Publisher(
             self._redis, prefix=channel_prefix(redis_url), enabled=self.settings.realtime
         )
-        self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=100))
+        self._http = metered_http_client(max_connections=100)
         runs_queue = create_queue(redis_url, RUNS_QUEUE)
         jobs_queue = create_queue(redis_url, JOBS_QUEUE)
+        if tracing.is_enabled():
+            runs_queue.register_before_enqueue(stamp_traceparent)
         self._queues += [runs_queue, jobs_queue]
-        sessions = create_sessions(self._engine).wired(
+        sessions = (await open_sessions(self.settings, self._engine, database_url)).wired(
             nudge_sink=publisher.publish, jobs=SaqJobProducer(jobs_queue, self.settings)
         )
-        await sessions.open_raw(database_url, max_size=min(self.concurrency, 20))
         self._sessions = sessions
+        self.sampler = Sampler(
+            role="worker",
+            engine=self._engine,
+            sessions=sessions,
+            redis=redis,
+            queues=(runs_queue, jobs_queue),
+        )
+        self.sampler.start(self.settings.metrics_sample_s)
+        self._serve_metrics()
         agents = AgentRegistry.from_entry_points(self.settings.agent_modules)
         sessions.admission = TenantAdmission(
             sessions,
@@ -97,10 +119,12 @@ class WorkerHost:
             http=self._http,
             settings=self.settings,
             mailer=create_mailer(self.settings),
+            instances=SaqRunInstances(runs_queue, self.settings),
+            agents=agents,
         )
         runs_worker: Worker[Any] = GracefulWorker(
             runs_queue,
-            functions=[run_workflow],
+            functions=[instrumented_run_task(run_workflow)],
             concurrency=self.concurrency,
             timers=cast(
                 PartialTimersDict, {"sweep": self.settings.run_sweep_s, "schedule": 1, "abort": 1}
@@ -130,8 +154,20 @@ class WorkerHost:
             await worker.queue.connect()
             self._tasks.append(asyncio.create_task(worker.start(), name=f"saq-{worker.queue.name}"))
 
+    def _serve_metrics(self) -> None:
+        """`OUTLIVE_METRICS_PORT`: Prometheus exposition on a port of its own (a thread)."""
+        port = self.settings.metrics_port
+        if port is not None:
+            self._metrics_server = serve_metrics(port, self.settings.metrics_host)
+            log.info("metrics on http://%s:%s/metrics", self.settings.metrics_host, port)
+
     async def stop(self) -> None:
         await asyncio.gather(*(w.stop() for w in self.workers), return_exceptions=True)
+        if self.sampler is not None:
+            await self.sampler.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
         for task in self._tasks:
             task.cancel()
             with suppress(asyncio.CancelledError, Exception):

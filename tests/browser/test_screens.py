@@ -89,6 +89,11 @@ def test_every_screen_renders_with_named_controls(
         ready = page.locator("form, table, .empty")
         expect(unavailable.or_(ready).first).to_be_visible()
         expect(page.locator(".note-error")).to_have_count(0)
+        if name == "usage" and not unavailable.count():
+            # runs per day, drawn: today's bar holds this walk's runs
+            chart = page.get_by_role("img", name=re.compile("Runs per day"))
+            expect(chart).to_be_visible()
+            expect(chart.locator("g[data-total]").last).not_to_have_attribute("data-total", "0")
         shoot(page, name, tmp_path)
 
     expect(connection(page)).to_have_text("Live")

@@ -43,6 +43,8 @@ TABLE = {
     "run.event": "a timeline event was appended",
     "invitation.updated": "an invitation was inserted or changed",
     "webhook.delivery.updated": "a delivery was inserted or changed",
+    # added with replayRuns (an addition to §5; clients that do not know it ignore it)
+    "replay.updated": "a run replay was created, advanced, finished or cancelled",
 }
 AGENT_EVENTS = {"turn", "message"}  # appended by an agent: the run itself did not change
 Pair = tuple[str, str | None]
@@ -316,6 +318,74 @@ async def delivery_to_a_private_address_refused(w: World) -> Counter[Pair]:
     return expected + Counter({("webhook.delivery.updated", delivery["id"]): 2})
 
 
+async def delivery_redelivered(w: World) -> Counter[Pair]:
+    # delivered; redeliverWebhook puts it back to PENDING (1) and the job delivers it again (1)
+    async with endpoint([]) as url:
+        expected = await delivery_to_url(w, url, "DELIVERED")
+        (delivery,) = await w.deliveries()
+        await w.http.gql(REDELIVER, {"id": delivery["id"]}, token=w.token)
+
+        async def check() -> bool:
+            (again,) = await w.deliveries()
+            return bool(again["status"] == "DELIVERED" and again["attempts"] == 2)
+
+        await w.channel.until(check)
+    return expected + Counter({("webhook.delivery.updated", delivery["id"]): 2})
+
+
+async def delivery_to_url(w: World, url: str, final: str) -> Counter[Pair]:
+    await w.http.gql(CREATE_ENDPOINT, {"url": url}, token=w.token)
+    expected = await run_to_the_end(w, {"turns": 1, "delayMs": 0}, "SUCCEEDED")
+
+    async def check() -> bool:
+        return any(d["status"] == final for d in await w.deliveries())
+
+    await w.channel.until(check)
+    (delivery,) = await w.deliveries()
+    return expected + Counter({("webhook.delivery.updated", delivery["id"]): 2})
+
+
+# --- retry and replay -----------------------------------------------------------------------
+
+RETRY = "mutation($id: ID!) { retryRun(id: $id) { created run { id } } }"
+REPLAY = """mutation { replayRuns(filter: {status: [FAILED]}, rate: 5) { id total status } }"""
+REPLAY_STATE = "query($id: ID!) { runReplay(id: $id) { status started } }"
+REDELIVER = "mutation($id: ID!) { redeliverWebhook(deliveryId: $id) { id status } }"
+
+
+async def retried_by_retry_run(w: World) -> Counter[Pair]:
+    expected = await run_to_the_end(w, {"turns": 1, "delayMs": 0, "failAtTurn": 1}, "FAILED")
+    original = next(iter(expected))[1]
+    again = (await w.http.gql(RETRY, {"id": original}, token=w.token))["retryRun"]
+    assert again["created"] is True
+    await w.until_run(again["run"]["id"], settled)
+    return expected + await w.expected_for_run(again["run"]["id"])
+
+
+async def replayed_by_replay_runs(w: World) -> Counter[Pair]:
+    expected = await run_to_the_end(w, {"turns": 1, "delayMs": 0, "failAtTurn": 1}, "FAILED")
+    replay = (await w.http.gql(REPLAY, token=w.token))["replayRuns"]
+    assert (replay["total"], replay["status"]) == (1, "RUNNING")
+
+    async def done() -> bool:
+        state = await w.http.gql(REPLAY_STATE, {"id": replay["id"]}, token=w.token)
+        return bool(state["runReplay"]["status"] == "DONE")
+
+    await w.channel.until(done)
+    data = await w.http.gql("{ runs { edges { node { id retriedFromId } } } }", token=w.token)
+    newest = data["runs"]["edges"][0]["node"]  # newest first: the replayed run
+    original = next(iter(expected))[1]
+    assert newest["retriedFromId"] == original
+    new_run = newest["id"]
+    await w.until_run(new_run, settled)
+    # created (1) and the one tick that started the run and finished the replay (1)
+    return (
+        expected
+        + await w.expected_for_run(new_run)
+        + Counter({("replay.updated", replay["id"]): 2})
+    )
+
+
 def closed_port() -> int:
     import socket
 
@@ -366,6 +436,9 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, Any], set[str]]] = {
         {"job_max_attempts": 2},
         {"webhook.delivery.updated"},
     ),
+    "delivery redelivered": (delivery_redelivered, {}, {"webhook.delivery.updated"}),
+    "run retried by retryRun": (retried_by_retry_run, {}, {"run.created", "run.updated"}),
+    "runs replayed by replayRuns": (replayed_by_replay_runs, {}, {"replay.updated"}),
     "delivery to a private address refused": (
         delivery_to_a_private_address_refused,
         {"webhook_allow_private": False},

@@ -125,6 +125,7 @@ def test_a_nudge_is_its_four_fields_and_a_known_type() -> None:
         "run.event",
         "invitation.updated",
         "webhook.delivery.updated",
+        "replay.updated",  # an addition to contract §5, with replayRuns
     } == NUDGE_TYPES
 
 

@@ -1,10 +1,21 @@
-"""Building the async engine from the contract's `postgresql://` URL."""
+"""Building the async engine from the contract's `postgresql://` URL.
+
+Pool sizes come from `Settings` (the connection budget, see the README): the composition roots
+pass `db_pool_size`, `db_max_overflow` and `db_pool_timeout_s`. `statement_cache=False` (for
+PgBouncer in transaction mode, `OUTLIVE_DB_PGBOUNCER=1`) turns off asyncpg's statement cache and
+SQLAlchemy's prepared-statement cache, and names each prepared statement uniquely, so that no
+statement prepared on one server connection is looked for on another.
+"""
 
 from __future__ import annotations
+
+from typing import Any
+from uuid import uuid4
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
+from outlive.config import Settings
 from outlive.db.tx import Sessions
 
 
@@ -14,21 +25,70 @@ def sqlalchemy_url(database_url: str) -> str:
     return url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
 
 
-def create_engine(database_url: str, *, pool_size: int = 10, max_overflow: int = 20) -> AsyncEngine:
+def _unique_statement_name() -> str:
+    return f"__outlive_{uuid4().hex}__"
+
+
+def create_engine(
+    database_url: str,
+    *,
+    pool_size: int = 5,
+    max_overflow: int = 5,
+    pool_timeout_s: float = 30.0,
+    statement_cache: bool = True,
+) -> AsyncEngine:
+    connect_args: dict[str, Any] = {"server_settings": {"application_name": "outlive"}}
+    if not statement_cache:
+        connect_args |= {
+            "statement_cache_size": 0,  # asyncpg's own cache
+            "prepared_statement_cache_size": 0,  # SQLAlchemy's, in its asyncpg dialect
+            "prepared_statement_name_func": _unique_statement_name,
+        }
     return create_async_engine(
         sqlalchemy_url(database_url),
         pool_size=pool_size,
         max_overflow=max_overflow,
+        pool_timeout=pool_timeout_s,
         pool_pre_ping=False,
         pool_recycle=1800,
-        # asyncpg's own statement cache is on; SQLAlchemy's compiled cache covers the rest.
-        connect_args={"server_settings": {"application_name": "outlive"}},
+        # asyncpg's own statement cache is on (unless statement_cache=False); SQLAlchemy's
+        # compiled cache covers the rest.
+        connect_args=connect_args,
     )
 
 
-def create_sessions(engine: AsyncEngine) -> Sessions:
-    autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+def create_engine_for(settings: Settings, database_url: str) -> AsyncEngine:
+    """The engine of a server process, sized by the connection budget's settings."""
+    return create_engine(
+        database_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout_s=settings.db_pool_timeout_s,
+        statement_cache=not settings.db_pgbouncer,
+    )
+
+
+async def open_sessions(settings: Settings, engine: AsyncEngine, database_url: str) -> Sessions:
+    """Sessions over `engine` plus the raw asyncpg pool, both within the connection budget."""
+    sessions = create_sessions(engine, autocommit=not settings.db_pgbouncer)
+    await sessions.open_raw(
+        database_url,
+        max_size=settings.db_raw_pool_size,
+        statement_cache=not settings.db_pgbouncer,
+    )
+    return sessions
+
+
+def create_sessions(engine: AsyncEngine, *, autocommit: bool = True) -> Sessions:
+    """`autocommit=False` (PgBouncer in transaction mode): reads run in a transaction too, so a
+    statement's prepare and its execution reach the same server connection."""
+    if not autocommit:
+        maker = async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+        return Sessions(maker, autocommit_maker=maker)
+    autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
     return Sessions(
         async_sessionmaker(engine, expire_on_commit=False, autoflush=False),
-        autocommit_maker=async_sessionmaker(autocommit, expire_on_commit=False, autoflush=False),
+        autocommit_maker=async_sessionmaker(
+            autocommit_engine, expire_on_commit=False, autoflush=False
+        ),
     )

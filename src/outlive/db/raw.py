@@ -58,12 +58,16 @@ async def _setup(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec(kind, encoder=str, decoder=json.loads, schema="pg_catalog")
 
 
-async def create_pool(database_url: str, *, max_size: int = 20) -> asyncpg.Pool:
-    """A pool for single statements. `database_url` is the contract's `postgresql://…`."""
+async def create_pool(
+    database_url: str, *, max_size: int = 10, statement_cache: bool = True
+) -> asyncpg.Pool:
+    """A pool for single statements. `database_url` is the contract's `postgresql://…`.
+    `statement_cache=False` (PgBouncer in transaction mode): no statements prepared by name."""
     return await asyncpg.create_pool(
         database_url,
         min_size=1,
         max_size=max_size,
         init=_setup,
         server_settings={"application_name": "outlive"},
+        **({} if statement_cache else {"statement_cache_size": 0}),
     )

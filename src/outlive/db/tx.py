@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from outlive.db.raw import Statement, create_pool
 from outlive.errors import QueueUnavailable
+from outlive.telemetry import logs
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,9 @@ class JobProducer(Protocol):
         With a `key`, the envelope's id (the queue's job key) is derived from it: enqueueing
         the same (type, key) again is a no-op while that job is queued, scheduled or running."""
 
-    async def send(self, envelopes: Sequence[Any]) -> None:
-        """Enqueue them; raises `QueueUnavailable` when the queue cannot be reached."""
+    async def send(self, envelopes: Sequence[Any], *, delay_s: float = 0.0) -> None:
+        """Enqueue them (due in `delay_s`); raises `QueueUnavailable` when the queue cannot be
+        reached."""
 
 
 class Admission(Protocol):
@@ -103,6 +105,7 @@ class UnitOfWork:
         self.sessions = sessions
         self._after: list[AfterCommit] = []
         self._jobs: list[tuple[Any, OnUnavailable | None, bool]] = []
+        self._delays: dict[int, float] = {}  # id(envelope) -> seconds, for jobs due later
         self._nudges: list[PendingNudge] = []
         self._cancelled = False  # a cancellation held back until the unit has announced its work
 
@@ -146,12 +149,17 @@ class UnitOfWork:
         key: str | None = None,
         on_unavailable: OnUnavailable | None = None,
         outbox: bool = False,
-    ) -> None:
-        """Queue a job to be sent after the commit; a malformed one raises here, now."""
+        delay_s: float = 0.0,
+    ) -> Any:
+        """Queue a job to be sent after the commit (due `delay_s` later); a malformed one raises
+        here, now. Returns the envelope."""
         if self.sessions.jobs is None:
             raise RuntimeError(f"no jobs queue is wired for {type!r}: nothing runs inline")
         envelope = self.sessions.jobs.build(type, payload, key=key)
         self._jobs.append((envelope, on_unavailable, outbox))
+        if delay_s > 0:
+            self._delays[id(envelope)] = delay_s
+        return envelope
 
     def nudge(self, type: str, id: UUID | None = None, *, tenant_id: UUID | None = None) -> None:
         tenant = tenant_id or self.tenant_id
@@ -194,7 +202,12 @@ class UnitOfWork:
     async def _send_jobs(self) -> None:
         assert self.sessions.jobs is not None  # enqueue() checked it  # noqa: S101
         try:
-            await self.sessions.jobs.send([envelope for envelope, _, _ in self._jobs])
+            now = [envelope for envelope, _, _ in self._jobs if id(envelope) not in self._delays]
+            if now:
+                await self.sessions.jobs.send(now)
+            for envelope, _, _ in self._jobs:
+                if (delay := self._delays.get(id(envelope))) is not None:
+                    await self.sessions.jobs.send([envelope], delay_s=delay)
         except QueueUnavailable:
             for _, record, _ in self._jobs:
                 if record is not None:
@@ -229,8 +242,12 @@ class Sessions:
         self.raw: asyncpg.Pool | None = None  # set by `open_raw`; None: everything via SQLAlchemy
         self.admission: Admission | None = None  # set by a composition root, once it is built
 
-    async def open_raw(self, database_url: str, *, max_size: int = 20) -> None:
-        self.raw = await create_pool(database_url, max_size=max_size)
+    async def open_raw(
+        self, database_url: str, *, max_size: int = 10, statement_cache: bool = True
+    ) -> None:
+        self.raw = await create_pool(
+            database_url, max_size=max_size, statement_cache=statement_cache
+        )
 
     async def close_raw(self) -> None:
         if self.raw is not None:
@@ -268,6 +285,8 @@ class Sessions:
     async def unit(
         self, tenant_id: UUID | None = None, *, single_statement: bool = False
     ) -> AsyncIterator[UnitOfWork]:
+        if tenant_id is not None:
+            logs.bind(tenant_id=tenant_id)  # the log lines of this task say whose work it is
         if single_statement and self.raw is not None:
             async with self.raw.acquire() as connection:
                 uow = UnitOfWork(None, tenant_id, self, raw=connection)

@@ -20,20 +20,26 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from pydantic import ValidationError
 
+from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.models import RejectedJob
 from outlive.db.tx import Sessions
-from outlive.jobs.envelopes import ENVELOPES, EnvelopeTypes
+from outlive.jobs.envelopes import ENVELOPES, Envelope, EnvelopeTypes
 from outlive.jobs.handlers import HANDLERS, Handler
 from outlive.jobs.mailer import Mailer
+from outlive.jobs.telemetry import attempt_span, remember_first_attempt
+from outlive.services.ports import RunInstances
+from outlive.telemetry import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +52,8 @@ class JobDeps:
     http: httpx.AsyncClient
     settings: Settings
     mailer: Mailer
+    instances: RunInstances | None = None  # for jobs that start runs (replays)
+    agents: AgentRegistry = field(default_factory=AgentRegistry.from_entry_points)
     types: EnvelopeTypes = field(default_factory=lambda: ENVELOPES)
     handlers: dict[str, Handler] = field(default_factory=lambda: dict(HANDLERS))
 
@@ -63,6 +71,7 @@ def retry_delay(settings: Settings, attempt: int) -> float:
 async def consume(ctx: dict[str, Any], **kwargs: Any) -> None:
     deps: JobDeps = ctx["outlive_jobs"]
     job = ctx["job"]
+    logs.bind(job_id=job.key, tenant_id=None, run_id=None, agent=None)
     body = kwargs.get("body")
     try:
         if set(kwargs) != {"body"} or not isinstance(body, str):
@@ -72,6 +81,23 @@ async def consume(ctx: dict[str, Any], **kwargs: Any) -> None:
         raw = body if isinstance(body, str) and set(kwargs) == {"body"} else _dump(kwargs)
         await _reject(deps, raw, exc)
         return
+    logs.bind(job_id=envelope.id)
+    if job.attempts <= 1:
+        waited = (datetime.now(UTC) - envelope.enqueued_at).total_seconds()
+        metrics.JOB_QUEUE_WAIT.labels(envelope.type).observe(max(0.0, waited))
+    began = time.perf_counter()
+    with attempt_span(job, f"{envelope.type} process", envelope.traceparent) as span:
+        remember_first_attempt(job)
+        try:
+            await _handle(deps, job, envelope)
+        except Exception as exc:
+            tracing.fail(span, exc)
+            raise
+        finally:
+            metrics.JOB_DURATION.labels(envelope.type).observe(time.perf_counter() - began)
+
+
+async def _handle(deps: JobDeps, job: Any, envelope: Envelope) -> None:
     handler = deps.handlers[envelope.type]
     try:
         async with _heartbeating(job, every_s=deps.settings.run_heartbeat_s / 3):
@@ -80,6 +106,7 @@ async def consume(ctx: dict[str, Any], **kwargs: Any) -> None:
         error = f"{type(exc).__name__}: {exc}"
         if job.attempts >= min(job.retries, deps.settings.job_max_attempts):
             job.retries = job.attempts  # the consumer's limit is the one that holds
+            metrics.JOBS.labels(envelope.type, "failed").inc()
             log.error(
                 "job %s %s failed for good after %s attempts: %s",
                 envelope.type,
@@ -89,6 +116,7 @@ async def consume(ctx: dict[str, Any], **kwargs: Any) -> None:
             )
             await handler.give_up(deps, envelope.payload, error)
         else:
+            metrics.JOBS.labels(envelope.type, "retrying").inc()
             job.retry_delay = retry_delay(deps.settings, job.attempts)
             log.warning(
                 "job %s %s attempt %s failed (%s); retrying in %gs",
@@ -99,6 +127,7 @@ async def consume(ctx: dict[str, Any], **kwargs: Any) -> None:
                 job.retry_delay,
             )
         raise
+    metrics.JOBS.labels(envelope.type, "succeeded").inc()
 
 
 @asynccontextmanager
@@ -135,6 +164,7 @@ async def _reject(deps: JobDeps, body: str, exc: Exception) -> None:
     except ValueError:
         pass
     error = str(exc)[:4000]
+    metrics.JOBS_REJECTED.labels(metrics.known_label(kind or "", deps.types.payloads)).inc()
     log.error("rejected a poison job (type %r): %s", kind, error.splitlines()[0])
     async with deps.sessions.unit() as uow:
         uow.session.add(RejectedJob(type=kind, body=body[:MAX_RECORDED_BODY], error=error))

@@ -34,6 +34,11 @@ class SendInvitationV1(Payload):
     invitation_id: uuid.UUID
 
 
+class ReplayRunsV1(Payload):
+    replay_id: uuid.UUID
+    tick: int = Field(ge=0)
+
+
 class Envelope(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -41,6 +46,10 @@ class Envelope(BaseModel):
     type: str
     payload: Payload
     enqueued_at: datetime
+    # W3C trace context of the enqueue, when tracing is on. Optional and additive: messages
+    # without it (every message before it existed, and every one sent with tracing off, which
+    # leaves the key out) parse as before.
+    traceparent: str | None = Field(None, max_length=128)
 
 
 class InvalidJob(ValueError):
@@ -91,12 +100,17 @@ class EnvelopeTypes:
 
     @staticmethod
     def dump(envelope: Envelope) -> str:
-        return envelope.model_dump_json(by_alias=True)
+        """The wire form; `traceparent` only when set, so untraced messages are unchanged (and
+        a consumer of the previous release, whose model forbids the key, still takes them)."""
+        return envelope.model_dump_json(
+            by_alias=True, exclude={"traceparent"} if envelope.traceparent is None else None
+        )
 
 
 ENVELOPES = EnvelopeTypes(
     {
         "webhook.deliver.v1": DeliverWebhookV1,
         "email.invitation.v1": SendInvitationV1,
+        "run.replay.v1": ReplayRunsV1,
     }
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from saq.queue import Queue
 from outlive.config import Settings
 from outlive.errors import QueueUnavailable
 from outlive.jobs.envelopes import ENVELOPES, Envelope, EnvelopeTypes
+from outlive.telemetry import tracing
 
 CONSUME_TASK = "consume"
 JOB_TIMEOUT_S = 60  # a handler is fire-and-forget work, well inside this
@@ -36,14 +38,28 @@ class SaqJobProducer:
     def build(self, type: str, payload: Mapping[str, Any], *, key: str | None = None) -> Envelope:
         return self.types.build(type, payload, key=key)
 
-    async def send(self, envelopes: Sequence[Envelope]) -> None:
+    async def send(self, envelopes: Sequence[Envelope], *, delay_s: float = 0.0) -> None:
         try:
-            await asyncio.gather(*(self._send(e) for e in envelopes))
+            await asyncio.gather(*(self._send(e, delay_s) for e in envelopes))
         except (RedisError, OSError) as exc:
             raise QueueUnavailable(f"the jobs queue is unreachable: {exc}") from exc
 
-    async def _send(self, envelope: Envelope) -> None:
-        # `body` is not a saq job field, so saq passes it through as the task's argument.
-        await self.queue.enqueue(
-            CONSUME_TASK, key=str(envelope.id), body=self.types.dump(envelope), **self._options
-        )
+    async def _send(self, envelope: Envelope, delay_s: float) -> None:
+        options = self._options
+        if delay_s > 0:
+            options = {**options, "scheduled": time.time() + delay_s}
+        if not tracing.is_enabled():
+            # `body` is not a saq job field, so saq passes it through as the task's argument.
+            await self.queue.enqueue(
+                CONSUME_TASK, key=str(envelope.id), body=self.types.dump(envelope), **options
+            )
+            return
+        with tracing.span(
+            f"{envelope.type} enqueue",
+            kind=tracing.SpanKind.PRODUCER,
+            attributes={"messaging.system": "saq", "messaging.message.id": str(envelope.id)},
+        ):
+            traced = envelope.model_copy(update={"traceparent": tracing.current_traceparent()})
+            await self.queue.enqueue(
+                CONSUME_TASK, key=str(envelope.id), body=self.types.dump(traced), **options
+            )

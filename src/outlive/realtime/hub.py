@@ -22,6 +22,7 @@ import logging
 import os
 import random
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -32,6 +33,7 @@ from redis.exceptions import RedisError
 
 from outlive.realtime.gcfreeze import GcFreezer
 from outlive.realtime.nudges import Nudge
+from outlive.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +252,7 @@ class Hub:
                 overflowed.append(subscriber)
         for subscriber in overflowed:  # its socket may be stalled in a send: leave the hub now
             self.remove(subscriber)
+        metrics.NUDGE_FANOUT.observe(max(0.0, time.time() - nudge.at.timestamp()))
 
     async def _run(self) -> None:
         delay = 0.5

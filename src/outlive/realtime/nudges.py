@@ -32,6 +32,8 @@ from uuid import UUID
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from outlive.telemetry import metrics, tracing
+
 log = logging.getLogger(__name__)
 
 NudgeType = Literal[
@@ -40,6 +42,7 @@ NudgeType = Literal[
     "run.event",
     "invitation.updated",
     "webhook.delivery.updated",
+    "replay.updated",
 ]
 NUDGE_TYPES: frozenset[str] = frozenset(get_args(NudgeType))
 
@@ -137,6 +140,15 @@ class Publisher:
         change stands (clients refresh on their next fetch)."""
         if not self.enabled or not nudges or self._redis is None:
             return
+        with tracing.span(
+            "nudge publish",
+            kind=tracing.SpanKind.PRODUCER,
+            attributes={"outlive.nudge.count": len(nudges)},
+        ):
+            await self._send(nudges)
+
+    async def _send(self, nudges: Sequence[Nudge]) -> None:
+        assert self._redis is not None  # noqa: S101 (checked by send)
         try:
             async with asyncio.timeout(PUBLISH_TIMEOUT_S):  # a Redis that hangs holds nothing up
                 async with self._redis.pipeline(transaction=False) as pipe:
@@ -144,9 +156,12 @@ class Publisher:
                         pipe.publish(self.channel(nudge.tenant_id), nudge.to_wire())
                     await pipe.execute()
         except (RedisError, OSError, TimeoutError) as exc:
+            metrics.NUDGES_DROPPED.inc(len(nudges))
             self._log_failure(exc, len(nudges))
         else:
             self.sent += len(nudges)
+            for nudge in nudges:
+                metrics.NUDGES_PUBLISHED.labels(nudge.type).inc()
 
     async def publish(self, pending: Sequence[PendingNudge]) -> None:
         """The awaited sink (workers, jobs, cron): stamp now, send now."""

@@ -16,6 +16,7 @@ from strawberry.types import ExecutionContext
 
 from outlive.resolvers import invitations as invitation_fields
 from outlive.resolvers import nudges as nudge_fields
+from outlive.resolvers import replays as replay_fields
 from outlive.resolvers import runs as run_fields
 from outlive.resolvers import tenants as tenant_fields
 from outlive.resolvers import usage as usage_fields
@@ -24,10 +25,15 @@ from outlive.resolvers.errors import ErrorCodes
 from outlive.schema.agents import Agent
 from outlive.schema.invitations import Invitation
 from outlive.schema.nudges import Nudge
+from outlive.schema.replays import RunReplay
 from outlive.schema.runs import Run, RunConnection, StartRunPayload
 from outlive.schema.tenants import Viewer
 from outlive.schema.usage import UsageDay
-from outlive.schema.webhooks import CreateWebhookEndpointPayload, WebhookEndpoint
+from outlive.schema.webhooks import (
+    CreateWebhookEndpointPayload,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 
 MAX_DEPTH = 12
 MAX_ALIASES = 30
@@ -54,6 +60,10 @@ class Query:
     usage: list[UsageDay] = strawberry.field(
         resolver=usage_fields.usage, description="Runs per UTC day, agent and status."
     )
+    run_replay: RunReplay | None = strawberry.field(resolver=replay_fields.run_replay)
+    run_replays: list[RunReplay] = strawberry.field(
+        resolver=replay_fields.run_replays, description="Newest first."
+    )
 
 
 @strawberry.type
@@ -70,6 +80,24 @@ class Mutation:
         resolver=webhook_fields.delete_webhook_endpoint
     )
     invite_member: Invitation = strawberry.mutation(resolver=invitation_fields.invite_member)
+    retry_run: StartRunPayload = strawberry.mutation(
+        resolver=replay_fields.retry_run,
+        description="A new run with the same agent and input, linked by retriedFromId; when "
+        "the agent has an active run, that run comes back with created: false.",
+    )
+    replay_runs: RunReplay = strawberry.mutation(
+        resolver=replay_fields.replay_runs,
+        description="Replays matching settled runs at most `rate` per second, at most "
+        "`limit` of them, in the background; follow it with runReplay or replay.updated nudges.",
+    )
+    cancel_run_replay: RunReplay = strawberry.mutation(
+        resolver=replay_fields.cancel_run_replay, description="Idempotent."
+    )
+    redeliver_webhook: WebhookDelivery = strawberry.mutation(
+        resolver=webhook_fields.redeliver_webhook,
+        description="Sends a delivered or failed delivery again (same webhook-id); a pending "
+        "one comes back unchanged.",
+    )
 
 
 @strawberry.type

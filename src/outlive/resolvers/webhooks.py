@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import strawberry
 
-from outlive.ids import EndpointId
+from outlive.ids import DeliveryId, EndpointId
 from outlive.resolvers.context import Context
-from outlive.schema.webhooks import CreateWebhookEndpointPayload, WebhookEndpoint
+from outlive.schema.webhooks import (
+    CreateWebhookEndpointPayload,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 from outlive.services import webhooks
 from outlive.services.ids import parse_uuid
 
@@ -39,3 +43,11 @@ async def delete_webhook_endpoint(info: Info, id: strawberry.ID) -> bool:
     endpoint_id = EndpointId(parse_uuid(id, what="webhook endpoint"))
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         return await webhooks.delete_endpoint(uow, endpoint_id)
+
+
+async def redeliver_webhook(info: Info, delivery_id: strawberry.ID) -> WebhookDelivery:
+    ctx = info.context
+    parsed = DeliveryId(parse_uuid(delivery_id, what="webhook delivery"))
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        delivery = await webhooks.redeliver(uow, parsed)
+    return WebhookDelivery.of(delivery)

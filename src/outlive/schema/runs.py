@@ -52,6 +52,9 @@ class Run:
         "the run's retries, but a run fails after losing its worker 3 times."
     )
     record: strawberry.Private[RunRecord]
+    retried_from_id: strawberry.ID | None = strawberry.field(
+        default=None, description="The run this one retried (retryRun, replayRuns), if any."
+    )
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="Timeline events with seq > after, ascending."
@@ -90,6 +93,9 @@ class Run:
             lease_expires_at=r.lease_expires_at if r.status == DbRunStatus.RUNNING else None,
             lost_attempts=r.lost_attempts,
             record=r,
+            retried_from_id=None
+            if r.retried_from_id is None
+            else strawberry.ID(str(r.retried_from_id)),
         )
 
 

@@ -47,6 +47,7 @@ from outlive.ids import RunId, TenantId
 from outlive.services import webhooks
 from outlive.services.ids import parse_uuid
 from outlive.services.ports import RunInstances
+from outlive.telemetry import logs, metrics
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class RunRecord:
     heartbeat_at: datetime | None = None
     lost_attempts: int = 0
     dispatched_at: datetime | None = None
+    retried_from_id: RunId | None = None
 
     @property
     def is_waiting(self) -> bool:
@@ -129,6 +131,7 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         heartbeat_at=m["heartbeat_at"],
         lost_attempts=m["lost_attempts"],
         dispatched_at=m["dispatched_at"],
+        retried_from_id=m["retried_from_id"],
     )
 
 
@@ -148,16 +151,19 @@ async def start_run(
     agent: str,
     params: Mapping[str, Any],
     instances: RunInstances,
+    retried_from: RunId | None = None,
 ) -> StartedRun:
     """Insert the run, or hand back the active one; the instance starts only after commit.
 
     Handing back a QUEUED run (or one whose lease has expired) also enqueues its instance again,
     which is a no-op while one is queued, scheduled or executing (the job key is the run id): a
     client that retries after an API died between its commit and its enqueue gets a run that
-    will run, not one that can only fail."""
+    will run, not one that can only fail. `retried_from`: the run this one retries (`retryRun`,
+    replays)."""
     tenant_id = TenantId(uow.require_tenant())
-    run, created = await _insert_or_get_active(uow, tenant_id, agent, params)
+    run, created = await _insert_or_get_active(uow, tenant_id, agent, params, retried_from)
     if created:
+        metrics.RUNS_STARTED.labels(run.agent).inc()
         uow.nudge("run.created", run.id)
     if run.is_waiting:
         dispatch_after_commit(uow, tenant_id)
@@ -202,8 +208,8 @@ def _may_have_lost_its_instance(run: RunRecord) -> bool:
 # exceeded then: one active run per agent); otherwise written waiting for a dispatch.
 _INSERT = prepare(
     text(
-        "INSERT INTO runs (tenant_id, agent, input, dispatched_at)"
-        " VALUES (:tenant_id, :agent, CAST(:input AS jsonb), CASE WHEN coalesce("
+        "INSERT INTO runs (tenant_id, agent, input, retried_from_id, dispatched_at)"
+        " VALUES (:tenant_id, :agent, CAST(:input AS jsonb), :retried_from_id, CASE WHEN coalesce("
         "(SELECT max_running_runs FROM tenants WHERE id = :tenant_id), :default_cap) >= :agents"
         " THEN now() END)"
         f" ON CONFLICT (tenant_id, agent) WHERE {ACTIVE_SQL} DO NOTHING RETURNING *"
@@ -220,13 +226,18 @@ _GET_RUN = prepare(
 
 
 async def _insert_or_get_active(
-    uow: UnitOfWork, tenant_id: TenantId, agent: str, params: Mapping[str, Any]
+    uow: UnitOfWork,
+    tenant_id: TenantId,
+    agent: str,
+    params: Mapping[str, Any],
+    retried_from: RunId | None = None,
 ) -> tuple[RunRecord, bool]:
     admission = uow.sessions.admission
     values = {
         "tenant_id": tenant_id,
         "agent": agent,
         "input": json.dumps(dict(params)),
+        "retried_from_id": retried_from,
         "default_cap": 0 if admission is None else admission.max_running_runs,
         "agents": 0 if admission is None else admission.agents,
     }
@@ -493,6 +504,9 @@ def _announce(
     uow: UnitOfWork, row: Mapping[Any, Any], *, changes_run: bool, may_settle: bool
 ) -> RunRecord:
     run = to_record(row)
+    logs.bind(tenant_id=run.tenant_id, run_id=run.id, agent=run.agent)
+    if run.status in SETTLED_STATUSES:
+        metrics.RUNS_SETTLED.labels(run.agent, run.status.value).inc()
     if changes_run:
         uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
     uow.nudge("run.event", run.id, tenant_id=run.tenant_id)

@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 from outlive.db.tx import UnitOfWork
-from outlive.errors import BadUserInput, QueueUnavailable
+from outlive.errors import BadUserInput, NotFound, QueueUnavailable
 from outlive.ids import DeliveryId, EndpointId, TenantId
 
 log = logging.getLogger(__name__)
@@ -379,3 +379,35 @@ async def finish_delivery(
     uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant)
     _dispatch_after_commit(uow, tenant)  # its slot is free for the tenant's next delivery
     return True
+
+
+# --- redelivery (redeliverWebhook) -------------------------------------------------------------
+
+
+async def redeliver(uow: UnitOfWork, delivery_id: DeliveryId) -> DeliveryRecord:
+    """Send a delivered or failed delivery again: the same row (so the same `webhook-id`, which
+    receivers dedupe on), back to PENDING, and a new `webhook.deliver.v1` job after the commit.
+    Its history stays: `attempts` keeps counting, `lastError` is replaced by the next try's. A
+    PENDING delivery is already on its way and comes back unchanged, with no second job."""
+    tenant_id = uow.require_tenant()
+    moved = await uow.session.scalar(
+        update(WebhookDelivery)
+        .where(
+            WebhookDelivery.id == delivery_id,
+            WebhookDelivery.tenant_id == tenant_id,
+            WebhookDelivery.status != DeliveryStatus.PENDING.value,
+        )
+        .values(status=DeliveryStatus.PENDING.value, delivered_at=None, updated_at=func.now())
+        .returning(WebhookDelivery)
+    )
+    if moved is not None:
+        announce_deliveries(uow, TenantId(tenant_id), [moved.id])
+        return _delivery(moved)
+    found = await uow.session.scalar(
+        select(WebhookDelivery).where(
+            WebhookDelivery.id == delivery_id, WebhookDelivery.tenant_id == tenant_id
+        )
+    )
+    if found is None:
+        raise NotFound(f"webhook delivery {delivery_id} not found")
+    return _delivery(found)

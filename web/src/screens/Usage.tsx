@@ -3,6 +3,7 @@ import { useEffect, useMemo, useState } from "react";
 import { USAGE } from "../api/documents/usage";
 import { RUN_STATUSES, type RunStatus, type UsageDay } from "../api/types";
 import { ErrorNote, Loading } from "../ui/common";
+import { RunsChart } from "../ui/RunsChart";
 
 interface DayRow {
   day: string;
@@ -61,6 +62,7 @@ export function Usage() {
               <span className="muted"> · {summary.agents.map(([a, n]) => `${a}: ${n}`).join(", ")}</span>
             )}
           </p>
+          <RunsChart usage={data.usage} days={days} />
           <table className="table usage" aria-label="Runs per day">
             <thead>
               <tr>

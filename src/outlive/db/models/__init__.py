@@ -3,6 +3,7 @@
 from outlive.db.models.base import Base
 from outlive.db.models.invitations import Invitation, InvitationStatus
 from outlive.db.models.jobs import RejectedJob
+from outlive.db.models.replays import ReplayStatus, RunReplay
 from outlive.db.models.runs import ACTIVE_STATUSES, Run, RunEvent, RunStatus
 from outlive.db.models.tenants import ApiToken, Tenant, User
 from outlive.db.models.usage import UsageDaily, UsageRollup
@@ -16,8 +17,10 @@ __all__ = [
     "Invitation",
     "InvitationStatus",
     "RejectedJob",
+    "ReplayStatus",
     "Run",
     "RunEvent",
+    "RunReplay",
     "RunStatus",
     "Tenant",
     "UsageDaily",

@@ -87,6 +87,9 @@ class Run(Base):
     # Admitted under its tenant's cap (see `outlive.services.admission`); NULL: waiting for a slot.
     dispatched_at: Mapped[datetime | None]
 
+    # The run this one retried (retryRun, a replay); not a foreign key: retention may prune it.
+    retried_from_id: Mapped[UUID | None]
+
 
 class RunEvent(Base):
     __tablename__ = "run_events"

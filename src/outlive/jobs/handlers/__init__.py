@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from outlive.jobs.handlers import email_invitation_v1, webhook_deliver_v1
+from outlive.jobs.handlers import email_invitation_v1, run_replay_v1, webhook_deliver_v1
 
 
 @dataclass(frozen=True)
@@ -20,4 +20,5 @@ class Handler:
 HANDLERS: dict[str, Handler] = {
     "webhook.deliver.v1": Handler(webhook_deliver_v1.handle, webhook_deliver_v1.give_up),
     "email.invitation.v1": Handler(email_invitation_v1.handle, email_invitation_v1.give_up),
+    "run.replay.v1": Handler(run_replay_v1.handle, run_replay_v1.give_up),
 }

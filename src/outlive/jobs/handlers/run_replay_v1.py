@@ -1,0 +1,42 @@
+"""`run.replay.v1`: one tick of a run replay (see `outlive.services.replays`).
+
+The tick starts its batch of runs, moves the replay's cursor and queues the next tick, all in one
+unit of work: a tick that fails leaves the row as it was and is retried; a duplicate delivery of
+a tick finds the row's tick counter moved on and does nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from outlive.jobs.envelopes import ReplayRunsV1
+from outlive.services import replays
+
+if TYPE_CHECKING:
+    from outlive.jobs.consumer import JobDeps
+
+
+def validator(deps: JobDeps) -> replays.Validate:
+    def validate(agent: str, stored: Mapping[str, Any]) -> Mapping[str, Any]:
+        return deps.agents.require(agent).validate(stored)
+
+    return validate
+
+
+async def handle(deps: JobDeps, payload: ReplayRunsV1) -> None:
+    if deps.instances is None:
+        raise RuntimeError("run.replay.v1 needs the run queue (JobDeps.instances)")
+    async with deps.sessions.unit() as uow:
+        await replays.advance_replay(
+            uow,
+            payload.replay_id,
+            payload.tick,
+            validate=validator(deps),
+            instances=deps.instances,
+        )
+
+
+async def give_up(deps: JobDeps, payload: ReplayRunsV1, error: str) -> None:
+    async with deps.sessions.unit() as uow:
+        await replays.fail_replay(uow, payload.replay_id, f"gave up: {error}")

@@ -1,0 +1,231 @@
+"""Instrumentation at the edges of the queues: the saq run task, the enqueue hook, the webhook
+HTTP transport, and the sampler of pools, queues and sockets.
+
+Nothing here changes what the work does: each piece observes a call it wraps (and, when tracing
+is on, carries the trace across the queue in the job's saq `meta`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
+from typing import Any
+
+import httpx
+from prometheus_client import REGISTRY, CollectorRegistry, multiprocess, start_http_server
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from saq.job import Job
+from saq.queue.redis import RedisQueue
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from outlive.db.tx import Sessions
+from outlive.realtime.hub import Hub
+from outlive.telemetry import logs, metrics, tracing
+from outlive.workflows.runs import RetryLater
+
+log = logging.getLogger(__name__)
+
+TRACEPARENT = "traceparent"
+FIRST_ATTEMPT = "first_attempt"  # the first attempt's span, which every retry links to
+
+RunTask = Callable[..., Awaitable[None]]
+
+
+# --- traces across the queue ------------------------------------------------------------------
+
+
+async def stamp_traceparent(job: Job) -> None:
+    """saq `before_enqueue` hook: a producer span for the enqueue, carried in the job's meta."""
+    if not tracing.is_enabled() or TRACEPARENT in job.meta:
+        return
+    with tracing.span(
+        f"{job.queue.name if job.queue else 'queue'} enqueue",
+        kind=tracing.SpanKind.PRODUCER,
+        attributes={"messaging.system": "saq", "messaging.operation.type": "send"},
+    ):
+        traceparent = tracing.current_traceparent()
+    if traceparent is not None:
+        job.meta[TRACEPARENT] = traceparent
+
+
+def attempt_span(job: Job, name: str, parent: str | None, **attributes: Any) -> Any:
+    """The consumer span of one delivery of `job`: a child of the enqueue; a retry links to the
+    first attempt's span (remembered in the job's meta, which saq keeps across retries)."""
+    if not tracing.is_enabled():
+        return tracing.span(name)
+    first = job.meta.get(FIRST_ATTEMPT) if job.attempts > 1 else None
+    return tracing.span(
+        name,
+        kind=tracing.SpanKind.CONSUMER,
+        parent=parent,
+        links=[first] if first else (),
+        attributes={"messaging.system": "saq", "outlive.attempt": job.attempts, **attributes},
+    )
+
+
+def remember_first_attempt(job: Job) -> None:
+    if tracing.is_enabled() and job.attempts <= 1:
+        traceparent = tracing.current_traceparent()
+        if traceparent is not None:
+            job.meta[FIRST_ATTEMPT] = traceparent
+
+
+# --- the run task -----------------------------------------------------------------------------
+
+
+def instrumented_run_task(task: RunTask) -> RunTask:
+    """`task` (the saq run workflow function) with its log context, attempt histogram, queue
+    wait and trace span. The run's agent is known once it is claimed (`logs.bind` in the run
+    services), so the histogram reads it from the log context afterwards."""
+
+    async def run_workflow(ctx: dict[str, Any], *, run_id: str) -> None:
+        job: Job = ctx["job"]
+        logs.bind(run_id=run_id, job_id=job.key, tenant_id=None, agent=None)
+        if job.attempts <= 1 and job.queued:
+            metrics.RUN_QUEUE_WAIT.observe(max(0.0, time.time() - job.queued / 1000))
+        began = time.perf_counter()
+        outcome = "error"
+        parent = job.meta.get(TRACEPARENT)
+        with attempt_span(job, "run attempt", parent, **{"outlive.run_id": run_id}) as span:
+            remember_first_attempt(job)
+            try:
+                await task(ctx, run_id=run_id)
+                outcome = "finished"
+            except asyncio.CancelledError:
+                outcome = "released"
+                raise
+            except Exception as exc:
+                outcome = "retry" if isinstance(exc, RetryLater) else "error"
+                tracing.fail(span, exc)
+                raise
+            finally:
+                agent = logs.current().get("agent", "unknown")
+                elapsed = time.perf_counter() - began
+                metrics.RUN_ATTEMPT_DURATION.labels(agent, outcome).observe(elapsed)
+                log.debug("run attempt %s in %.3fs (attempt %s)", outcome, elapsed, job.attempts)
+
+    run_workflow.__qualname__ = run_workflow.__name__ = getattr(task, "__name__", "run_workflow")
+    return run_workflow
+
+
+# --- webhook requests -------------------------------------------------------------------------
+
+
+class MeteredTransport(httpx.AsyncBaseTransport):
+    """Times outbound requests; those carrying a `webhook-id` header (Standard Webhooks) are
+    webhook deliveries and are counted by outcome (status class, or `error`)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if "webhook-id" not in request.headers:
+            return await self._inner.handle_async_request(request)
+        began = time.perf_counter()
+        outcome = "error"
+        try:
+            response = await self._inner.handle_async_request(request)
+            outcome = f"{response.status_code // 100}xx"
+            return response
+        finally:
+            metrics.WEBHOOK_REQUESTS.labels(outcome).inc()
+            metrics.WEBHOOK_REQUEST_DURATION.labels(outcome).observe(time.perf_counter() - began)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def serve_metrics(port: int, host: str) -> Any:
+    """prometheus_client's HTTP server (a thread) on `host:port`; `.shutdown()` stops it."""
+    registry: Any = REGISTRY
+    if metrics.is_multiprocess():
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    server, _ = start_http_server(port, host, registry=registry)
+    return server
+
+
+def metered_http_client(max_connections: int = 100) -> httpx.AsyncClient:
+    transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=max_connections))
+    return httpx.AsyncClient(transport=MeteredTransport(transport))
+
+
+# --- sampling ---------------------------------------------------------------------------------
+
+
+class Sampler:
+    """Every `every_s`, and before each scrape: pool usage, queue depths (saq's own keys, read
+    with `redis`), hub subscribers."""
+
+    def __init__(
+        self,
+        *,
+        role: str,
+        engine: AsyncEngine | None,
+        sessions: Sessions | None,
+        redis: Redis | None = None,
+        queues: Sequence[RedisQueue] = (),
+        hub: Hub | None = None,
+    ) -> None:
+        self._role = role
+        self._engine = engine
+        self._sessions = sessions
+        self._redis = redis  # a client of its own: the queues' connections are left alone
+        self._queues = list(queues) if redis is not None else []
+        self._hub = hub
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, every_s: float) -> None:
+        self._task = asyncio.create_task(self._loop(every_s), name="outlive-metrics-sampler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _loop(self, every_s: float) -> None:
+        while True:
+            try:
+                await self.sample()
+            except Exception:
+                log.debug("metrics sample failed", exc_info=True)
+            await asyncio.sleep(every_s)
+
+    async def sample(self) -> None:
+        self.sample_pools()
+        if self._hub is not None:
+            metrics.SUBSCRIBERS.set(self._hub.subscriber_count)
+        for queue in self._queues:
+            assert self._redis is not None  # noqa: S101 (no queues without it)
+            with suppress(RedisError, OSError):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.llen(queue.namespace("queued"))
+                    pipe.llen(queue.namespace("active"))
+                    pipe.zcard(queue.namespace("incomplete"))
+                    queued, active, incomplete = await pipe.execute()
+                metrics.QUEUE_DEPTH.labels(queue.name, "queued").set(queued)
+                metrics.QUEUE_DEPTH.labels(queue.name, "active").set(active)
+                metrics.QUEUE_DEPTH.labels(queue.name, "scheduled").set(
+                    max(0, incomplete - queued - active)
+                )
+
+    def sample_pools(self) -> None:
+        if self._engine is not None:
+            pool: Any = self._engine.sync_engine.pool
+            in_use = pool.checkedout()
+            role = self._role
+            metrics.DB_POOL_CONNECTIONS.labels(role, "sqlalchemy", "in_use").set(in_use)
+            metrics.DB_POOL_CONNECTIONS.labels(role, "sqlalchemy", "idle").set(pool.checkedin())
+            metrics.DB_POOL_LIMIT.labels(role, "sqlalchemy").set(pool.size() + pool._max_overflow)
+        raw = self._sessions.raw if self._sessions is not None else None
+        if raw is not None:
+            size, idle = raw.get_size(), raw.get_idle_size()
+            metrics.DB_POOL_CONNECTIONS.labels(self._role, "asyncpg", "in_use").set(size - idle)
+            metrics.DB_POOL_CONNECTIONS.labels(self._role, "asyncpg", "idle").set(idle)
+            metrics.DB_POOL_LIMIT.labels(self._role, "asyncpg").set(raw.get_max_size())

@@ -1,0 +1,86 @@
+"""`retryRun`, `replayRuns`, `cancelRunReplay`, `runReplay`, `runReplays`: tenant-scoped like the
+rest (another tenant's id is NOT_FOUND, or null where it is read)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import strawberry
+
+from outlive.resolvers.context import Context
+from outlive.schema.replays import ReplayRunsFilter, RunReplay
+from outlive.schema.runs import Run, StartRunPayload
+from outlive.services import replays
+from outlive.services import runs as runs_service
+from outlive.services.ids import parse_uuid
+
+Info = strawberry.Info[Context, None]
+
+DEFAULT_RATE = 1.0
+DEFAULT_LIMIT = 100
+
+
+def _validator(ctx: Context) -> replays.Validate:
+    agents = ctx.services.agents
+
+    def validate(agent: str, stored: Mapping[str, Any]) -> Mapping[str, Any]:
+        return agents.require(agent).validate(stored)
+
+    return validate
+
+
+async def retry_run(info: Info, id: strawberry.ID) -> StartRunPayload:
+    ctx = info.context
+    run_id = runs_service.parse_run_id(id)
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        started = await replays.retry_run(
+            uow, run_id, validate=_validator(ctx), instances=ctx.services.instances
+        )
+    return StartRunPayload(run=Run.of(started.run), created=started.created)
+
+
+async def replay_runs(
+    info: Info,
+    filter: ReplayRunsFilter | None = None,
+    rate: float | None = DEFAULT_RATE,
+    limit: int | None = DEFAULT_LIMIT,
+) -> RunReplay:
+    ctx = info.context
+    settings = ctx.services.settings
+    chosen = filter or ReplayRunsFilter()
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        replay = await replays.create_replay(
+            uow,
+            statuses=chosen.status,
+            agent=chosen.agent,
+            since=chosen.since,
+            rate=DEFAULT_RATE if rate is None else rate,
+            limit=DEFAULT_LIMIT if limit is None else limit,
+            max_rate=settings.replay_max_rate,
+            max_runs=settings.replay_max_runs,
+        )
+    return RunReplay.of(replay)
+
+
+async def cancel_run_replay(info: Info, id: strawberry.ID) -> RunReplay:
+    ctx = info.context
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        replay = await replays.cancel_replay(uow, parse_uuid(id, what="replay"))
+    return RunReplay.of(replay)
+
+
+async def run_replay(info: Info, id: strawberry.ID) -> RunReplay | None:
+    ctx = info.context
+    async with ctx.services.sessions.read() as session:
+        found = await replays.get_replay(session, ctx.tenant_id, parse_uuid(id, what="replay"))
+    return RunReplay.of(found) if found is not None else None
+
+
+async def run_replays(info: Info, first: int | None = 20) -> list[RunReplay]:
+    ctx = info.context
+    async with ctx.services.sessions.read() as session:
+        found = await replays.list_replays(
+            session, ctx.tenant_id, first=20 if first is None else first
+        )
+    return [RunReplay.of(r) for r in found]

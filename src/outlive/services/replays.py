@@ -1,0 +1,344 @@
+"""Retry and replay: settled runs started again with the same input, linked by `retried_from_id`.
+
+- `retry_run`: one run, now, through the same path as `startRun`. The input is validated against
+  the agent as it is today. One active run per agent still holds: when the agent already has a
+  QUEUED or RUNNING run (the source itself included), that run is handed back with
+  `created = false`, exactly as `startRun` does.
+- `create_replay` / `advance_replay`: a bounded bulk replay. The request only writes a
+  `run_replays` row (the filter, the pace, the count of runs it will replay, capped) and queues
+  its first `run.replay.v1` job; each job is one tick that starts at most `rate` runs per second
+  of the tick, oldest first, moves the row's cursor, nudges `replay.updated` and queues the next
+  tick. Only runs created before the replay are selected, so the runs it starts (which may fail
+  again) are never replayed by it. A run whose agent has an active run waits (the tick stops
+  there and the next one tries again: `waiting_for_run_id`); a run whose input no longer
+  validates is skipped and counted. A tenant has at most one RUNNING replay.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Select, func, select, tuple_, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from outlive.db.models import ReplayStatus, Run, RunReplay, RunStatus
+from outlive.db.tx import UnitOfWork
+from outlive.errors import BadUserInput, NotFound
+from outlive.ids import RunId, TenantId
+from outlive.services import runs
+from outlive.services.ports import RunInstances
+
+REPLAY_JOB = "run.replay.v1"
+DEFAULT_STATUSES = (RunStatus.FAILED,)
+MAX_REPLAYS_PAGE = 100
+
+# (agent name, stored input) -> the input as the agent validates it today; raises BadUserInput.
+Validate = Callable[[str, Mapping[str, Any]], Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRecord:
+    id: UUID
+    status: ReplayStatus
+    statuses: list[RunStatus]
+    agent: str | None
+    since: datetime | None
+    rate: float
+    total: int
+    started: int
+    skipped: int
+    waiting_for_run_id: UUID | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @property
+    def processed(self) -> int:
+        return self.started + self.skipped
+
+
+def _record(r: RunReplay) -> ReplayRecord:
+    return ReplayRecord(
+        id=r.id,
+        status=ReplayStatus(r.status),
+        statuses=[RunStatus(s) for s in r.statuses],
+        agent=r.agent,
+        since=r.since,
+        rate=r.rate,
+        total=r.total,
+        started=r.started,
+        skipped=r.skipped,
+        waiting_for_run_id=r.waiting_for_run_id,
+        last_error=r.last_error,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+        finished_at=r.finished_at,
+    )
+
+
+# --- retryRun --------------------------------------------------------------------------------
+
+
+async def retry_run(
+    uow: UnitOfWork, run_id: RunId, *, validate: Validate, instances: RunInstances
+) -> runs.StartedRun:
+    """A new run with `run_id`'s agent and input, or the agent's active run handed back."""
+    tenant_id = TenantId(uow.require_tenant())
+    source = await runs.get_run(uow.session, tenant_id, run_id)
+    if source is None:
+        raise NotFound(f"run {run_id} not found")
+    params = validate(source.agent, source.input)
+    return await runs.start_run(
+        uow, agent=source.agent, params=params, instances=instances, retried_from=source.id
+    )
+
+
+# --- replayRuns ------------------------------------------------------------------------------
+
+
+def _candidates(tenant_id: UUID, statuses: Sequence[str], agent: str | None) -> Select[Any]:
+    stmt = select(Run).where(Run.tenant_id == tenant_id, Run.status.in_(list(statuses)))
+    return stmt.where(Run.agent == agent) if agent is not None else stmt
+
+
+def _check(statuses: Sequence[RunStatus], rate: float, limit: int, *, max_rate: float) -> None:
+    active = [s.value for s in statuses if s not in runs.SETTLED_STATUSES]
+    if active:
+        raise BadUserInput(f"only settled runs can be replayed, not {', '.join(active)}")
+    if not 0 < rate <= max_rate:
+        raise BadUserInput(f"rate must be more than 0 and at most {max_rate:g} runs per second")
+    if limit < 1:
+        raise BadUserInput("limit must be at least 1")
+
+
+async def create_replay(
+    uow: UnitOfWork,
+    *,
+    statuses: Sequence[RunStatus] | None,
+    agent: str | None,
+    since: datetime | None,
+    rate: float,
+    limit: int,
+    max_rate: float,
+    max_runs: int,
+) -> ReplayRecord:
+    """The replay row and its first tick (after the commit); the work happens in jobs."""
+    tenant_id = uow.require_tenant()
+    chosen = list(dict.fromkeys(statuses or DEFAULT_STATUSES))
+    _check(chosen, rate, limit, max_rate=max_rate)
+    if limit > max_runs:
+        raise BadUserInput(f"a replay starts at most {max_runs} runs (limit)")
+    total = await _count(uow.session, tenant_id, chosen, agent, since, limit)
+    values: dict[str, Any] = {
+        "tenant_id": tenant_id,
+        "statuses": [s.value for s in chosen],
+        "agent": agent,
+        "since": since,
+        "rate": rate,
+        "total": int(total or 0),
+    }
+    if not total:
+        values |= {"status": ReplayStatus.DONE.value, "finished_at": func.now()}
+    replay = await _insert_replay(uow.session, values)
+    if replay is None:
+        running = await uow.session.scalar(
+            select(RunReplay.id).where(
+                RunReplay.tenant_id == tenant_id, RunReplay.status == ReplayStatus.RUNNING.value
+            )
+        )
+        raise BadUserInput(f"replay {running} is still running: wait for it or cancel it")
+    if replay.status == ReplayStatus.RUNNING:
+        _queue_tick(uow, replay.id, tick=0, delay_s=0.0)
+    uow.nudge("replay.updated", replay.id)
+    return replay
+
+
+async def _count(
+    session: AsyncSession,
+    tenant_id: UUID,
+    statuses: Sequence[RunStatus],
+    agent: str | None,
+    since: datetime | None,
+    limit: int,
+) -> int:
+    """How many runs the replay will take: created before it (`now()`, its own creation time in
+    this transaction), at most `limit`."""
+    matching = _candidates(tenant_id, [s.value for s in statuses], agent).where(
+        Run.created_at < func.now()
+    )
+    if since is not None:
+        matching = matching.where(Run.created_at >= since)
+    limited = matching.with_only_columns(Run.id).limit(limit).subquery()
+    return int(await session.scalar(select(func.count()).select_from(limited)) or 0)
+
+
+async def _insert_replay(session: AsyncSession, values: dict[str, Any]) -> ReplayRecord | None:
+    stmt = (
+        pg_insert(RunReplay)
+        .values(**values)
+        .on_conflict_do_nothing(
+            index_elements=["tenant_id"], index_where=RunReplay.status == "RUNNING"
+        )
+        .returning(RunReplay)
+    )
+    row = (await session.scalars(stmt)).first()
+    return _record(row) if row is not None else None
+
+
+def _queue_tick(uow: UnitOfWork, replay_id: UUID, *, tick: int, delay_s: float) -> None:
+    async def record_unavailable(follow_up: UnitOfWork) -> None:
+        await _finish(follow_up, replay_id, ReplayStatus.FAILED, "queue unavailable")
+
+    uow.enqueue(
+        REPLAY_JOB,
+        {"replayId": str(replay_id), "tick": tick},
+        on_unavailable=record_unavailable,
+        delay_s=delay_s,
+    )
+
+
+def pace(rate: float) -> tuple[int, float]:
+    """(runs per tick, seconds per tick): ticks at least a second apart, never faster than `rate`
+    runs per second over any tick (2.5/s runs as 2 a second; 0.25/s as 1 every 4 seconds)."""
+    count = max(1, math.floor(rate))
+    return count, max(1.0, count / rate)
+
+
+async def advance_replay(
+    uow: UnitOfWork, replay_id: UUID, tick: int, *, validate: Validate, instances: RunInstances
+) -> ReplayRecord | None:
+    """One tick of a replay; None when there was nothing to do (finished, cancelled, or a
+    duplicate delivery of an earlier tick)."""
+    row = await uow.session.scalar(
+        select(RunReplay).where(RunReplay.id == replay_id).with_for_update()
+    )
+    if row is None or row.status != ReplayStatus.RUNNING.value or row.tick != tick:
+        return None
+    uow.tenant_id = row.tenant_id
+    count, seconds = pace(row.rate)
+    left = row.total - row.started - row.skipped
+    candidates = await _next_candidates(uow.session, row, min(count, left))
+    await _start_batch(uow, row, candidates, validate, instances)
+    done = row.waiting_for_run_id is None and (
+        len(candidates) == 0 or row.started + row.skipped >= row.total
+    )
+    row.tick += 1
+    row.updated_at = func.now()  # SQL, set on flush
+    if done:
+        row.status = ReplayStatus.DONE.value
+        row.finished_at = func.now()
+    else:
+        _queue_tick(uow, row.id, tick=row.tick, delay_s=seconds)
+    uow.nudge("replay.updated", row.id)
+    await uow.session.flush()
+    await uow.session.refresh(row)
+    return _record(row)
+
+
+async def _start_batch(
+    uow: UnitOfWork,
+    row: RunReplay,
+    candidates: Sequence[Run],
+    validate: Validate,
+    instances: RunInstances,
+) -> None:
+    """Start each candidate in order; stop (and wait) at one whose agent has an active run."""
+    row.waiting_for_run_id = None
+    for run in candidates:
+        try:
+            params = validate(run.agent, run.input)
+        except BadUserInput as exc:
+            row.skipped += 1
+            row.last_error = f"run {run.id} skipped: {exc.message}"[:1000]
+        else:
+            started = await runs.start_run(
+                uow, agent=run.agent, params=params, instances=instances, retried_from=RunId(run.id)
+            )
+            if not started.created:
+                row.waiting_for_run_id = started.run.id
+                return
+            row.started += 1
+        row.cursor_created_at, row.cursor_id = run.created_at, run.id
+
+
+async def _next_candidates(session: AsyncSession, replay: RunReplay, count: int) -> list[Run]:
+    if count <= 0:
+        return []
+    stmt = _candidates(replay.tenant_id, replay.statuses, replay.agent).where(
+        Run.created_at < replay.created_at
+    )
+    if replay.since is not None:
+        stmt = stmt.where(Run.created_at >= replay.since)
+    if replay.cursor_created_at is not None and replay.cursor_id is not None:
+        stmt = stmt.where(
+            tuple_(Run.created_at, Run.id) > tuple_(replay.cursor_created_at, replay.cursor_id)
+        )
+    stmt = stmt.order_by(Run.created_at, Run.id).limit(count)
+    return list((await session.scalars(stmt)).all())
+
+
+async def _finish(uow: UnitOfWork, replay_id: UUID, status: ReplayStatus, error: str) -> None:
+    tenant = await uow.session.scalar(
+        update(RunReplay)
+        .where(RunReplay.id == replay_id, RunReplay.status == ReplayStatus.RUNNING.value)
+        .values(status=status.value, last_error=error[:1000], finished_at=func.now())
+        .returning(RunReplay.tenant_id)
+    )
+    if tenant is not None:
+        uow.nudge("replay.updated", replay_id, tenant_id=tenant)
+
+
+async def fail_replay(uow: UnitOfWork, replay_id: UUID, error: str) -> None:
+    """The replay's job ran out of retries: the row says so."""
+    await _finish(uow, replay_id, ReplayStatus.FAILED, error)
+
+
+async def cancel_replay(uow: UnitOfWork, replay_id: UUID) -> ReplayRecord:
+    """RUNNING → CANCELLED (its next tick finds nothing to do); idempotent."""
+    tenant_id = uow.require_tenant()
+    await uow.session.execute(
+        update(RunReplay)
+        .where(
+            RunReplay.id == replay_id,
+            RunReplay.tenant_id == tenant_id,
+            RunReplay.status == ReplayStatus.RUNNING.value,
+        )
+        .values(status=ReplayStatus.CANCELLED.value, finished_at=func.now(), updated_at=func.now())
+    )
+    found = await get_replay(uow.session, TenantId(tenant_id), replay_id)
+    if found is None:
+        raise NotFound(f"replay {replay_id} not found")
+    uow.nudge("replay.updated", replay_id)
+    return found
+
+
+async def get_replay(
+    session: AsyncSession, tenant_id: TenantId, replay_id: UUID
+) -> ReplayRecord | None:
+    row = await session.scalar(
+        select(RunReplay)
+        .where(RunReplay.id == replay_id, RunReplay.tenant_id == tenant_id)
+        .execution_options(populate_existing=True)
+    )
+    return _record(row) if row is not None else None
+
+
+async def list_replays(
+    session: AsyncSession, tenant_id: TenantId, *, first: int
+) -> list[ReplayRecord]:
+    if not 0 <= first <= MAX_REPLAYS_PAGE:
+        raise BadUserInput(f"first must be between 0 and {MAX_REPLAYS_PAGE}")
+    rows = await session.scalars(
+        select(RunReplay)
+        .where(RunReplay.tenant_id == tenant_id)
+        .order_by(RunReplay.created_at.desc(), RunReplay.id)
+        .limit(first)
+    )
+    return [_record(r) for r in rows]

@@ -1,0 +1,228 @@
+"""Prometheus metrics: every family Outlive exports, declared once, and how they are served.
+
+Names follow Prometheus conventions: the `outlive_` prefix, `_total` on counters, `_seconds` on
+durations. Labels are bounded by construction: agents, job types, statuses, outcomes, queue and
+pool names, GraphQL operation names (capped, see `operation_label`); never a tenant, run or job id.
+
+With `PROMETHEUS_MULTIPROC_DIR` set (`outlive api --workers N` sets it for its processes), values
+live in files in that directory and `render()` aggregates every process of the server, so any
+process's `/metrics` answers for all of them: counters and histograms are summed, gauges are
+summed over live processes (`livesum`) or, for fleet-wide readings such as queue depths, the most
+recent sample wins (`mostrecent`). Without it, each process serves its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client import multiprocess as _multiprocess
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+LONG_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
+SHORT_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+WAIT_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+
+# --- runs -------------------------------------------------------------------------------------
+
+RUNS_STARTED = Counter(
+    "outlive_runs_started_total", "Run rows created (startRun, retryRun, replays).", ["agent"]
+)
+RUNS_SETTLED = Counter(
+    "outlive_runs_settled_total", "Runs that reached a settled status.", ["agent", "status"]
+)
+RUN_ATTEMPT_DURATION = Histogram(
+    "outlive_run_attempt_duration_seconds",
+    "One delivery of a run's instance: claim, execute, finish.",
+    ["agent", "outcome"],
+    buckets=LONG_S,
+)
+RUN_QUEUE_WAIT = Histogram(
+    "outlive_run_queue_wait_seconds",
+    "From enqueueing a run's instance to its first attempt starting.",
+    buckets=WAIT_S,
+)
+
+# --- jobs queue -------------------------------------------------------------------------------
+
+JOBS = Counter("outlive_jobs_total", "Jobs handled, by type and outcome.", ["type", "outcome"])
+JOB_DURATION = Histogram(
+    "outlive_job_duration_seconds", "One attempt of a job's handler.", ["type"], buckets=SHORT_S
+)
+JOB_QUEUE_WAIT = Histogram(
+    "outlive_job_queue_wait_seconds",
+    "From the envelope's enqueued_at to its first attempt starting.",
+    ["type"],
+    buckets=WAIT_S,
+)
+JOBS_REJECTED = Counter(
+    "outlive_jobs_rejected_total",
+    "Poison messages recorded in rejected_jobs (type: a known type, else 'unknown').",
+    ["type"],
+)
+JOBS_REDRIVEN = Counter(
+    "outlive_jobs_redriven_total",
+    "Rejected jobs re-submitted by `outlive jobs redrive`, by result.",
+    ["result"],
+)
+QUEUE_DEPTH = Gauge(
+    "outlive_queue_jobs",
+    "saq jobs per queue and state (sampled).",
+    ["queue", "state"],
+    multiprocess_mode="mostrecent",
+)
+
+# --- webhooks ---------------------------------------------------------------------------------
+
+WEBHOOK_REQUESTS = Counter(
+    "outlive_webhook_requests_total",
+    "Webhook POSTs by outcome (2xx, 3xx, 4xx, 5xx, error).",
+    ["outcome"],
+)
+WEBHOOK_REQUEST_DURATION = Histogram(
+    "outlive_webhook_request_duration_seconds",
+    "Latency of one webhook POST, by outcome.",
+    ["outcome"],
+    buckets=SHORT_S,
+)
+
+# --- realtime ---------------------------------------------------------------------------------
+
+NUDGES_PUBLISHED = Counter(
+    "outlive_nudges_published_total", "Nudges published on Redis, by type.", ["type"]
+)
+NUDGES_DROPPED = Counter(
+    "outlive_nudges_dropped_total", "Nudges not published (Redis pub/sub unreachable)."
+)
+NUDGE_FANOUT = Histogram(
+    "outlive_nudge_fanout_seconds",
+    "From a nudge's publish stamp to this process handing it to every subscriber of its tenant.",
+    buckets=SHORT_S,
+)
+SOCKETS = Gauge(
+    "outlive_websocket_connections", "Open WebSocket connections.", multiprocess_mode="livesum"
+)
+SUBSCRIBERS = Gauge(
+    "outlive_nudge_subscribers",
+    "Nudge subscriptions held by the hub (sampled).",
+    multiprocess_mode="livesum",
+)
+
+# --- GraphQL ----------------------------------------------------------------------------------
+
+GRAPHQL_OPERATIONS = Counter(
+    "outlive_graphql_operations_total",
+    "GraphQL operations over HTTP, by operation name, type and outcome.",
+    ["operation", "type", "outcome"],
+)
+GRAPHQL_DURATION = Histogram(
+    "outlive_graphql_operation_duration_seconds",
+    "GraphQL operations over HTTP: parse, validate and execute.",
+    ["operation", "type"],
+    buckets=SHORT_S,
+)
+
+# --- database pools ---------------------------------------------------------------------------
+
+DB_POOL_CONNECTIONS = Gauge(
+    "outlive_db_pool_connections",
+    "Connections of each pool, in use or idle (sampled), by process role (api, worker).",
+    ["role", "pool", "state"],
+    multiprocess_mode="livesum",
+)
+DB_POOL_LIMIT = Gauge(
+    "outlive_db_pool_max_connections",
+    "The most connections each pool may open (size + overflow), by process role.",
+    ["role", "pool"],
+    multiprocess_mode="livesum",
+)
+
+# --- operation names: bounded ----------------------------------------------------------------
+
+MAX_OPERATION_LABELS = 200
+_NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]{0,63}")
+_DECLARED = re.compile(r"\s*(query|mutation|subscription)\b\s*([_A-Za-z][_0-9A-Za-z]*)?")
+_operations: set[str] = set()
+_operations_lock = threading.Lock()
+
+
+def operation_label(name: str | None, query: str | None) -> tuple[str, str]:
+    """(operation, type) labels for a GraphQL request: the client's operation name (or the one
+    the document declares), `anonymous` without one. The first `MAX_OPERATION_LABELS` distinct
+    names get their own series in each process; later ones are counted as `other`, so a client
+    inventing names cannot grow the series without bound."""
+    kind = "query"
+    declared = _DECLARED.match(query or "")
+    if declared is not None:
+        kind = declared.group(1)
+        name = name or declared.group(2) or None
+    if not name:
+        return "anonymous", kind
+    if _NAME.fullmatch(name) is None:
+        return "other", kind
+    if name not in _operations:
+        with _operations_lock:
+            if len(_operations) >= MAX_OPERATION_LABELS:
+                return "other", kind
+            _operations.add(name)
+    return name, kind
+
+
+def known_label(value: str, known: Iterable[str], other: str = "unknown") -> str:
+    """`value` when it is one of `known` (a bounded set), else `other`."""
+    return value if value in known else other
+
+
+# --- serving ----------------------------------------------------------------------------------
+
+
+def is_multiprocess() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def render() -> bytes:
+    """The exposition text: this process's registry, or every process's in multiprocess mode."""
+    if is_multiprocess():
+        registry = CollectorRegistry()
+        _multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
+    return generate_latest(REGISTRY)
+
+
+def process_exited(pid: int | None = None) -> None:
+    """In multiprocess mode, drop a stopped process's live gauges from the sums."""
+    if is_multiprocess():
+        _multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
+
+
+@contextmanager
+def multiprocess_directory() -> Iterator[None]:
+    """Multiprocess mode for the processes started inside the block (`outlive api --workers N`):
+    a fresh `PROMETHEUS_MULTIPROC_DIR` (unless one is set already), removed afterwards. Set
+    before the processes start, so that each of them imports prometheus_client in that mode."""
+    if os.environ.get(MULTIPROC_ENV):
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix="outlive-metrics-")
+    os.environ[MULTIPROC_ENV] = directory
+    try:
+        yield
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,141 @@
+"""OpenTelemetry traces, off unless configured.
+
+`setup(endpoint_set=…)` builds a tracer provider with the OTLP/HTTP exporter when the standard
+`OTEL_EXPORTER_OTLP_ENDPOINT` (or `…_TRACES_ENDPOINT`) is set; the SDK reads every other standard
+variable itself (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`,
+`OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_BSP_*`, …). Tests hand `configure()` a provider of their own
+(an in-memory exporter).
+
+Off, every helper here is a check of one module-level flag: no span objects, no context
+switches, nothing stamped on envelopes or jobs. On, one trace runs from the GraphQL request
+through the enqueue (a producer span whose context travels as `traceparent` in the job envelope
+or in the run job's saq `meta`) to the job or run attempt (a consumer span, its child) and the
+nudges it publishes. A retry is a new span in the same trace, linked to the first attempt's span.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+__all__ = ["SpanKind"]
+
+TRACER_NAME = "outlive"
+_PROPAGATOR = TraceContextTextMapPropagator()
+_tracer: Tracer | None = None
+_provider: Any = None
+
+
+def is_enabled() -> bool:
+    return _tracer is not None
+
+
+def configure(provider: Any | None) -> None:
+    """Use `provider` (an SDK `TracerProvider`) for Outlive's spans; None turns tracing off."""
+    global _tracer, _provider
+    _provider = provider
+    _tracer = None if provider is None else provider.get_tracer(TRACER_NAME)
+
+
+def setup(*, endpoint_set: bool, disabled: bool = False) -> bool:
+    """Tracing on when an OTLP endpoint is configured (and the SDK is not disabled); idempotent.
+    The provider also becomes the global one, for libraries that trace on their own."""
+    if _tracer is not None:
+        return True
+    if disabled or not endpoint_set:
+        return False
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "outlive"}))
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    configure(provider)
+    return True
+
+
+def shutdown() -> None:
+    """Flush what is buffered (at process exit)."""
+    if _provider is not None and hasattr(_provider, "shutdown"):
+        _provider.shutdown()
+
+
+@contextmanager
+def _span(
+    name: str,
+    kind: SpanKind,
+    attributes: Mapping[str, Any] | None,
+    parent: str | None,
+    links: Sequence[str],
+) -> Iterator[Any]:
+    assert _tracer is not None  # noqa: S101 (callers check is_enabled)
+    ctx = extract(parent) if parent else None
+    span_links = [Link(c) for c in (_span_context(t) for t in links) if c is not None]
+    with _tracer.start_as_current_span(
+        name, context=ctx, kind=kind, attributes=dict(attributes or {}), links=span_links
+    ) as span:
+        yield span
+
+
+def span(
+    name: str,
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+    attributes: Mapping[str, Any] | None = None,
+    parent: str | None = None,
+    links: Sequence[str] = (),
+) -> Any:
+    """A context manager: a span (child of `parent`, a traceparent, when given, else of the
+    current span), or nothing at all when tracing is off."""
+    if _tracer is None:
+        return nullcontext()
+    return _span(name, kind, attributes, parent, links)
+
+
+def fail(span: Any, exc: BaseException) -> None:
+    """Mark `span` (as yielded by `span()`) failed with `exc`; nothing when tracing is off."""
+    if span is not None:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+
+
+def current_traceparent() -> str | None:
+    """The W3C `traceparent` of the current span; None when tracing is off or no span is open."""
+    if _tracer is None:
+        return None
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier.get("traceparent")
+
+
+def current_trace_id() -> str | None:
+    """The current trace id (32 hex digits), for log lines; None without a recording span."""
+    if _tracer is None:
+        return None
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
+
+
+def extract(traceparent: str) -> otel_context.Context:
+    return _PROPAGATOR.extract({"traceparent": traceparent})
+
+
+def extract_headers(headers: Mapping[str, str]) -> str | None:
+    """The incoming `traceparent` header, when tracing is on."""
+    return headers.get("traceparent") if _tracer is not None else None
+
+
+def _span_context(traceparent: str) -> trace.SpanContext | None:
+    context = trace.get_current_span(extract(traceparent)).get_span_context()
+    return context if context.is_valid else None
