@@ -397,7 +397,12 @@ async def redeliver(uow: UnitOfWork, delivery_id: DeliveryId) -> DeliveryRecord:
             WebhookDelivery.tenant_id == tenant_id,
             WebhookDelivery.status != DeliveryStatus.PENDING.value,
         )
-        .values(status=DeliveryStatus.PENDING.value, delivered_at=None, updated_at=func.now())
+        .values(
+            status=DeliveryStatus.PENDING.value,
+            delivered_at=None,
+            dispatched_at=None,  # waiting again: admitted under the tenant's jobs cap
+            updated_at=func.now(),
+        )
         .returning(WebhookDelivery)
     )
     if moved is not None:
