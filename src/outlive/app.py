@@ -38,6 +38,7 @@ from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.resolvers.context import Context, Services
 from outlive.resolvers.errors import coded
 from outlive.resolvers.nudges import NudgesTransportWS
+from outlive.resolvers.reads import ReadPath, read_path
 from outlive.resolvers.schema import build_schema
 from outlive.services.tenants import Principal, authenticate
 from outlive.web import graphiql_response, web_routes
@@ -69,6 +70,7 @@ class OutliveGraphQL(GraphQL[Context, None]):
     `nudges` subscription is sent from shared, pre-encoded frames (`NudgesTransportWS`)."""
 
     services: Services
+    reads: ReadPath
     graphql_transport_ws_handler_class = NudgesTransportWS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -97,7 +99,22 @@ class OutliveGraphQL(GraphQL[Context, None]):
                     await _unauthenticated(reason)(scope, receive, send)
                     return
                 scope.setdefault("state", {})["principal"] = principal
+                # One operation (persisted queries, coalesced reads) is answered here; anything
+                # else goes on to strawberry's view with the body replayed.
+                fallback = await self.reads.serve(
+                    scope,
+                    receive,
+                    send,
+                    context=lambda: Context(services=self.services, principal=principal),
+                    max_body=MAX_BODY_BYTES,
+                )
+                if fallback is None:
+                    return
+                receive = fallback
         await super().__call__(scope, receive, send)
+
+    async def parse_http_body(self, request_adapter: Any) -> Any:
+        return self.reads.resolve_persisted(await super().parse_http_body(request_adapter))
 
     @staticmethod
     def _is_ide_page(request: Request) -> bool:
@@ -158,14 +175,16 @@ def build_app(
     """The app; `extra_lifespan` (start, stop) runs inside its lifespan, as `outlive dev` does
     with the embedded worker."""
     database_url, redis_url = settings.require_services()
+    schema = build_schema()
     view = OutliveGraphQL(
-        build_schema(),
+        schema,
         graphql_ide="graphiql",
         subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
         connection_init_wait_timeout=CONNECTION_INIT_TIMEOUT,
         max_subscriptions_per_connection=MAX_OPERATIONS_PER_SOCKET,
         allowed_origins=settings.allowed_origins,
     )
+    view.reads = read_path(schema, settings)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -200,6 +219,7 @@ def build_app(
         finally:
             if extra_lifespan is not None:
                 await extra_lifespan[1]()
+            await view.reads.coalescer.cancel_all()
             if hub is not None:
                 await hub.stop()  # any socket still open is closed with 1012: clients reconnect
             await publisher.drain()

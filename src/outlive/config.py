@@ -48,6 +48,14 @@ class Settings(BaseSettings):
     realtime: bool = True
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
+    # The read path (resolvers/reads.py).
+    read_coalescing: bool = Field(
+        True, description="identical reads share one execution that starts after they arrived"
+    )
+    persisted_queries_max: int = Field(
+        2000, ge=0, description="Automatic Persisted Queries kept per process (LRU)"
+    )
+
     # Cron.
     retention_days: int = Field(30, ge=1)
     cron_table: str = Field(

@@ -186,10 +186,28 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         self._fast[operation.id] = (subscriber, selection)
         operation.task.add_done_callback(lambda _: hub.remove(subscriber))
 
+    async def _coalesced_query(self, operation: Operation[Context, None]) -> bool:
+        """A query over the socket shares its execution with identical reads (HTTP ones too)."""
+        reads = getattr(self.view, "reads", None)
+        if reads is None or not isinstance(operation.variables, dict | None):
+            return False
+        payload = await reads.serve_operation(
+            operation.query, operation.variables, operation.operation_name, self.context
+        )
+        if payload is None:
+            return False
+        with suppress(WebSocketDisconnect, WebSocketDisconnected, RuntimeError, OSError):
+            await operation.send_operation_message(
+                {"id": operation.id, "type": "next", "payload": payload}
+            )
+            await operation.send_operation_message({"id": operation.id, "type": "complete"})
+        return True
+
     async def run_operation(self, operation: Operation[Context, None]) -> None:
         fast = self._fast.pop(operation.id, None)
         if fast is None:
-            await super().run_operation(operation)
+            if not await self._coalesced_query(operation):
+                await super().run_operation(operation)
             return
         subscriber, selection = fast
         hub = self.context.services.hub
