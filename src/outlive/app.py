@@ -258,4 +258,6 @@ def build_app(
     ]
     if serve_web:
         routes.extend(web_routes())
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.reads = view.reads  # its counters, for tests and benchmarks
+    return app
