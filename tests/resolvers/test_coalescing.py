@@ -59,7 +59,8 @@ class Stack:
     async def data(self, query: str, variables: dict[str, Any], token: str) -> dict[str, Any]:
         response = await self.post(query, variables, token)
         body = response.json()
-        assert response.status_code == 200 and "errors" not in body, body
+        assert response.status_code == 200, body
+        assert "errors" not in body, body
         data: dict[str, Any] = body["data"]
         return data
 
@@ -312,3 +313,42 @@ async def test_a_query_over_the_socket_shares_executions_too(stack: Stack) -> No
         assert (await socket.receive())["type"] == "complete"
         await over_http
     assert stats.executions - executions == 2
+
+
+async def test_a_cancelled_request_leaves_its_batch_and_an_exception_reaches_every_request() -> (
+    None
+):
+    """The coalescer alone: the request whose callable a batch runs is cancelled while it waits,
+    and the execution still serves the others; an execution that raises gives every request of
+    its batch that exception, and the next batch runs as usual."""
+    coalescer: Coalescer[int] = Coalescer()
+    release = asyncio.Event()
+    calls = 0
+
+    async def execute() -> int:
+        nonlocal calls
+        calls += 1
+        await release.wait()
+        return calls
+
+    async def fail() -> int:
+        await release.wait()
+        raise LookupError("it fails")
+
+    # Created in one turn of the loop: all four join the batch that runs the owner's callable.
+    owner, *others = [asyncio.create_task(coalescer.run("k", execute)) for _ in range(4)]
+    await coalescer.joined(4)
+    assert coalescer.stats.executions == 1
+    owner.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await owner
+    assert [(await task).value for task in others] == [1, 1, 1]
+    assert coalescer._lanes == {}  # nothing left behind
+
+    failing = [asyncio.create_task(coalescer.run("k", fail)) for _ in range(3)]
+    for task in failing:
+        with pytest.raises(LookupError):
+            await task
+    assert (await coalescer.run("k", execute)).value == 2
+    assert coalescer.stats.executions == 3

@@ -48,7 +48,8 @@ from outlive.services.tenants import Principal
 log = logging.getLogger(__name__)
 
 EXECUTION_HEADER = b"outlive-execution"
-_JSON_HEADERS = [(b"content-type", b"application/json")]
+_JSON = (b"content-type", b"application/json")
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _QUERY_ONLY = frozenset({Allowed.QUERY})
 _MUTATION_ONLY = frozenset({Allowed.MUTATION})
 
@@ -178,7 +179,8 @@ class ReadPath:
         if operation is None or operation.type is OperationType.SUBSCRIPTION:
             return False
         if operation.type is OperationType.MUTATION and request.method != "POST":
-            return False
+            await _send(send, 400, b"mutations are not allowed when using GET", _TEXT)
+            return True
         try:
             body, execution = await self._run(
                 prepared, request, operation.type, operation.scope, context()
@@ -330,9 +332,9 @@ async def _send(
             "type": "http.response.start",
             "status": status,
             "headers": [
-                *_JSON_HEADERS,
+                *(headers if headers and headers[0][0] == b"content-type" else [_JSON]),
                 (b"content-length", str(len(body)).encode()),
-                *(headers or ()),
+                *(h for h in headers or () if h[0] != b"content-type"),
             ],
         }
     )
