@@ -342,6 +342,7 @@ class Target:
     missing: int = 0
 
     async def event(self, reset: asyncpg.Connection, *, record: bool) -> None:
+        await self.writer.close()  # a new connection: one that idled may have been closed
         began = time.monotonic()
         auth = {"Authorization": f"Bearer {self.token}"}
         if self.floor:
@@ -388,7 +389,6 @@ async def transactions(admin: asyncpg.Connection, database: str) -> int:
 async def block(
     target: Target, reset: asyncpg.Connection, admin: asyncpg.Connection, database: str, n: int
 ) -> None:
-    target.writer = KeepAlive("127.0.0.1", urlsplit(target.url).port or 80)
     await target.event(reset, record=False)  # connections that idled out are opened again
     before_x = await transactions(admin, database)
     before_cpu = cpu_s(target.pid)
@@ -396,7 +396,6 @@ async def block(
         await target.event(reset, record=True)
     target.cpu += cpu_s(target.pid) - before_cpu
     target.statements += await transactions(admin, database) - before_x - n  # minus the resets
-    await target.writer.close()
 
 
 async def seed(env: Env) -> tuple[uuid.UUID, str]:
@@ -512,7 +511,7 @@ async def run(sizes: list[int], events: int, logs: Path) -> list[list[object]]:
                 for t in targets:
                     await block(t, reset, admin, database, events // 2)
             rows.append(row(size, targets[0], targets[1]))
-            print(f"{size} viewers: done ({rss_kib(api.pid) // 1024} MiB API RSS)", file=sys.stderr)
+            print(f"{size} viewers ({rss_kib(api.pid) // 1024} MiB API RSS):", rows[-1])
         return rows
 
 
