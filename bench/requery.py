@@ -95,6 +95,7 @@ class Viewer(asyncio.Protocol):
         self.upgraded = False
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.http: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self.address: tuple[str, int] = ("127.0.0.1", 0)
         self.in_flight = self.dirty = False
         self.last_start = 0.0
         self.newest: str | None = None
@@ -161,28 +162,37 @@ class Viewer(asyncio.Protocol):
         self.fleet.tasks.add(task)
         task.add_done_callback(self.fleet.tasks.discard)
 
-    async def fetch(self) -> None:
+    async def ask(self, redial: bool = False) -> tuple[bytes, bytes]:
         if self.http is None:
             raise RuntimeError("the viewer has no HTTP connection")
-        if self.http[0].at_eof():  # the server closed it while idle (uvicorn's keep-alive timeout)
+        if redial or self.http[0].at_eof():
             self.http[1].close()
-            self.http = await asyncio.open_connection(*self.http[1].get_extra_info("peername")[:2])
+            self.http = await asyncio.open_connection(*self.address)
         reader, writer = self.http
+        writer.write(self.request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return head, await reader.readexactly(length)
+
+    async def fetch(self) -> None:
         while True:
             self.dirty = False
             self.last_start = time.monotonic()
-            writer.write(self.request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length, execution = 0, None
+            try:
+                head, body = await self.ask()
+            except (OSError, asyncio.IncompleteReadError):
+                # the server closed it while it idled (uvicorn's keep-alive timeout): redial
+                head, body = await self.ask(redial=True)
+            now = time.monotonic()
+            execution = None
             for line in head.split(b"\r\n")[1:]:
                 name, _, value = line.partition(b":")
-                name = name.strip().lower()
-                if name == b"content-length":
-                    length = int(value)
-                elif name == b"outlive-execution":
+                if name.strip().lower() == b"outlive-execution":
                     execution = value.strip()
-            body = await reader.readexactly(length)
-            now = time.monotonic()
             self.fleet.requests += 1
             if execution is not None:
                 self.fleet.executions.add(execution)
@@ -227,6 +237,7 @@ class Fleet:
                     host,
                     port,
                 )
+                viewer.address = (host, port)
                 viewer.http = await asyncio.open_connection(host, port)
                 async with asyncio.timeout(30):
                     await viewer.ready
