@@ -52,6 +52,12 @@ class Settings(BaseSettings):
     read_coalescing: bool = Field(
         True, description="identical reads share one execution that starts after they arrived"
     )
+    read_linger_ms: float = Field(
+        2.0, ge=0, description="during a burst, a batch starts once nobody joined it for this"
+    )
+    read_max_wait_ms: float = Field(
+        50.0, ge=0, description="during a burst, a batch starts at the latest this old"
+    )
     persisted_queries_max: int = Field(
         2000, ge=0, description="Automatic Persisted Queries kept per process (LRU)"
     )

@@ -22,7 +22,7 @@ import pytest
 from outlive.config import Settings
 from outlive.db.engine import create_engine, create_sessions
 from outlive.db.tx import Sessions
-from outlive.resolvers.coalescing import Coalescer
+from outlive.resolvers.coalescing import Coalescer, SharedExecutionCancelled
 from outlive.resolvers.reads import ReadPath
 from outlive.services.tenants import create_token
 from tests.conftest import make_settings
@@ -352,3 +352,45 @@ async def test_a_cancelled_request_leaves_its_batch_and_an_exception_reaches_eve
             await task
     assert (await coalescer.run("k", execute)).value == 2
     assert coalescer.stats.executions == 3
+
+
+async def test_during_a_burst_the_next_batch_waits_for_a_pause_and_serves_more_of_it() -> None:
+    """A batch created while an identical execution runs lingers after it (here: until it is 2 s
+    old, arrivals never pausing long enough): a request that arrives once the first execution is
+    over still joins it. A lone read starts at once."""
+    coalescer: Coalescer[int] = Coalescer(linger_s=60, max_wait_s=2)
+    release = asyncio.Event()
+    calls = 0
+
+    async def execute() -> int:
+        nonlocal calls
+        calls += 1
+        await release.wait()
+        return calls
+
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    first = asyncio.create_task(coalescer.run("k", execute))
+    await coalescer.joined(1)
+    burst = [asyncio.create_task(coalescer.run("k", execute)) for _ in range(3)]
+    await coalescer.joined(4)
+    release.set()
+    assert (await first).value == 1
+    late = asyncio.create_task(coalescer.run("k", execute))  # the first execution is over
+    assert [(await t).value for t in (*burst, late)] == [2, 2, 2, 2]
+    assert loop.time() - began >= 2
+    assert coalescer.stats.executions == 2
+
+    lone = loop.time()
+    assert (await coalescer.run("other", execute)).value == 3
+    assert loop.time() - lone < 1
+
+    async def forever() -> int:
+        await asyncio.Event().wait()
+        return 0
+
+    waiting = asyncio.create_task(coalescer.run("k", forever))
+    await coalescer.joined(7)
+    await coalescer.cancel_all()  # the process stops: the request gets an error, not a hang
+    with pytest.raises(SharedExecutionCancelled):
+        await waiting

@@ -11,6 +11,12 @@ same turn join it); when one is running, the batch starts the moment it finishes
 request that arrived meanwhile. N concurrent identical reads therefore cost at most two
 executions, however large N is.
 
+During a burst the next batch may linger before it starts, so that it serves more of the burst:
+a batch created while an identical execution was running starts once no request has joined it for
+`linger_s`, or once it is `max_wait_s` old, whichever comes first (never before the running one
+finished). Starting later is always allowed by the rule above: the batch still starts after each
+of its requests arrived. A lone read (nothing running for its key) starts at once.
+
 The execution runs in a task of its own: a waiting request that is cancelled (its client went
 away) leaves the batch, and the execution goes on for the others, even when the cancelled request
 is the one whose callable it runs. An execution that raises hands the same exception to every
@@ -40,6 +46,9 @@ class SharedExecutionCancelled(RuntimeError):
 class _Batch(Generic[V]):
     execute: Callable[[], Awaitable[V]]
     future: asyncio.Future[V]
+    created: float
+    lingers: bool  # created during a burst: may wait for more of it
+    last_join: float = 0.0
     size: int = 0
     id: int = 0
 
@@ -71,6 +80,8 @@ class Coalescer(Generic[V]):
     """One per process. `run(key, execute)` answers with the value of an execution of `execute`
     (or of an identical request's callable) that started after this call."""
 
+    linger_s: float = 0.0
+    max_wait_s: float = 0.0
     stats: Stats = field(default_factory=Stats)
     _lanes: dict[Hashable, _Lane[V]] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -82,10 +93,13 @@ class Coalescer(Generic[V]):
         if lane is None:
             lane = self._lanes[key] = _Lane()
         batch = lane.waiting
+        loop = asyncio.get_running_loop()
         if batch is None:
-            batch = lane.waiting = _Batch(execute, asyncio.get_running_loop().create_future())
-            if lane.running is None:
+            burst = lane.running is not None
+            batch = lane.waiting = _Batch(execute, loop.create_future(), loop.time(), burst)
+            if not burst:
                 self._start(key, lane)
+        batch.last_join = loop.time()
         batch.size += 1
         self.stats.requests += 1
         self._notify()
@@ -98,9 +112,25 @@ class Coalescer(Generic[V]):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _linger(self, batch: _Batch[V]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = batch.created + self.max_wait_s
+        # A timer by design: the batch waits for a pause in arrivals, not for an event.
+        while (wake := min(batch.last_join + self.linger_s, deadline)) > loop.time():  # noqa: ASYNC110
+            await asyncio.sleep(wake - loop.time())
+
     async def _execute(self, key: Hashable, lane: _Lane[V]) -> None:
         batch = lane.waiting
         assert batch is not None  # noqa: S101 (only started with a waiting batch)
+        if batch.lingers and self.linger_s > 0:
+            try:
+                await self._linger(batch)
+            except asyncio.CancelledError:
+                lane.waiting = None
+                del self._lanes[key]
+                batch.future.set_exception(SharedExecutionCancelled("the read was cancelled"))
+                batch.future.add_done_callback(_retrieve)
+                raise
         lane.running, lane.waiting = batch, None  # sealed: nobody joins it from here on
         batch.id = next(self._ids)
         self.stats.executions += 1

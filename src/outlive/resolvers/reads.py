@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+import orjson
 import strawberry
 from graphql import OperationType
 from starlette.types import Message, Receive, Scope, Send
@@ -78,6 +79,8 @@ def read_path(schema: strawberry.Schema, settings: Settings) -> ReadPath:
         documents,
         coalescing=settings.read_coalescing,
         persisted_queries=settings.persisted_queries_max,
+        linger_ms=settings.read_linger_ms,
+        max_wait_ms=settings.read_max_wait_ms,
     )
 
 
@@ -89,11 +92,15 @@ class ReadPath:
         *,
         coalescing: bool,
         persisted_queries: int,
+        linger_ms: float = 0.0,
+        max_wait_ms: float = 0.0,
     ) -> None:
         self.schema = schema
         self.documents = documents
         self.persisted = PersistedQueries(persisted_queries)
-        self.coalescer: Coalescer[Answer] = Coalescer()
+        self.coalescer: Coalescer[Answer] = Coalescer(
+            linger_s=linger_ms / 1000, max_wait_s=max_wait_ms / 1000
+        )
         self.coalescing = coalescing
 
     async def serve(
@@ -233,7 +240,23 @@ class ReadPath:
             payload["errors"] = [coded(e).formatted for e in result.errors]
         if result.extensions:
             payload["extensions"] = result.extensions
-        return Answer(payload, json.dumps(payload, separators=(",", ":")).encode())
+        return Answer(payload, encode(payload))
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    """The response's JSON: orjson (a few times faster than `json` on a page of runs); `json`
+    for what orjson refuses (an integer over 64 bits in a JSON value)."""
+    try:
+        return orjson.dumps(payload)
+    except TypeError:
+        return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def _canonical(variables: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(variables, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return json.dumps(variables, sort_keys=True).encode()
 
 
 def read_key(
@@ -242,11 +265,7 @@ def read_key(
     """Who may share an answer: same tenant, same user unless the operation reads only the
     tenant's data, same document, operation and variables."""
     user = principal.user.id if scope is ReadScope.PRINCIPAL else None
-    variables = (
-        json.dumps(request.variables, sort_keys=True, separators=(",", ":"))
-        if request.variables
-        else ""
-    )
+    variables = _canonical(request.variables) if request.variables else b""
     return (principal.tenant.id, user, query, request.operation_name, variables)
 
 
@@ -296,11 +315,11 @@ def _parse(scope: Scope, body: bytes) -> Request | None:
         if method == "POST":
             if b"application/json" not in _header(scope, b"content-type").lower():
                 return None
-            raw: Any = json.loads(body)
+            raw: Any = orjson.loads(body)
         else:
             raw = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
             for field in ("variables", "extensions"):
-                raw[field] = json.loads(raw[field]) if raw.get(field) else None
+                raw[field] = orjson.loads(raw[field]) if raw.get(field) else None
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(raw, dict):
