@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     read_max_wait_ms: float = Field(
         50.0, ge=0, description="during a burst, a batch starts at the latest this old"
     )
+    compiled_plans: bool = Field(
+        True, description="plain-data operations answered without graphql-core's executor"
+    )
     persisted_queries_max: int = Field(
         2000, ge=0, description="Automatic Persisted Queries kept per process (LRU)"
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -59,6 +59,7 @@ class Scope(Enum):
 class Operation:
     type: OperationType
     scope: Scope
+    node: OperationDefinitionNode
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,8 @@ class Prepared:
     query: str
     document: DocumentNode
     operations: Mapping[str | None, Operation]
+    fragments: Mapping[str, FragmentDefinitionNode]
+    plans: dict[str | None, object] = field(default_factory=dict)  # see `resolvers.plans`
 
     def operation(self, name: str | None) -> Operation | None:
         return self.operations.get(name)
@@ -104,19 +107,26 @@ class Documents:
             return None
         if validate(self._schema, document, self._rules):
             return None
-        return Prepared(query=query, document=document, operations=_operations(document))
+        fragments = {
+            d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
+        }
+        return Prepared(
+            query=query,
+            document=document,
+            operations=_operations(document, fragments),
+            fragments=fragments,
+        )
 
 
-def _operations(document: DocumentNode) -> dict[str | None, Operation]:
-    fragments = {
-        d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
-    }
+def _operations(
+    document: DocumentNode, fragments: Mapping[str, FragmentDefinitionNode]
+) -> dict[str | None, Operation]:
     found = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
     operations: dict[str | None, Operation] = {}
     for op in found:
         names = _root_fields(op.selection_set.selections, fragments, set())
         scope = Scope.TENANT if names <= TENANT_FIELDS else Scope.PRINCIPAL
-        operation = Operation(type=op.operation, scope=scope)
+        operation = Operation(type=op.operation, scope=scope, node=op)
         if op.name is not None:
             operations[op.name.value] = operation
         if len(found) == 1:

@@ -42,7 +42,8 @@ from outlive.resolvers.documents import (
     Prepared,
 )
 from outlive.resolvers.documents import Scope as ReadScope
-from outlive.resolvers.errors import INTERNAL_MESSAGE, coded
+from outlive.resolvers.errors import INTERNAL_MESSAGE, ErrorCodes, coded
+from outlive.resolvers.plans import Plan, Unplanned, compile_plan
 from outlive.resolvers.schema import LIMIT_RULES, MAX_TOKENS
 from outlive.services.tenants import Principal
 
@@ -81,6 +82,7 @@ def read_path(schema: strawberry.Schema, settings: Settings) -> ReadPath:
         persisted_queries=settings.persisted_queries_max,
         linger_ms=settings.read_linger_ms,
         max_wait_ms=settings.read_max_wait_ms,
+        plans=settings.compiled_plans,
     )
 
 
@@ -94,6 +96,7 @@ class ReadPath:
         persisted_queries: int,
         linger_ms: float = 0.0,
         max_wait_ms: float = 0.0,
+        plans: bool = True,
     ) -> None:
         self.schema = schema
         self.documents = documents
@@ -102,6 +105,12 @@ class ReadPath:
             linger_s=linger_ms / 1000, max_wait_s=max_wait_ms / 1000
         )
         self.coalescing = coalescing
+        # Compiled plans skip strawberry's per-operation extensions: only with the known ones.
+        known = {"ParserCache", "ValidationCache", "AddValidationRules", "MaxTokensLimiter"}
+        self.plans = plans and {type(e).__name__ for e in schema.get_extensions()} <= {
+            *known,
+            ErrorCodes.__name__,
+        }
 
     async def serve(
         self,
@@ -221,6 +230,20 @@ class ReadPath:
         shared = await self.coalescer.run(key, execute)
         return shared.value.body, shared.execution
 
+    def plan(self, prepared: Prepared, operation_name: str | None) -> Plan | None:
+        """The compiled plan of the operation (made once per document), or None."""
+        if not self.plans:
+            return None
+        if operation_name not in prepared.plans:
+            operation = prepared.operation(operation_name)
+            prepared.plans[operation_name] = (
+                compile_plan(self.schema._schema, operation.node, prepared.fragments)
+                if operation is not None
+                else None
+            )
+        plan = prepared.plans[operation_name]
+        return plan if isinstance(plan, Plan) else None
+
     async def execute(
         self,
         prepared: Prepared,
@@ -228,6 +251,14 @@ class ReadPath:
         context: Context,
         allowed: frozenset[Allowed],
     ) -> Answer:
+        plan = self.plan(prepared, request.operation_name)
+        if plan is not None:
+            with contextlib.suppress(Unplanned):
+                data, errors = await plan.run(request.variables, context)
+                payload: dict[str, Any] = {"data": data}
+                if errors:
+                    payload["errors"] = [coded(e).formatted for e in errors]
+                return Answer(payload, encode(payload))
         result = await self.schema.execute(
             prepared.query,
             variable_values=request.variables,
@@ -235,7 +266,7 @@ class ReadPath:
             operation_name=request.operation_name,
             allowed_operation_types=allowed,
         )
-        payload: dict[str, Any] = {"data": result.data}
+        payload = {"data": result.data}
         if result.errors:
             payload["errors"] = [coded(e).formatted for e in result.errors]
         if result.extensions:
