@@ -96,7 +96,8 @@ async def _seed(settings: Settings, tenant: TenantHandle) -> list[str]:
                 await conn.fetchval(
                     "INSERT INTO runs (tenant_id, agent, input, output, status, error, started_at,"
                     " finished_at, cancel_requested_at, attempt) VALUES ($1, 'llm', $2::jsonb,"
-                    " $3::jsonb, $4::text, $5, now(), CASE WHEN $4::text = 'RUNNING' THEN NULL ELSE now() END,"
+                    " $3::jsonb, $4::text, $5, now(),"
+                    " CASE WHEN $4::text = 'RUNNING' THEN NULL ELSE now() END,"
                     " CASE WHEN $4::text = 'CANCELLED' THEN now() END, 1) RETURNING id",
                     tenant.id,
                     json.dumps(input_),
