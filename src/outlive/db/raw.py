@@ -39,6 +39,13 @@ class Statement:
         row: Mapping[Any, Any] | None = await on.fetchrow(self.sql, *self.args(params))
         return row
 
+    async def fetch(
+        self, on: asyncpg.Pool | asyncpg.Connection, params: Mapping[str, Any]
+    ) -> list[Mapping[Any, Any]]:
+        """Run on asyncpg: every row."""
+        rows: list[Mapping[Any, Any]] = await on.fetch(self.sql, *self.args(params))
+        return rows
+
 
 def prepare(clause: TextClause | TextualSelect) -> Statement:
     compiled = clause.compile(dialect=_DIALECT)

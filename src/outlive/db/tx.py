@@ -228,6 +228,13 @@ class Sessions:
         async with self.autocommit_maker() as session:
             return (await session.execute(statement.clause, params)).mappings().first()
 
+    async def fetch(self, statement: Statement, **params: Any) -> list[Mapping[Any, Any]]:
+        """One read statement's rows, outside any unit of work."""
+        if self.raw is not None:
+            return await statement.fetch(self.raw, params)
+        async with self.autocommit_maker() as session:
+            return list((await session.execute(statement.clause, params)).mappings().all())
+
     @asynccontextmanager
     async def unit(
         self, tenant_id: UUID | None = None, *, single_statement: bool = False
