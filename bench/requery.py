@@ -17,9 +17,9 @@ with `outlive api`'s uvicorn options and have a client process of their own.
 
 Per event, also: the server process's CPU time (user + system, /proc), the executions (distinct
 `outlive-execution` answers; for the floor, every request is one), and PostgreSQL statements
-(`pg_stat_database` transactions of the bench database, read from another database once the
-counters settled; every statement here is its own transaction; the bench's own reset is taken
-off). Events run in blocks that alternate between the two servers.
+(`pg_stat_database` transactions of the bench database over 5 more events per server, read from
+another database once the counters settled; every statement here is its own transaction; the
+bench's own reset is taken off). Events run in blocks that alternate between the two servers.
 
 Targets (the issue, on this 2-core machine): p99 at 400 viewers at most 1.0x the floor's; server
 CPU per event at most 1.5x the floor's; executions per event independent of the viewers.
@@ -65,6 +65,7 @@ START = "mutation($input: StartRunInput!) { startRun(input: $input) { created ru
 NUDGES = "subscription { nudges { type tenantId at id } }"
 BURST_MS = 50
 TIMEOUT_S = 60.0
+STATS_FLUSH_S = 10.5
 
 
 # --- the client process: K viewers of one server --------------------------------------------------
@@ -383,7 +384,8 @@ class Target:
 
 async def transactions(admin: asyncpg.Connection, database: str) -> int:
     """The bench database's committed + rolled-back transactions, once the counters settle
-    (PostgreSQL 15 flushes a backend's counters within about a second of it going idle)."""
+    (PostgreSQL 15 flushes an idle backend's counters at most once a second, else within 10 s)."""
+    await asyncio.sleep(STATS_FLUSH_S)
     last, stable_since = -1, time.monotonic()
     while True:
         await admin.execute("SELECT pg_stat_clear_snapshot()")
@@ -397,16 +399,24 @@ async def transactions(admin: asyncpg.Connection, database: str) -> int:
         await asyncio.sleep(0.2)
 
 
-async def block(
-    target: Target, reset: asyncpg.Connection, admin: asyncpg.Connection, database: str, n: int
-) -> None:
+async def block(target: Target, reset: asyncpg.Connection, n: int) -> None:
+    """`n` recorded events: their latencies, and the server's CPU time."""
     await target.event(reset, record=False)  # connections that idled out are opened again
-    before_x = await transactions(admin, database)
     before_cpu = cpu_s(target.pid)
     for _ in range(n):
         await target.event(reset, record=True)
     target.cpu += cpu_s(target.pid) - before_cpu
-    target.statements += await transactions(admin, database) - before_x - n  # minus the resets
+
+
+async def count_statements(
+    target: Target, reset: asyncpg.Connection, admin: asyncpg.Connection, database: str, n: int
+) -> None:
+    """`n` events between two settled readings of PostgreSQL's transaction counters (apart from
+    the latency blocks: settling takes seconds, and idle keep-alive connections time out)."""
+    before = await transactions(admin, database)
+    for _ in range(n):
+        await target.event(reset, record=False)
+    target.statements = (await transactions(admin, database) - before - n) // n  # minus resets
 
 
 async def seed(env: Env) -> tuple[uuid.UUID, str]:
@@ -461,8 +471,8 @@ def row(size: int, api: Target, floor: Target) -> list[object]:
         f"{cpu_api / cpu_floor:.2f}x",
         f"{api.executions / api.events:.1f}",
         f"{floor.executions / floor.events:.0f}",
-        f"{api.statements / api.events:.0f}",
-        f"{floor.statements / floor.events:.0f}",
+        api.statements,
+        floor.statements,
         f"{api.missing}/{floor.missing}",
     ]
 
@@ -520,7 +530,9 @@ async def run(sizes: list[int], events: int, logs: Path) -> list[list[object]]:
                 t.reset()
             for _ in range(2):  # blocks alternate, so both see the same machine weather
                 for t in targets:
-                    await block(t, reset, admin, database, events // 2)
+                    await block(t, reset, events // 2)
+            for t in targets:
+                await count_statements(t, reset, admin, database, 5)
             rows.append(row(size, targets[0], targets[1]))
             print(f"{size} viewers ({rss_kib(api.pid) // 1024} MiB API RSS):", rows[-1])
         return rows
