@@ -47,6 +47,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import Subscr
 from outlive.realtime.hub import Subscriber, SubscriberClosed
 from outlive.realtime.nudges import Nudge as NudgeRecord
 from outlive.resolvers.context import Context
+from outlive.resolvers.errors import INTERNAL_MESSAGE
 from outlive.schema.nudges import Nudge
 
 log = logging.getLogger(__name__)
@@ -191,9 +192,17 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         reads = getattr(self.view, "reads", None)
         if reads is None or not isinstance(operation.variables, dict | None):
             return False
-        payload = await reads.serve_operation(
-            operation.query, operation.variables, operation.operation_name, self.context
-        )
+        try:
+            payload = await reads.serve_operation(
+                operation.query, operation.variables, operation.operation_name, self.context
+            )
+        except Exception:
+            log.exception("a query over the socket failed outside its resolvers")
+            error = {"message": INTERNAL_MESSAGE, "extensions": {"code": "INTERNAL_SERVER_ERROR"}}
+            message: Any = {"id": operation.id, "type": "error", "payload": [error]}
+            with suppress(WebSocketDisconnect, WebSocketDisconnected, RuntimeError, OSError):
+                await operation.send_operation_message(message)
+            return True
         if payload is None:
             return False
         with suppress(WebSocketDisconnect, WebSocketDisconnected, RuntimeError, OSError):
