@@ -29,6 +29,7 @@ import orjson
 import strawberry
 from graphql import OperationType
 from starlette.types import Message, Receive, Scope, Send
+from strawberry.extensions import AddValidationRules, MaxTokensLimiter
 from strawberry.types.graphql import OperationType as Allowed
 
 from outlive.config import Settings
@@ -44,7 +45,7 @@ from outlive.resolvers.documents import (
 from outlive.resolvers.documents import Scope as ReadScope
 from outlive.resolvers.errors import INTERNAL_MESSAGE, ErrorCodes, coded
 from outlive.resolvers.plans import Plan, Unplanned, compile_plan
-from outlive.resolvers.schema import LIMIT_RULES, MAX_TOKENS
+from outlive.resolvers.schema import MAX_TOKENS
 from outlive.services.tenants import Principal
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,17 @@ class Request:
 
 
 def read_path(schema: strawberry.Schema, settings: Settings) -> ReadPath:
-    documents = Documents(schema._schema, rules=LIMIT_RULES, max_tokens=MAX_TOKENS)
+    """The read path of `schema`: documents are validated with the rules and the token limit its
+    extensions add (so a rule added there applies here too)."""
+    extensions = schema.get_extensions()
+    rules = [
+        rule
+        for extension in extensions
+        if isinstance(extension, AddValidationRules)
+        for rule in extension.validation_rules
+    ]
+    tokens = [e.max_token_count for e in extensions if isinstance(e, MaxTokensLimiter)]
+    documents = Documents(schema._schema, rules=rules, max_tokens=min(tokens, default=MAX_TOKENS))
     return ReadPath(
         schema,
         documents,
