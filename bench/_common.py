@@ -137,16 +137,36 @@ class KeepAlive:
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
     async def post_json(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
-        if self._idle:
-            reader, writer = self._idle.pop()
-        else:
-            reader, writer = await asyncio.open_connection(self.host, self.port)
         head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        writer.write(
+        return await self.send(
             f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n{head}\r\n".encode()
             + body
         )
+
+    async def get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        return await self.send(f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n{head}\r\n".encode())
+
+    async def send(self, request: bytes) -> tuple[int, bytes]:
+        """One request (its bytes as written); the status and the body of the answer. An idle
+        connection the server closed meanwhile (uvicorn's keep-alive timeout) is replaced."""
+        while self._idle:
+            reader, writer = self._idle.pop()
+            if reader.at_eof():
+                writer.close()
+                continue
+            try:
+                return await self._exchange(reader, writer, request)
+            except (OSError, asyncio.IncompleteReadError):
+                writer.close()
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        return await self._exchange(reader, writer, request)
+
+    async def _exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+    ) -> tuple[int, bytes]:
+        writer.write(request)
         status_line, _, rest = (await reader.readuntil(b"\r\n\r\n")).partition(b"\r\n")
         length = None
         for line in rest.split(b"\r\n"):

@@ -1,13 +1,19 @@
-"""Benchmark: `startRun` through the full HTTP stack beside a floor, and end-to-end runs/s.
+"""Benchmark: `startRun` through the full HTTP stack beside a floor, `runs(first: 50)` beside a
+hand-written JSON endpoint, and end-to-end runs/s.
 
-    uv run python bench/runs.py [--quick]
+    uv run python bench/runs.py [--quick] [--only start,read,e2e]
 
 1. `startRun` latency (p50/p99) and throughput at concurrency 1, 16 and 64, against a real
    `outlive api` process (uvicorn, Starlette, strawberry, auth, SQLAlchemy, the saq enqueue and
    the deferred nudge), beside a floor measured in the same run: the same INSERT … ON CONFLICT
    and the same saq enqueue done directly with asyncpg and saq from this process. Every request
    uses another tenant, so each one really inserts.
-2. End to end: 3,000 `demo` runs (1 turn, 0 delay) queued first, then 1 or 2 `outlive worker`
+2. `runs(first: 50)` (every field of `RunFields`, with cursors and pageInfo) at concurrency 16
+   against one `outlive api` process, beside `bench/_floor.py`'s `GET /runs?first=50` (Starlette
+   + asyncpg: the token lookup, the SELECT, `json.dumps`), in the same run, rounds alternating:
+   "one reader": every request with the same token (identical reads, which Outlive coalesces);
+   "64 tenants": each request with the next of 64 tenants' tokens (no two in flight alike).
+3. End to end: 3,000 `demo` runs (1 turn, 0 delay) queued first, then 1 or 2 `outlive worker`
    processes started; runs/s from the first claim to the last settle (database timestamps).
 
 Needs PostgreSQL and Redis (BENCH_DATABASE_URL, BENCH_REDIS_URL; default the local ones).
@@ -38,6 +44,7 @@ from _common import (
     free_port,
     load,
     outlive,
+    spawn,
     table,
     wait_http,
 )
@@ -53,6 +60,15 @@ START = (
 INSERT = """INSERT INTO runs (tenant_id, agent, input, dispatched_at) VALUES ($1, 'demo', $2, now())
 ON CONFLICT (tenant_id, agent) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING RETURNING id"""
 INPUT = {"turns": 1, "delayMs": 0}
+RUNS_50 = json.dumps(
+    {
+        "query": "query Runs($first: Int!) { runs(first: $first) { edges { cursor node { id agent"
+        " status attempt input output error createdAt startedAt finishedAt cancelRequestedAt } }"
+        " pageInfo { hasNextPage endCursor } } }",
+        "variables": {"first": 50},
+    }
+).encode()
+READERS = 64
 
 
 async def make_tenants(conn: asyncpg.Connection, count: int) -> list[tuple[uuid.UUID, str]]:
@@ -147,6 +163,55 @@ async def start_run_figures(
     return results
 
 
+async def read_figures(
+    env: Env, tenants: list[tuple[uuid.UUID, str]], quick: bool
+) -> list[tuple[str, Figures, Figures]]:
+    """`runs(first: 50)` at concurrency 16: Outlive beside the hand-written endpoint."""
+    conn = await asyncpg.connect(env.database_url)
+    await conn.execute(
+        "INSERT INTO runs (tenant_id, agent, input, output, status) SELECT t, 'demo', $2::jsonb,"
+        " $2::jsonb, 'SUCCEEDED' FROM unnest($1::uuid[]) AS t, generate_series(1, 50)",
+        [t for t, _ in tenants[:READERS]],
+        json.dumps(INPUT),
+    )
+    await conn.close()
+    api_port, floor_port = free_port(), free_port()
+    floor_argv = [sys.executable, str(Path(__file__).parent / "_floor.py"), str(floor_port)]
+    count = 600 if quick else 3000
+    results = []
+    with (
+        outlive("api", "--port", str(api_port), env=env.vars()),
+        spawn(floor_argv, env=env.vars()),
+    ):
+        await wait_http(f"http://127.0.0.1:{api_port}/healthz")
+        await wait_http(f"http://127.0.0.1:{floor_port}/healthz")
+        api, floor = KeepAlive("127.0.0.1", api_port), KeepAlive("127.0.0.1", floor_port)
+        for label, readers in (("one reader", 1), (f"{READERS} tenants", READERS)):
+
+            async def via_api(i: int, readers: int = readers) -> None:
+                auth = {"Authorization": f"Bearer {tenants[i % readers][1]}"}
+                status, payload = await api.post_json("/graphql", RUNS_50, auth)
+                if status != 200 or b'"errors"' in payload:
+                    raise RuntimeError(payload)
+
+            async def via_floor(i: int, readers: int = readers) -> None:
+                auth = {"Authorization": f"Bearer {tenants[i % readers][1]}"}
+                status, payload = await floor.get("/runs?first=50", auth)
+                if status != 200:
+                    raise RuntimeError(payload)
+
+            api_rounds, floor_rounds = [], []
+            for _ in range(2):  # alternate, so both see the same machine weather
+                await load("warm", via_api, 200, 16)
+                api_rounds.append(await load("api", via_api, count, 16))
+                await load("warm", via_floor, 200, 16)
+                floor_rounds.append(await load("floor", via_floor, count, 16))
+            results.append((label, _merge(api_rounds), _merge(floor_rounds)))
+        await api.close()
+        await floor.close()
+    return results
+
+
 def _merge(rounds: list[Figures]) -> Figures:
     return Figures(
         rounds[0].label, [x for r in rounds for x in r.latencies], sum(r.elapsed for r in rounds)
@@ -217,13 +282,88 @@ async def end_to_end(
     return float(count / (last - first).total_seconds())
 
 
+Tenants = list[tuple[uuid.UUID, str]]
+
+
+async def print_start_runs(
+    env: Env, tenants: Tenants, quick: bool, scraper: Scraper | None
+) -> None:
+    rows = []
+    for processes in (1, 2):
+        figures = await start_run_figures(env, tenants, quick, processes, scraper)
+        for concurrency, api, floor in figures:
+            rows.append(
+                [
+                    processes,
+                    concurrency,
+                    f"{api.p50_ms:.2f}",
+                    f"{floor.p50_ms:.2f}",
+                    f"{api.p50_ms / floor.p50_ms:.2f}x",
+                    f"{api.p99_ms:.2f}",
+                    f"{floor.p99_ms:.2f}",
+                    f"{api.per_s:.0f}",
+                    f"{floor.per_s:.0f}",
+                ]
+            )
+    print("startRun through HTTP vs the floor (direct asyncpg INSERT + saq enqueue)")
+    header = ["api procs", "conc", "p50 ms", "floor p50", "ratio", "p99 ms", "floor p99"]
+    print(table(rows, [*header, "req/s", "floor/s"]))
+    print("targets: p50 at most 2x the floor at concurrency 1, 3x at 16 and 64 (one process):")
+    for r in rows[:3]:
+        limit = 2.0 if r[1] == 1 else 3.0
+        ratio = float(str(r[4]).rstrip("x"))
+        print(f"  concurrency {r[1]}: {ratio:.2f}x ({'ok' if ratio <= limit else 'OVER'})")
+
+
+async def print_reads(env: Env, tenants: Tenants, quick: bool, _: Scraper | None) -> None:
+    rows = []
+    for label, api, floor in await read_figures(env, tenants, quick):
+        rows.append(
+            [
+                label,
+                f"{api.per_s:.0f}",
+                f"{floor.per_s:.0f}",
+                f"{api.per_s / floor.per_s:.2f}x",
+                f"{api.p50_ms:.2f}",
+                f"{floor.p50_ms:.2f}",
+                f"{api.p99_ms:.2f}",
+                f"{floor.p99_ms:.2f}",
+            ]
+        )
+    print("runs(first: 50) at concurrency 16 vs a hand-written JSON endpoint (Starlette + asyncpg)")
+    header = ["who reads", "req/s", "floor/s", "ratio", "p50 ms", "floor p50", "p99 ms"]
+    print(table(rows, [*header, "floor p99"]))
+    print("target: req/s at least 0.5x the hand-written endpoint's")
+
+
+async def print_end_to_end(
+    env: Env, tenants: Tenants, quick: bool, scraper: Scraper | None
+) -> None:
+    count = 600 if quick else 3000
+    e2e = []
+    for workers in (1, 2):
+        rates = [await end_to_end(env, tenants, workers, count, scraper) for _ in range(2)]
+        e2e.append(
+            [
+                workers,
+                count,
+                f"{statistics.median(rates):.0f}",
+                " ".join(f"{r:.0f}" for r in rates),
+            ]
+        )
+    print("end to end: demo runs (1 turn, 0 delay), first claim to last settle")
+    print(table(e2e, ["workers", "runs", "median runs/s", "rounds"]))
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer requests, for a smoke run")
+    parser.add_argument("--only", default="start,read,e2e", help="which parts, comma-separated")
     parser.add_argument(
         "--scrape", type=Path, help="scrape every process's /metrics each second into this file"
     )
     args = parser.parse_args()
+    parts = set(args.only.split(","))
     scraper = Scraper(args.scrape) if args.scrape else None
     async with bench_env() as env, contextlib.AsyncExitStack() as stack:
         if scraper is not None:
@@ -231,55 +371,14 @@ async def main() -> None:
         conn = await asyncpg.connect(env.database_url)
         tenants = await make_tenants(conn, 3000)
         await conn.close()
-        rows = []
-        for processes in (1, 2):
-            figures = await start_run_figures(env, tenants, args.quick, processes, scraper)
-            for concurrency, api, floor in figures:
-                rows.append(
-                    [
-                        processes,
-                        concurrency,
-                        f"{api.p50_ms:.2f}",
-                        f"{floor.p50_ms:.2f}",
-                        f"{api.p50_ms / floor.p50_ms:.2f}x",
-                        f"{api.p99_ms:.2f}",
-                        f"{floor.p99_ms:.2f}",
-                        f"{api.per_s:.0f}",
-                        f"{floor.per_s:.0f}",
-                    ]
-                )
-        print("startRun through HTTP vs the floor (direct asyncpg INSERT + saq enqueue)")
-        print(
-            table(
-                rows,
-                [
-                    "api procs",
-                    "conc",
-                    "p50 ms",
-                    "floor p50",
-                    "ratio",
-                    "p99 ms",
-                    "floor p99",
-                    "req/s",
-                    "floor/s",
-                ],
-            )
-        )
-        count = 600 if args.quick else 3000
-        e2e = []
-        for workers in (1, 2):
-            rates = [await end_to_end(env, tenants, workers, count, scraper) for _ in range(2)]
-            e2e.append(
-                [
-                    workers,
-                    count,
-                    f"{statistics.median(rates):.0f}",
-                    " ".join(f"{r:.0f}" for r in rates),
-                ]
-            )
-        print()
-        print("end to end: demo runs (1 turn, 0 delay), first claim to last settle")
-        print(table(e2e, ["workers", "runs", "median runs/s", "rounds"]))
+        for name, part in (
+            ("start", print_start_runs),
+            ("read", print_reads),
+            ("e2e", print_end_to_end),
+        ):
+            if name in parts:
+                await part(env, tenants, args.quick, scraper)
+                print()
 
 
 if __name__ == "__main__":

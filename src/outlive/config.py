@@ -59,6 +59,23 @@ class Settings(BaseSettings):
     realtime: bool = True
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
+    # The read path (resolvers/reads.py).
+    read_coalescing: bool = Field(
+        True, description="identical reads share one execution that starts after they arrived"
+    )
+    read_linger_ms: float = Field(
+        2.0, ge=0, description="during a burst, a batch starts once nobody joined it for this"
+    )
+    read_max_wait_ms: float = Field(
+        50.0, ge=0, description="during a burst, a batch starts at the latest this old"
+    )
+    compiled_plans: bool = Field(
+        True, description="plain-data operations answered without graphql-core's executor"
+    )
+    persisted_queries_max: int = Field(
+        2000, ge=0, description="Automatic Persisted Queries kept per process (LRU)"
+    )
+
     # Cron.
     retention_days: int = Field(30, ge=1)
     cron_table: str = Field(

@@ -3,8 +3,11 @@ second page that sees what the first started, and the status filter following a 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -119,3 +122,39 @@ def test_the_status_filter_follows_a_run(
 
     page.get_by_label("Status").select_option("SUCCEEDED")
     expect(page.locator(f'tr[data-run-id="{run_id}"]')).to_be_visible()
+
+
+def test_the_list_follows_a_run_by_asking_for_that_run_alone_with_persisted_queries(
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
+) -> None:
+    """run.created asks for the list again; each run.updated asks for that run alone (RunDetail),
+    and the normalized cache updates its row. Queries go as GETs with the document's hash."""
+    asked: list[tuple[str, str, bool]] = []
+
+    def record(request: Any) -> None:
+        if not request.url.split("?")[0].endswith("/graphql"):
+            return
+        if request.method == "GET":
+            params = parse_qs(urlsplit(request.url).query)
+            asked.append(("GET", params.get("operationName", [""])[0], "query" in params))
+        else:
+            body = json.loads(request.post_data or "{}")
+            asked.append(("POST", body.get("operationName") or "", "query" in body))
+
+    page.on("request", record)
+    sign_in(page, tenant, "/runs")
+    expect(page.get_by_text("No runs yet.")).to_be_visible()
+    before = len(asked)
+
+    run_id = stack.start_run(tenant, turns=2, delayMs=700)
+    row = page.locator(f'tr[data-run-id="{run_id}"]')
+    expect(row).to_be_visible(timeout=15_000)
+    expect(row.locator("[data-status]")).to_have_text("SUCCEEDED", timeout=30_000)
+
+    during = asked[before:]
+    names = [name for _, name, _ in during]
+    assert "RunDetail" in names, during  # the updates: that run alone
+    assert names.count("Runs") <= 2, during  # the creation (and at most one focus or reconnect)
+    gets = [entry for entry in during if entry[0] == "GET"]
+    assert gets, during
+    assert not any(has_query for _, _, has_query in gets), during  # the hash, never the text

@@ -135,7 +135,7 @@ async def test_an_unexpected_error_is_masked(
     async def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("secret detail")
 
-    monkeypatch.setattr(runs_service, "list_runs", broken)
+    monkeypatch.setattr(runs_service, "read_runs", broken)
     response = await api.post("{ runs { edges { cursor } } }", None, token=tenant.token)
     (error,) = response.json()["errors"]
     assert error["extensions"]["code"] == "INTERNAL_SERVER_ERROR"

@@ -58,6 +58,12 @@ async def _setup(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec(kind, encoder=str, decoder=json.loads, schema="pg_catalog")
 
 
+async def _keep_session(_: asyncpg.Connection) -> None:
+    """Nothing to reset: these connections only ever run prepared single statements (no SET, no
+    LISTEN, no advisory lock), and asyncpg's default reset is a round trip (`RESET ALL` and co.)
+    on every release: it doubled the statements PostgreSQL ran for each authenticated request."""
+
+
 async def create_pool(
     database_url: str, *, max_size: int = 10, statement_cache: bool = True
 ) -> asyncpg.Pool:
@@ -68,6 +74,7 @@ async def create_pool(
         min_size=1,
         max_size=max_size,
         init=_setup,
+        reset=_keep_session,  # asyncpg still rolls back a transaction left open, locally checked
         server_settings={"application_name": "outlive"},
         **({} if statement_cache else {"statement_cache_size": 0}),
     )

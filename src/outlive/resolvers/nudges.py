@@ -47,6 +47,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import Subscr
 from outlive.realtime.hub import Subscriber, SubscriberClosed
 from outlive.realtime.nudges import Nudge as NudgeRecord
 from outlive.resolvers.context import Context
+from outlive.resolvers.errors import INTERNAL_MESSAGE
 from outlive.schema.nudges import Nudge
 
 log = logging.getLogger(__name__)
@@ -186,10 +187,36 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         self._fast[operation.id] = (subscriber, selection)
         operation.task.add_done_callback(lambda _: hub.remove(subscriber))
 
+    async def _coalesced_query(self, operation: Operation[Context, None]) -> bool:
+        """A query over the socket shares its execution with identical reads (HTTP ones too)."""
+        reads = getattr(self.view, "reads", None)
+        if reads is None or not isinstance(operation.variables, dict | None):
+            return False
+        try:
+            payload = await reads.serve_operation(
+                operation.query, operation.variables, operation.operation_name, self.context
+            )
+        except Exception:
+            log.exception("a query over the socket failed outside its resolvers")
+            error = {"message": INTERNAL_MESSAGE, "extensions": {"code": "INTERNAL_SERVER_ERROR"}}
+            message: Any = {"id": operation.id, "type": "error", "payload": [error]}
+            with suppress(WebSocketDisconnect, WebSocketDisconnected, RuntimeError, OSError):
+                await operation.send_operation_message(message)
+            return True
+        if payload is None:
+            return False
+        with suppress(WebSocketDisconnect, WebSocketDisconnected, RuntimeError, OSError):
+            await operation.send_operation_message(
+                {"id": operation.id, "type": "next", "payload": payload}
+            )
+            await operation.send_operation_message({"id": operation.id, "type": "complete"})
+        return True
+
     async def run_operation(self, operation: Operation[Context, None]) -> None:
         fast = self._fast.pop(operation.id, None)
         if fast is None:
-            await super().run_operation(operation)
+            if not await self._coalesced_query(operation):
+                await super().run_operation(operation)
             return
         subscriber, selection = fast
         hub = self.context.services.hub

@@ -44,15 +44,14 @@ async def runs(
     agent: str | None = None,
 ) -> RunConnection:
     ctx = info.context
-    async with ctx.services.sessions.read() as session:
-        page = await runs_service.list_runs(
-            session,
-            ctx.tenant_id,
-            first=20 if first is None else first,
-            after=after,
-            statuses=status,
-            agent=agent,
-        )
+    page = await runs_service.read_runs(
+        ctx.services.sessions,
+        ctx.tenant_id,
+        first=20 if first is None else first,
+        after=after,
+        statuses=status,
+        agent=agent,
+    )
     page.runs[:] = await _reconciled(ctx, page.runs)
     return RunConnection.of(page)
 

@@ -347,6 +347,47 @@ async def list_runs(
     )
 
 
+_PAGE = prepare(
+    text(
+        "SELECT * FROM runs WHERE tenant_id = :tenant_id"
+        " AND (CAST(:after_at AS timestamptz) IS NULL"
+        " OR (created_at, id) < (CAST(:after_at AS timestamptz), CAST(:after_id AS uuid)))"
+        " AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
+        " AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))"
+        " ORDER BY created_at DESC, id DESC LIMIT :limit"
+    ).columns(*_RUN_COLUMNS)
+)
+
+
+async def read_runs(
+    sessions: Sessions,
+    tenant_id: TenantId,
+    *,
+    first: int,
+    after: str | None = None,
+    statuses: Sequence[RunStatus] | None = None,
+    agent: str | None = None,
+) -> RunPage:
+    """`list_runs` as one prepared statement on its own (the read path: no session)."""
+    if not 0 <= first <= MAX_PAGE:
+        raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
+    at, run_id = decode_cursor(after) if after is not None else (None, None)
+    rows = await sessions.fetch(
+        _PAGE,
+        tenant_id=tenant_id,
+        after_at=at,
+        after_id=run_id,
+        statuses=[s.value for s in statuses] if statuses else None,
+        agent=agent,
+        limit=first + 1,
+    )
+    runs = [to_record(row) for row in rows]
+    page = runs[:first]
+    return RunPage(
+        runs=page, cursors=[encode_cursor(r) for r in page], has_next_page=len(runs) > first
+    )
+
+
 async def list_events(
     session: AsyncSession, run_id: RunId, *, after: int = 0, first: int = 100
 ) -> list[EventRecord]:

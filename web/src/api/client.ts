@@ -1,12 +1,17 @@
 /**
- * The Apollo client: HTTP only (POST /graphql with the bearer token). The socket does not carry
- * data; it only tells this client which active queries to ask again (realtime/refresh.ts).
+ * The Apollo client: HTTP only (/graphql with the bearer token). The socket does not carry data;
+ * it only tells this client which active queries to ask again (realtime/refresh.ts).
+ *
+ * Documents travel as Automatic Persisted Queries: a query is a GET with the sha256 of its text
+ * (the server parses and validates each document once; the URL is short); the first time a server
+ * process sees a hash it answers PersistedQueryNotFound and the link sends the text once.
  */
 
 import { ApolloClient, ApolloLink, HttpLink, InMemoryCache } from "@apollo/client";
 import { CombinedGraphQLErrors, ServerError } from "@apollo/client/errors";
 import { SetContextLink } from "@apollo/client/link/context";
 import { ErrorLink } from "@apollo/client/link/error";
+import { PersistedQueryLink } from "@apollo/client/link/persisted-queries";
 import { getToken, signOut } from "../auth/token";
 import type { RunEvent } from "./types";
 
@@ -65,6 +70,18 @@ export function isUnauthenticated(error: unknown): boolean {
   );
 }
 
+/** The hex sha256 of a document's text (Web Crypto). */
+export async function sha256Hex(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** Persisted queries where Web Crypto is there (a secure context: https, localhost). */
+export function persistedQueries(): ApolloLink | null {
+  if (typeof crypto === "undefined" || !crypto.subtle) return null;
+  return new PersistedQueryLink({ sha256: sha256Hex, useGETForHashedQueries: true });
+}
+
 export function createClient(): ApolloClient {
   const auth = new SetContextLink((prev) => {
     const token = getToken();
@@ -76,8 +93,11 @@ export function createClient(): ApolloClient {
     }
   });
   const http = new HttpLink({ uri: "/graphql", credentials: "same-origin" });
+  const persisted = persistedQueries();
   return new ApolloClient({
-    link: ApolloLink.from([signOutOnRefusal, auth, http]),
+    link: ApolloLink.from(
+      persisted ? [signOutOnRefusal, auth, persisted, http] : [signOutOnRefusal, auth, http],
+    ),
     cache: createCache(),
     defaultOptions: {
       // Show what the cache has at once and ask the API again: every navigation re-queries, so

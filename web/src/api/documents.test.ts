@@ -8,8 +8,10 @@ import * as webhooks from "./documents/webhooks";
 import { OPERATIONS } from "../realtime/invalidation";
 import { NUDGES_SUBSCRIPTION } from "../realtime/socket";
 import contractSdl from "./contract.graphql?raw";
+import servedSdl from "../../schema.graphql?raw";
 
 const schema = buildSchema(contractSdl);
+const served = buildSchema(servedSdl);
 
 const isDocument = (v: unknown): v is DocumentNode =>
   typeof v === "object" && v !== null && (v as { kind?: string }).kind === "Document";
@@ -38,6 +40,15 @@ describe("the app's documents", () => {
       d.definitions.flatMap((def) => (def.kind === "OperationDefinition" && def.name ? [def.name.value] : [])),
     );
     for (const name of Object.keys(OPERATIONS)) expect(names).toContain(name);
+  });
+
+  it.each(operations)("%s is valid against the schema the server serves (codegen's)", (_, document) => {
+    expect(validate(served, document).map((e) => e.message)).toEqual([]);
+  });
+
+  it("the timeline asks for EVENTS_PAGE events a page", () => {
+    const text = JSON.stringify(runs.RUN_TIMELINE);
+    expect(text).toContain(`"value":"${runs.EVENTS_PAGE}"`);
   });
 
   it("the nudge subscription is valid too", () => {

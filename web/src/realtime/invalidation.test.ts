@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { covers, keyOfQuery, keysForNudge, nudgeConcerns, OPERATIONS } from "./invalidation";
+import { covers, keyOfQuery, keysForNudge, nudgeConcerns, OPERATIONS, planNudges } from "./invalidation";
 
 const RUN = "0b6c1f4e-7f3e-4d0e-9a55-1d2b3c4d5e6f";
 const OTHER = "9f8e7d6c-5b4a-4321-8fed-cba987654321";
@@ -116,5 +116,71 @@ describe("nudgeConcerns: the question asked of each active query", () => {
       expect(refreshed(type, RUN)).not.toContain("Viewer");
       expect(refreshed(type, RUN)).not.toContain("Agents");
     }
+  });
+});
+
+describe("planNudges: the least that covers a burst", () => {
+  const q = (name: string, variables: Record<string, unknown>, shown: string[] = []) => ({
+    name,
+    variables,
+    shows: (id: string) => shown.includes(id),
+  });
+  const screen = [
+    q("Runs", { first: 20, after: null, status: null }, [RUN]), // 0: the list, showing RUN
+    q("Runs", { first: 20, status: ["RUNNING"] }), // 1: a filtered list
+    q("RunDetail", { id: OTHER }), // 2
+    q("RunTimeline", { id: RUN, after: 0 }), // 3
+    q("Usage", { days: 30 }), // 4
+    q("Viewer", {}), // 5
+  ];
+
+  it("a run.updated for a run a list shows asks for that run alone, not the list", () => {
+    expect(planNudges([{ type: "run.updated", id: RUN }], screen)).toEqual([
+      { kind: "refetch", index: 1 }, // the filtered list: the run may enter or leave it
+      { kind: "refetch", index: 4 }, // the counts by status
+      { kind: "fetchRun", id: RUN },
+    ]);
+  });
+
+  it("a run.updated for a run nothing shows leaves the unfiltered list alone", () => {
+    const plain = [screen[0]!, screen[5]!];
+    expect(planNudges([{ type: "run.updated", id: "nobody-shows-it" }], plain)).toEqual([]);
+  });
+
+  it("a run.updated for the run on screen asks for its detail, which updates the lists too", () => {
+    expect(planNudges([{ type: "run.updated", id: OTHER }], [q("Runs", {}, [OTHER]), screen[2]!])).toEqual([
+      { kind: "refetch", index: 1 },
+    ]);
+  });
+
+  it("a run.event asks only for that run's timeline", () => {
+    expect(planNudges([{ type: "run.event", id: RUN }], screen)).toEqual([{ kind: "refetch", index: 3 }]);
+  });
+
+  it("a run.created asks for the lists and the usage", () => {
+    expect(planNudges([{ type: "run.created", id: RUN }], screen)).toEqual([
+      { kind: "refetch", index: 0 },
+      { kind: "refetch", index: 1 },
+      { kind: "refetch", index: 4 },
+    ]);
+  });
+
+  it("a burst asks for each thing once", () => {
+    const burst = [
+      ...Array.from({ length: 50 }, () => ({ type: "run.event", id: RUN })),
+      ...Array.from({ length: 20 }, () => ({ type: "run.updated", id: RUN })),
+      { type: "run.created", id: OTHER },
+    ];
+    expect(planNudges(burst, screen)).toEqual([
+      { kind: "refetch", index: 0 },
+      { kind: "refetch", index: 1 },
+      { kind: "refetch", index: 3 },
+      { kind: "refetch", index: 4 },
+      { kind: "fetchRun", id: RUN },
+    ]);
+  });
+
+  it("never asks for the viewer, and nothing for an unknown type", () => {
+    expect(planNudges([{ type: "tenant.renamed", id: RUN }], screen)).toEqual([]);
   });
 });

@@ -93,3 +93,75 @@ export function nudgeConcerns(
   const key = keyOfQuery(operationName, variables);
   return key !== null && keysForNudge(nudge).some((k) => covers(k, key));
 }
+
+// --- the least that covers a burst of nudges --------------------------------------------------
+
+/** An active query as the planner sees it. */
+export interface ActiveQuery {
+  name: string | undefined | null;
+  variables: Record<string, unknown> | undefined | null;
+  /** Whether this query's current answer shows that run (for the runs lists). */
+  shows(runId: string): boolean;
+}
+
+/**
+ * What to ask for:
+ * - `refetch`: ask the query at `index` again (the timeline asks only for the events after its last
+ *   seq: see realtime/timeline.ts);
+ * - `fetchRun`: ask for that one run (`RunDetail`); Apollo's normalized cache then updates every
+ *   list that shows it, without asking for the lists.
+ */
+export type Action = { kind: "refetch"; index: number } | { kind: "fetchRun"; id: string };
+
+/** A runs list whose rows can change membership when a run changes (a status filter). */
+function isFiltered(variables: Record<string, unknown> | undefined | null): boolean {
+  const status = variables?.["status"];
+  return Array.isArray(status) && status.length > 0;
+}
+
+/**
+ * The least that covers a burst of nudges, for the queries on screen:
+ * - `run.created`: every runs list (the new row may belong in it) and the usage;
+ * - `run.updated` (id): that run alone when a screen shows it (its detail, or an unfiltered list
+ *   that holds it: the normalized cache updates the list), the lists filtered by status (the run
+ *   may enter or leave them) and the usage (counts by status); an unfiltered list that does not
+ *   hold the run is not asked again;
+ * - `run.event` (id): that run's timeline, after the last seq it holds;
+ * - the others as `keysForNudge` says.
+ * Each query and each run is asked for at most once per burst.
+ */
+export function planNudges(nudges: readonly NudgeLike[], queries: readonly ActiveQuery[]): Action[] {
+  const refetch = new Set<number>();
+  const runs = new Set<string>();
+  const each = (kind: QueryKey["kind"], then: (q: ActiveQuery, i: number) => void) =>
+    queries.forEach((q, i) => {
+      if (keyOfQuery(q.name, q.variables)?.kind === kind) then(q, i);
+    });
+  for (const nudge of nudges) {
+    const id = nudge.id ?? null;
+    if (nudge.type === "run.updated" && id !== null) {
+      let detail = false;
+      let listed = false;
+      each("run", (q, i) => {
+        if (q.variables?.["id"] === id) {
+          detail = true;
+          refetch.add(i);
+        }
+      });
+      each("runs", (q, i) => {
+        if (isFiltered(q.variables)) refetch.add(i);
+        else listed ||= q.shows(id);
+      });
+      each("usage", (_, i) => refetch.add(i));
+      if (listed && !detail) runs.add(id); // the detail's answer updates the lists already
+      continue;
+    }
+    queries.forEach((q, i) => {
+      if (nudgeConcerns(nudge, q.name, q.variables)) refetch.add(i);
+    });
+  }
+  return [
+    ...[...refetch].sort((a, b) => a - b).map((index) => ({ kind: "refetch" as const, index })),
+    ...[...runs].map((id) => ({ kind: "fetchRun" as const, id })),
+  ];
+}

@@ -4,23 +4,61 @@
  */
 
 import type { ApolloClient, ObservableQuery } from "@apollo/client";
-import { type NudgeLike, nudgeConcerns } from "./invalidation";
+import { RUN_DETAIL } from "../api/documents/runs";
+import { type ActiveQuery, type NudgeLike, planNudges } from "./invalidation";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type AnyQuery = ObservableQuery<any, any>;
 
-interface Slot {
-  running: Promise<void>;
-  again: boolean;
+/** Nudges closer together than this are one burst: asked for once, at the end of the window. */
+export const BURST_MS = 50;
+
+/**
+ * Coalesces bursts: the first call after a quiet spell is flushed at once (no added latency for a
+ * lone nudge); the ones that follow within `windowMs` are flushed together when the window ends.
+ */
+export class BurstGate<T> {
+  private pending: T[] = [];
+  private timer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(
+    private readonly flush: (items: T[]) => void,
+    private readonly windowMs = BURST_MS,
+  ) {}
+
+  push(item: T): void {
+    this.pending.push(item);
+    if (this.timer === undefined) this.drain();
+  }
+
+  private drain(): void {
+    const items = this.pending;
+    this.pending = [];
+    if (items.length === 0) {
+      this.timer = undefined;
+      return;
+    }
+    this.flush(items);
+    this.timer = setTimeout(() => this.drain(), this.windowMs);
+  }
+}
+
+/** Whether a runs list's current answer holds that run. */
+function shows(query: AnyQuery, runId: string): boolean {
+  const edges = (query.getCurrentResult().data as { runs?: { edges?: { node?: { id?: string } }[] } })?.runs
+    ?.edges;
+  return (edges ?? []).some((e) => e.node?.id === runId);
 }
 
 /**
- * Re-queries with back-pressure: while a query is being asked again, further nudges for it only
- * mark it dirty, and it is asked once more when the answer is in. A burst of a hundred nudges
- * costs two requests, and the last answer is never older than the last nudge.
+ * Re-queries with back-pressure: while something is being asked again, further nudges for it only
+ * mark it dirty, and it is asked once more when the answer is in. With the burst gate in front, a
+ * burst of a hundred nudges costs at most two requests per thing it concerns, and the last answer
+ * is never older than the last nudge.
  */
 export class Refresher {
-  private slots = new Map<AnyQuery, Slot>();
+  private slots = new Map<unknown, { again: boolean }>();
+  private readonly gate = new BurstGate<NudgeLike>((nudges) => this.apply(nudges));
 
   /**
    * `askAgain` by operation name overrides the plain refetch: the timeline asks only for the
@@ -34,16 +72,26 @@ export class Refresher {
     > = {},
   ) {}
 
-  /** Asks again every active query the nudge concerns; returns how many it touched. */
-  nudge(nudge: NudgeLike): number {
-    let count = 0;
-    for (const query of this.client.getObservableQueries("active")) {
-      if (nudgeConcerns(nudge, query.queryName, query.variables as Record<string, unknown>)) {
-        this.refresh(query);
-        count++;
-      }
+  /** Takes a nudge; it is acted on at once, or with the rest of its burst. */
+  nudge(nudge: NudgeLike): void {
+    this.gate.push(nudge);
+  }
+
+  /** Asks for the least that covers these nudges (see `planNudges`); how many things it asked. */
+  apply(nudges: readonly NudgeLike[]): number {
+    const queries = this.client.getObservableQueries("active");
+    const list = [...queries];
+    const active: ActiveQuery[] = list.map((q) => ({
+      name: q.queryName,
+      variables: q.variables as Record<string, unknown>,
+      shows: (id) => shows(q, id),
+    }));
+    const actions = planNudges(nudges, active);
+    for (const action of actions) {
+      if (action.kind === "refetch") this.refresh(list[action.index]!);
+      else this.fetchRun(action.id);
     }
-    return count;
+    return actions.length;
   }
 
   /** Asks every active query again: on (re)connect, on focus, when the browser is back online. */
@@ -52,25 +100,35 @@ export class Refresher {
   }
 
   private refresh(query: AnyQuery): void {
-    const slot = this.slots.get(query);
+    const ask = (query.queryName && this.askAgain[query.queryName]) || ((q: AnyQuery) => q.refetch());
+    this.once(query, () => ask(query, this.client));
+  }
+
+  /** One run, network-only: the cache's `Run:<id>` changes, and every list showing it with it. */
+  private fetchRun(id: string): void {
+    this.once(`run:${id}`, () =>
+      this.client.query({ query: RUN_DETAIL, variables: { id }, fetchPolicy: "network-only" }),
+    );
+  }
+
+  private once(key: unknown, ask: () => Promise<unknown>): void {
+    const slot = this.slots.get(key);
     if (slot) {
       slot.again = true;
       return;
     }
-    const next: Slot = { running: Promise.resolve(), again: false };
-    next.running = (async () => {
+    const next = { again: false };
+    this.slots.set(key, next);
+    void (async () => {
       try {
         do {
           next.again = false;
-          const ask =
-            (query.queryName && this.askAgain[query.queryName]) || ((q: AnyQuery) => q.refetch());
-          await ask(query, this.client).catch(() => undefined); // the screen shows the error itself
+          await ask().catch(() => undefined); // the screen shows the error itself
         } while (next.again);
       } finally {
-        this.slots.delete(query);
+        this.slots.delete(key);
       }
     })();
-    this.slots.set(query, next);
   }
 }
 

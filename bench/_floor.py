@@ -1,0 +1,181 @@
+"""The hand-written floor the read benchmarks compare with: plain Starlette + asyncpg, no GraphQL.
+
+    python bench/_floor.py PORT      (DATABASE_URL, REDIS_URL in the environment)
+
+- `GET /runs?first=N`: the bearer token looked up (the same statement as Outlive's), the newest N
+  runs of its tenant selected (the columns of the app's `RunFields`), and the JSON Outlive answers
+  for the SPA's `Runs` query, `__typename`s included, written with `json.dumps`;
+- `POST /start`: the token looked up, a run inserted (Outlive's INSERT), a nudge published on a
+  Redis channel of the floor's own; `{"id": …}`;
+- `WS /graphql`: every message on that channel, sent as it is to every socket (a raw broadcast).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+FLOOR_CHANNEL = "bench:floor:requery"
+PRINCIPAL_SQL = (
+    "SELECT users.id AS user_id, users.email, tenants.id AS tenant_id, tenants.slug,"
+    " tenants.name FROM api_tokens JOIN users ON users.id = api_tokens.user_id"
+    " JOIN tenants ON tenants.id = api_tokens.tenant_id WHERE api_tokens.token_hash = $1"
+)
+RUNS_SQL = (
+    "SELECT id, agent, status, attempt, input, output, error, created_at, started_at,"
+    " finished_at, cancel_requested_at FROM runs WHERE tenant_id = $1"
+    " ORDER BY created_at DESC, id DESC LIMIT $2"
+)
+INSERT_SQL = (
+    "INSERT INTO runs (tenant_id, agent, input) VALUES ($1, 'demo', $2::jsonb)"
+    " ON CONFLICT (tenant_id, agent) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING RETURNING id"
+)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _node(row: asyncpg.Record) -> dict[str, Any]:
+    return {
+        "__typename": "Run",
+        "id": str(row["id"]),
+        "agent": row["agent"],
+        "status": row["status"],
+        "attempt": row["attempt"],
+        "input": row["input"],
+        "output": row["output"],
+        "error": row["error"],
+        "createdAt": _iso(row["created_at"]),
+        "startedAt": _iso(row["started_at"]),
+        "finishedAt": _iso(row["finished_at"]),
+        "cancelRequestedAt": _iso(row["cancel_requested_at"]),
+    }
+
+
+async def _json_codecs(conn: asyncpg.Connection) -> None:
+    for kind in ("json", "jsonb"):
+        await conn.set_type_codec(kind, encoder=str, decoder=json.loads, schema="pg_catalog")
+
+
+def floor_app(database_url: str, redis_url: str) -> Any:
+    from redis.asyncio import Redis
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route, WebSocketRoute
+    from starlette.websockets import WebSocket, WebSocketDisconnect
+
+    state: dict[str, Any] = {}
+    sockets: set[WebSocket] = set()
+
+    async def tenant_of(request: Request) -> Any:
+        token = request.headers.get("authorization", "").partition(" ")[2]
+        row = await state["pool"].fetchrow(PRINCIPAL_SQL, hashlib.sha256(token.encode()).digest())
+        return None if row is None else row["tenant_id"]
+
+    async def runs(request: Request) -> Response:
+        tenant_id = await tenant_of(request)
+        if tenant_id is None:
+            return JSONResponse({"error": "unauthenticated"}, status_code=401)
+        first = int(request.query_params.get("first", "20"))
+        rows = await state["pool"].fetch(RUNS_SQL, tenant_id, first + 1)
+        page = rows[:first]
+        edges = [{"__typename": "RunEdge", "cursor": str(r["id"]), "node": _node(r)} for r in page]
+        info = {
+            "__typename": "PageInfo",
+            "hasNextPage": len(rows) > first,
+            "endCursor": edges[-1]["cursor"] if edges else None,
+        }
+        body = {"data": {"runs": {"__typename": "RunConnection", "edges": edges, "pageInfo": info}}}
+        return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
+
+    async def start(request: Request) -> Response:
+        tenant_id = await tenant_of(request)
+        if tenant_id is None:
+            return JSONResponse({"error": "unauthenticated"}, status_code=401)
+        run_id = await state["pool"].fetchval(
+            INSERT_SQL, tenant_id, (await request.body()).decode()
+        )
+        nudge = {"type": "run.created", "tenantId": str(tenant_id), "id": str(run_id)}
+        nudge["at"] = datetime.now(UTC).isoformat()
+        await state["redis"].publish(FLOOR_CHANNEL, json.dumps(nudge))
+        return JSONResponse({"id": str(run_id)})
+
+    async def socket(websocket: WebSocket) -> None:
+        await websocket.accept(subprotocol="graphql-transport-ws")
+        sockets.add(websocket)
+        try:
+            await websocket.send_text('{"type":"connection_ack"}')
+            while (await websocket.receive())["type"] != "websocket.disconnect":
+                pass
+        finally:
+            sockets.discard(websocket)
+
+    async def listen(pubsub: Any) -> None:
+        while True:
+            message = await pubsub.get_message(timeout=30)
+            if message is not None and message["type"] == "message":
+                frame = (
+                    '{"id":"1","type":"next","payload":{"data":{"nudges":'
+                    + message["data"].decode()
+                    + "}}}"
+                )
+                for websocket in list(sockets):
+                    with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+                        await websocket.send_text(frame)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        state["pool"] = await asyncpg.create_pool(
+            database_url, min_size=4, max_size=20, init=_json_codecs
+        )
+        state["redis"] = redis = Redis.from_url(redis_url)
+        pubsub = redis.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe(FLOOR_CHANNEL)
+        task = asyncio.create_task(listen(pubsub))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+            await redis.aclose()
+            await state["pool"].close()
+
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    routes = [
+        Route("/healthz", healthz),
+        Route("/runs", runs),
+        Route("/start", start, methods=["POST"]),
+        WebSocketRoute("/graphql", socket),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def main(port: int) -> None:
+    """uvicorn with `outlive api`'s own options, serving `floor_app`."""
+    import uvicorn
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from outlive.cli import _uvicorn_config
+
+    app = floor_app(os.environ["DATABASE_URL"], os.environ["REDIS_URL"])
+    uvicorn.Server(_uvicorn_config(app, "127.0.0.1", port)).run()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,0 +1,180 @@
+"""Read coalescing: identical reads share one execution that starts after every one of them arrived.
+
+The rule, which makes it correct by construction: a request never joins an execution that is
+already in flight. Per key there is at most one execution running and at most one batch waiting.
+A request joins the waiting batch (creating it when there is none); the batch is sealed at the
+moment its execution starts, before it sends anything to the database, and only then. So every
+request that shares an execution arrived before that execution started, and its answer reflects
+every commit made before the request arrived. When no execution is running for the key, the batch
+starts at once (on the next turn of the event loop, which lets the requests that arrived in the
+same turn join it); when one is running, the batch starts the moment it finishes, and serves every
+request that arrived meanwhile. N concurrent identical reads therefore cost at most two
+executions, however large N is.
+
+During a burst the next batch may linger before it starts, so that it serves more of the burst:
+a batch created while an identical execution was running starts once no request has joined it for
+`linger_s`, or once it is `max_wait_s` old, whichever comes first (never before the running one
+finished). Starting later is always allowed by the rule above: the batch still starts after each
+of its requests arrived. A lone read (nothing running for its key) starts at once.
+
+The execution runs in a task of its own: a waiting request that is cancelled (its client went
+away) leaves the batch, and the execution goes on for the others, even when the cancelled request
+is the one whose callable it runs. An execution that raises hands the same exception to every
+request of its batch; the next batch starts as usual. The key decides who may share: callers build
+it from everything the answer depends on (see `outlive.resolvers.reads`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+V = TypeVar("V")
+
+
+class SharedExecutionCancelled(RuntimeError):
+    """The shared execution was cancelled (the process is stopping); its requests get this."""
+
+
+@dataclass(eq=False)
+class _Batch(Generic[V]):
+    execute: Callable[[], Awaitable[V]]
+    future: asyncio.Future[V]
+    created: float
+    lingers: bool  # created during a burst: may wait for more of it
+    last_join: float = 0.0
+    size: int = 0
+    id: int = 0
+
+
+@dataclass(eq=False)
+class _Lane(Generic[V]):
+    running: _Batch[V] | None = None
+    waiting: _Batch[V] | None = None
+
+
+@dataclass
+class Stats:
+    """Counters for tests and benchmarks: requests served, executions run."""
+
+    requests: int = 0
+    executions: int = 0
+
+
+@dataclass(eq=False)
+class Shared(Generic[V]):
+    """What a request gets: the value, and which execution made it (for the response header)."""
+
+    value: V
+    execution: int
+
+
+@dataclass
+class Coalescer(Generic[V]):
+    """One per process. `run(key, execute)` answers with the value of an execution of `execute`
+    (or of an identical request's callable) that started after this call."""
+
+    linger_s: float = 0.0
+    max_wait_s: float = 0.0
+    stats: Stats = field(default_factory=Stats)
+    _lanes: dict[Hashable, _Lane[V]] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _arrivals: list[tuple[int, asyncio.Event]] = field(default_factory=list)
+
+    async def run(self, key: Hashable, execute: Callable[[], Awaitable[V]]) -> Shared[V]:
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+        batch = lane.waiting
+        loop = asyncio.get_running_loop()
+        if batch is None:
+            burst = lane.running is not None
+            batch = lane.waiting = _Batch(execute, loop.create_future(), loop.time(), burst)
+            if not burst:
+                self._start(key, lane)
+        batch.last_join = loop.time()
+        batch.size += 1
+        self.stats.requests += 1
+        self._notify()
+        # Shielded: a cancelled request leaves; the execution goes on for the rest of its batch.
+        value = await asyncio.shield(batch.future)
+        return Shared(value, batch.id)
+
+    def _start(self, key: Hashable, lane: _Lane[V]) -> None:
+        task = asyncio.ensure_future(self._execute(key, lane))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _linger(self, batch: _Batch[V]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = batch.created + self.max_wait_s
+        # A timer by design: the batch waits for a pause in arrivals, not for an event.
+        while (wake := min(batch.last_join + self.linger_s, deadline)) > loop.time():  # noqa: ASYNC110
+            await asyncio.sleep(wake - loop.time())
+
+    async def _execute(self, key: Hashable, lane: _Lane[V]) -> None:
+        batch = lane.waiting
+        assert batch is not None  # noqa: S101 (only started with a waiting batch)
+        if batch.lingers and self.linger_s > 0:
+            try:
+                await self._linger(batch)
+            except asyncio.CancelledError:
+                lane.waiting = None
+                del self._lanes[key]
+                batch.future.set_exception(SharedExecutionCancelled("the read was cancelled"))
+                batch.future.add_done_callback(_retrieve)
+                raise
+        lane.running, lane.waiting = batch, None  # sealed: nobody joins it from here on
+        batch.id = next(self._ids)
+        self.stats.executions += 1
+        # Retrieved here, so an exception nobody waits for any more is never logged as lost.
+        batch.future.add_done_callback(_retrieve)
+        try:
+            batch.future.set_result(await batch.execute())
+        except asyncio.CancelledError:
+            batch.future.set_exception(SharedExecutionCancelled("the read was cancelled"))
+            raise
+        except Exception as exc:  # noqa: BLE001 (every request of the batch gets it)
+            batch.future.set_exception(exc)
+        finally:
+            lane.running = None
+            if lane.waiting is not None:
+                self._start(key, lane)
+            else:
+                del self._lanes[key]
+
+    async def cancel_all(self) -> None:
+        """Cancel the running executions (at shutdown); their requests get an error."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- for tests: wait until a number of requests have joined ----------------------------------
+
+    async def joined(self, count: int) -> None:
+        """Returns once `stats.requests` reached `count`."""
+        if self.stats.requests >= count:
+            return
+        event = asyncio.Event()
+        self._arrivals.append((count, event))
+        await event.wait()
+
+    def _notify(self) -> None:
+        if self._arrivals:
+            for count, event in self._arrivals:
+                if self.stats.requests >= count:
+                    event.set()
+            self._arrivals = [(c, e) for c, e in self._arrivals if not e.is_set()]
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
