@@ -7,19 +7,21 @@ realtime hub and publisher from `Settings`, once per process, and hands them to 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
 from typing import Any
 
+from cross_web import HTTPException
 from redis.asyncio import Redis
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
@@ -30,31 +32,75 @@ from strawberry.types import ExecutionResult
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.engine import create_engine, create_sessions
+from outlive.ids import TokenId
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.realtime.hub import Hub, hub_client_name
 from outlive.realtime.nudges import Publisher, channel_prefix
+from outlive.realtime.revocations import control_channel, decode_revoked
 from outlive.resolvers.context import Context, Services
 from outlive.resolvers.errors import coded
 from outlive.resolvers.nudges import NudgesTransportWS
 from outlive.resolvers.schema import build_schema
-from outlive.services.tenants import Principal, authenticate
+from outlive.resolvers.sockets import SocketRegistry
+from outlive.services.tenants import authenticate
+from outlive.services.tokens import PrincipalCache
 from outlive.web import graphiql_response, web_routes
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1024 * 1024
 CONNECTION_INIT_TIMEOUT = timedelta(seconds=10)
 MAX_OPERATIONS_PER_SOCKET = 5
 
 
-def _unauthenticated(message: str) -> JSONResponse:
+def _error(message: str, code: str, status: int, **headers: str) -> JSONResponse:
+    """The contract's error shape outside GraphQL execution (auth, size, malformed bodies)."""
     return JSONResponse(
-        {"data": None, "errors": [{"message": message, "extensions": {"code": "UNAUTHENTICATED"}}]},
-        status_code=401,
-        headers={"WWW-Authenticate": "Bearer"},
+        {"data": None, "errors": [{"message": message, "extensions": {"code": code}}]},
+        status_code=status,
+        headers=headers or None,
     )
+
+
+def _unauthenticated(message: str) -> JSONResponse:
+    return _error(message, "UNAUTHENTICATED", 401, **{"WWW-Authenticate": "Bearer"})
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return _error(f"request body too large (at most {limit} bytes)", "BAD_USER_INPUT", 413)
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, counted as it arrives; None as soon as it passes `limit` bytes
+    (whatever `Content-Length` or chunking says)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client left; Starlette handles it downstream
+            return b"".join(chunks)
+        body: bytes = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            return None
+        chunks.append(body)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands out `body` once, then whatever comes next (a disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def bearer(value: str | None) -> str | None:
@@ -72,32 +118,45 @@ class OutliveGraphQL(GraphQL[Context, None]):
     graphql_transport_ws_handler_class = NudgesTransportWS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            request = Request(scope, receive)
-            if not self._is_ide_page(request):
-                length = request.headers.get("content-length")
-                if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-                    response: Response = JSONResponse(
-                        {
-                            "errors": [
-                                {
-                                    "message": "request body too large",
-                                    "extensions": {"code": "BAD_USER_INPUT"},
-                                }
-                            ]
-                        },
-                        status_code=413,
-                    )
-                    await response(scope, receive, send)
-                    return
-                token = bearer(request.headers.get("authorization"))
-                principal = await self._authenticate(token) if token else None
-                if principal is None:
-                    reason = "invalid bearer token" if token else "missing bearer token"
-                    await _unauthenticated(reason)(scope, receive, send)
-                    return
-                scope.setdefault("state", {})["principal"] = principal
-        await super().__call__(scope, receive, send)
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if not self._is_ide_page(request):
+            response = await self._admit(request, scope)
+            if response is not None:
+                await response(scope, receive, send)
+                return
+            limit = self.services.settings.max_body_bytes
+            body = await read_body(receive, limit) if request.method == "POST" else b""
+            if body is None:
+                await _too_large(limit)(scope, receive, send)
+                return
+            receive = replaying(body, receive)
+        try:
+            response = await self.run(Request(scope, receive))
+        except HTTPException as exc:  # strawberry's own refusals, in the contract's JSON shape
+            response = _error(exc.reason, "BAD_USER_INPUT", exc.status_code)
+        await response(scope, receive, send)
+
+    async def _admit(self, request: Request, scope: Scope) -> Response | None:
+        """A refusal before the body is read (declared size, authentication), or None."""
+        limit = self.services.settings.max_body_bytes
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            return _too_large(limit)
+        token = bearer(request.headers.get("authorization"))
+        principal = await self.services.authenticate(token) if token else None
+        if principal is None:
+            return _unauthenticated("invalid bearer token" if token else "missing bearer token")
+        scope.setdefault("state", {})["principal"] = principal
+        return None
+
+    def decode_json(self, data: str | bytes) -> object:
+        try:
+            return json.loads(data)
+        except RecursionError:
+            raise HTTPException(400, "the request body nests too deeply") from None
 
     @staticmethod
     def _is_ide_page(request: Request) -> bool:
@@ -106,9 +165,6 @@ class OutliveGraphQL(GraphQL[Context, None]):
             and "query" not in request.query_params
             and "text/html" in request.headers.get("accept", "")
         )
-
-    async def _authenticate(self, token: str) -> Principal | None:
-        return await authenticate(self.services.sessions, token)
 
     async def process_result(
         self, request: Request, result: ExecutionResult
@@ -130,14 +186,58 @@ class OutliveGraphQL(GraphQL[Context, None]):
         )
 
     async def on_ws_connect(self, context: Context) -> dict[str, Any] | None:
+        """Authenticate `connection_init` (4403 when refused) and register the socket (its tenant's
+        cap, revocation, expiry); `TooManySockets` when the tenant is at its cap."""
         params = context.connection_params or {}
         raw = params.get("authorization") or params.get("Authorization")
         token = bearer(raw) if isinstance(raw, str) else None
-        principal = await self._authenticate(token) if token else None
-        if principal is None:
+        services = self.services
+        generation = services.auth.generation
+        principal = await services.authenticate(token) if token else None
+        if principal is None or token is None:
             raise ConnectionRejectionError()
-        context.principal = principal
+        websocket: WebSocket = context.request
+        context.socket = services.sockets.add(principal, websocket.close)
+        context.principal, context.token = principal, token
+        # A revocation announced while we read the row was not seen by the registry: look again.
+        if (
+            services.auth.generation != generation
+            and await authenticate(services.sessions, token) is None
+        ):
+            services.sockets.remove(context.socket)
+            context.socket = None
+            raise ConnectionRejectionError()
         return None
+
+
+def _control_hub(
+    redis: Redis, redis_url: str, settings: Settings, sockets: SocketRegistry
+) -> tuple[Hub, PrincipalCache]:
+    """One Redis subscription per process: nudges (unless realtime is off) and revocations, which
+    evict the token from the principal cache and close its sockets. The cache is used only while
+    that subscription is live."""
+
+    def on_control(raw: bytes | str) -> None:
+        token_id = decode_revoked(raw)
+        if token_id is not None:
+            auth.revoked(TokenId(token_id))
+            closed = sockets.close_token(token_id)
+            log.info("token %s revoked: %d socket(s) closed", token_id, closed)
+
+    def on_resubscribed() -> None:
+        auth.clear()
+        sockets.recheck_soon()
+
+    hub = Hub(
+        redis,
+        prefix=channel_prefix(redis_url),
+        nudges=settings.realtime,
+        control_channel=control_channel(redis_url),
+        on_control=on_control,
+        on_resubscribed=on_resubscribed,
+    )
+    auth = PrincipalCache(settings.auth_cache_s, is_live=hub.is_live)
+    return hub, auth
 
 
 async def _healthz(_: Request) -> Response:
@@ -174,25 +274,29 @@ def build_app(
         queue = create_queue(redis_url, RUNS_QUEUE)
         jobs_queue = create_queue(redis_url, JOBS_QUEUE)
         publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
-        hub_redis = (
-            create_redis(redis_url, client_name=hub_client_name()) if settings.realtime else None
-        )
-        hub = Hub(hub_redis, prefix=channel_prefix(redis_url)) if hub_redis is not None else None
+        hub_redis = create_redis(redis_url, client_name=hub_client_name())
         sessions = create_sessions(engine).wired(
             nudge_sink=publisher.defer, jobs=SaqJobProducer(jobs_queue, settings)
         )
         await sessions.open_raw(database_url)
+        sockets = SocketRegistry(
+            max_per_tenant=settings.ws_max_per_tenant, recheck_s=settings.ws_recheck_s
+        )
+        hub, auth = _control_hub(hub_redis, redis_url, settings, sockets)
         view.services = Services(
             sessions=sessions,
             agents=AgentRegistry.from_entry_points(),
             instances=SaqRunInstances(queue, settings),
             settings=settings,
-            hub=hub,
+            auth=auth,
+            sockets=sockets,
+            hub=hub if settings.realtime else None,
         )
         app.state.engine, app.state.redis = engine, redis
-        app.state.hub, app.state.publisher = hub, publisher
-        if hub is not None:
-            await hub.start()  # waits (briefly) for the subscription: no missed first nudges
+        app.state.hub = hub if settings.realtime else None
+        app.state.publisher, app.state.services = publisher, view.services
+        await hub.start()  # waits (briefly) for the subscription: no missed first nudges
+        sockets.start(sessions)
         if extra_lifespan is not None:
             await extra_lifespan[0]()
         try:
@@ -200,15 +304,14 @@ def build_app(
         finally:
             if extra_lifespan is not None:
                 await extra_lifespan[1]()
-            if hub is not None:
-                await hub.stop()  # any socket still open is closed with 1012: clients reconnect
+            await hub.stop()  # any socket still open is closed with 1012: clients reconnect
+            await sockets.stop()
             await publisher.drain()
             for q in (queue, jobs_queue):
                 with suppress(Exception):
                     await q.disconnect()
             await redis.aclose()
-            if hub_redis is not None:
-                await hub_redis.aclose()
+            await hub_redis.aclose()
             await sessions.close_raw()
             await engine.dispose()
 

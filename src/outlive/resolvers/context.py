@@ -11,11 +11,13 @@ from outlive.db.tx import Sessions
 from outlive.errors import Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
+from outlive.resolvers.sockets import OpenSocket, SocketRegistry
 from outlive.services import runs as runs_service
 from outlive.services import webhooks
 from outlive.services.ports import RunInstances
 from outlive.services.runs import EventRecord
 from outlive.services.tenants import Principal
+from outlive.services.tokens import PrincipalCache
 from outlive.services.webhooks import DeliveryRecord
 
 
@@ -27,7 +29,14 @@ class Services:
     agents: AgentRegistry
     instances: RunInstances
     settings: Settings
+    auth: PrincipalCache
+    sockets: SocketRegistry
     hub: Hub | None = None
+
+    async def authenticate(self, token: str) -> Principal | None:
+        """The principal of a bearer token, through this process's cache (which obeys
+        revocation and expiry)."""
+        return await self.auth.authenticate(self.sessions, token)
 
 
 @dataclass
@@ -37,6 +46,8 @@ class Context:
     request: Any = None
     response: Any = None
     connection_params: dict[str, Any] | None = None
+    token: str | None = None  # the bearer token of a socket, re-checked on every subscribe
+    socket: OpenSocket | None = None  # the socket's registration (per-tenant cap, revocation)
 
     def require(self) -> Principal:
         if self.principal is None:

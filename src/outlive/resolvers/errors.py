@@ -13,6 +13,7 @@ import logging
 
 from graphql import GraphQLError
 from strawberry.extensions import MaskErrors
+from strawberry.schema.exceptions import InvalidOperationTypeError
 
 from outlive.errors import DomainError
 
@@ -41,6 +42,10 @@ def coded(error: GraphQLError) -> GraphQLError:
         original = original.original_error
     if isinstance(original, DomainError):
         return _with_code(error, original.code, original.message)
+    if isinstance(original, InvalidOperationTypeError):  # a query or mutation on the socket
+        return _with_code(
+            error, "BAD_USER_INPUT", f"{error.message} over the socket: use POST /graphql"
+        )
     if error.path is None:  # before execution: parsing, validation, variable coercion
         if error.message.startswith("Variable '$"):
             return _with_code(error, "BAD_USER_INPUT")
