@@ -21,6 +21,9 @@ def create_engine(database_url: str, *, pool_size: int = 10, max_overflow: int =
         max_overflow=max_overflow,
         pool_pre_ping=False,
         pool_recycle=1800,
+        # An error's text (and so a logged traceback) never carries the statement's parameters:
+        # they can be secrets (a fresh `whsec_`) or a tenant's data.
+        hide_parameters=True,
         # asyncpg's own statement cache is on; SQLAlchemy's compiled cache covers the rest.
         connect_args={"server_settings": {"application_name": "outlive"}},
     )

@@ -21,6 +21,7 @@ from outlive.resolvers import tenants as tenant_fields
 from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
 from outlive.resolvers.errors import ErrorCodes
+from outlive.resolvers.limits import NoNulInStrings, RequestLimits
 from outlive.schema.agents import Agent
 from outlive.schema.invitations import Invitation
 from outlive.schema.nudges import Nudge
@@ -38,6 +39,7 @@ MAX_TOKENS = 3000
 LIMIT_RULES = [
     *QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
     *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
+    NoNulInStrings,
 ]
 
 
@@ -97,6 +99,7 @@ def build_schema() -> strawberry.Schema:
             lambda: ValidationCache(maxsize=512),
             lambda: AddValidationRules(LIMIT_RULES),
             lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+            RequestLimits,
             ErrorCodes,
         ],
     )
