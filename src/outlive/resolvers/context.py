@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from outlive.agents.registry import AgentRegistry
@@ -11,9 +11,9 @@ from outlive.db.tx import Sessions
 from outlive.errors import Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
+from outlive.resolvers.loaders import Loaders
 from outlive.resolvers.sockets import OpenSocket, SocketRegistry
-from outlive.services import runs as runs_service
-from outlive.services import webhooks
+from outlive.services import timelines, webhooks
 from outlive.services.ports import RunInstances
 from outlive.services.runs import EventRecord
 from outlive.services.tenants import Principal
@@ -48,6 +48,7 @@ class Context:
     connection_params: dict[str, Any] | None = None
     token: str | None = None  # the bearer token of a socket, re-checked on every subscribe
     socket: OpenSocket | None = None  # the socket's registration (per-tenant cap, revocation)
+    _loaders: Loaders | None = field(default=None, repr=False)
 
     def require(self) -> Principal:
         if self.principal is None:
@@ -58,12 +59,21 @@ class Context:
     def tenant_id(self) -> TenantId:
         return self.require().tenant.id
 
+    @property
+    def loaders(self) -> Loaders:
+        """This request's DataLoaders (made on first use)."""
+        if self._loaders is None:
+            self._loaders = Loaders(self.services.sessions, lambda: self.tenant_id)
+        return self._loaders
+
     async def endpoint_deliveries(
         self, endpoint_id: EndpointId, *, first: int
     ) -> list[DeliveryRecord]:
-        async with self.services.sessions.read() as session:
-            return await webhooks.list_deliveries(session, self.tenant_id, endpoint_id, first=first)
+        webhooks.check_deliveries_page(first)  # this field's error, not the whole batch's
+        self.require()
+        return await self.loaders.deliveries.load((endpoint_id, first))
 
     async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]:
-        async with self.services.sessions.read() as session:
-            return await runs_service.list_events(session, run_id, after=after, first=first)
+        timelines.check_events_page(first)
+        self.require()
+        return await self.loaders.events.load((run_id, after, first))

@@ -31,8 +31,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import ARRAY, Uuid, cast, delete, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from outlive.db.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 from outlive.db.tx import UnitOfWork
@@ -201,18 +202,43 @@ async def list_endpoints(session: AsyncSession, tenant_id: TenantId) -> list[End
     return [_endpoint(e) for e in rows]
 
 
+def check_deliveries_page(first: int) -> None:
+    if not 0 <= first <= MAX_DELIVERIES_PAGE:
+        raise BadUserInput(f"first must be between 0 and {MAX_DELIVERIES_PAGE}")
+
+
 async def list_deliveries(
     session: AsyncSession, tenant_id: TenantId, endpoint_id: EndpointId, *, first: int
 ) -> list[DeliveryRecord]:
-    if not 0 <= first <= MAX_DELIVERIES_PAGE:
-        raise BadUserInput(f"first must be between 0 and {MAX_DELIVERIES_PAGE}")
-    rows = await session.scalars(
+    found = await list_deliveries_of_endpoints(session, tenant_id, [endpoint_id], first=first)
+    return found[endpoint_id]
+
+
+async def list_deliveries_of_endpoints(
+    session: AsyncSession, tenant_id: TenantId, endpoint_ids: Sequence[EndpointId], *, first: int
+) -> dict[EndpointId, list[DeliveryRecord]]:
+    """Each endpoint's newest `first` deliveries (one statement for all of them), scoped to the
+    tenant: another tenant's endpoint id has none."""
+    check_deliveries_page(first)
+    ids = (
+        func.unnest(cast(list(dict.fromkeys(endpoint_ids)), ARRAY(Uuid())))
+        .table_valued("id")
+        .render_derived()
+    )
+    newest = (
         select(WebhookDelivery)
-        .where(WebhookDelivery.endpoint_id == endpoint_id, WebhookDelivery.tenant_id == tenant_id)
+        .where(WebhookDelivery.endpoint_id == ids.c.id, WebhookDelivery.tenant_id == tenant_id)
         .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id)
         .limit(first)
+        .lateral()
     )
-    return [_delivery(d) for d in rows]
+    rows = await session.execute(
+        select(aliased(WebhookDelivery, newest)).select_from(ids).join(newest, true())
+    )
+    found: dict[EndpointId, list[DeliveryRecord]] = {e: [] for e in endpoint_ids}
+    for (delivery,) in rows:
+        found[EndpointId(delivery.endpoint_id)].append(_delivery(delivery))
+    return found
 
 
 def _endpoint(e: WebhookEndpoint) -> EndpointRecord:
