@@ -30,6 +30,7 @@ async def create_webhook_endpoint(
             url=url,
             events=events,
             allow_private=ctx.services.settings.webhook_allow_private,
+            max_endpoints=ctx.services.settings.webhook_max_endpoints,
         )
     return CreateWebhookEndpointPayload(endpoint=WebhookEndpoint.of(endpoint), secret=secret)
 

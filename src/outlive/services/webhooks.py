@@ -11,7 +11,14 @@ package).
 URLs are checked twice against server-side request forgery: when the endpoint is created and
 before every delivery (DNS can change), and the delivery connects to the address that was checked.
 Only http(s) is accepted; loopback, private, link-local and other non-global addresses are refused
-unless `OUTLIVE_WEBHOOK_ALLOW_PRIVATE=1`.
+unless `OUTLIVE_WEBHOOK_ALLOW_PRIVATE=1`, and so is every IPv6 form that embeds an IPv4 address
+(IPv4-compatible `::/96`, NAT64 `64:ff9b::/96` and `64:ff9b:1::/48`, 6to4 `2002::/16`, Teredo
+`2001::/32`, IPv4-mapped). Whatever the reason, the caller hears one generic "destination not
+allowed": an error that named the resolved address, or told "does not resolve" from "private",
+would let a tenant map the internal network and its DNS.
+
+A tenant has at most `OUTLIVE_WEBHOOK_MAX_ENDPOINTS`; the count is taken under a lock on the
+tenant's row, so concurrent creates cannot pass it together.
 """
 
 from __future__ import annotations
@@ -35,14 +42,21 @@ from sqlalchemy import ARRAY, Uuid, cast, delete, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
-from outlive.db.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from outlive.db.models import DeliveryStatus, Tenant, WebhookDelivery, WebhookEndpoint
 from outlive.db.tx import UnitOfWork
 from outlive.errors import BadUserInput
 from outlive.ids import DeliveryId, EndpointId, TenantId
 
 RUN_EVENTS = ("run.succeeded", "run.failed", "run.cancelled")
 DELIVER_JOB = "webhook.deliver.v1"
-MAX_ENDPOINTS_PER_TENANT = 50
+MAX_ENDPOINTS_PER_TENANT = 50  # the default of OUTLIVE_WEBHOOK_MAX_ENDPOINTS
+NOT_ALLOWED = "destination not allowed"
+# IPv6 ranges that carry (or translate to) an IPv4 address, refused outright; the IPv4 address
+# embedded in any other form is checked as well.
+EMBEDDING_V6 = tuple(
+    ipaddress.IPv6Network(n)
+    for n in ("::/96", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
+)
 MAX_DELIVERIES_PAGE = 100
 
 
@@ -123,23 +137,31 @@ def check_url_shape(url: str) -> str:
     return urlunsplit(parts)
 
 
+def is_public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """A global unicast address that embeds no IPv4 address."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if any(ip in network for network in EMBEDDING_V6):
+            return False
+        embedded = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+        if any(v4 is not None and not is_public(v4) for v4 in embedded):
+            return False
+    return ip.is_global and not ip.is_multicast
+
+
 async def resolve_public(url: str, *, allow_private: bool) -> tuple[str, str]:
-    """(host, address to connect to): the first resolved address, all of them checked."""
+    """(host, address to connect to): the first resolved address, all of them checked. Any
+    refusal is the one generic `UnsafeDestination("destination not allowed")`."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        raise UnsafeDestination(f"cannot resolve {host!r}: {exc.strerror or exc}") from None
-    addresses = [str(info[4][0]) for info in infos]
-    if not allow_private:
-        for address in addresses:
-            ip = ipaddress.ip_address(address.split("%")[0])
-            if not ip.is_global or ip.is_multicast:
-                raise UnsafeDestination(
-                    f"{host!r} resolves to {ip}, a loopback, private or link-local address"
-                )
+        addresses = [str(info[4][0]) for info in infos]
+        ips = [ipaddress.ip_address(address.split("%")[0]) for address in addresses]
+    except (OSError, ValueError, UnicodeError):
+        raise UnsafeDestination(NOT_ALLOWED) from None
+    if not addresses or not (allow_private or all(is_public(ip) for ip in ips)):
+        raise UnsafeDestination(NOT_ALLOWED)
     return host, addresses[0]
 
 
@@ -163,20 +185,27 @@ def check_events(events: list[str] | None) -> list[str]:
 
 
 async def create_endpoint(
-    uow: UnitOfWork, *, url: str, events: list[str] | None, allow_private: bool
+    uow: UnitOfWork,
+    *,
+    url: str,
+    events: list[str] | None,
+    allow_private: bool,
+    max_endpoints: int = MAX_ENDPOINTS_PER_TENANT,
 ) -> tuple[EndpointRecord, str]:
     """The endpoint and its secret (returned once, never again)."""
     tenant_id = uow.require_tenant()
     url = check_url_shape(url)
     chosen = check_events(events)
     await resolve_public(url, allow_private=allow_private)
+    # Creates of one tenant take turns from here to the commit: the count cannot go stale.
+    await uow.session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update())
     count = await uow.session.scalar(
         select(func.count())
         .select_from(WebhookEndpoint)
         .where(WebhookEndpoint.tenant_id == tenant_id)
     )
-    if (count or 0) >= MAX_ENDPOINTS_PER_TENANT:
-        raise BadUserInput(f"a tenant has at most {MAX_ENDPOINTS_PER_TENANT} webhook endpoints")
+    if (count or 0) >= max_endpoints:
+        raise BadUserInput(f"a tenant has at most {max_endpoints} webhook endpoints")
     secret = new_secret()
     endpoint = WebhookEndpoint(tenant_id=tenant_id, url=url, secret=secret, events=chosen)
     uow.session.add(endpoint)
