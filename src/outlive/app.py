@@ -44,6 +44,7 @@ from outlive.resolvers.errors import coded
 from outlive.resolvers.nudges import NudgesTransportWS
 from outlive.resolvers.schema import build_schema
 from outlive.resolvers.sockets import SocketRegistry
+from outlive.services.ratelimits import RateLimiter
 from outlive.services.tenants import authenticate
 from outlive.services.tokens import PrincipalCache
 from outlive.web import graphiql_response, web_routes
@@ -290,6 +291,7 @@ def build_app(
             settings=settings,
             auth=auth,
             sockets=sockets,
+            limiter=RateLimiter(redis),
             hub=hub if settings.realtime else None,
         )
         app.state.engine, app.state.redis = engine, redis

@@ -15,6 +15,7 @@ from outlive.resolvers.loaders import Loaders
 from outlive.resolvers.sockets import OpenSocket, SocketRegistry
 from outlive.services import timelines, webhooks
 from outlive.services.ports import RunInstances
+from outlive.services.ratelimits import RateLimiter
 from outlive.services.runs import EventRecord
 from outlive.services.tenants import Principal
 from outlive.services.tokens import PrincipalCache
@@ -31,6 +32,7 @@ class Services:
     settings: Settings
     auth: PrincipalCache
     sockets: SocketRegistry
+    limiter: RateLimiter
     hub: Hub | None = None
 
     async def authenticate(self, token: str) -> Principal | None:

@@ -9,6 +9,7 @@ from outlive.resolvers.context import Context
 from outlive.schema.webhooks import CreateWebhookEndpointPayload, WebhookEndpoint
 from outlive.services import webhooks
 from outlive.services.ids import parse_uuid
+from outlive.services.ratelimits import Bucket
 
 Info = strawberry.Info[Context, None]
 
@@ -24,6 +25,10 @@ async def create_webhook_endpoint(
     info: Info, url: str, events: list[str] | None = None
 ) -> CreateWebhookEndpointPayload:
     ctx = info.context
+    await ctx.services.limiter.take(
+        Bucket("create-webhook", str(ctx.tenant_id), ctx.services.settings.rate_create_webhook),
+        message="too many webhook endpoints created: try again later",
+    )
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         endpoint, secret = await webhooks.create_endpoint(
             uow,

@@ -29,6 +29,14 @@ class Invitation(Base):
             "created_at",
             postgresql_where=text("status IN ('PENDING', 'FAILED')"),
         ),
+        # One PENDING invitation per (tenant, email): inviting again hands it back.
+        Index(
+            "uq_invitations_pending_email",
+            "tenant_id",
+            "email",
+            unique=True,
+            postgresql_where=text("status = 'PENDING'"),
+        ),
     )
 
     id: Mapped[UUID] = uuid_pk()
