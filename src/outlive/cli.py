@@ -194,25 +194,20 @@ async def _fire(settings: Settings, expression: str, tasks: Any) -> dict[str, An
 # --- api / worker / dev ----------------------------------------------------------------------
 
 
-def _uvicorn_config(app: Any, host: str, port: int, **overrides: Any) -> Any:
-    import uvicorn
+def _uvicorn_config(
+    app: Any, host: str, port: int, settings: Settings | None = None, **overrides: Any
+) -> Any:
+    from outlive.serving import uvicorn_config
 
-    options: dict[str, Any] = {
-        "ws_per_message_deflate": False,  # tiny frames: deflate would double per-socket memory
-        "ws_ping_interval": 20,  # uvicorn's own pings: a dead peer is dropped within 40 s
-        "ws_ping_timeout": 20,
-        "timeout_graceful_shutdown": 10,
-        "log_level": "info",
-        "access_log": False,
-    }
-    return uvicorn.Config(app, host=host, port=port, **(options | overrides))
+    return uvicorn_config(app, host, port, settings or _settings(), **overrides)
 
 
 def cmd_api(args: argparse.Namespace) -> None:
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
-    _settings().require_services()
+    settings = _settings()
+    settings.require_services()
 
     def stopped(signum: int, _: Any) -> None:
         raise SystemExit(0)
@@ -225,6 +220,7 @@ def cmd_api(args: argparse.Namespace) -> None:
             "outlive.app:app_from_environment",
             args.host,
             args.port,
+            settings,
             factory=True,
             workers=args.workers,
         )
@@ -232,7 +228,7 @@ def cmd_api(args: argparse.Namespace) -> None:
         return
     from outlive.app import app_from_environment
 
-    server = uvicorn.Server(_uvicorn_config(app_from_environment(), args.host, args.port))
+    server = uvicorn.Server(_uvicorn_config(app_from_environment(), args.host, args.port, settings))
     server.run()
     if not server.started:
         raise CliError("the API did not start (see the log above)", 1)
@@ -297,7 +293,7 @@ def _serve_dev(settings: Settings, host: str, port: int, token: str) -> None:
     url = f"http://{host}:{port}"
     print(f"token: {token}")  # noqa: T201
     print(f"open {url}/#token={token}  (GraphiQL: {url}/graphql)", flush=True)  # noqa: T201
-    uvicorn.Server(_uvicorn_config(app, host, port)).run()
+    uvicorn.Server(_uvicorn_config(app, host, port, settings)).run()
 
 
 # --- parsing ---------------------------------------------------------------------------------
