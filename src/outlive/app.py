@@ -51,8 +51,8 @@ from outlive.web import graphiql_response, web_routes
 
 log = logging.getLogger(__name__)
 
-CONNECTION_INIT_TIMEOUT = timedelta(seconds=10)
-MAX_OPERATIONS_PER_SOCKET = 5
+CONNECTION_INIT_TIMEOUT = timedelta(seconds=10)  # the defaults of OUTLIVE_WS_INIT_TIMEOUT_S
+MAX_OPERATIONS_PER_SOCKET = 5  # and OUTLIVE_WS_MAX_SUBSCRIPTIONS
 
 
 def _error(message: str, code: str, status: int, **headers: str) -> JSONResponse:
@@ -260,11 +260,11 @@ def build_app(
     with the embedded worker."""
     database_url, redis_url = settings.require_services()
     view = OutliveGraphQL(
-        build_schema(),
+        build_schema(settings),
         graphql_ide="graphiql",
         subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
-        connection_init_wait_timeout=CONNECTION_INIT_TIMEOUT,
-        max_subscriptions_per_connection=MAX_OPERATIONS_PER_SOCKET,
+        connection_init_wait_timeout=timedelta(seconds=settings.ws_init_timeout_s),
+        max_subscriptions_per_connection=settings.ws_max_subscriptions,
         allowed_origins=settings.allowed_origins,
     )
 

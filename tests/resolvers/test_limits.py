@@ -17,7 +17,8 @@ from outlive.db.models import Invitation, Run, WebhookEndpoint
 from outlive.db.tx import Sessions
 from outlive.resolvers.limits import cost_plan
 from outlive.resolvers.schema import build_schema
-from tests.support import Api, TenantHandle
+from tests.conftest import make_settings
+from tests.support import Api, Servers, TenantHandle
 
 RUN_PAGE = "{ runs(first: 100) { edges { node { id %s } } } }"
 
@@ -198,3 +199,19 @@ async def test_database_errors_never_carry_their_parameters(settings: Settings) 
     finally:
         await engine.dispose()
     assert "whsec_x" not in str(caught.value)
+
+
+async def test_the_document_limits_come_from_the_settings(
+    servers: Servers, tenant: TenantHandle
+) -> None:
+    settings = make_settings(servers, max_query_depth=3, max_query_aliases=1, max_query_tokens=100)
+    async with Api.running(settings) as api:
+        for query in (
+            "{ runs { edges { node { events { seq } } } } }",  # depth 5
+            "{ a: viewer { user { id } } b: viewer { user { id } } }",  # 2 aliases
+            "{ viewer { user { " + "id " * 120 + "} } }",  # over 100 tokens
+        ):
+            response = await api.post(query, token=tenant.token)
+            (error,) = response.json()["errors"]
+            assert error["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED", (query, error)
+        assert await api.gql("{ viewer { user { id } } }", token=tenant.token)

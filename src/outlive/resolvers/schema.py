@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import strawberry
-from graphql import GraphQLError
+from graphql import ASTValidationRule, GraphQLError
 from strawberry.extensions import (
     AddValidationRules,
     MaxAliasesLimiter,
@@ -14,6 +14,7 @@ from strawberry.extensions import (
 )
 from strawberry.types import ExecutionContext
 
+from outlive.config import Settings
 from outlive.resolvers import invitations as invitation_fields
 from outlive.resolvers import nudges as nudge_fields
 from outlive.resolvers import runs as run_fields
@@ -30,17 +31,16 @@ from outlive.schema.tenants import Viewer
 from outlive.schema.usage import UsageDay
 from outlive.schema.webhooks import CreateWebhookEndpointPayload, WebhookEndpoint
 
-MAX_DEPTH = 12
-MAX_ALIASES = 30
-MAX_TOKENS = 3000
 
-# Built once: each limiter makes a new rule class per instance, and the validation cache is keyed
-# by the rules, so per-request limiter instances would make every validation a cache miss.
-LIMIT_RULES = [
-    *QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
-    *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
-    NoNulInStrings,
-]
+def limit_rules(settings: Settings) -> list[type[ASTValidationRule]]:
+    """Built once per schema: each limiter makes a new rule class per instance, and the
+    validation cache is keyed by the rules, so per-request limiter instances would make every
+    validation a cache miss."""
+    return [
+        *QueryDepthLimiter(max_depth=settings.max_query_depth).validation_rules,
+        *MaxAliasesLimiter(max_alias_count=settings.max_query_aliases).validation_rules,
+        NoNulInStrings,
+    ]
 
 
 @strawberry.type
@@ -89,7 +89,11 @@ class OutliveSchema(strawberry.Schema):
         """Errors are coded and, when unexpected, logged by `ErrorCodes`; no second log."""
 
 
-def build_schema() -> strawberry.Schema:
+def build_schema(settings: Settings | None = None) -> strawberry.Schema:
+    """The executable schema, with the query limits of `settings` (the defaults when None)."""
+    settings = settings or Settings.model_construct()
+    rules = limit_rules(settings)
+    max_tokens = settings.max_query_tokens
     return OutliveSchema(
         query=Query,
         mutation=Mutation,
@@ -97,8 +101,8 @@ def build_schema() -> strawberry.Schema:
         extensions=[
             lambda: ParserCache(maxsize=512),
             lambda: ValidationCache(maxsize=512),
-            lambda: AddValidationRules(LIMIT_RULES),
-            lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+            lambda: AddValidationRules(rules),
+            lambda: MaxTokensLimiter(max_token_count=max_tokens),
             RequestLimits,
             ErrorCodes,
         ],
