@@ -19,7 +19,7 @@ import httpx
 from outlive.db.models import DeliveryStatus
 from outlive.ids import DeliveryId
 from outlive.jobs.envelopes import DeliverWebhookV1
-from outlive.services import webhooks
+from outlive.services import destinations, webhooks
 
 if TYPE_CHECKING:
     from outlive.jobs.consumer import JobDeps
@@ -45,10 +45,10 @@ async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
     if outgoing is None:
         return  # already delivered, given up, or its endpoint was deleted
     try:
-        host, address = await webhooks.resolve_public(
+        host, address = await destinations.resolve_public(
             outgoing.url, allow_private=deps.settings.webhook_allow_private
         )
-    except webhooks.UnsafeDestination as exc:  # permanent: recorded, not retried
+    except destinations.UnsafeDestination as exc:  # permanent: recorded, not retried
         async with deps.sessions.unit() as uow:
             await webhooks.finish_delivery(
                 uow,
@@ -90,7 +90,7 @@ async def _post(deps: JobDeps, outgoing: webhooks.Outgoing, host: str, address: 
     headers["connection"] = "close"
     request = deps.http.build_request(
         "POST",
-        webhooks.pinned_url(outgoing.url, address),
+        destinations.pinned_url(outgoing.url, address),
         content=outgoing.body,
         headers=headers,
         extensions={"sni_hostname": host},
