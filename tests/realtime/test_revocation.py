@@ -16,6 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import delete, func, select
 
+from outlive.cli_tokens import revoke_token
 from outlive.config import Settings
 from outlive.db.models import ApiToken, Run
 from outlive.db.tx import Sessions
@@ -184,3 +185,19 @@ async def test_a_tenant_gets_at_most_its_cap_of_sockets(
         await served.subscribers(1)  # its subscription, and before it its registration, are gone
         async with Socket.open(served.url, token=tenant.token) as again:  # a slot came free
             await again.subscribe()
+
+
+async def test_with_realtime_off_a_revocation_still_closes_sockets_at_once(
+    servers: Servers, tenant: TenantHandle
+) -> None:
+    """Nudges off, the control channel still on: the hub listens to revocations only."""
+    settings = make_settings(servers, realtime=False)
+    assert settings.database_url is not None
+    assert settings.redis_url is not None
+    async with serve(settings) as served, Socket.open(served.url, token=tenant.token) as sock:
+        await sock.subscribe()
+        line = await revoke_token(
+            settings.database_url, settings.redis_url, str(tenant.principal.token_id)
+        )
+        assert "1 API process(es)" in line
+        assert (await sock.closed(timeout=5))[0] == 4403
