@@ -551,11 +551,13 @@ async def run(sizes: list[int], nudges: int, logs: Path, *, verbose: bool) -> li
         redis: Redis = create_redis(env.redis_url)
         stack.push_async_callback(redis.aclose)
         api_port, floor_port = free_port(), free_port()
+        # Thousands of sockets of one tenant on one process: past the production defaults.
+        limits = env.vars(OUTLIVE_WS_MAX_PER_TENANT="1000000", OUTLIVE_API_LIMIT_CONCURRENCY="0")
         api = stack.enter_context(
-            outlive("api", "--port", str(api_port), env=env.vars(), log=logs / "api.log")
+            outlive("api", "--port", str(api_port), env=limits, log=logs / "api.log")
         )
         floor_argv = [sys.executable, __file__, "--floor", str(floor_port)]
-        floor = stack.enter_context(spawn(floor_argv, env=env.vars(), log=logs / "floor.log"))
+        floor = stack.enter_context(spawn(floor_argv, env=limits, log=logs / "floor.log"))
         api_url, floor_url = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{floor_port}"
         await wait_http(f"{api_url}/healthz")
         await wait_http(f"{floor_url}/healthz")

@@ -6,11 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from outlive.config import Settings
+from tests.conftest import make_settings
 from tests.support import Api, Servers
 
 
@@ -126,3 +128,86 @@ def test_cron_run_fires_an_expression_now(settings: Settings) -> None:
     unknown = outlive("cron", "run", "1 2 3 4 5", env=env)
     assert unknown.returncode == 2
     assert "no cron expression '1 2 3 4 5'" in _one_line_error(unknown)
+
+
+def _created_token(env: dict[str, str], tenant: str, *extra: str) -> str:
+    done = outlive("token", "create", "--tenant", tenant, "--email", f"ops@{tenant}.test", *extra,
+                   env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _token_rows(env: dict[str, str], *args: str) -> list[dict[str, str]]:
+    done = outlive("token", "list", *args, env=env)
+    assert done.returncode == 0, done.stderr
+    header, *lines = done.stdout.strip().splitlines()
+    columns = header.split("\t")
+    assert columns == ["id", "tenant", "user", "created", "expires", "revoked"]
+    assert "olv_" not in done.stdout  # never the token itself
+    return [dict(zip(columns, line.split("\t"), strict=True)) for line in lines]
+
+
+async def test_token_list_shows_each_token_with_its_expiry_but_never_the_token(
+    settings: Settings,
+) -> None:
+    env = {"DATABASE_URL": settings.database_url or ""}
+    _created_token(env, "list-a")
+    _created_token(env, "list-a", "--expires-in", "2h")
+    _created_token(env, "list-b")
+    rows = _token_rows(env, "--tenant", "list-a")
+    assert [r["tenant"] for r in rows] == ["list-a", "list-a"]
+    assert [r["user"] for r in rows] == ["ops@list-a.test"] * 2
+    assert rows[0]["expires"] == "-"
+    created, expires = (datetime.fromisoformat(rows[1][k]) for k in ("created", "expires"))
+    assert timedelta(hours=2) - timedelta(minutes=1) < expires - created <= timedelta(hours=2)
+    assert [r["revoked"] for r in rows] == ["-", "-"]
+    assert {r["tenant"] for r in _token_rows(env)} >= {"list-a", "list-b"}
+
+
+async def test_token_revoke_stops_the_token_and_is_idempotent(servers: Servers) -> None:
+    # The database's word, without a cache: tests/realtime/test_revocation.py covers the cache.
+    settings = make_settings(servers, auth_cache_s=0)
+    async with Api.running(settings) as api:
+        await _revoke_and_check(settings, api)
+
+
+async def _revoke_and_check(settings: Settings, api: Api) -> None:
+    env = {"DATABASE_URL": settings.database_url or "", "REDIS_URL": settings.redis_url or ""}
+    token = _created_token(env, "revoke-cli")
+    kept = _created_token(env, "revoke-cli")
+    assert await api.gql("{ viewer { tenant { slug } } }", token=token)
+    (row, _) = _token_rows(env, "--tenant", "revoke-cli")
+    done = outlive("token", "revoke", row["id"], env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"revoked token {row['id']}" in done.stdout
+    response = await api.post("{ viewer { tenant { slug } } }", token=token)
+    assert response.status_code == 401
+    assert response.json()["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+    assert await api.gql("{ viewer { tenant { slug } } }", token=kept)  # the other one works
+    (revoked, _) = _token_rows(env, "--tenant", "revoke-cli")
+    assert revoked["revoked"] != "-"
+    again = outlive("token", "revoke", row["id"], env=env)
+    assert again.returncode == 0, again.stderr
+    assert _token_rows(env, "--tenant", "revoke-cli")[0]["revoked"] == revoked["revoked"]
+
+
+@pytest.mark.parametrize(
+    ("token_id", "message"),
+    [("nope", "is not a token id"), ("00000000-0000-0000-0000-000000000000", "no token")],
+)
+def test_token_revoke_of_an_unknown_id_is_a_one_line_error(
+    settings: Settings, token_id: str, message: str
+) -> None:
+    env = {"DATABASE_URL": settings.database_url or "", "REDIS_URL": settings.redis_url or ""}
+    done = outlive("token", "revoke", token_id, env=env)
+    assert done.returncode == 2
+    assert message in _one_line_error(done)
+
+
+def test_token_create_refuses_a_bad_lifetime(settings: Settings) -> None:
+    env = {"DATABASE_URL": settings.database_url or ""}
+    for bad in ("soon", "0", "-5m"):
+        done = outlive("token", "create", "--tenant", "x", "--email", "a@x.test",
+                       "--expires-in", bad, env=env)  # fmt: skip
+        assert done.returncode == 2
+        assert "--expires-in" in done.stderr

@@ -7,6 +7,7 @@ realtime hub and publisher from `Settings`, once per process, and hands them to 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -14,13 +15,14 @@ from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
 from typing import Any
 
+from cross_web import HTTPException
 from redis.asyncio import Redis
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
@@ -31,35 +33,80 @@ from strawberry.types import ExecutionResult
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.engine import create_engine_for, open_sessions
+from outlive.ids import TokenId
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.jobs.telemetry import Sampler, stamp_traceparent
 from outlive.realtime.hub import Hub, hub_client_name
 from outlive.realtime.nudges import Publisher, channel_prefix
+from outlive.realtime.revocations import control_channel, decode_revoked
 from outlive.resolvers.context import Context, Services
 from outlive.resolvers.errors import coded
 from outlive.resolvers.nudges import NudgesTransportWS
 from outlive.resolvers.reads import ReadPath, read_path
 from outlive.resolvers.schema import build_schema
+from outlive.resolvers.sockets import SocketRegistry
 from outlive.services.admission import Limits, TenantAdmission
-from outlive.services.tenants import Principal, authenticate
+from outlive.services.ratelimits import RateLimiter
+from outlive.services.tenants import authenticate
+from outlive.services.tokens import PrincipalCache
 from outlive.telemetry import logs, metrics, tracing
 from outlive.web import graphiql_response, web_routes
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1024 * 1024
-CONNECTION_INIT_TIMEOUT = timedelta(seconds=10)
-MAX_OPERATIONS_PER_SOCKET = 5
+CONNECTION_INIT_TIMEOUT = timedelta(seconds=10)  # the defaults of OUTLIVE_WS_INIT_TIMEOUT_S
+MAX_OPERATIONS_PER_SOCKET = 5  # and OUTLIVE_WS_MAX_SUBSCRIPTIONS
+
+
+def _error(message: str, code: str, status: int, **headers: str) -> JSONResponse:
+    """The contract's error shape outside GraphQL execution (auth, size, malformed bodies)."""
+    return JSONResponse(
+        {"data": None, "errors": [{"message": message, "extensions": {"code": code}}]},
+        status_code=status,
+        headers=headers or None,
+    )
 
 
 def _unauthenticated(message: str) -> JSONResponse:
-    return JSONResponse(
-        {"data": None, "errors": [{"message": message, "extensions": {"code": "UNAUTHENTICATED"}}]},
-        status_code=401,
-        headers={"WWW-Authenticate": "Bearer"},
-    )
+    return _error(message, "UNAUTHENTICATED", 401, **{"WWW-Authenticate": "Bearer"})
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return _error(f"request body too large (at most {limit} bytes)", "BAD_USER_INPUT", 413)
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, counted as it arrives; None as soon as it passes `limit` bytes
+    (whatever `Content-Length` or chunking says)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client left; Starlette handles it downstream
+            return b"".join(chunks)
+        body: bytes = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            return None
+        chunks.append(body)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands out `body` once, then whatever comes next (a disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def bearer(value: str | None) -> str | None:
@@ -78,44 +125,57 @@ class OutliveGraphQL(GraphQL[Context, None]):
     graphql_transport_ws_handler_class = NudgesTransportWS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            request = Request(scope, receive)
-            if not self._is_ide_page(request):
-                length = request.headers.get("content-length")
-                if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-                    response: Response = JSONResponse(
-                        {
-                            "errors": [
-                                {
-                                    "message": "request body too large",
-                                    "extensions": {"code": "BAD_USER_INPUT"},
-                                }
-                            ]
-                        },
-                        status_code=413,
-                    )
-                    await response(scope, receive, send)
-                    return
-                token = bearer(request.headers.get("authorization"))
-                principal = await self._authenticate(token) if token else None
-                if principal is None:
-                    reason = "invalid bearer token" if token else "missing bearer token"
-                    await _unauthenticated(reason)(scope, receive, send)
-                    return
-                scope.setdefault("state", {})["principal"] = principal
-                # One operation (persisted queries, coalesced reads) is answered here; anything
-                # else goes on to strawberry's view with the body replayed.
-                fallback = await self.reads.serve(
-                    scope,
-                    receive,
-                    send,
-                    context=lambda: Context(services=self.services, principal=principal),
-                    max_body=MAX_BODY_BYTES,
-                )
-                if fallback is None:
-                    return
-                receive = fallback
-        await super().__call__(scope, receive, send)
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if not self._is_ide_page(request):
+            response = await self._admit(request, scope)
+            if response is not None:
+                await response(scope, receive, send)
+                return
+            limit = self.services.settings.max_body_bytes
+            principal = scope["state"]["principal"]
+            # One operation (persisted queries, coalesced reads) is answered here, its body
+            # counted as it arrives; anything else goes on to strawberry's view, body replayed.
+            fallback = await self.reads.serve(
+                scope,
+                receive,
+                send,
+                context=lambda: Context(services=self.services, principal=principal),
+                max_body=limit,
+            )
+            if fallback is None:
+                return
+            body = await read_body(fallback, limit) if request.method == "POST" else b""
+            if body is None:
+                await _too_large(limit)(scope, receive, send)
+                return
+            receive = replaying(body, fallback)
+        try:
+            response = await self.run(Request(scope, receive))
+        except HTTPException as exc:  # strawberry's own refusals, in the contract's JSON shape
+            response = _error(exc.reason, "BAD_USER_INPUT", exc.status_code)
+        await response(scope, receive, send)
+
+    async def _admit(self, request: Request, scope: Scope) -> Response | None:
+        """A refusal before the body is read (declared size, authentication), or None."""
+        limit = self.services.settings.max_body_bytes
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            return _too_large(limit)
+        token = bearer(request.headers.get("authorization"))
+        principal = await self.services.authenticate(token) if token else None
+        if principal is None:
+            return _unauthenticated("invalid bearer token" if token else "missing bearer token")
+        scope.setdefault("state", {})["principal"] = principal
+        return None
+
+    def decode_json(self, data: str | bytes) -> object:
+        try:
+            return json.loads(data)
+        except RecursionError:
+            raise HTTPException(400, "the request body nests too deeply") from None
 
     async def parse_http_body(self, request_adapter: Any) -> Any:
         return self.reads.resolve_persisted(await super().parse_http_body(request_adapter))
@@ -127,9 +187,6 @@ class OutliveGraphQL(GraphQL[Context, None]):
             and "query" not in request.query_params
             and "text/html" in request.headers.get("accept", "")
         )
-
-    async def _authenticate(self, token: str) -> Principal | None:
-        return await authenticate(self.services.sessions, token)
 
     async def process_result(
         self, request: Request, result: ExecutionResult
@@ -185,13 +242,27 @@ class OutliveGraphQL(GraphQL[Context, None]):
         )
 
     async def on_ws_connect(self, context: Context) -> dict[str, Any] | None:
+        """Authenticate `connection_init` (4403 when refused) and register the socket (its tenant's
+        cap, revocation, expiry); `TooManySockets` when the tenant is at its cap."""
         params = context.connection_params or {}
         raw = params.get("authorization") or params.get("Authorization")
         token = bearer(raw) if isinstance(raw, str) else None
-        principal = await self._authenticate(token) if token else None
-        if principal is None:
+        services = self.services
+        generation = services.auth.generation
+        principal = await services.authenticate(token) if token else None
+        if principal is None or token is None:
             raise ConnectionRejectionError()
-        context.principal = principal
+        websocket: WebSocket = context.request
+        context.socket = services.sockets.add(principal, websocket.close)
+        context.principal, context.token = principal, token
+        # A revocation announced while we read the row was not seen by the registry: look again.
+        if (
+            services.auth.generation != generation
+            and await authenticate(services.sessions, token) is None
+        ):
+            services.sockets.remove(context.socket)
+            context.socket = None
+            raise ConnectionRejectionError()
         return None
 
 
@@ -213,6 +284,36 @@ class OutliveApp(Starlette):
             await self.graphql(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
+
+
+def _control_hub(
+    redis: Redis, redis_url: str, settings: Settings, sockets: SocketRegistry
+) -> tuple[Hub, PrincipalCache]:
+    """One Redis subscription per process: nudges (unless realtime is off) and revocations, which
+    evict the token from the principal cache and close its sockets. The cache is used only while
+    that subscription is live."""
+
+    def on_control(raw: bytes | str) -> None:
+        token_id = decode_revoked(raw)
+        if token_id is not None:
+            auth.revoked(TokenId(token_id))
+            closed = sockets.close_token(token_id)
+            log.info("token %s revoked: %d socket(s) closed", token_id, closed)
+
+    def on_resubscribed() -> None:
+        auth.clear()
+        sockets.recheck_soon()
+
+    hub = Hub(
+        redis,
+        prefix=channel_prefix(redis_url),
+        nudges=settings.realtime,
+        control_channel=control_channel(redis_url),
+        on_control=on_control,
+        on_resubscribed=on_resubscribed,
+    )
+    auth = PrincipalCache(settings.auth_cache_s, is_live=hub.is_live)
+    return hub, auth
 
 
 async def _healthz(_: Request) -> Response:
@@ -261,13 +362,13 @@ def build_app(
     with the embedded worker."""
     database_url, redis_url = settings.require_services()
     tracing.setup(endpoint_set=bool(settings.otel_endpoint), disabled=settings.otel_sdk_disabled)
-    schema = build_schema()
+    schema = build_schema(settings)
     view = OutliveGraphQL(
         schema,
         graphql_ide="graphiql",
         subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
-        connection_init_wait_timeout=CONNECTION_INIT_TIMEOUT,
-        max_subscriptions_per_connection=MAX_OPERATIONS_PER_SOCKET,
+        connection_init_wait_timeout=timedelta(seconds=settings.ws_init_timeout_s),
+        max_subscriptions_per_connection=settings.ws_max_subscriptions,
         allowed_origins=settings.allowed_origins,
     )
     view.reads = read_path(schema, settings)
@@ -281,16 +382,17 @@ def build_app(
         if tracing.is_enabled():
             queue.register_before_enqueue(stamp_traceparent)
         publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
-        hub_redis = (
-            create_redis(redis_url, client_name=hub_client_name()) if settings.realtime else None
-        )
-        hub = Hub(hub_redis, prefix=channel_prefix(redis_url)) if hub_redis is not None else None
+        hub_redis = create_redis(redis_url, client_name=hub_client_name())
         sessions = (await open_sessions(settings, engine, database_url)).wired(
             nudge_sink=publisher.defer, jobs=SaqJobProducer(jobs_queue, settings)
         )
         agents = AgentRegistry.from_entry_points(settings.agent_modules)
         instances = SaqRunInstances(queue, settings)
         sessions.admission = TenantAdmission(sessions, instances, Limits.of(settings, len(agents)))
+        sockets = SocketRegistry(
+            max_per_tenant=settings.ws_max_per_tenant, recheck_s=settings.ws_recheck_s
+        )
+        hub, auth = _control_hub(hub_redis, redis_url, settings, sockets)
         sampler = Sampler(
             role="api",
             engine=engine,
@@ -304,14 +406,18 @@ def build_app(
             agents=agents,
             instances=instances,
             settings=settings,
-            hub=hub,
+            auth=auth,
+            sockets=sockets,
+            limiter=RateLimiter(redis),
+            hub=hub if settings.realtime else None,
         )
         app.state.engine, app.state.redis = engine, redis
-        app.state.hub, app.state.publisher = hub, publisher
+        app.state.hub = hub if settings.realtime else None
+        app.state.publisher, app.state.services = publisher, view.services
         app.state.sampler = sampler
         sampler.start(settings.metrics_sample_s)
-        if hub is not None:
-            await hub.start()  # waits (briefly) for the subscription: no missed first nudges
+        await hub.start()  # waits (briefly) for the subscription: no missed first nudges
+        sockets.start(sessions)
         if extra_lifespan is not None:
             await extra_lifespan[0]()
         try:
@@ -320,16 +426,15 @@ def build_app(
             if extra_lifespan is not None:
                 await extra_lifespan[1]()
             await view.reads.coalescer.cancel_all()
-            if hub is not None:
-                await hub.stop()  # any socket still open is closed with 1012: clients reconnect
+            await hub.stop()  # any socket still open is closed with 1012: clients reconnect
+            await sockets.stop()
             await sampler.stop()
             await publisher.drain()
             for q in (queue, jobs_queue):
                 with suppress(Exception):
                     await q.disconnect()
             await redis.aclose()
-            if hub_redis is not None:
-                await hub_redis.aclose()
+            await hub_redis.aclose()
             await sessions.close_raw()
             await engine.dispose()
             metrics.process_exited()

@@ -1,4 +1,4 @@
-"""The `outlive` command (contract §1): dev, migrate, api, worker, token create, schema.
+"""The `outlive` command (contract §1): dev, migrate, api, worker, token, schema, cron.
 
 Every failure is one line on stderr and a non-zero exit: 2 for bad input, 1 for a service that is
 missing or unreachable.
@@ -13,6 +13,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -71,14 +72,16 @@ def cmd_migrate(_: argparse.Namespace) -> None:
 # --- token -----------------------------------------------------------------------------------
 
 
-async def create_token(database_url: str, tenant: str, email: str) -> str:
+async def create_token(
+    database_url: str, tenant: str, email: str, expires_in: timedelta | None = None
+) -> str:
     from outlive.db.engine import create_engine, create_sessions
     from outlive.services.tenants import create_token as create
 
     engine = create_engine(database_url, pool_size=1, max_overflow=0)
     try:
         async with create_sessions(engine).unit() as uow:
-            _, token = await create(uow, tenant_slug=tenant, email=email)
+            _, token = await create(uow, tenant_slug=tenant, email=email, expires_in=expires_in)
         return token
     finally:
         await engine.dispose()
@@ -88,8 +91,11 @@ def cmd_token_create(args: argparse.Namespace) -> None:
     settings = _settings()
     if not settings.database_url:
         raise CliError("DATABASE_URL is not set", 1)
-    token = asyncio.run(create_token(settings.database_url, args.tenant, args.email))
-    print(f"created a token for {args.email} in tenant {args.tenant} (shown once):")  # noqa: T201
+    token = asyncio.run(
+        create_token(settings.database_url, args.tenant, args.email, args.expires_in)
+    )
+    lifetime = f", expires in {args.expires_in}" if args.expires_in else ""
+    print(f"created a token for {args.email} in tenant {args.tenant}{lifetime} (shown once):")  # noqa: T201
     print(token)  # noqa: T201
 
 
@@ -164,6 +170,27 @@ def cmd_tenant_set_limits(args: argparse.Namespace) -> None:
         if value is not _KEEP
     }
     print(asyncio.run(set_tenant_limits(_settings(), args.tenant, changes)))  # noqa: T201
+
+
+def cmd_token_list(args: argparse.Namespace) -> None:
+    from outlive.cli_tokens import list_tokens
+
+    settings = _settings()
+    if not settings.database_url:
+        raise CliError("DATABASE_URL is not set", 1)
+    for line in asyncio.run(list_tokens(settings.database_url, args.tenant)):
+        print(line)  # noqa: T201
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> None:
+    from outlive.cli_tokens import NotAnnounced, revoke_token
+
+    settings = _settings()
+    database_url, redis_url = settings.require_services()
+    try:
+        print(asyncio.run(revoke_token(database_url, redis_url, args.id)))  # noqa: T201
+    except NotAnnounced as exc:
+        raise CliError(str(exc), 1) from None
 
 
 # --- schema ----------------------------------------------------------------------------------
@@ -272,26 +299,20 @@ def cmd_jobs_redrive(args: argparse.Namespace) -> None:
 # --- api / worker / dev ----------------------------------------------------------------------
 
 
-def _uvicorn_config(app: Any, host: str, port: int, **overrides: Any) -> Any:
-    import uvicorn
+def _uvicorn_config(
+    app: Any, host: str, port: int, settings: Settings | None = None, **overrides: Any
+) -> Any:
+    from outlive.serving import uvicorn_config
 
-    options: dict[str, Any] = {
-        "ws_per_message_deflate": False,  # tiny frames: deflate would double per-socket memory
-        "ws_ping_interval": 20,  # uvicorn's own pings: a dead peer is dropped within 40 s
-        "ws_ping_timeout": 20,
-        "timeout_graceful_shutdown": 10,
-        "log_level": "info",
-        "access_log": False,
-        "log_config": None,  # our root handler formats uvicorn's records too (json or text)
-    }
-    return uvicorn.Config(app, host=host, port=port, **(options | overrides))
+    return uvicorn_config(app, host, port, settings or _settings(), **overrides)
 
 
 def cmd_api(args: argparse.Namespace) -> None:
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
-    _settings().require_services()
+    settings = _settings()
+    settings.require_services()
 
     def stopped(signum: int, _: Any) -> None:
         raise SystemExit(0)
@@ -304,6 +325,7 @@ def cmd_api(args: argparse.Namespace) -> None:
             "outlive.app:app_from_environment",
             args.host,
             args.port,
+            settings,
             factory=True,
             workers=args.workers,
         )
@@ -314,7 +336,7 @@ def cmd_api(args: argparse.Namespace) -> None:
         return
     from outlive.app import app_from_environment
 
-    server = uvicorn.Server(_uvicorn_config(app_from_environment(), args.host, args.port))
+    server = uvicorn.Server(_uvicorn_config(app_from_environment(), args.host, args.port, settings))
     server.run()
     if not server.started:
         raise CliError("the API did not start (see the log above)", 1)
@@ -388,7 +410,7 @@ def _serve_dev(settings: Settings, host: str, port: int, token: str) -> None:
         print(f"open {url}/#token={token}  (GraphiQL: {url}/graphql)", flush=True)  # noqa: T201
 
     app = build_app(settings, extra_lifespan=(start, worker.stop))
-    uvicorn.Server(_uvicorn_config(app, host, port, log_level="warning")).run()
+    uvicorn.Server(_uvicorn_config(app, host, port, settings, log_level="warning")).run()
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -428,7 +450,20 @@ def _parser() -> argparse.ArgumentParser:
     create = token_sub.add_parser("create", help="create a token (and the tenant and user)")
     create.add_argument("--tenant", required=True)
     create.add_argument("--email", required=True)
+    create.add_argument(
+        "--expires-in",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="the token stops working after this long: 90m, 12h, 30d (default: never)",
+    )
     create.set_defaults(func=cmd_token_create)
+    listing = token_sub.add_parser("list", help="list tokens (never the tokens themselves)")
+    listing.add_argument("--tenant", default=None, metavar="SLUG")
+    listing.set_defaults(func=cmd_token_list)
+    revoke = token_sub.add_parser("revoke", help="revoke a token everywhere, open sockets too")
+    revoke.add_argument("id", metavar="ID")
+    revoke.set_defaults(func=cmd_token_revoke)
 
     tenant = sub.add_parser("tenant", help="tenants")
     tenant_sub = tenant.add_subparsers(dest="tenant_command", required=True)
@@ -463,6 +498,23 @@ def _parser() -> argparse.ArgumentParser:
     fire.add_argument("expression")
     fire.set_defaults(func=cmd_cron_run)
     return parser
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(value: str) -> timedelta:
+    """`90m`, `12h`, `30d`, `45s` or plain seconds."""
+    text = value.strip().lower()
+    unit = _UNITS.get(text[-1:])
+    number = text[:-1] if unit is not None else text
+    try:
+        amount = float(number) * (unit or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a duration (90m, 12h, 30d)") from None
+    if not 0 < amount <= 100 * 365 * 86400:
+        raise argparse.ArgumentTypeError("must be positive (and under a century)")
+    return timedelta(seconds=amount)
 
 
 def _positive(value: str) -> int:

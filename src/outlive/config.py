@@ -6,11 +6,44 @@ anywhere else, and there is no module-level instance.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A token bucket: at most `count` at once, refilled at `count` per `per_s` seconds."""
+
+    count: int
+    per_s: float
+
+    @classmethod
+    def parse(cls, value: object) -> object:
+        """`"N/S"` (N per S seconds); `"off"` (or 0) means no limit (None)."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip().lower()
+        if text in ("off", "0", "none", ""):
+            return None
+        count, sep, per = text.partition("/")
+        try:
+            rate = cls(int(count), float(per) if sep else 1.0)
+        except ValueError:
+            msg = f"{value!r} is not a rate: write N/S (N per S seconds), or off"
+            raise ValueError(msg) from None
+        if rate.count < 1 or rate.per_s <= 0:
+            raise ValueError(f"{value!r}: N must be at least 1 and S positive")
+        return rate
+
+    def __str__(self) -> str:
+        return f"{self.count}/{self.per_s:g}"
+
+
+RateSetting = Annotated[Rate | None, NoDecode, BeforeValidator(Rate.parse)]
 
 
 class Settings(BaseSettings):
@@ -75,6 +108,29 @@ class Settings(BaseSettings):
     persisted_queries_max: int = Field(
         2000, ge=0, description="Automatic Persisted Queries kept per process (LRU)"
     )
+
+    # Security limits (SECURITY.md lists each one with its default).
+    auth_cache_s: float = Field(5.0, ge=0, description="principal cache TTL per API process")
+    ws_recheck_s: float = Field(30.0, gt=0, le=60, description="open sockets' tokens re-checked")
+    ws_max_per_tenant: int = Field(1000, ge=1, description="open sockets per tenant and process")
+    ws_max_bytes: int = Field(64 * 1024, ge=1024, description="largest WebSocket message")
+    max_body_bytes: int = Field(1024 * 1024, ge=1024, description="largest HTTP request body")
+    max_query_cost: int = Field(20_000, ge=1, description="objects one operation may ask for")
+    max_json_depth: int = Field(64, ge=2, description="deepest nesting in GraphQL variables")
+    max_query_depth: int = Field(12, ge=2, description="deepest selection in a document")
+    max_query_aliases: int = Field(30, ge=1, description="aliases in a document")
+    max_query_tokens: int = Field(3000, ge=100, description="tokens in a document")
+    ws_init_timeout_s: float = Field(10.0, gt=0, description="to send connection_init")
+    ws_max_subscriptions: int = Field(5, ge=1, description="operations on one socket")
+    api_limit_concurrency: int = Field(10_000, ge=0, description="connections + tasks; 0: none")
+    api_header_timeout_s: float = Field(10.0, gt=0, description="to receive a request's headers")
+    webhook_timeout_s: float = Field(10.0, gt=0, description="total deadline of one delivery")
+    webhook_max_response_bytes: int = Field(4096, ge=0, description="read of a response body")
+    webhook_max_endpoints: int = Field(50, ge=1, description="webhook endpoints per tenant")
+    rate_start_run: RateSetting = Rate(1000, 10)
+    rate_invite: RateSetting = Rate(100, 3600)
+    rate_invite_recipient: RateSetting = Rate(3, 3600)
+    rate_create_webhook: RateSetting = Rate(20, 60)
 
     # Cron.
     retention_days: int = Field(30, ge=1)

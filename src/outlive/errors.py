@@ -12,6 +12,11 @@ class DomainError(Exception):
         super().__init__(message)
         self.message = message
 
+    @property
+    def extensions(self) -> dict[str, object]:
+        """What the GraphQL error carries in `extensions` beside `code`."""
+        return {}
+
 
 class BadUserInput(DomainError):
     code = "BAD_USER_INPUT"
@@ -23,6 +28,20 @@ class NotFound(DomainError):
 
 class Unauthenticated(DomainError):
     code = "UNAUTHENTICATED"
+
+
+class RateLimited(DomainError):
+    """Too many of these, too fast: nothing was changed; try again in `retry_after` seconds."""
+
+    code = "RATE_LIMITED"
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def extensions(self) -> dict[str, object]:
+        return {"retryAfter": self.retry_after}
 
 
 class QueueUnavailable(DomainError):

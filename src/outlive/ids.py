@@ -7,6 +7,7 @@ from uuid import UUID
 
 TenantId = NewType("TenantId", UUID)
 UserId = NewType("UserId", UUID)
+TokenId = NewType("TokenId", UUID)
 RunId = NewType("RunId", UUID)
 EndpointId = NewType("EndpointId", UUID)
 DeliveryId = NewType("DeliveryId", UUID)

@@ -32,11 +32,13 @@ from outlive.cron.loading import load_table
 from outlive.db.engine import create_engine_for, open_sessions
 from outlive.db.tx import Sessions
 from outlive.jobs.consumer import JobDeps, consume
+from outlive.jobs.handlers.webhook_deliver_v1 import create_client as webhook_client
 from outlive.jobs.mailer import create_mailer
 from outlive.jobs.producer import CONSUME_TASK, SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
 from outlive.jobs.run_instances import SaqRunInstances, run_workflow
 from outlive.jobs.telemetry import (
+    MeteredTransport,
     Sampler,
     instrumented_run_task,
     metered_http_client,
@@ -66,6 +68,7 @@ class WorkerHost:
         self._redis: Redis | None = None
         self._queues: list[Queue] = []
         self._http: httpx.AsyncClient | None = None
+        self._webhook_http: httpx.AsyncClient | None = None
         self.deps: WorkflowDeps | None = None
         self._sessions: Sessions | None = None
         self.job_deps: JobDeps | None = None
@@ -84,6 +87,7 @@ class WorkerHost:
             self._redis, prefix=channel_prefix(redis_url), enabled=self.settings.realtime
         )
         self._http = metered_http_client(max_connections=100)
+        self._webhook_http = webhook_client(wrap=MeteredTransport)  # no keep-alive: see there
         runs_queue = create_queue(redis_url, RUNS_QUEUE)
         jobs_queue = create_queue(redis_url, JOBS_QUEUE)
         if tracing.is_enabled():
@@ -116,7 +120,7 @@ class WorkerHost:
         )
         self.job_deps = JobDeps(
             sessions=sessions,
-            http=self._http,
+            http=self._webhook_http,
             settings=self.settings,
             mailer=create_mailer(self.settings),
             instances=SaqRunInstances(runs_queue, self.settings),
@@ -175,8 +179,9 @@ class WorkerHost:
         for queue in self._queues:
             with suppress(Exception):
                 await queue.disconnect()
-        if self._http is not None:
-            await self._http.aclose()
+        for client in (self._http, self._webhook_http):
+            if client is not None:
+                await client.aclose()
         if self._redis is not None:
             await self._redis.aclose()
         if self._sessions is not None:

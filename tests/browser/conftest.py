@@ -158,6 +158,13 @@ class Contexts:
 
     def _watch(self, page: Page) -> None:
         page.on("pageerror", lambda error: self.errors.append(f"pageerror: {error}"))
+        page.on("console", self._csp_violation)
+
+    def _csp_violation(self, message: Any) -> None:
+        """The pages' Content-Security-Policy must allow everything they do (GraphiQL's editor
+        and workers included): a refused load is an error, not a silent degradation."""
+        if "Content Security Policy" in message.text:
+            self.errors.append(f"csp: {message.text}")
 
 
 @pytest.fixture

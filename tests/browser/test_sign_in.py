@@ -50,3 +50,30 @@ def test_a_revoked_token_lands_on_the_sign_in_screen(page: Page) -> None:
     page.goto("/#token=olv_revoked-or-never-issued")
     expect(page.get_by_role("button", name="Sign in")).to_be_visible()
     expect(page.get_by_role("alert")).to_have_text(re.compile("no longer accepts"))
+
+
+def test_a_link_with_another_tenants_token_asks_before_switching(
+    page: Page, tenant: Tenant, stack: Stack, sign_in: Callable[..., None]
+) -> None:
+    """A crafted `#token=` link must not silently sign a user into someone else's tenant."""
+    other = stack.new_tenant()
+    sign_in(page, tenant)
+    page.goto(f"/runs#token={other.token}")
+    dialog = page.get_by_role("dialog", name="Switch tenants?")
+    expect(dialog.get_by_test_id("switch-current")).to_have_text(
+        f"{tenant.slug} as owner@{tenant.slug}.test"
+    )
+    expect(dialog.get_by_test_id("switch-next")).to_have_text(
+        f"{other.slug} as owner@{other.slug}.test"
+    )
+    expect(page).to_have_url(f"{stack.base_url}/runs")  # the token left the address bar
+    assert page.evaluate("localStorage.getItem('outlive.token')") == tenant.token
+
+    dialog.get_by_role("button", name="Stay signed in").click()
+    expect(page.get_by_test_id("tenant")).to_have_text(tenant.slug)
+    assert page.evaluate("localStorage.getItem('outlive.token')") == tenant.token
+
+    page.goto(f"/#token={other.token}")
+    page.get_by_role("button", name=f"Switch to {other.slug}").click()
+    expect(page.get_by_test_id("tenant")).to_have_text(other.slug)
+    assert page.evaluate("localStorage.getItem('outlive.token')") == other.token

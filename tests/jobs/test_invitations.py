@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Iterator
 from email import message_from_bytes
@@ -24,11 +25,12 @@ class Inbox:
     def __init__(self) -> None:
         self.messages: list[tuple[list[str], Message]] = []
         self.refuse = 0
+        self.refusal = "451 try again later"
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:  # noqa: N802
         if self.refuse:
             self.refuse -= 1
-            return "451 try again later"
+            return self.refusal
         self.messages.append((list(envelope.rcpt_tos), message_from_bytes(envelope.content)))
         return "250 OK"
 
@@ -124,3 +126,40 @@ async def test_the_queue_down_at_enqueue_time_is_queue_unavailable_and_recorded(
         (invitation,) = (await api.gql(INVITATIONS, token=tenant.token))["invitations"]
     assert invitation["status"] == "FAILED"
     assert invitation["lastError"].startswith("queue unavailable")
+
+
+async def test_the_smtp_servers_own_words_never_reach_the_tenant(
+    api: Api, jobs_world: Any, sessions: Sessions, tenant: TenantHandle, smtp: Any
+) -> None:
+    inbox, port = smtp
+    inbox.refuse, inbox.refusal = 5, "554 relay denied by mx7.corp.internal (10.2.3.4)"
+    async with (
+        jobs_world(smtp_url=f"smtp://127.0.0.1:{port}", job_max_attempts=1) as world,
+        NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch,
+    ):
+        await api.gql(INVITE, {"e": "a@b.example"}, token=tenant.token)
+        failed = await _until_status(api, watch, tenant.token, "FAILED")
+    assert failed["lastError"] == "mail server answered 554"
+
+
+async def test_inviting_an_address_again_hands_back_its_pending_invitation(
+    servers: Servers, jobs_world: Any, sessions: Sessions, tenant: TenantHandle, smtp: Any
+) -> None:
+    """20 invitations to one address in under a second: one row, one email (issue 10, item 8)."""
+    inbox, port = smtp
+    settings = make_settings(servers, rate_invite="off", rate_invite_recipient="off")
+    async with Api.running(settings) as api:
+        answers = await asyncio.gather(
+            *(api.gql(INVITE, {"e": "Same@B.example"}, token=tenant.token) for _ in range(20))
+        )
+        assert len({a["inviteMember"]["id"] for a in answers}) == 1
+        async with (
+            jobs_world(smtp_url=f"smtp://127.0.0.1:{port}") as world,
+            NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch,
+        ):
+            await _until_status(api, watch, tenant.token, "SENT")
+        (invitation,) = (await api.gql(INVITATIONS, token=tenant.token))["invitations"]
+        assert invitation["id"] == answers[0]["inviteMember"]["id"]
+        assert len(inbox.messages) == 1
+        again = await api.gql(INVITE, {"e": "same@b.example"}, token=tenant.token)
+        assert again["inviteMember"]["id"] != invitation["id"]  # once sent, a new one may go

@@ -253,7 +253,7 @@ async def serve(settings: Settings, **uvicorn_options: Any) -> AsyncIterator[Ser
     sock.listen(1024)
     port = sock.getsockname()[1]
     options = {"log_level": "warning", "lifespan": "on", **uvicorn_options}
-    server = uvicorn.Server(_uvicorn_config(app, "127.0.0.1", port, **options))
+    server = uvicorn.Server(_uvicorn_config(app, "127.0.0.1", port, settings, **options))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(30):

@@ -293,28 +293,6 @@ async def test_mutations_are_never_coalesced(stack: Stack) -> None:
     assert stack.coalescer.stats.requests == requests
 
 
-async def test_a_query_over_the_socket_shares_executions_too(stack: Stack) -> None:
-    from tests.realtime.clients import Socket
-
-    tenant = await stack.user(_slug(), "owner@example.test")
-    stats = stack.coalescer.stats
-    async with Socket.open(stack.url, token=tenant.token) as socket:
-        async with stack.runs_locked():
-            requests, executions = stats.requests, stats.executions
-            over_http = asyncio.create_task(stack.data(RUNS, {"first": 5}, tenant.token))
-            await asyncio.wait_for(stack.coalescer.joined(requests + 1), 30)
-            payload = {"query": RUNS, "variables": {"first": 5}}
-            await socket.send({"type": "subscribe", "id": "q", "payload": payload})
-            await asyncio.wait_for(stack.coalescer.joined(requests + 2), 30)
-            http_data = asyncio.create_task(stack.data(RUNS, {"first": 5}, tenant.token))
-            await asyncio.wait_for(stack.coalescer.joined(requests + 3), 30)
-        message = await socket.receive()
-        assert message == {"id": "q", "type": "next", "payload": {"data": await http_data}}
-        assert (await socket.receive())["type"] == "complete"
-        await over_http
-    assert stats.executions - executions == 2
-
-
 async def test_a_cancelled_request_leaves_its_batch_and_an_exception_reaches_every_request() -> (
     None
 ):

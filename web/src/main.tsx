@@ -5,6 +5,7 @@ import { adoptTokenFromLocation, watchOtherTabs } from "./auth/token";
 import "./styles.css";
 
 adoptTokenFromLocation();
+window.addEventListener("hashchange", adoptTokenFromLocation); // a link followed within the page
 watchOtherTabs();
 
 createRoot(document.getElementById("root")!).render(

@@ -51,6 +51,9 @@ def create_engine(
         pool_timeout=pool_timeout_s,
         pool_pre_ping=False,
         pool_recycle=1800,
+        # An error's text (and so a logged traceback) never carries the statement's parameters:
+        # they can be secrets (a fresh `whsec_`) or a tenant's data.
+        hide_parameters=True,
         # asyncpg's own statement cache is on (unless statement_cache=False); SQLAlchemy's
         # compiled cache covers the rest.
         connect_args=connect_args,

@@ -13,6 +13,12 @@ reconnect refetches everything it shows, which no backlog could do better.
 A lost Redis connection is re-established with backoff. When it comes back, every subscriber is
 closed with 1012 (service restart): whatever was published in between was missed, and a client's
 reconnect is what makes it whole. At shutdown, `stop()` closes every subscriber with 1012 too.
+
+The same connection also carries the process's control channel (token revocations, see
+`realtime.revocations`): `on_control` gets each message, `is_live` says whether the subscription
+is up (so that nothing trusts a cache a missed message could have invalidated), and
+`on_resubscribed` runs when it comes back. With nudges off (`OUTLIVE_REALTIME=0`) the hub still
+listens to the control channel, and only to it.
 """
 
 from __future__ import annotations
@@ -135,10 +141,24 @@ class Subscriber:
 
 
 class Hub:
-    def __init__(self, redis: Redis, *, prefix: str, max_pending: int = MAX_PENDING) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        prefix: str,
+        max_pending: int = MAX_PENDING,
+        nudges: bool = True,
+        control_channel: str | None = None,
+        on_control: Callable[[bytes | str], None] | None = None,
+        on_resubscribed: Callable[[], None] | None = None,
+    ) -> None:
         self._redis = redis
         self._prefix = prefix
         self._max_pending = max_pending
+        self._nudges = nudges
+        self._control_channel = control_channel
+        self._on_control = on_control
+        self._on_resubscribed = on_resubscribed
         self._groups: dict[UUID, set[Subscriber]] = {}
         self._count = 0
         self._watchers: list[asyncio.Future[None]] = []
@@ -148,6 +168,10 @@ class Hub:
         self.freezer = GcFreezer(lambda: self._count)  # see gcfreeze: no full-GC pause per fan-out
 
     # --- lifecycle ---------------------------------------------------------------------------
+
+    def is_live(self) -> bool:
+        """Subscribed right now: a control message published now would be heard."""
+        return self.ready.is_set()
 
     async def start(self, *, wait_s: float = 2.0) -> None:
         """Subscribe in the background; wait up to `wait_s` for it, so that a process that has
@@ -260,22 +284,30 @@ class Hub:
         while True:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.psubscribe(f"{self._prefix}*")
+                await self._subscribe(pubsub)
                 self.ready.set()
-                log.info("realtime: subscribed to %s*", self._prefix)
                 if subscribed_before:
                     closed = self.close_all(CLOSE_RESTART, "realtime restored: refetch")
                     log.info("realtime: closed %d socket(s) that may have missed nudges", closed)
+                    if self._on_resubscribed is not None:
+                        self._on_resubscribed()
                 subscribed_before, delay = True, 0.5
                 await self._listen(pubsub)
             except (RedisError, OSError) as exc:
-                self.ready.clear()
                 log.warning("realtime: subscription lost (%r); retrying in ~%.1fs", exc, delay)
             finally:
+                self.ready.clear()
                 with suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
             await asyncio.sleep(delay * (0.5 + random.random()))  # noqa: S311 (jitter)
             delay = min(delay * 2, 15.0)
+
+    async def _subscribe(self, pubsub: Any) -> None:
+        if self._nudges:
+            await pubsub.psubscribe(f"{self._prefix}*")
+            log.info("realtime: subscribed to %s*", self._prefix)
+        if self._control_channel is not None:
+            await pubsub.subscribe(self._control_channel)
 
     async def _listen(self, pubsub: Any) -> None:
         while True:
@@ -288,3 +320,8 @@ class Hub:
                 if isinstance(channel, bytes):
                     channel = channel.decode()
                 self.dispatch(channel, message["data"])
+            elif message["type"] == "message" and self._on_control is not None:
+                try:
+                    self._on_control(message["data"])
+                except Exception:
+                    log.exception("realtime: a control message failed")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from outlive.agents.registry import AgentRegistry
@@ -11,11 +11,14 @@ from outlive.db.tx import Sessions
 from outlive.errors import Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
-from outlive.services import admission, outbox, webhooks
-from outlive.services import runs as runs_service
+from outlive.resolvers.loaders import Loaders
+from outlive.resolvers.sockets import OpenSocket, SocketRegistry
+from outlive.services import admission, outbox, timelines, webhooks
 from outlive.services.ports import RunInstances
+from outlive.services.ratelimits import RateLimiter
 from outlive.services.runs import EventRecord, RunRecord
 from outlive.services.tenants import Principal
+from outlive.services.tokens import PrincipalCache
 from outlive.services.webhooks import DeliveryRecord
 
 
@@ -27,7 +30,15 @@ class Services:
     agents: AgentRegistry
     instances: RunInstances
     settings: Settings
+    auth: PrincipalCache
+    sockets: SocketRegistry
+    limiter: RateLimiter
     hub: Hub | None = None
+
+    async def authenticate(self, token: str) -> Principal | None:
+        """The principal of a bearer token, through this process's cache (which obeys
+        revocation and expiry)."""
+        return await self.auth.authenticate(self.sessions, token)
 
 
 @dataclass
@@ -37,6 +48,9 @@ class Context:
     request: Any = None
     response: Any = None
     connection_params: dict[str, Any] | None = None
+    token: str | None = None  # the bearer token of a socket, re-checked on every subscribe
+    socket: OpenSocket | None = None  # the socket's registration (per-tenant cap, revocation)
+    _loaders: Loaders | None = field(default=None, repr=False)
 
     def require(self) -> Principal:
         if self.principal is None:
@@ -47,14 +61,20 @@ class Context:
     def tenant_id(self) -> TenantId:
         return self.require().tenant.id
 
+    @property
+    def loaders(self) -> Loaders:
+        """This request's DataLoaders (made on first use)."""
+        if self._loaders is None:
+            self._loaders = Loaders(self.services.sessions, lambda: self.tenant_id)
+        return self._loaders
+
     async def endpoint_deliveries(
         self, endpoint_id: EndpointId, *, first: int
     ) -> list[DeliveryRecord]:
+        webhooks.check_deliveries_page(first)  # this field's error, not the whole batch's
+        self.require()
+        found = await self.loaders.deliveries.load((endpoint_id, first))
         s = self.services
-        async with s.sessions.read() as session:
-            found = await webhooks.list_deliveries(
-                session, self.tenant_id, endpoint_id, first=first
-            )
         await outbox.requeue_stale(
             s.sessions, "webhook", found, grace_s=s.settings.reconcile_grace_s
         )
@@ -74,5 +94,6 @@ class Context:
         )
 
     async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]:
-        async with self.services.sessions.read() as session:
-            return await runs_service.list_events(session, run_id, after=after, first=first)
+        timelines.check_events_page(first)
+        self.require()
+        return await self.loaders.events.load((run_id, after, first))

@@ -13,6 +13,7 @@ import logging
 
 from graphql import GraphQLError
 from strawberry.extensions import MaskErrors
+from strawberry.schema.exceptions import InvalidOperationTypeError
 
 from outlive.errors import DomainError
 
@@ -21,7 +22,12 @@ log = logging.getLogger("outlive.graphql")
 INTERNAL_MESSAGE = "Internal server error."
 
 
-def _with_code(error: GraphQLError, code: str, message: str | None = None) -> GraphQLError:
+def _with_code(
+    error: GraphQLError,
+    code: str,
+    message: str | None = None,
+    extra: dict[str, object] | None = None,
+) -> GraphQLError:
     return GraphQLError(
         message=message if message is not None else error.message,
         nodes=error.nodes,
@@ -29,7 +35,7 @@ def _with_code(error: GraphQLError, code: str, message: str | None = None) -> Gr
         positions=error.positions,
         path=error.path,
         original_error=None,
-        extensions={**(error.extensions or {}), "code": code},
+        extensions={**(error.extensions or {}), **(extra or {}), "code": code},
     )
 
 
@@ -40,7 +46,11 @@ def coded(error: GraphQLError) -> GraphQLError:
     while isinstance(original, GraphQLError) and original.original_error is not None:
         original = original.original_error
     if isinstance(original, DomainError):
-        return _with_code(error, original.code, original.message)
+        return _with_code(error, original.code, original.message, original.extensions)
+    if isinstance(original, InvalidOperationTypeError):  # a query or mutation on the socket
+        return _with_code(
+            error, "BAD_USER_INPUT", f"{error.message} over the socket: use POST /graphql"
+        )
     if error.path is None:  # before execution: parsing, validation, variable coercion
         if error.message.startswith("Variable '$"):
             return _with_code(error, "BAD_USER_INPUT")

@@ -7,6 +7,8 @@ import strawberry
 from outlive.resolvers.context import Context
 from outlive.schema.invitations import Invitation
 from outlive.services import invitations, outbox
+from outlive.services.ratelimits import Bucket, private_subject
+from outlive.services.tenants import check_email
 
 Info = strawberry.Info[Context, None]
 
@@ -23,8 +25,18 @@ async def list_invitations(info: Info) -> list[Invitation]:
 
 
 async def invite_member(info: Info, email: str) -> Invitation:
+    """One PENDING invitation per address: inviting again hands it back (no second email).
+    Rate-limited per tenant and per (tenant, recipient)."""
     ctx = info.context
     principal = ctx.require()
+    settings = ctx.services.settings
+    address = check_email(email)  # BAD_USER_INPUT before a token is taken
+    tenant = str(principal.tenant.id)
+    await ctx.services.limiter.take(
+        Bucket("invite", tenant, settings.rate_invite),
+        Bucket("invite-to", private_subject(tenant, address), settings.rate_invite_recipient),
+        message="too many invitations: try again later",
+    )
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
-        invitation = await invitations.invite(uow, email=email, invited_by=principal.user.id)
+        invitation = await invitations.invite(uow, email=address, invited_by=principal.user.id)
     return Invitation.of(invitation)

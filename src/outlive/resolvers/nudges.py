@@ -13,6 +13,11 @@ Two ways to answer it, with the same frames on the wire:
 Both register with the hub synchronously when the `subscribe` message is handled (the fast path)
 or when the resolver starts (strawberry's), and both unregister on every way out: `complete`,
 a client's close, a dropped connection, a server close.
+
+The socket carries subscriptions only (queries and mutations go over HTTP, where the body limit,
+rate limits and per-request batching apply). Its token is re-checked on every `subscribe` (4403
+once it stopped working); the registry (`resolvers.sockets`) closes it sooner on a revocation
+or at expiry.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 import strawberry
 from graphql import (
@@ -42,12 +47,16 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
 )
-from strawberry.subscriptions.protocols.graphql_transport_ws.types import SubscribeMessage
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    ConnectionInitMessage,
+    SubscribeMessage,
+)
+from strawberry.types.graphql import OperationType as StrawberryOperation
 
 from outlive.realtime.hub import Subscriber, SubscriberClosed
 from outlive.realtime.nudges import Nudge as NudgeRecord
 from outlive.resolvers.context import Context
-from outlive.resolvers.errors import INTERNAL_MESSAGE
+from outlive.resolvers.sockets import CLOSE_FORBIDDEN, CLOSE_TRY_AGAIN, TooManySockets
 from outlive.schema.nudges import Nudge
 
 log = logging.getLogger(__name__)
@@ -168,8 +177,32 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Context, None]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._fast: dict[str, tuple[Subscriber, PlainSelection]] = {}
+        self.schema = cast(Any, SubscriptionsOnly(self.schema))
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        try:
+            await super().handle_connection_init(message)
+        except TooManySockets as exc:
+            await self.websocket.close(code=CLOSE_TRY_AGAIN, reason=str(exc))
+
+    async def shutdown(self) -> None:
+        if self.context.socket is not None:  # first: its slot is free once it stops listening
+            self.context.services.sockets.remove(self.context.socket)
+            self.context.socket = None
+        await super().shutdown()
+
+    async def _token_still_works(self) -> bool:
+        token = self.context.token
+        if token is None:
+            return True  # not acknowledged yet: strawberry refuses the subscribe with 4401
+        if await self.context.services.authenticate(token) is not None:
+            return True
+        await self.websocket.close(code=CLOSE_FORBIDDEN, reason="token revoked or expired")
+        return False
 
     async def handle_subscribe(self, message: SubscribeMessage) -> None:
+        if not await self._token_still_works():
+            return
         before = self.operations.get(message["id"])
         await super().handle_subscribe(message)
         operation = self.operations.get(message["id"])
@@ -187,36 +220,10 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Context, None]):
         self._fast[operation.id] = (subscriber, selection)
         operation.task.add_done_callback(lambda _: hub.remove(subscriber))
 
-    async def _coalesced_query(self, operation: Operation[Context, None]) -> bool:
-        """A query over the socket shares its execution with identical reads (HTTP ones too)."""
-        reads = getattr(self.view, "reads", None)
-        if reads is None or not isinstance(operation.variables, dict | None):
-            return False
-        try:
-            payload = await reads.serve_operation(
-                operation.query, operation.variables, operation.operation_name, self.context
-            )
-        except Exception:
-            log.exception("a query over the socket failed outside its resolvers")
-            error = {"message": INTERNAL_MESSAGE, "extensions": {"code": "INTERNAL_SERVER_ERROR"}}
-            message: Any = {"id": operation.id, "type": "error", "payload": [error]}
-            with suppress(WebSocketDisconnect, WebSocketDisconnected, RuntimeError, OSError):
-                await operation.send_operation_message(message)
-            return True
-        if payload is None:
-            return False
-        with suppress(WebSocketDisconnect, WebSocketDisconnected, RuntimeError, OSError):
-            await operation.send_operation_message(
-                {"id": operation.id, "type": "next", "payload": payload}
-            )
-            await operation.send_operation_message({"id": operation.id, "type": "complete"})
-        return True
-
     async def run_operation(self, operation: Operation[Context, None]) -> None:
         fast = self._fast.pop(operation.id, None)
         if fast is None:
-            if not await self._coalesced_query(operation):
-                await super().run_operation(operation)
+            await super().run_operation(operation)  # refused there unless a subscription
             return
         subscriber, selection = fast
         hub = self.context.services.hub
@@ -236,3 +243,18 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Context, None]):
             pass  # the peer is gone; the handler's own loop sees it and cleans up
         finally:
             hub.remove(subscriber)
+
+
+class SubscriptionsOnly:
+    """The schema as the socket handler sees it: `stream` runs subscriptions and refuses queries
+    and mutations (they go over HTTP), with an `error` frame for that operation."""
+
+    def __init__(self, schema: Any) -> None:
+        self._schema = schema
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._schema, name)
+
+    async def stream(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["allowed_operation_types"] = (StrawberryOperation.SUBSCRIPTION,)
+        return await self._schema.stream(*args, **kwargs)

@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 import strawberry
-from graphql import OperationType
+from graphql import GraphQLError, OperationType
 from starlette.types import Message, Receive, Scope, Send
 from strawberry.extensions import AddValidationRules, MaxTokensLimiter
 from strawberry.types.graphql import OperationType as Allowed
@@ -44,8 +44,8 @@ from outlive.resolvers.documents import (
 )
 from outlive.resolvers.documents import Scope as ReadScope
 from outlive.resolvers.errors import INTERNAL_MESSAGE, ErrorCodes, coded
+from outlive.resolvers.limits import RequestLimits, check_request
 from outlive.resolvers.plans import Plan, Unplanned, compile_plan
-from outlive.resolvers.schema import MAX_TOKENS
 from outlive.services.tenants import Principal
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,8 @@ def read_path(schema: strawberry.Schema, settings: Settings) -> ReadPath:
         for rule in extension.validation_rules
     ]
     tokens = [e.max_token_count for e in extensions if isinstance(e, MaxTokensLimiter)]
-    documents = Documents(schema._schema, rules=rules, max_tokens=min(tokens, default=MAX_TOKENS))
+    max_tokens = min(tokens, default=settings.max_query_tokens)
+    documents = Documents(schema._schema, rules=rules, max_tokens=max_tokens)
     return ReadPath(
         schema,
         documents,
@@ -118,6 +119,7 @@ class ReadPath:
         self.coalescing = coalescing
         # Compiled plans skip strawberry's per-operation extensions: only with the known ones.
         known = {"ParserCache", "ValidationCache", "AddValidationRules", "MaxTokensLimiter"}
+        known.add(RequestLimits.__name__)  # checked here too, before a plan runs
         self.plans = plans and {type(e).__name__ for e in schema.get_extensions()} <= {
             *known,
             ErrorCodes.__name__,
@@ -145,33 +147,6 @@ class ReadPath:
             return _replay(body, receive)
         answered = await self._answer(request, send, context)
         return None if answered else _replay(body, receive)
-
-    async def serve_operation(
-        self,
-        query: str,
-        variables: dict[str, Any] | None,
-        operation_name: str | None,
-        context: Context,
-    ) -> dict[str, Any] | None:
-        """The payload of a query sent over the socket, coalesced like any read; None when it is
-        not a plain query (strawberry runs it)."""
-        prepared = self.documents.prepare(query)
-        operation = prepared.operation(operation_name) if prepared is not None else None
-        if (
-            prepared is None
-            or operation is None
-            or operation.type is not OperationType.QUERY
-            or not self.coalescing
-            or context.principal is None
-        ):
-            return None
-        request = Request("WS", query, variables, operation_name, None)
-
-        async def execute() -> Answer:
-            return await self.execute(prepared, request, context, _QUERY_ONLY)
-
-        key = read_key(context.principal, operation.scope, prepared.query, request)
-        return (await self.coalescer.run(key, execute)).value.payload
 
     def resolve_persisted(self, data: Any) -> Any:
         """strawberry's parsed request with a known persisted query's text filled in (the path
@@ -264,6 +239,19 @@ class ReadPath:
     ) -> Answer:
         plan = self.plan(prepared, request.operation_name)
         if plan is not None:
+            try:
+                check_request(
+                    self.schema._schema,
+                    prepared.query,
+                    prepared.document,
+                    request.operation_name,
+                    request.variables,
+                    context.services.settings,
+                )
+            except BadUserInput as exc:
+                refused = GraphQLError(exc.message, original_error=exc)
+                rejected: dict[str, Any] = {"data": None, "errors": [coded(refused).formatted]}
+                return Answer(rejected, encode(rejected))
             with contextlib.suppress(Unplanned):
                 data, errors = await plan.run(request.variables, context)
                 payload: dict[str, Any] = {"data": data}

@@ -10,6 +10,7 @@ from outlive.db.models import RunStatus
 from outlive.resolvers.context import Context
 from outlive.schema.runs import Run, RunConnection, StartRunInput, StartRunPayload
 from outlive.services import runs as runs_service
+from outlive.services.ratelimits import Bucket
 from outlive.services.runs import RunRecord
 from outlive.workflows.reconcile import reconcile_runs
 
@@ -61,6 +62,10 @@ async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:
     s = ctx.services
     agent = s.agents.require(input.agent)
     params = agent.validate(cast(Any, input.input))  # BAD_USER_INPUT before anything is written
+    await s.limiter.take(
+        Bucket("start-run", str(ctx.tenant_id), s.settings.rate_start_run),
+        message="too many runs started: try again in a moment",
+    )
     # One idempotent write (insert, or read the active run): no transaction needed around it.
     async with s.sessions.unit(ctx.tenant_id, single_statement=True) as uow:
         started = await runs_service.start_run(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import strawberry
-from graphql import GraphQLError
+from graphql import ASTValidationRule, GraphQLError
 from strawberry.extensions import (
     AddValidationRules,
     MaxAliasesLimiter,
@@ -14,6 +14,7 @@ from strawberry.extensions import (
 )
 from strawberry.types import ExecutionContext
 
+from outlive.config import Settings
 from outlive.resolvers import invitations as invitation_fields
 from outlive.resolvers import nudges as nudge_fields
 from outlive.resolvers import replays as replay_fields
@@ -22,6 +23,7 @@ from outlive.resolvers import tenants as tenant_fields
 from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
 from outlive.resolvers.errors import ErrorCodes
+from outlive.resolvers.limits import NoNulInStrings, RequestLimits
 from outlive.schema.agents import Agent
 from outlive.schema.invitations import Invitation
 from outlive.schema.nudges import Nudge
@@ -35,16 +37,16 @@ from outlive.schema.webhooks import (
     WebhookEndpoint,
 )
 
-MAX_DEPTH = 12
-MAX_ALIASES = 30
-MAX_TOKENS = 3000
 
-# Built once: each limiter makes a new rule class per instance, and the validation cache is keyed
-# by the rules, so per-request limiter instances would make every validation a cache miss.
-LIMIT_RULES = [
-    *QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
-    *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
-]
+def limit_rules(settings: Settings) -> list[type[ASTValidationRule]]:
+    """Built once per schema: each limiter makes a new rule class per instance, and the
+    validation cache is keyed by the rules, so per-request limiter instances would make every
+    validation a cache miss."""
+    return [
+        *QueryDepthLimiter(max_depth=settings.max_query_depth).validation_rules,
+        *MaxAliasesLimiter(max_alias_count=settings.max_query_aliases).validation_rules,
+        NoNulInStrings,
+    ]
 
 
 @strawberry.type
@@ -115,7 +117,11 @@ class OutliveSchema(strawberry.Schema):
         """Errors are coded and, when unexpected, logged by `ErrorCodes`; no second log."""
 
 
-def build_schema() -> strawberry.Schema:
+def build_schema(settings: Settings | None = None) -> strawberry.Schema:
+    """The executable schema, with the query limits of `settings` (the defaults when None)."""
+    settings = settings or Settings.model_construct()
+    rules = limit_rules(settings)
+    max_tokens = settings.max_query_tokens
     return OutliveSchema(
         query=Query,
         mutation=Mutation,
@@ -123,8 +129,9 @@ def build_schema() -> strawberry.Schema:
         extensions=[
             lambda: ParserCache(maxsize=512),
             lambda: ValidationCache(maxsize=512),
-            lambda: AddValidationRules(LIMIT_RULES),
-            lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+            lambda: AddValidationRules(rules),
+            lambda: MaxTokensLimiter(max_token_count=max_tokens),
+            RequestLimits,
             ErrorCodes,
         ],
     )

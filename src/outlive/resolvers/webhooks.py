@@ -13,6 +13,7 @@ from outlive.schema.webhooks import (
 )
 from outlive.services import webhooks
 from outlive.services.ids import parse_uuid
+from outlive.services.ratelimits import Bucket
 
 Info = strawberry.Info[Context, None]
 
@@ -28,12 +29,17 @@ async def create_webhook_endpoint(
     info: Info, url: str, events: list[str] | None = None
 ) -> CreateWebhookEndpointPayload:
     ctx = info.context
+    await ctx.services.limiter.take(
+        Bucket("create-webhook", str(ctx.tenant_id), ctx.services.settings.rate_create_webhook),
+        message="too many webhook endpoints created: try again later",
+    )
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         endpoint, secret = await webhooks.create_endpoint(
             uow,
             url=url,
             events=events,
             allow_private=ctx.services.settings.webhook_allow_private,
+            max_endpoints=ctx.services.settings.webhook_max_endpoints,
         )
     return CreateWebhookEndpointPayload(endpoint=WebhookEndpoint.of(endpoint), secret=secret)
 

@@ -4,6 +4,11 @@ The job sends the email (SMTP, or the log when `OUTLIVE_SMTP_URL` is unset) and 
 SENT; a failure is retried with the jobs-queue backoff and, after the last attempt, the row is
 FAILED. The email carries a link with a one-time token of which only a hash is stored. Every
 change nudges `invitation.updated`.
+
+There is at most one PENDING invitation per (tenant, email), a partial unique index: inviting
+an address whose invitation is still pending hands that invitation back, with no second email.
+`lastError` is generic ("mail server answered 550"): the SMTP server's own text can carry
+internal host names and is for the log only.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import func, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import Invitation, InvitationStatus, Tenant
@@ -72,19 +78,43 @@ def _record(i: Invitation) -> InvitationRecord:
 async def invite(
     uow: UnitOfWork, *, email: str, invited_by: UserId | None = None
 ) -> InvitationRecord:
+    """A new PENDING invitation (queued to be sent), or the address's pending one, handed back."""
     tenant_id = uow.require_tenant()
-    invitation = Invitation(
-        tenant_id=tenant_id,
-        invited_by=invited_by,
-        email=check_email(email),
-        token_hash=hashlib.sha256(secrets.token_bytes(32)).digest(),  # replaced when sent
+    email = check_email(email)
+    insert = (
+        pg_insert(Invitation)
+        .values(
+            tenant_id=tenant_id,
+            invited_by=invited_by,
+            email=email,
+            token_hash=hashlib.sha256(secrets.token_bytes(32)).digest(),  # replaced when sent
+        )
+        .on_conflict_do_nothing(
+            index_elements=["tenant_id", "email"],
+            index_where=text(f"status = '{InvitationStatus.PENDING.value}'"),
+        )
+        .returning(Invitation)
     )
-    uow.session.add(invitation)
-    await uow.session.flush()
-    await uow.session.refresh(invitation)
+    pending = select(Invitation).where(
+        Invitation.tenant_id == tenant_id,
+        Invitation.email == email,
+        Invitation.status == InvitationStatus.PENDING.value,
+    )
+    # The pending one can be sent between the two statements; then the insert wins next time.
+    for _ in range(10):
+        invitation = (await uow.session.scalars(insert)).first()
+        if invitation is not None:
+            return _queue(uow, invitation)
+        existing = (await uow.session.scalars(pending)).first()
+        if existing is not None:
+            return _record(existing)
+    raise RuntimeError("could not insert or find the pending invitation")
+
+
+def _queue(uow: UnitOfWork, invitation: Invitation) -> InvitationRecord:
     invitation_id = InvitationId(invitation.id)
     uow.nudge("invitation.updated", invitation_id)
-    _dispatch_after_commit(uow, tenant_id, answer_unavailable=True)
+    _dispatch_after_commit(uow, invitation.tenant_id, answer_unavailable=True)
     return _record(invitation)
 
 

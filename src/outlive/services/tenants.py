@@ -7,8 +7,9 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from sqlalchemy import select, text, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,7 +17,7 @@ from outlive.db.models import ApiToken, Tenant, User
 from outlive.db.raw import prepare
 from outlive.db.tx import Sessions, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
-from outlive.ids import TenantId, UserId
+from outlive.ids import TenantId, TokenId, UserId
 
 TOKEN_PREFIX = "olv_"  # noqa: S105 (a prefix that makes leaked tokens greppable)
 _SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
@@ -38,10 +39,15 @@ class UserRecord:
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a request acts as; every tenant-owned read and write is scoped by `tenant.id`."""
+    """Who a request acts as; every tenant-owned read and write is scoped by `tenant.id`.
+
+    `token_id` names the API token it came from (revocation closes that token's sockets);
+    `expires_at` is when that token stops working (None: never)."""
 
     user: UserRecord
     tenant: TenantRecord
+    token_id: TokenId | None = None
+    expires_at: datetime | None = None
 
 
 def hash_token(token: str) -> bytes:
@@ -63,9 +69,14 @@ def check_slug(slug: str) -> str:
     return slug
 
 
-async def create_token(uow: UnitOfWork, *, tenant_slug: str, email: str) -> tuple[Principal, str]:
-    """Create the tenant and the user when missing, then a new token (returned once)."""
+async def create_token(
+    uow: UnitOfWork, *, tenant_slug: str, email: str, expires_in: timedelta | None = None
+) -> tuple[Principal, str]:
+    """Create the tenant and the user when missing, then a new token (returned once) that stops
+    working after `expires_in` (never, when None)."""
     slug, email = check_slug(tenant_slug), check_email(email)
+    if expires_in is not None and expires_in <= timedelta(0):
+        raise BadUserInput("a token's lifetime must be positive")
     session = uow.session
     await session.execute(
         pg_insert(Tenant)
@@ -82,11 +93,20 @@ async def create_token(uow: UnitOfWork, *, tenant_slug: str, email: str) -> tupl
         await session.execute(select(User).where(User.tenant_id == tenant.id, User.email == email))
     ).scalar_one()
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    session.add(ApiToken(tenant_id=tenant.id, user_id=user.id, token_hash=hash_token(token)))
+    row = ApiToken(
+        tenant_id=tenant.id,
+        user_id=user.id,
+        token_hash=hash_token(token),
+        expires_at=None if expires_in is None else func.now() + expires_in,
+    )
+    session.add(row)
     await session.flush()
+    await session.refresh(row, ["expires_at"])
     principal = Principal(
         user=UserRecord(id=UserId(user.id), email=user.email),
         tenant=TenantRecord(id=TenantId(tenant.id), slug=tenant.slug, name=tenant.name),
+        token_id=TokenId(row.id),
+        expires_at=row.expires_at,
     )
     return principal, token
 
@@ -94,17 +114,23 @@ async def create_token(uow: UnitOfWork, *, tenant_slug: str, email: str) -> tupl
 _AUTHENTICATE = prepare(
     text(
         "SELECT users.id AS user_id, users.email, tenants.id AS tenant_id, tenants.slug,"
-        " tenants.name FROM api_tokens"
+        " tenants.name, api_tokens.id AS token_id, api_tokens.expires_at FROM api_tokens"
         " JOIN users ON users.id = api_tokens.user_id"
         " JOIN tenants ON tenants.id = api_tokens.tenant_id"
-        " WHERE api_tokens.token_hash = :token_hash"
+        " WHERE api_tokens.token_hash = :token_hash AND api_tokens.revoked_at IS NULL"
+        " AND (api_tokens.expires_at IS NULL OR api_tokens.expires_at > now())"
     )
 )
 
 
+def is_token_shaped(token: str) -> bool:
+    return token.startswith(TOKEN_PREFIX) and len(token) <= 200
+
+
 async def authenticate(sessions: Sessions, token: str) -> Principal | None:
-    """The principal behind a bearer token, or None for an unknown one (one indexed lookup)."""
-    if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+    """The principal behind a bearer token, or None for an unknown, revoked or expired one (one
+    indexed lookup)."""
+    if not is_token_shaped(token):
         return None
     row = await sessions.fetchrow(_AUTHENTICATE, token_hash=hash_token(token))
     if row is None:
@@ -112,6 +138,8 @@ async def authenticate(sessions: Sessions, token: str) -> Principal | None:
     return Principal(
         user=UserRecord(id=UserId(row["user_id"]), email=row["email"]),
         tenant=TenantRecord(id=TenantId(row["tenant_id"]), slug=row["slug"], name=row["name"]),
+        token_id=TokenId(row["token_id"]),
+        expires_at=row["expires_at"],
     )
 
 

@@ -8,42 +8,42 @@ each, after the commit; the job signs and POSTs the stored body. The signature i
 Standard Webhooks specification says (the tests verify it with the reference `standardwebhooks`
 package).
 
-URLs are checked twice against server-side request forgery: when the endpoint is created and
-before every delivery (DNS can change), and the delivery connects to the address that was checked.
-Only http(s) is accepted; loopback, private, link-local and other non-global addresses are refused
-unless `OUTLIVE_WEBHOOK_ALLOW_PRIVATE=1`.
+URLs are checked twice against server-side request forgery (`services.destinations`): when the
+endpoint is created and before every delivery (DNS can change), and the delivery connects to the
+address that was checked.
+
+A tenant has at most `OUTLIVE_WEBHOOK_MAX_ENDPOINTS`; the count is taken under a lock on the
+tenant's row, so concurrent creates cannot pass it together.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import secrets
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import ARRAY, Uuid, cast, delete, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
-from outlive.db.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from outlive.db.models import DeliveryStatus, Tenant, WebhookDelivery, WebhookEndpoint
 from outlive.db.tx import UnitOfWork
 from outlive.errors import BadUserInput, NotFound, QueueUnavailable
 from outlive.ids import DeliveryId, EndpointId, TenantId
+from outlive.services.destinations import check_url_shape, resolve_public
 
 log = logging.getLogger(__name__)
 
 RUN_EVENTS = ("run.succeeded", "run.failed", "run.cancelled")
-MAX_ENDPOINTS_PER_TENANT = 50
+MAX_ENDPOINTS_PER_TENANT = 50  # the default of OUTLIVE_WEBHOOK_MAX_ENDPOINTS
 MAX_DELIVERIES_PAGE = 100
 
 
@@ -107,54 +107,6 @@ def signed_headers(outgoing: Outgoing, now: datetime | None = None) -> dict[str,
     }
 
 
-# --- SSRF -------------------------------------------------------------------------------------
-
-
-class UnsafeDestination(BadUserInput):
-    """A webhook URL that is not http(s) or resolves to a non-public address."""
-
-
-def check_url_shape(url: str) -> str:
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https"):
-        raise UnsafeDestination(f"webhook URLs must be http or https, not {parts.scheme or 'none'}")
-    if not parts.hostname:
-        raise UnsafeDestination("a webhook URL needs a host")
-    if parts.username or parts.password:
-        raise UnsafeDestination("a webhook URL must not carry credentials")
-    if len(url) > 2048:
-        raise UnsafeDestination("a webhook URL is at most 2048 characters")
-    return urlunsplit(parts)
-
-
-async def resolve_public(url: str, *, allow_private: bool) -> tuple[str, str]:
-    """(host, address to connect to): the first resolved address, all of them checked."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        raise UnsafeDestination(f"cannot resolve {host!r}: {exc.strerror or exc}") from None
-    addresses = [str(info[4][0]) for info in infos]
-    if not allow_private:
-        for address in addresses:
-            ip = ipaddress.ip_address(address.split("%")[0])
-            if not ip.is_global or ip.is_multicast:
-                raise UnsafeDestination(
-                    f"{host!r} resolves to {ip}, a loopback, private or link-local address"
-                )
-    return host, addresses[0]
-
-
-def pinned_url(url: str, address: str) -> str:
-    """The URL with its host replaced by the checked address (the Host header keeps the name)."""
-    parts = urlsplit(url)
-    host = f"[{address}]" if ":" in address else address
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 # --- endpoints --------------------------------------------------------------------------------
 
 
@@ -167,20 +119,27 @@ def check_events(events: list[str] | None) -> list[str]:
 
 
 async def create_endpoint(
-    uow: UnitOfWork, *, url: str, events: list[str] | None, allow_private: bool
+    uow: UnitOfWork,
+    *,
+    url: str,
+    events: list[str] | None,
+    allow_private: bool,
+    max_endpoints: int = MAX_ENDPOINTS_PER_TENANT,
 ) -> tuple[EndpointRecord, str]:
     """The endpoint and its secret (returned once, never again)."""
     tenant_id = uow.require_tenant()
     url = check_url_shape(url)
     chosen = check_events(events)
     await resolve_public(url, allow_private=allow_private)
+    # Creates of one tenant take turns from here to the commit: the count cannot go stale.
+    await uow.session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update())
     count = await uow.session.scalar(
         select(func.count())
         .select_from(WebhookEndpoint)
         .where(WebhookEndpoint.tenant_id == tenant_id)
     )
-    if (count or 0) >= MAX_ENDPOINTS_PER_TENANT:
-        raise BadUserInput(f"a tenant has at most {MAX_ENDPOINTS_PER_TENANT} webhook endpoints")
+    if (count or 0) >= max_endpoints:
+        raise BadUserInput(f"a tenant has at most {max_endpoints} webhook endpoints")
     secret = new_secret()
     endpoint = WebhookEndpoint(tenant_id=tenant_id, url=url, secret=secret, events=chosen)
     uow.session.add(endpoint)
@@ -206,18 +165,43 @@ async def list_endpoints(session: AsyncSession, tenant_id: TenantId) -> list[End
     return [_endpoint(e) for e in rows]
 
 
+def check_deliveries_page(first: int) -> None:
+    if not 0 <= first <= MAX_DELIVERIES_PAGE:
+        raise BadUserInput(f"first must be between 0 and {MAX_DELIVERIES_PAGE}")
+
+
 async def list_deliveries(
     session: AsyncSession, tenant_id: TenantId, endpoint_id: EndpointId, *, first: int
 ) -> list[DeliveryRecord]:
-    if not 0 <= first <= MAX_DELIVERIES_PAGE:
-        raise BadUserInput(f"first must be between 0 and {MAX_DELIVERIES_PAGE}")
-    rows = await session.scalars(
+    found = await list_deliveries_of_endpoints(session, tenant_id, [endpoint_id], first=first)
+    return found[endpoint_id]
+
+
+async def list_deliveries_of_endpoints(
+    session: AsyncSession, tenant_id: TenantId, endpoint_ids: Sequence[EndpointId], *, first: int
+) -> dict[EndpointId, list[DeliveryRecord]]:
+    """Each endpoint's newest `first` deliveries (one statement for all of them), scoped to the
+    tenant: another tenant's endpoint id has none."""
+    check_deliveries_page(first)
+    ids = (
+        func.unnest(cast(list(dict.fromkeys(endpoint_ids)), ARRAY(Uuid())))
+        .table_valued("id")
+        .render_derived()
+    )
+    newest = (
         select(WebhookDelivery)
-        .where(WebhookDelivery.endpoint_id == endpoint_id, WebhookDelivery.tenant_id == tenant_id)
+        .where(WebhookDelivery.endpoint_id == ids.c.id, WebhookDelivery.tenant_id == tenant_id)
         .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id)
         .limit(first)
+        .lateral()
     )
-    return [_delivery(d) for d in rows]
+    rows = await session.execute(
+        select(aliased(WebhookDelivery, newest)).select_from(ids).join(newest, true())
+    )
+    found: dict[EndpointId, list[DeliveryRecord]] = {e: [] for e in endpoint_ids}
+    for (delivery,) in rows:
+        found[EndpointId(delivery.endpoint_id)].append(_delivery(delivery))
+    return found
 
 
 def _endpoint(e: WebhookEndpoint) -> EndpointRecord:

@@ -3,6 +3,11 @@
 `/` and every path no other route claims answer `index.html` (the app routes in the browser);
 `/assets/*` are Vite's content-hashed files, cached for a year; `GET /graphql` in a browser is
 GraphiQL (`graphiql.html`), from the same build: nothing comes from a CDN.
+
+Both pages carry a Content-Security-Policy that allows this origin only (scripts, workers,
+fetches and the WebSocket) and no framing at all (`frame-ancestors 'none'`, and X-Frame-Options
+for older browsers): the pages hold a bearer token in localStorage, so nothing else may run in
+them and no other site may overlay them. Styles may be inline (GraphiQL's editor sets them).
 """
 
 from __future__ import annotations
@@ -22,7 +27,29 @@ _NOT_BUILT = """<!doctype html><meta charset="utf-8"><title>Outlive</title>
 (Node.js 20 or newer), or start <code>outlive dev</code>, which builds it;
 or use GraphiQL at <a href="/graphql">/graphql</a>.</p>"""
 
-NO_CACHE = {"Cache-Control": "no-cache"}
+CSP = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data: blob:",
+        "font-src 'self' data:",
+        "connect-src 'self'",
+        "worker-src 'self' blob:",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+PAGE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
 IMMUTABLE = "public, max-age=31536000, immutable"
 
 
@@ -40,9 +67,9 @@ def graphiql_response() -> Response:
     """GraphiQL, from the package's own files when the web build has them."""
     page = DIST / "graphiql.html"
     if page.is_file():
-        return FileResponse(page, headers=NO_CACHE)
+        return FileResponse(page, headers=PAGE_HEADERS)
     return HTMLResponse(
-        _NOT_BUILT.replace("or use GraphiQL at", "then reload GraphiQL at"), headers=NO_CACHE
+        _NOT_BUILT.replace("or use GraphiQL at", "then reload GraphiQL at"), headers=PAGE_HEADERS
     )
 
 
@@ -51,8 +78,8 @@ def web_routes() -> list[BaseRoute]:
 
     async def spa(_: Request) -> Response:
         if index.is_file():
-            return FileResponse(index, headers=NO_CACHE)
-        return HTMLResponse(_NOT_BUILT, headers=NO_CACHE)
+            return FileResponse(index, headers=PAGE_HEADERS)
+        return HTMLResponse(_NOT_BUILT, headers=PAGE_HEADERS)
 
     return [
         # check_dir=False: a build made after the server started is served without a restart

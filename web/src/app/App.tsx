@@ -2,12 +2,13 @@ import { ApolloProvider, useQuery } from "@apollo/client/react";
 import { useEffect, useState, useSyncExternalStore } from "react";
 import { createClient } from "../api/client";
 import { VIEWER } from "../api/documents/viewer";
-import { getToken, onTokenChange, setToken } from "../auth/token";
+import { getPendingSwitch, getToken, onPendingSwitch, onTokenChange, setToken } from "../auth/token";
 import { Invitations } from "../screens/Invitations";
 import { RunDetail } from "../screens/RunDetail";
 import { RunsList } from "../screens/RunsList";
 import { SignIn } from "../screens/SignIn";
 import { StartRun } from "../screens/StartRun";
+import { SwitchTenant } from "../screens/SwitchTenant";
 import { Usage } from "../screens/Usage";
 import { Webhooks } from "../screens/Webhooks";
 import { ConnectionIndicator } from "../ui/ConnectionIndicator";
@@ -20,7 +21,9 @@ function useToken(): string | null {
 
 export function App() {
   const token = useToken();
+  const pending = useSyncExternalStore(onPendingSwitch, getPendingSwitch);
   if (!token) return <SignIn />;
+  if (pending) return <SwitchTenant current={token} next={pending} />;
   // A new token is a new person or tenant: a fresh cache and a fresh socket.
   return <SignedIn key={token} />;
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { tokenFromHash } from "./token";
+import { decideLink, tokenFromHash } from "./token";
 
 describe("tokenFromHash", () => {
   it("reads the token of the link outlive dev prints", () => {
@@ -11,5 +11,21 @@ describe("tokenFromHash", () => {
     expect(tokenFromHash("")).toBeNull();
     expect(tokenFromHash("#runs")).toBeNull();
     expect(tokenFromHash("#token=")).toBeNull();
+  });
+});
+
+describe("decideLink", () => {
+  it("signs in when nobody is signed in", () => {
+    expect(decideLink("#token=olv_new", null)).toEqual({ action: "adopt", token: "olv_new" });
+  });
+
+  it("asks before replacing the token of someone signed in", () => {
+    expect(decideLink("#token=olv_other", "olv_mine")).toEqual({ action: "ask", token: "olv_other" });
+  });
+
+  it("does nothing for the same token or no token", () => {
+    expect(decideLink("#token=olv_mine", "olv_mine")).toEqual({ action: "none" });
+    expect(decideLink("#runs", "olv_mine")).toEqual({ action: "none" });
+    expect(decideLink("", null)).toEqual({ action: "none" });
   });
 });

@@ -2,7 +2,10 @@
  * The API token: kept in localStorage under one key that GraphiQL (graphiql.html) reads too.
  *
  * `outlive dev` prints a link `http://127.0.0.1:8000/#token=<token>`: the fragment never reaches
- * the server or its logs; the app stores the token and removes the fragment from the address bar.
+ * the server or its logs; the app removes it from the address bar. With nobody signed in, the
+ * link signs in. With someone signed in under another token, the link does not switch by itself
+ * (a crafted link could otherwise sign a user into someone else's tenant): it becomes a pending
+ * switch that the user confirms or declines (`SwitchTenant`).
  */
 
 export const TOKEN_KEY = "outlive.token";
@@ -60,13 +63,52 @@ export function tokenFromHash(hash: string): string | null {
   return token ? token : null;
 }
 
-/** Signs in from `#token=…` and strips the fragment (keeping path and query). */
+export type LinkDecision =
+  | { action: "none" }
+  | { action: "adopt"; token: string }
+  | { action: "ask"; token: string };
+
+/** What a `#token=…` link may do, given the token already kept (if any). */
+export function decideLink(hash: string, current: string | null): LinkDecision {
+  const token = tokenFromHash(hash);
+  if (token === null || token === current) return { action: "none" };
+  return current === null ? { action: "adopt", token } : { action: "ask", token };
+}
+
+let pending: string | null = null;
+const pendingListeners = new Set<() => void>();
+
+/** The token a link asked to switch to, until the user answers. */
+export function getPendingSwitch(): string | null {
+  return pending;
+}
+
+export function onPendingSwitch(listener: () => void): () => void {
+  pendingListeners.add(listener);
+  return () => pendingListeners.delete(listener);
+}
+
+function setPending(token: string | null): void {
+  pending = token;
+  for (const listener of pendingListeners) listener();
+}
+
+/** The user's answer: switch to the link's token, or stay signed in as before. */
+export function answerPendingSwitch(accept: boolean): void {
+  const token = pending;
+  setPending(null);
+  if (accept && token) setToken(token);
+}
+
+/** Acts on a `#token=…` link (sign in, or ask first) and strips the fragment (keeping path and
+ * query), so the token never lingers in the address bar or the history. */
 export function adoptTokenFromLocation(): void {
-  const token = tokenFromHash(window.location.hash);
-  if (token === null) return;
-  setToken(token);
+  const decision = decideLink(window.location.hash, getToken());
+  if (tokenFromHash(window.location.hash) === null) return;
   const { pathname, search } = window.location;
   window.history.replaceState(window.history.state, "", pathname + search);
+  if (decision.action === "adopt") setToken(decision.token);
+  else if (decision.action === "ask") setPending(decision.token);
 }
 
 /** Keeps tabs in step: signing out in one tab signs out the others. */

@@ -36,6 +36,14 @@ class Invitation(Base):
             "id",
             postgresql_where=text("status = 'PENDING'"),
         ),
+        # One PENDING invitation per (tenant, email): inviting again hands it back.
+        Index(
+            "uq_invitations_pending_email",
+            "tenant_id",
+            "email",
+            unique=True,
+            postgresql_where=text("status = 'PENDING'"),
+        ),
     )
 
     id: Mapped[UUID] = uuid_pk()

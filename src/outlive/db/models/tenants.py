@@ -41,3 +41,5 @@ class ApiToken(Base):
     user_id: Mapped[UUID] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     token_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
     created_at: Mapped[datetime] = now_default()
+    expires_at: Mapped[datetime | None]  # None: never; the token stops working at this instant
+    revoked_at: Mapped[datetime | None]  # set once by `outlive token revoke`, never cleared

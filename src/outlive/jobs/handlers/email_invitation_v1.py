@@ -1,8 +1,14 @@
-"""`email.invitation.v1`: send the invitation email; SENT, or retried, finally FAILED."""
+"""`email.invitation.v1`: send the invitation email; SENT, or retried, finally FAILED.
+
+`lastError` is generic: the SMTP server's own words (host names, relay configuration) go to the
+log, never to the tenant.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import aiosmtplib
 
 from outlive.db.models import InvitationStatus
 from outlive.ids import InvitationId
@@ -26,16 +32,24 @@ async def handle(deps: JobDeps, payload: SendInvitationV1) -> None:
         await deps.mailer.send(message)
     except Exception as exc:
         async with deps.sessions.unit() as uow:
-            await invitations.record_attempt(
-                uow, invitation_id, error=f"{type(exc).__name__}: {exc}"
-            )
+            await invitations.record_attempt(uow, invitation_id, error=public_reason(exc))
         raise
     async with deps.sessions.unit() as uow:
         await invitations.finish(uow, invitation_id, status=InvitationStatus.SENT)
 
 
+def public_reason(exc: BaseException) -> str:
+    """What the tenant may read about a failed send."""
+    if isinstance(exc, aiosmtplib.SMTPResponseException):
+        return f"mail server answered {exc.code}"
+    if isinstance(exc, aiosmtplib.SMTPConnectError | aiosmtplib.SMTPTimeoutError | OSError):
+        return "mail server unreachable"
+    return "the email could not be sent"
+
+
 async def give_up(deps: JobDeps, payload: SendInvitationV1, error: str) -> None:
+    """FAILED, keeping the last attempt's generic `lastError` (`error` is for the log)."""
     async with deps.sessions.unit() as uow:
         await invitations.finish(
-            uow, InvitationId(payload.invitation_id), status=InvitationStatus.FAILED, error=error
+            uow, InvitationId(payload.invitation_id), status=InvitationStatus.FAILED
         )

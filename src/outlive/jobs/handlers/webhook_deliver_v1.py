@@ -1,7 +1,18 @@
-"""`webhook.deliver.v1`: sign and POST a delivery's body; 2xx → DELIVERED, else retry."""
+"""`webhook.deliver.v1`: sign and POST a delivery's body; 2xx → DELIVERED, else retry.
+
+An endpoint is a tenant's, so it is hostile until proven otherwise: the whole attempt (connect,
+send, response headers, the bit of body we read) runs under one deadline
+(`OUTLIVE_WEBHOOK_TIMEOUT_S`), not a per-read timeout a trickling server can stretch forever;
+the response is streamed and at most `OUTLIVE_WEBHOOK_MAX_RESPONSE_BYTES` of it are read (only
+the status matters); and the client never keeps a connection alive (`create_client`), so a
+connection verified for one host name can never carry another host's delivery to the same
+address. `lastError` says what happened in generic words, never an address.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import httpx
@@ -9,16 +20,30 @@ import httpx
 from outlive.db.models import DeliveryStatus
 from outlive.ids import DeliveryId
 from outlive.jobs.envelopes import DeliverWebhookV1
-from outlive.services import webhooks
+from outlive.services import destinations, webhooks
 
 if TYPE_CHECKING:
     from outlive.jobs.consumer import JobDeps
 
-TIMEOUT_S = 10.0
-
 
 class DeliveryFailed(Exception):
     """The endpoint did not answer 2xx; the consumer schedules the next attempt."""
+
+
+def create_client(
+    max_connections: int = 100,
+    *,
+    wrap: Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport] | None = None,
+) -> httpx.AsyncClient:
+    """The deliveries' client: no keep-alive (one connection per attempt, closed after it), no
+    redirects (a 3xx is an answer, not an invitation to go elsewhere). `wrap`: around its
+    transport (the worker's metrics)."""
+    transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(
+        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0)
+    )
+    return httpx.AsyncClient(
+        transport=wrap(transport) if wrap is not None else transport, follow_redirects=False
+    )
 
 
 async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
@@ -28,10 +53,10 @@ async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
     if outgoing is None:
         return  # already delivered, given up, or its endpoint was deleted
     try:
-        host, address = await webhooks.resolve_public(
+        host, address = await destinations.resolve_public(
             outgoing.url, allow_private=deps.settings.webhook_allow_private
         )
-    except webhooks.UnsafeDestination as exc:  # permanent: recorded, not retried
+    except destinations.UnsafeDestination as exc:  # permanent: recorded, not retried
         async with deps.sessions.unit() as uow:
             await webhooks.finish_delivery(
                 uow,
@@ -41,31 +66,54 @@ async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
                 count_attempt=True,
             )
         return
-    headers = webhooks.signed_headers(outgoing)
-    headers["host"] = httpx.URL(outgoing.url).netloc.decode("ascii")  # the name, not the address
+    timeout = deps.settings.webhook_timeout_s
     try:
-        response = await deps.http.post(
-            webhooks.pinned_url(outgoing.url, address),
-            content=outgoing.body,
-            headers=headers,
-            timeout=TIMEOUT_S,
-            extensions={"sni_hostname": host},
-        )
+        async with asyncio.timeout(timeout):
+            status = await _post(deps, outgoing, host, address)
+    except TimeoutError:
+        await _record(deps, delivery_id, None, f"no answer within {timeout:g}s")
+        raise DeliveryFailed("timed out") from None
     except httpx.HTTPError as exc:
-        await _record(deps, delivery_id, None, f"{type(exc).__name__}: {exc}")
-        raise DeliveryFailed(str(exc)) from exc
-    if not response.is_success:
-        error = f"answered {response.status_code}"
-        await _record(deps, delivery_id, response.status_code, error)
+        await _record(deps, delivery_id, None, f"connection failed ({type(exc).__name__})")
+        raise DeliveryFailed(type(exc).__name__) from exc
+    if not 200 <= status < 300:
+        error = f"answered {status}"
+        await _record(deps, delivery_id, status, error)
         raise DeliveryFailed(error)
     async with deps.sessions.unit() as uow:
         await webhooks.finish_delivery(
             uow,
             delivery_id,
             status=DeliveryStatus.DELIVERED,
-            response_status=response.status_code,
+            response_status=status,
             count_attempt=True,
         )
+
+
+async def _post(deps: JobDeps, outgoing: webhooks.Outgoing, host: str, address: str) -> int:
+    """POST to the checked address (the name goes in Host and SNI); the status, after reading
+    at most the configured number of body bytes."""
+    headers = webhooks.signed_headers(outgoing)
+    headers["host"] = httpx.URL(outgoing.url).netloc.decode("ascii")  # the name, not the address
+    headers["connection"] = "close"
+    request = deps.http.build_request(
+        "POST",
+        destinations.pinned_url(outgoing.url, address),
+        content=outgoing.body,
+        headers=headers,
+        extensions={"sni_hostname": host},
+    )
+    response = await deps.http.send(request, stream=True)
+    try:
+        limit, read = deps.settings.webhook_max_response_bytes, 0
+        if limit > 0:
+            async for chunk in response.aiter_raw():
+                read += len(chunk)
+                if read >= limit:
+                    break
+        return response.status_code
+    finally:
+        await response.aclose()
 
 
 async def _record(deps: JobDeps, delivery_id: DeliveryId, status: int | None, error: str) -> None:
@@ -74,7 +122,9 @@ async def _record(deps: JobDeps, delivery_id: DeliveryId, status: int | None, er
 
 
 async def give_up(deps: JobDeps, payload: DeliverWebhookV1, error: str) -> None:
+    """FAILED, keeping the last attempt's own (generic) `lastError`: `error` is an exception's
+    text, which is for the log, not for the tenant."""
     async with deps.sessions.unit() as uow:
         await webhooks.finish_delivery(
-            uow, DeliveryId(payload.delivery_id), status=DeliveryStatus.FAILED, error=error
+            uow, DeliveryId(payload.delivery_id), status=DeliveryStatus.FAILED
         )

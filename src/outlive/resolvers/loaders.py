@@ -1,0 +1,75 @@
+"""Per-request DataLoaders: a page of runs asking for their events, or the endpoints asking for
+their deliveries, costs one statement per page shape instead of one per row (no N+1).
+
+Keys carry the page arguments (`after`, `first`), so aliases with different pages batch into one
+statement per distinct shape. Loaders do not cache (`cache=False`): a socket's context lives as
+long as the socket, and a later read must see later rows.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from strawberry.dataloader import DataLoader
+
+from outlive.db.tx import Sessions
+from outlive.ids import EndpointId, RunId, TenantId
+from outlive.services import timelines, webhooks
+from outlive.services.runs import EventRecord
+from outlive.services.webhooks import DeliveryRecord
+
+EventsKey = tuple[RunId, int, int]  # (run, after, first)
+DeliveriesKey = tuple[EndpointId, int]  # (endpoint, first)
+
+K = TypeVar("K")
+Shape = TypeVar("Shape")
+Id = TypeVar("Id")
+V = TypeVar("V")
+
+
+async def _by_shape(
+    keys: Sequence[tuple[Id, Shape]],
+    load: Callable[[list[Id], Shape], Awaitable[dict[Id, V]]],
+) -> list[V]:
+    """One `load(ids, shape)` per distinct shape; the values in the order of `keys`."""
+    groups: dict[Shape, list[Id]] = defaultdict(list)
+    for item, shape in keys:
+        groups[shape].append(item)
+    found: dict[tuple[Id, Shape], V] = {}
+    for shape, ids in groups.items():
+        for item, value in (await load(ids, shape)).items():
+            found[(item, shape)] = value
+    return [found[key] for key in keys]
+
+
+class Loaders:
+    def __init__(self, sessions: Sessions, tenant_id: Callable[[], TenantId]) -> None:
+        self._sessions = sessions
+        self._tenant_id = tenant_id
+        self.events: DataLoader[EventsKey, list[EventRecord]] = DataLoader(
+            self._load_events, cache=False
+        )
+        self.deliveries: DataLoader[DeliveriesKey, list[DeliveryRecord]] = DataLoader(
+            self._load_deliveries, cache=False
+        )
+
+    async def _load_events(self, keys: Sequence[EventsKey]) -> list[list[EventRecord]]:
+        async def load(ids: list[RunId], page: tuple[int, int]) -> dict[RunId, list[EventRecord]]:
+            after, first = page
+            async with self._sessions.read() as session:
+                return await timelines.list_events_of_runs(session, ids, after=after, first=first)
+
+        return await _by_shape([(run, (after, first)) for run, after, first in keys], load)
+
+    async def _load_deliveries(self, keys: Sequence[DeliveriesKey]) -> list[list[DeliveryRecord]]:
+        tenant_id = self._tenant_id()
+
+        async def load(ids: list[EndpointId], first: int) -> dict[EndpointId, list[DeliveryRecord]]:
+            async with self._sessions.read() as session:
+                return await webhooks.list_deliveries_of_endpoints(
+                    session, tenant_id, ids, first=first
+                )
+
+        return await _by_shape(keys, load)

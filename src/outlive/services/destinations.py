@@ -1,0 +1,80 @@
+"""Where a tenant may make the service connect: server-side request forgery, refused.
+
+Only http(s) is accepted; loopback, private, link-local and other non-global addresses are refused
+unless `OUTLIVE_WEBHOOK_ALLOW_PRIVATE=1`, and so is every IPv6 form that embeds an IPv4 address
+(IPv4-compatible `::/96`, NAT64 `64:ff9b::/96` and `64:ff9b:1::/48`, 6to4 `2002::/16`, Teredo
+`2001::/32`, IPv4-mapped), whose embedded address is checked as well. Whatever the reason, the
+caller hears one generic "destination not allowed": an error that named the resolved address, or
+told "does not resolve" from "private", would let a tenant map the internal network and its DNS.
+A caller connects to the address that was checked (`pinned_url`), so DNS rebinding cannot slip
+past between the check and the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from urllib.parse import urlsplit, urlunsplit
+
+from outlive.errors import BadUserInput
+
+NOT_ALLOWED = "destination not allowed"
+# IPv6 ranges that carry (or translate to) an IPv4 address, refused outright.
+EMBEDDING_V6 = tuple(
+    ipaddress.IPv6Network(n)
+    for n in ("::/96", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
+)
+
+
+class UnsafeDestination(BadUserInput):
+    """A webhook URL that is not http(s) or resolves to a non-public address."""
+
+
+def check_url_shape(url: str) -> str:
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https"):
+        raise UnsafeDestination(f"webhook URLs must be http or https, not {parts.scheme or 'none'}")
+    if not parts.hostname:
+        raise UnsafeDestination("a webhook URL needs a host")
+    if parts.username or parts.password:
+        raise UnsafeDestination("a webhook URL must not carry credentials")
+    if len(url) > 2048:
+        raise UnsafeDestination("a webhook URL is at most 2048 characters")
+    return urlunsplit(parts)
+
+
+def is_public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """A global unicast address that embeds no IPv4 address."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if any(ip in network for network in EMBEDDING_V6):
+            return False
+        embedded = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+        if any(v4 is not None and not is_public(v4) for v4 in embedded):
+            return False
+    return ip.is_global and not ip.is_multicast
+
+
+async def resolve_public(url: str, *, allow_private: bool) -> tuple[str, str]:
+    """(host, address to connect to): the first resolved address, all of them checked. Any
+    refusal is the one generic `UnsafeDestination("destination not allowed")`."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = [str(info[4][0]) for info in infos]
+        ips = [ipaddress.ip_address(address.split("%")[0]) for address in addresses]
+    except (OSError, ValueError, UnicodeError):
+        raise UnsafeDestination(NOT_ALLOWED) from None
+    if not addresses or not (allow_private or all(is_public(ip) for ip in ips)):
+        raise UnsafeDestination(NOT_ALLOWED)
+    return host, addresses[0]
+
+
+def pinned_url(url: str, address: str) -> str:
+    """The URL with its host replaced by the checked address (the Host header keeps the name)."""
+    parts = urlsplit(url)
+    host = f"[{address}]" if ":" in address else address
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))

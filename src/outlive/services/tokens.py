@@ -1,0 +1,181 @@
+"""API tokens after they are created: listing, revoking, and the per-process principal cache.
+
+A token stops working when it is revoked (`revoked_at`, set once) or when it expires
+(`expires_at`). `authenticate` (in `services.tenants`) refuses both, so every new request and
+every new socket sees it at once. What could still hold on to a token is state kept in an API
+process: the principal cache below and the sockets opened with it. A revocation is therefore
+announced on Redis after its commit; every API process evicts the token from its cache and closes
+its sockets. The cache is only used while that announcement channel is live (`is_live`), and it
+never stores a lookup that raced with a revocation, so it can never hand back a revoked token
+for longer than the announcement takes to arrive.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Select, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from outlive.db.models import ApiToken, Tenant, User
+from outlive.db.tx import Sessions, UnitOfWork
+from outlive.ids import TokenId
+from outlive.services.tenants import Principal, authenticate, hash_token, is_token_shaped
+
+MAX_CACHED = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """What `outlive token list` shows: never the token itself (only its hash is stored)."""
+
+    id: TokenId
+    tenant: str
+    user: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+def _tokens() -> Select[ApiToken, str, str]:
+    return (
+        select(ApiToken, Tenant.slug, User.email)
+        .join(Tenant, Tenant.id == ApiToken.tenant_id)
+        .join(User, User.id == ApiToken.user_id)
+    )
+
+
+def _record(token: ApiToken, slug: str, email: str) -> TokenRecord:
+    return TokenRecord(
+        id=TokenId(token.id),
+        tenant=slug,
+        user=email,
+        created_at=token.created_at,
+        expires_at=token.expires_at,
+        revoked_at=token.revoked_at,
+    )
+
+
+async def list_tokens(
+    session: AsyncSession, *, tenant_slug: str | None = None
+) -> list[TokenRecord]:
+    """Every token (of one tenant, when given), oldest first."""
+    stmt = _tokens().order_by(ApiToken.created_at, ApiToken.id)
+    if tenant_slug is not None:
+        stmt = stmt.where(Tenant.slug == tenant_slug)
+    return [_record(t, slug, email) for t, slug, email in (await session.execute(stmt)).all()]
+
+
+async def revoke_token(uow: UnitOfWork, token_id: TokenId) -> TokenRecord | None:
+    """Set `revoked_at` (once: revoking again keeps the first time); None for an unknown id."""
+    await uow.session.execute(
+        update(ApiToken)
+        .where(ApiToken.id == token_id, ApiToken.revoked_at.is_(None))
+        .values(revoked_at=func.now())
+    )
+    row = (await uow.session.execute(_tokens().where(ApiToken.id == token_id))).first()
+    return None if row is None else _record(row[0], row[1], row[2])
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    principal: Principal
+    until: float  # monotonic
+
+
+class PrincipalCache:
+    """Bearer token → principal for a few seconds, in one API process.
+
+    - a hit is used only while `is_live()` says the revocation channel is subscribed (a missed
+      announcement cannot leave a revoked token cached);
+    - `revoked(token_id)` evicts at once and bumps `generation`: a lookup that started before the
+      revocation (and may have read the row before it was revoked) is answered but not stored;
+    - a token past its `expires_at` is never answered from the cache;
+    - unknown tokens are never cached (a new token works at once).
+    """
+
+    def __init__(
+        self,
+        ttl_s: float,
+        *,
+        is_live: Callable[[], bool],
+        max_entries: int = MAX_CACHED,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.is_live = is_live
+        self.max_entries = max_entries
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.generation = 0
+        self._entries: dict[bytes, _Cached] = {}
+        self._by_token: dict[TokenId, bytes] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def authenticate(self, sessions: Sessions, token: str) -> Principal | None:
+        if not is_token_shaped(token):
+            return None
+        if self.ttl_s <= 0:
+            return await authenticate(sessions, token)
+        key = hash_token(token)
+        now = self.clock()
+        hit = self._entries.get(key)
+        if hit is not None and hit.until > now and self.is_live() and self._unexpired(hit):
+            return hit.principal
+        generation = self.generation
+        principal = await authenticate(sessions, token)
+        if principal is None or not self.is_live() or generation != self.generation:
+            return principal
+        self._store(key, principal, now + self.ttl_s)
+        return principal
+
+    def _store(self, key: bytes, principal: Principal, until: float) -> None:
+        self._entries.pop(key, None)
+        while len(self._entries) >= self.max_entries:  # oldest first (dicts keep insertion order)
+            oldest = next(iter(self._entries))
+            self._evict(oldest)
+        self._entries[key] = _Cached(principal, until)
+        if principal.token_id is not None:
+            self._by_token[principal.token_id] = key
+
+    def _evict(self, key: bytes) -> None:
+        cached = self._entries.pop(key, None)
+        if cached is not None and cached.principal.token_id is not None:
+            self._by_token.pop(cached.principal.token_id, None)
+
+    def _unexpired(self, hit: _Cached) -> bool:
+        expires_at = hit.principal.expires_at
+        return expires_at is None or expires_at > self.wall_clock()
+
+    def revoked(self, token_id: TokenId) -> None:
+        self.generation += 1
+        key = self._by_token.pop(token_id, None)
+        if key is not None:
+            self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget everything (the revocation channel was down: announcements may be lost)."""
+        self.generation += 1
+        self._entries.clear()
+        self._by_token.clear()
+
+
+_VALID = (
+    select(ApiToken.id)
+    .where(ApiToken.revoked_at.is_(None))
+    .where((ApiToken.expires_at.is_(None)) | (ApiToken.expires_at > func.now()))
+)
+
+
+async def still_valid(session: AsyncSession, token_ids: Collection[TokenId]) -> set[TokenId]:
+    """Those of `token_ids` that still work (not revoked, not expired, not deleted)."""
+    if not token_ids:
+        return set()
+    rows = await session.scalars(_VALID.where(ApiToken.id.in_(list(token_ids))))
+    return {TokenId(i) for i in rows}
