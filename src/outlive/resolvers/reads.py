@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ from outlive.resolvers.errors import INTERNAL_MESSAGE, ErrorCodes, coded
 from outlive.resolvers.limits import RequestLimits, check_request
 from outlive.resolvers.plans import Plan, Unplanned, compile_plan
 from outlive.services.tenants import Principal
+from outlive.telemetry import metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +147,8 @@ class ReadPath:
         request = _parse(scope, body)
         if request is None:
             return _replay(body, receive)
-        answered = await self._answer(request, send, context)
+        traceparent = _header(scope, b"traceparent").decode("latin-1") or None
+        answered = await self._answer(request, send, context, traceparent)
         return None if answered else _replay(body, receive)
 
     def resolve_persisted(self, data: Any) -> Any:
@@ -159,7 +162,13 @@ class ReadPath:
             return dataclasses.replace(data, query=query)
         return data
 
-    async def _answer(self, request: Request, send: Send, context: Callable[[], Context]) -> bool:
+    async def _answer(
+        self,
+        request: Request,
+        send: Send,
+        context: Callable[[], Context],
+        traceparent: str | None = None,
+    ) -> bool:
         query, keep = request.query, None
         extension = (request.extensions or {}).get("persistedQuery")
         if extension is not None:
@@ -184,8 +193,8 @@ class ReadPath:
             await _send(send, 400, b"mutations are not allowed when using GET", _TEXT)
             return True
         try:
-            body, execution = await self._run(
-                prepared, request, operation.type, operation.scope, context()
+            body, execution = await self._observed(
+                prepared, request, operation.type, operation.scope, context(), traceparent
             )
         except SharedExecutionCancelled:
             await _send(send, 503, _error("the server is stopping", "INTERNAL_SERVER_ERROR"))
@@ -198,6 +207,35 @@ class ReadPath:
         await _send(send, 200, body, headers)
         return True
 
+    async def _observed(
+        self,
+        prepared: Prepared,
+        request: Request,
+        kind: OperationType,
+        scope: ReadScope,
+        context: Context,
+        traceparent: str | None,
+    ) -> tuple[bytes, int | None]:
+        """`_run`, counted and timed by operation name (`outlive_graphql_operation…`) and, with
+        tracing on, in a server span continuing the caller's `traceparent`, as strawberry's path
+        is (`OutliveGraphQL.execute_single`)."""
+        name, label = metrics.operation_label(request.operation_name, prepared.query)
+        began = time.perf_counter()
+        outcome = "error"
+        with tracing.span(
+            f"graphql {label} {name}",
+            kind=tracing.SpanKind.SERVER,
+            parent=traceparent if tracing.is_enabled() else None,
+            attributes={"graphql.operation.name": name, "graphql.operation.type": label},
+        ):
+            try:
+                answer, execution = await self._run(prepared, request, kind, scope, context)
+                outcome = "error" if answer.payload.get("errors") else "ok"
+                return answer.body, execution
+            finally:
+                metrics.GRAPHQL_OPERATIONS.labels(name, label, outcome).inc()
+                metrics.GRAPHQL_DURATION.labels(name, label).observe(time.perf_counter() - began)
+
     async def _run(
         self,
         prepared: Prepared,
@@ -205,16 +243,16 @@ class ReadPath:
         kind: OperationType,
         scope: ReadScope,
         context: Context,
-    ) -> tuple[bytes, int | None]:
+    ) -> tuple[Answer, int | None]:
         async def execute() -> Answer:
             allowed = _MUTATION_ONLY if kind is OperationType.MUTATION else _QUERY_ONLY
             return await self.execute(prepared, request, context, allowed)
 
         if kind is not OperationType.QUERY or not self.coalescing:
-            return (await execute()).body, None
+            return await execute(), None
         key = read_key(context.require(), scope, prepared.query, request)
         shared = await self.coalescer.run(key, execute)
-        return shared.value.body, shared.execution
+        return shared.value, shared.execution
 
     def plan(self, prepared: Prepared, operation_name: str | None) -> Plan | None:
         """The compiled plan of the operation (made once per document), or None."""

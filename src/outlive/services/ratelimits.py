@@ -14,6 +14,7 @@ through and logs it (throttled): the action itself needs Redis to hand its work 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
@@ -30,6 +31,7 @@ from outlive.errors import RateLimited
 log = logging.getLogger(__name__)
 
 PREFIX = "outlive:rate:"
+CHECK_TIMEOUT_S = 1.0
 FAILURE_LOG_EVERY_S = 10.0
 
 # KEYS: the buckets; ARGV: capacity and tokens-per-millisecond of each, in order.
@@ -98,8 +100,9 @@ class RateLimiter:
             assert bucket.rate is not None  # noqa: S101 (filtered above)
             args += [bucket.rate.count, bucket.rate.count / (bucket.rate.per_s * 1000)]
         try:
-            taken, wait_ms = await self._script(keys=[b.key for b in limited], args=args)
-        except (RedisError, OSError) as exc:
+            async with asyncio.timeout(CHECK_TIMEOUT_S):  # a Redis that hangs holds nothing up
+                taken, wait_ms = await self._script(keys=[b.key for b in limited], args=args)
+        except (RedisError, OSError, TimeoutError) as exc:
             self._log_failure(exc)
             return
         if not taken:
