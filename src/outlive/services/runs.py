@@ -12,6 +12,10 @@ the first is alive, whatever the queue does. Taking over an expired lease counts
 Timeline events are appended in the same statement that bumps `runs.event_seq` (a data-modifying
 CTE), which keeps `seq` gap-free under concurrent emitters and makes "settle + its timeline event"
 one atomic write.
+
+Why this module is over 600 lines: every statement that writes a run is here, beside the record
+they return, so that the one predicate they all carry (and the lease, the fencing token and the
+admission columns they keep consistent) can be reviewed in one place.
 """
 
 from __future__ import annotations
