@@ -39,7 +39,7 @@ def figures(report: Report) -> str:
     plan = report.plan
     p50, p99 = report.percentile(0.5), report.percentile(0.99)
     rows = [
-        ("runs", report.runs, f"{plan.tenants} tenants x {plan.runs_per_tenant}"),
+        ("runs", report.runs, f"{plan.tenants} tenants, at least {plan.runs_per_tenant} each"),
         ("fault window", f"{plan.fault_s:g} s", f"whole run {report.elapsed_s:g} s"),
         ("workers SIGKILLed", report.worker_kills, f"every {plan.kill_every_s} s"),
         ("API / Redis SIGKILLed", f"{report.api_kills} / {report.redis_kills}", "restarted"),
