@@ -5,8 +5,10 @@
 One `outlive api` and 2 `outlive worker --concurrency 32` processes (agents: `demo`, and 5,000
 copies of it from `tests/many_agents.py`, since a tenant has at most one active run per agent).
 A quiet tenant starts one `demo` run (1 turn, 0 delay) through the API every 200 ms; the noisy
-tenant floods 5,000 runs (one per agent, 1 turn, 0 delay), written at once and admitted by the
-dispatch function (so the flood is in the queue, not in the API). Four phases:
+tenant floods 5,000 runs (one per agent, 1 turn of `--noisy-delay-ms`, 100 by default: an
+agent's turn mostly waits on I/O, such as a model's answer; 0 makes the flood pure CPU), written
+at once and admitted by the dispatch function (so the flood is in the queue, not in the API).
+Four phases:
 
 1. quiet alone: the quiet tenant's start-to-claim (its `claimed` event minus `createdAt`);
 2. noisy alone: the flood's throughput (runs from its first claim to its last settle, per s);
@@ -89,16 +91,19 @@ async def quiet_runs(quiet: Tenant, until: asyncio.Event) -> None:
         await asyncio.sleep(max(0.0, QUIET_EVERY_S - (time.monotonic() - began)))  # the pace
 
 
-async def flood(conn: asyncpg.Connection, env: Env, noisy: uuid.UUID, count: int) -> None:
+async def flood(
+    conn: asyncpg.Connection, env: Env, noisy: uuid.UUID, count: int, delay_ms: int = 0
+) -> None:
     """The noisy tenant's `count` runs, written waiting in one statement, then admitted by the
     same dispatch function the API calls (the rest is admitted by the workers' settles). Written
     directly, so that the flood is in the queue, not in the API's event loop."""
     await conn.execute(
         """INSERT INTO runs (tenant_id, agent, input)
-           SELECT $1, 'many-' || i, '{"turns": 1, "delayMs": 0}'
+           SELECT $1, 'many-' || i, jsonb_build_object('turns', 1, 'delayMs', $3::int)
              FROM generate_series(0, $2 - 1) i""",
         noisy,
         count,
+        delay_ms,
     )
     queue = create_queue(env.redis_url, RUNS_QUEUE)
     instances = SaqRunInstances(
@@ -147,12 +152,13 @@ async def phase(
     quiet: Tenant | None,
     noisy: uuid.UUID | None,
     flood_n: int,
+    noisy_delay_ms: int = 0,
 ) -> Phase:
     since = time.time()
     stop = asyncio.Event()
     quieting = asyncio.create_task(quiet_runs(quiet, stop)) if quiet else None
     if noisy is not None:
-        await flood(conn, env, noisy, flood_n)
+        await flood(conn, env, noisy, flood_n, noisy_delay_ms)
         await settled(conn, noisy)
     else:
         await asyncio.sleep(QUIET_ALONE_S)  # the quiet tenant alone, for as long
@@ -204,6 +210,13 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a flood of 1,000")
     parser.add_argument("--flood", type=int, default=5000)
+    parser.add_argument(
+        "--noisy-delay-ms",
+        type=int,
+        default=100,
+        help="each flood run's turn waits this long (I/O, as an agent's call to a model does);"
+        " 0 makes the flood pure CPU",
+    )
     args = parser.parse_args()
     flood_n = 1000 if args.quick else args.flood
     async with bench_env() as env:
@@ -218,15 +231,21 @@ async def main() -> None:
                 stack.enter_context(outlive("worker", "--concurrency", "32", env=vars))
             await wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
             quiet = Tenant(quiet_id, quiet_token, KeepAlive("127.0.0.1", port))
+            delay = args.noisy_delay_ms
             phases = [
                 await phase(conn, env, "1. quiet alone", quiet, None, flood_n),
-                await phase(conn, env, "2. noisy alone", None, noisy_id, flood_n),
-                await phase(conn, env, "3. both, capped", quiet, noisy_id, flood_n),
+                await phase(conn, env, "2. noisy alone", None, noisy_id, flood_n, delay),
+                await phase(conn, env, "3. both, capped", quiet, noisy_id, flood_n, delay),
             ]
             set_cap(env, slugs[noisy_id], "100000")
-            phases.append(await phase(conn, env, "4. both, no cap", quiet, noisy_id, flood_n))
+            phases.append(
+                await phase(conn, env, "4. both, no cap", quiet, noisy_id, flood_n, delay)
+            )
         await conn.close()
-    print(f"noisy neighbour: a flood of {flood_n} runs, 2 workers x 32, default cap 10")
+    print(
+        f"noisy neighbour: a flood of {flood_n} runs (1 turn of {args.noisy_delay_ms} ms),"
+        " 2 workers x 32, default cap 10"
+    )
     print(report(phases))
     capped, idle, alone = phases[2], phases[0], phases[1]
     quiet_ratio = (capped.quiet(0.99) or 0) / (idle.quiet(0.99) or 1)
