@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
@@ -77,38 +77,6 @@ def _too_large(limit: int) -> JSONResponse:
     return _error(f"request body too large (at most {limit} bytes)", "BAD_USER_INPUT", 413)
 
 
-async def read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body, counted as it arrives; None as soon as it passes `limit` bytes
-    (whatever `Content-Length` or chunking says)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":  # the client left; Starlette handles it downstream
-            return b"".join(chunks)
-        body: bytes = message.get("body", b"")
-        size += len(body)
-        if size > limit:
-            return None
-        chunks.append(body)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def replaying(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that hands out `body` once, then whatever comes next (a disconnect)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
-
-
 def bearer(value: str | None) -> str | None:
     if not value:
         return None
@@ -147,11 +115,7 @@ class OutliveGraphQL(GraphQL[Context, None]):
             )
             if fallback is None:
                 return
-            body = await read_body(fallback, limit) if request.method == "POST" else b""
-            if body is None:
-                await _too_large(limit)(scope, receive, send)
-                return
-            receive = replaying(body, fallback)
+            receive = fallback  # the body, read (and counted) by the read path, replayed
         try:
             response = await self.run(Request(scope, receive))
         except HTTPException as exc:  # strawberry's own refusals, in the contract's JSON shape

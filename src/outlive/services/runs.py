@@ -33,13 +33,10 @@ from uuid import UUID
 
 from sqlalchemy import (
     ColumnElement,
-    Select,
     column,
-    literal,
     literal_column,
     select,
     text,
-    tuple_,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -323,34 +320,6 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
         raise BadUserInput(f"{cursor!r} is not a valid cursor") from None
 
 
-async def list_runs(
-    session: AsyncSession,
-    tenant_id: TenantId,
-    *,
-    first: int,
-    after: str | None = None,
-    statuses: Sequence[RunStatus] | None = None,
-    agent: str | None = None,
-) -> RunPage:
-    """Newest first, keyset-paginated on (created_at, id)."""
-    if not 0 <= first <= MAX_PAGE:
-        raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
-    stmt: Select[Any] = select(*_RUN_COLUMNS).where(Run.tenant_id == tenant_id)
-    if after is not None:
-        at, run_id = decode_cursor(after)
-        stmt = stmt.where(tuple_(Run.created_at, Run.id) < tuple_(literal(at), literal(run_id)))
-    if statuses:
-        stmt = stmt.where(Run.status.in_([s.value for s in statuses]))
-    if agent is not None:
-        stmt = stmt.where(Run.agent == agent)
-    stmt = stmt.order_by(Run.created_at.desc(), Run.id.desc()).limit(first + 1)
-    runs = [to_record(row) for row in (await session.execute(stmt)).mappings().all()]
-    page = runs[:first]
-    return RunPage(
-        runs=page, cursors=[encode_cursor(r) for r in page], has_next_page=len(runs) > first
-    )
-
-
 _PAGE = prepare(
     text(
         "SELECT * FROM runs WHERE tenant_id = :tenant_id"
@@ -372,7 +341,8 @@ async def read_runs(
     statuses: Sequence[RunStatus] | None = None,
     agent: str | None = None,
 ) -> RunPage:
-    """`list_runs` as one prepared statement on its own (the read path: no session)."""
+    """A page of the tenant's runs, newest first, keyset-paginated on (created_at, id): one
+    prepared statement on its own (the read path: no session)."""
     if not 0 <= first <= MAX_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
     at, run_id = decode_cursor(after) if after is not None else (None, None)
