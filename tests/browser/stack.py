@@ -71,7 +71,7 @@ class LoggedProcess:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        with self.log.open("a") as out:
+        with self.log.open("a") as out, self.proc.stdout:
             for line in self.proc.stdout:
                 out.write(line)
                 out.flush()

@@ -102,6 +102,8 @@ ignore_startup_parameters = extra_float_digits
         finally:
             process.terminate()
             process.wait(10)
+            if process.stderr is not None:
+                process.stderr.close()
 
 
 def _no_prepared_statements() -> str:
