@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Select, func, select, tuple_, update
+from sqlalchemy import Select, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -184,7 +184,10 @@ async def _insert_replay(session: AsyncSession, values: dict[str, Any]) -> Repla
         pg_insert(RunReplay)
         .values(**values)
         .on_conflict_do_nothing(
-            index_elements=["tenant_id"], index_where=RunReplay.status == "RUNNING"
+            # A literal, never a bound parameter: under a generic plan a parameter has no value,
+            # and PostgreSQL can no longer infer the partial index (tests/db/test_generic_plans.py).
+            index_elements=["tenant_id"],
+            index_where=text(f"status = '{ReplayStatus.RUNNING.value}'"),
         )
         .returning(RunReplay)
     )
