@@ -171,10 +171,10 @@ def main(port: int) -> None:
     import uvicorn
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from outlive.cli import _uvicorn_config
+    from outlive.serving import uvicorn_config
 
     app = floor_app(os.environ["DATABASE_URL"], os.environ["REDIS_URL"])
-    uvicorn.Server(_uvicorn_config(app, "127.0.0.1", port)).run()
+    uvicorn.Server(uvicorn_config(app, "127.0.0.1", port)).run()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -26,7 +27,8 @@ from saq import Worker
 
 from outlive.config import Settings
 from outlive.db.engine import create_engine, create_sessions
-from outlive.jobs.consumer import JobDeps, consume
+from outlive.jobs.consumer import consume
+from outlive.jobs.deps import JobDeps
 from outlive.jobs.envelopes import ENVELOPES, Payload
 from outlive.jobs.handlers import Handler
 from outlive.jobs.mailer import LogMailer
@@ -88,14 +90,14 @@ async def main() -> None:
             await producer.send([types.build("bench.noop.v1", {"n": i}) for i in range(count)])
             worker = Worker(env_q, functions=[(CONSUME_TASK, consume)], concurrency=CONCURRENCY)
             worker.SIGNALS = []
-            worker.context["outlive_jobs"] = JobDeps(
+            worker.context["outlive"] = SimpleNamespace(jobs=JobDeps(
                 sessions=sessions,
                 http=None,  # type: ignore[arg-type]  # the no-op handler never calls out
                 settings=settings,
                 mailer=LogMailer(),
                 types=types,
                 handlers={**{k: Handler(open_a_session, never) for k in types.payloads}},
-            )
+            ))
             envelope_rates.append(await drain(env_q, worker, count))
             await plain_q.disconnect()
             await env_q.disconnect()

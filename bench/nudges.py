@@ -314,10 +314,10 @@ def run_floor(port: int) -> None:
     """uvicorn with `outlive api`'s own options, serving `floor_app`."""
     import uvicorn
 
-    from outlive.cli import _uvicorn_config
+    from outlive.serving import uvicorn_config
 
     app = floor_app(os.environ["REDIS_URL"], FLOOR_PREFIX)
-    uvicorn.Server(_uvicorn_config(app, "127.0.0.1", port)).run()
+    uvicorn.Server(uvicorn_config(app, "127.0.0.1", port)).run()
 
 
 def floor_app(redis_url: str, prefix: str) -> Any:

@@ -1,22 +1,21 @@
 """The Starlette application: GraphQL over HTTP and WebSocket, health checks, the web app.
 
-This is a composition root: it builds the engine, the Redis clients, the queue interface, the
-realtime hub and publisher from `Settings`, once per process, and hands them to the resolvers.
+This is a composition root: its lifespan enters the "api" runtime (`outlive.runtime`: the engine,
+Redis, the queues, the realtime hub and publisher, built from `Settings` once per process) and
+hands what the resolvers need to the GraphQL view.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
 from cross_web import HTTPException
-from redis.asyncio import Redis
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -30,31 +29,17 @@ from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 
-from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
-from outlive.db.engine import create_engine_for, open_sessions
-from outlive.ids import TokenId
-from outlive.jobs.producer import SaqJobProducer
-from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
-from outlive.jobs.run_instances import SaqRunInstances
-from outlive.jobs.telemetry import Sampler, stamp_traceparent
-from outlive.realtime.hub import Hub, hub_client_name
-from outlive.realtime.nudges import Publisher, channel_prefix
-from outlive.realtime.revocations import control_channel, decode_revoked
 from outlive.resolvers.context import Context, Services
 from outlive.resolvers.errors import coded
 from outlive.resolvers.nudges import NudgesTransportWS
 from outlive.resolvers.reads import ReadPath, read_path
 from outlive.resolvers.schema import build_schema
-from outlive.resolvers.sockets import SocketRegistry
-from outlive.services.admission import Limits, TenantAdmission
+from outlive.runtime import open_runtime
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.tenants import authenticate
-from outlive.services.tokens import PrincipalCache
 from outlive.telemetry import logs, metrics, tracing
 from outlive.web import graphiql_response, web_routes
-
-log = logging.getLogger(__name__)
 
 CONNECTION_INIT_TIMEOUT = timedelta(seconds=10)  # the defaults of OUTLIVE_WS_INIT_TIMEOUT_S
 MAX_OPERATIONS_PER_SOCKET = 5  # and OUTLIVE_WS_MAX_SUBSCRIPTIONS
@@ -250,36 +235,6 @@ class OutliveApp(Starlette):
         await super().__call__(scope, receive, send)
 
 
-def _control_hub(
-    redis: Redis, redis_url: str, settings: Settings, sockets: SocketRegistry
-) -> tuple[Hub, PrincipalCache]:
-    """One Redis subscription per process: nudges (unless realtime is off) and revocations, which
-    evict the token from the principal cache and close its sockets. The cache is used only while
-    that subscription is live."""
-
-    def on_control(raw: bytes | str) -> None:
-        token_id = decode_revoked(raw)
-        if token_id is not None:
-            auth.revoked(TokenId(token_id))
-            closed = sockets.close_token(token_id)
-            log.info("token %s revoked: %d socket(s) closed", token_id, closed)
-
-    def on_resubscribed() -> None:
-        auth.clear()
-        sockets.recheck_soon()
-
-    hub = Hub(
-        redis,
-        prefix=channel_prefix(redis_url),
-        nudges=settings.realtime,
-        control_channel=control_channel(redis_url),
-        on_control=on_control,
-        on_resubscribed=on_resubscribed,
-    )
-    auth = PrincipalCache(settings.auth_cache_s, is_live=hub.is_live)
-    return hub, auth
-
-
 async def _healthz(_: Request) -> Response:
     return JSONResponse({"ok": True})
 
@@ -304,7 +259,7 @@ Hook = Callable[[], Awaitable[None]]
 
 async def _metrics(request: Request) -> Response:
     """Prometheus exposition (every process's, under `outlive api --workers N`)."""
-    await request.app.state.sampler.sample()
+    await request.app.state.runtime.sampler.sample()
     return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
 
 
@@ -324,8 +279,7 @@ def build_app(
 ) -> Starlette:
     """The app; `extra_lifespan` (start, stop) runs inside its lifespan, as `outlive dev` does
     with the embedded worker."""
-    database_url, redis_url = settings.require_services()
-    tracing.setup(endpoint_set=bool(settings.otel_endpoint), disabled=settings.otel_sdk_disabled)
+    settings.require_services()
     schema = build_schema(settings)
     view = OutliveGraphQL(
         schema,
@@ -339,82 +293,40 @@ def build_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        engine = create_engine_for(settings, database_url)
-        redis: Redis = create_redis(redis_url)
-        queue = create_queue(redis_url, RUNS_QUEUE)
-        jobs_queue = create_queue(redis_url, JOBS_QUEUE)
-        if tracing.is_enabled():
-            queue.register_before_enqueue(stamp_traceparent)
-        publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
-        hub_redis = create_redis(redis_url, client_name=hub_client_name())
-        sessions = (await open_sessions(settings, engine, database_url)).wired(
-            nudge_sink=publisher.defer, jobs=SaqJobProducer(jobs_queue, settings)
-        )
-        agents = AgentRegistry.from_entry_points(settings.agent_modules)
-        instances = SaqRunInstances(queue, settings)
-        sessions.admission = TenantAdmission(sessions, instances, Limits.of(settings, len(agents)))
-        sockets = SocketRegistry(
-            max_per_tenant=settings.ws_max_per_tenant, recheck_s=settings.ws_recheck_s
-        )
-        hub, auth = _control_hub(hub_redis, redis_url, settings, sockets)
-        sampler = Sampler(
-            role="api",
-            engine=engine,
-            sessions=sessions,
-            redis=redis,
-            queues=(queue, jobs_queue),
-            hub=hub,
-        )
-        view.services = Services(
-            sessions=sessions,
-            agents=agents,
-            instances=instances,
-            settings=settings,
-            auth=auth,
-            sockets=sockets,
-            limiter=RateLimiter(redis),
-            hub=hub if settings.realtime else None,
-        )
-        app.state.engine, app.state.redis = engine, redis
-        app.state.hub = hub if settings.realtime else None
-        app.state.publisher, app.state.services = publisher, view.services
-        app.state.sampler = sampler
-        sampler.start(settings.metrics_sample_s)
-        await hub.start()  # waits (briefly) for the subscription: no missed first nudges
-        sockets.start(sessions)
-        if extra_lifespan is not None:
-            await extra_lifespan[0]()
-        try:
-            yield
-        finally:
+        async with open_runtime(settings, "api") as runtime:
+            queues, realtime = runtime.require_queues(), runtime.require_realtime()
+            view.services = Services(
+                sessions=runtime.sessions,
+                agents=runtime.agents,
+                instances=queues.instances,
+                settings=settings,
+                auth=realtime.auth,
+                sockets=realtime.sockets,
+                limiter=RateLimiter(queues.redis),
+                hub=realtime.hub if settings.realtime else None,
+            )
+            app.state.runtime = runtime
             if extra_lifespan is not None:
-                await extra_lifespan[1]()
-            await view.reads.coalescer.cancel_all()
-            await hub.stop()  # any socket still open is closed with 1012: clients reconnect
-            await sockets.stop()
-            await sampler.stop()
-            await publisher.drain()
-            for q in (queue, jobs_queue):
-                with suppress(Exception):
-                    await q.disconnect()
-            await redis.aclose()
-            await hub_redis.aclose()
-            await sessions.close_raw()
-            await engine.dispose()
-            metrics.process_exited()
+                await extra_lifespan[0]()
+            try:
+                yield
+            finally:
+                if extra_lifespan is not None:
+                    await extra_lifespan[1]()
+                await view.reads.coalescer.cancel_all()
 
     async def readyz(request: Request) -> Response:
         checks: dict[str, str] = {}
         try:
             async with asyncio.timeout(2):
-                async with request.app.state.engine.connect() as conn:
+                async with request.app.state.runtime.engine.connect() as conn:
                     await conn.execute(text("SELECT 1"))
             checks["postgres"] = "ok"
         except Exception as exc:  # noqa: BLE001 (any failure means not ready)
             checks["postgres"] = f"error: {type(exc).__name__}"
         try:
             async with asyncio.timeout(2):
-                await request.app.state.redis.ping()
+                await request.app.state.runtime.require_queues().redis.ping()
             checks["redis"] = "ok"
         except Exception as exc:  # noqa: BLE001 (any failure means not ready)
             checks["redis"] = f"error: {type(exc).__name__}"

@@ -1,10 +1,11 @@
 """The worker process: saq workers for run workflows and for the jobs queue (with cron, whose
 ticks run on the jobs queue: every worker schedules them, exactly one runs each tick).
 
-A composition root. `WorkerHost` builds the engine, Redis, queues and workflow dependencies from
-`Settings`, runs the saq workers as tasks, and stops them gracefully. It never installs signal
-handlers of its own (saq would otherwise take SIGINT/SIGTERM from whoever embeds it, such as
-uvicorn in `outlive dev`); the process that owns the signals calls `stop()`.
+A composition root. `WorkerHost` enters the "worker" runtime (`outlive.runtime`: the engine,
+Redis, the queues, the HTTP clients), derives the tasks' dependencies from it, runs the saq
+workers as tasks, and stops them gracefully, then the runtime, on the same exit stack. It never
+installs signal handlers of its own (saq would otherwise take SIGINT/SIGTERM from whoever embeds
+it, such as uvicorn in `outlive dev`); the process that owns the signals calls `stop()`.
 
 On stop, a run that is executing is released back to QUEUED with its attempt given back (see
 `outlive.workflows.runs`); the next worker picks it up at once.
@@ -14,45 +15,40 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import suppress
+from contextlib import AsyncExitStack, suppress
+from dataclasses import dataclass
 from typing import Any, cast
 
-import httpx
-from redis.asyncio import Redis
 from saq import Worker
-from saq.queue import Queue
 from saq.types import PartialTimersDict
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.cron.deps import CronDeps
 from outlive.cron.dispatch import cron_jobs
 from outlive.cron.loading import load_table
-from outlive.db.engine import create_engine_for, open_sessions
-from outlive.db.tx import Sessions
-from outlive.jobs.consumer import JobDeps, consume
-from outlive.jobs.handlers.webhook_deliver_v1 import create_client as webhook_client
+from outlive.jobs.consumer import consume
+from outlive.jobs.deps import JobDeps
+from outlive.jobs.handlers import HANDLERS
 from outlive.jobs.mailer import create_mailer
-from outlive.jobs.producer import CONSUME_TASK, SaqJobProducer
-from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
-from outlive.jobs.run_instances import SaqRunInstances, run_workflow
-from outlive.jobs.telemetry import (
-    MeteredTransport,
-    Sampler,
-    instrumented_run_task,
-    metered_http_client,
-    serve_metrics,
-    stamp_traceparent,
-)
-from outlive.realtime.nudges import Publisher, channel_prefix
-from outlive.services.admission import Limits, TenantAdmission
-from outlive.telemetry import tracing
+from outlive.jobs.producer import CONSUME_TASK
+from outlive.jobs.run_instances import run_workflow
+from outlive.jobs.telemetry import instrumented_run_task
+from outlive.runtime import Queues, Runtime, open_runtime
 from outlive.workflows.runs import WorkflowDeps
 
 log = logging.getLogger(__name__)
 
 RELEASE_DEADLINE_S = 10.0  # how long a cancelled attempt may take to release its run
+
+
+@dataclass(frozen=True)
+class WorkerDeps:
+    """The one object under the saq context's `outlive` key (`outlive.jobs.deps.RunsContext`,
+    `JobsContext`, `outlive.cron.deps.CronContext`): each task reads its part."""
+
+    workflows: WorkflowDeps
+    jobs: JobDeps
+    cron: CronDeps
 
 
 class WorkerHost:
@@ -63,131 +59,89 @@ class WorkerHost:
         self.concurrency = concurrency
         self.jobs_concurrency = jobs_concurrency
         self.workers: list[Worker[Any]] = []
-        self._tasks: list[asyncio.Task[None]] = []
-        self._engine: AsyncEngine | None = None
-        self._redis: Redis | None = None
-        self._queues: list[Queue] = []
-        self._http: httpx.AsyncClient | None = None
-        self._webhook_http: httpx.AsyncClient | None = None
-        self.deps: WorkflowDeps | None = None
-        self._sessions: Sessions | None = None
-        self.job_deps: JobDeps | None = None
-        self.sampler: Sampler | None = None
-        self._metrics_server: Any = None
+        self.runtime: Runtime | None = None
+        self.deps: WorkerDeps | None = None
+        self._stack = AsyncExitStack()
+
+    @property
+    def job_deps(self) -> JobDeps | None:
+        return None if self.deps is None else self.deps.jobs
 
     async def start(self) -> None:
-        database_url, redis_url = self.settings.require_services()
-        tracing.setup(
-            endpoint_set=bool(self.settings.otel_endpoint),
-            disabled=self.settings.otel_sdk_disabled,
+        """Enter the "worker" runtime, then start the saq workers on it; on a failure, close
+        what was opened."""
+        try:
+            self.runtime = await self._stack.enter_async_context(
+                open_runtime(self.settings, "worker")
+            )
+            self.deps = self._deps(self.runtime)
+            await self._start_workers(self.runtime.require_queues(), self.deps)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+
+    def _deps(self, runtime: Runtime) -> WorkerDeps:
+        queues, http = runtime.require_queues(), runtime.http
+        assert http is not None  # noqa: S101 (the "worker" runtime has its clients)
+        settings, sessions = self.settings, runtime.sessions
+        return WorkerDeps(
+            workflows=WorkflowDeps(
+                sessions=sessions, agents=runtime.agents, http=http.agents, settings=settings
+            ),
+            jobs=JobDeps(
+                sessions=sessions,
+                http=http.webhooks,
+                settings=settings,
+                mailer=create_mailer(settings),
+                handlers=dict(HANDLERS),
+                instances=queues.instances,
+                agents=runtime.agents,
+            ),
+            cron=CronDeps(sessions=sessions, settings=settings, redis=queues.redis),
         )
-        self._engine = create_engine_for(self.settings, database_url)
-        self._redis = redis = create_redis(redis_url)
-        publisher = Publisher(
-            self._redis, prefix=channel_prefix(redis_url), enabled=self.settings.realtime
-        )
-        self._http = metered_http_client(max_connections=100)
-        self._webhook_http = webhook_client(wrap=MeteredTransport)  # no keep-alive: see there
-        runs_queue = create_queue(redis_url, RUNS_QUEUE)
-        jobs_queue = create_queue(redis_url, JOBS_QUEUE)
-        if tracing.is_enabled():
-            runs_queue.register_before_enqueue(stamp_traceparent)
-        self._queues += [runs_queue, jobs_queue]
-        sessions = (await open_sessions(self.settings, self._engine, database_url)).wired(
-            nudge_sink=publisher.publish, jobs=SaqJobProducer(jobs_queue, self.settings)
-        )
-        self._sessions = sessions
-        self.sampler = Sampler(
-            role="worker",
-            engine=self._engine,
-            sessions=sessions,
-            redis=redis,
-            queues=(runs_queue, jobs_queue),
-        )
-        self.sampler.start(self.settings.metrics_sample_s)
-        self._serve_metrics()
-        agents = AgentRegistry.from_entry_points(self.settings.agent_modules)
-        sessions.admission = TenantAdmission(
-            sessions,
-            SaqRunInstances(runs_queue, self.settings),
-            Limits.of(self.settings, len(agents)),
-        )
-        self.deps = WorkflowDeps(
-            sessions=sessions,
-            agents=agents,
-            http=self._http,
-            settings=self.settings,
-        )
-        self.job_deps = JobDeps(
-            sessions=sessions,
-            http=self._webhook_http,
-            settings=self.settings,
-            mailer=create_mailer(self.settings),
-            instances=SaqRunInstances(runs_queue, self.settings),
-            agents=agents,
+
+    async def _start_workers(self, queues: Queues, deps: WorkerDeps) -> None:
+        timers = cast(
+            PartialTimersDict, {"sweep": self.settings.run_sweep_s, "schedule": 1, "abort": 1}
         )
         runs_worker: Worker[Any] = GracefulWorker(
-            runs_queue,
+            queues.runs,
             functions=[instrumented_run_task(run_workflow)],
             concurrency=self.concurrency,
-            timers=cast(
-                PartialTimersDict, {"sweep": self.settings.run_sweep_s, "schedule": 1, "abort": 1}
-            ),
+            timers=timers,
             shutdown_grace_period_s=None,  # release at once; the run goes on elsewhere
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
         )
-        runs_worker.context["outlive_workflows"] = self.deps
         jobs_worker: Worker[Any] = GracefulWorker(
-            jobs_queue,
+            queues.jobs,
             functions=[(CONSUME_TASK, consume)],
             cron_jobs=cron_jobs(load_table(self.settings.cron_table)),
             concurrency=self.jobs_concurrency,
-            timers=cast(
-                PartialTimersDict, {"sweep": self.settings.run_sweep_s, "schedule": 1, "abort": 1}
-            ),
+            timers=timers,
             shutdown_grace_period_s=int(self.settings.shutdown_grace_s),  # short jobs finish
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
         )
-        jobs_worker.context["outlive_jobs"] = self.job_deps
-        jobs_worker.context["outlive_cron"] = CronDeps(
-            sessions=sessions, settings=self.settings, redis=redis
-        )
-        self.workers += [runs_worker, jobs_worker]
-        for worker in self.workers:
+        workers, tasks = [runs_worker, jobs_worker], list[asyncio.Task[None]]()
+        self._stack.push_async_callback(_stop_workers, workers, tasks)
+        for worker in workers:
+            worker.context["outlive"] = deps
             worker.SIGNALS = []  # the embedding process owns the signals
             await worker.queue.connect()
-            self._tasks.append(asyncio.create_task(worker.start(), name=f"saq-{worker.queue.name}"))
-
-    def _serve_metrics(self) -> None:
-        """`OUTLIVE_METRICS_PORT`: Prometheus exposition on a port of its own (a thread)."""
-        port = self.settings.metrics_port
-        if port is not None:
-            self._metrics_server = serve_metrics(port, self.settings.metrics_host)
-            log.info("metrics on http://%s:%s/metrics", self.settings.metrics_host, port)
+            tasks.append(asyncio.create_task(worker.start(), name=f"saq-{worker.queue.name}"))
+        self.workers += workers
 
     async def stop(self) -> None:
-        await asyncio.gather(*(w.stop() for w in self.workers), return_exceptions=True)
-        if self.sampler is not None:
-            await self.sampler.stop()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
-        for task in self._tasks:
-            task.cancel()
-            with suppress(asyncio.CancelledError, Exception):
-                await task
-        for queue in self._queues:
-            with suppress(Exception):
-                await queue.disconnect()
-        for client in (self._http, self._webhook_http):
-            if client is not None:
-                await client.aclose()
-        if self._redis is not None:
-            await self._redis.aclose()
-        if self._sessions is not None:
-            await self._sessions.close_raw()
-        if self._engine is not None:
-            await self._engine.dispose()
+        """Stop the saq workers (each finishing or releasing what it runs), then the runtime."""
+        await self._stack.aclose()
+
+
+async def _stop_workers(workers: list[Worker[Any]], tasks: list[asyncio.Task[None]]) -> None:
+    """Together: the jobs worker's grace must not hold up the release of the runs."""
+    await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
+    for task in tasks:
+        task.cancel()
+        with suppress(asyncio.CancelledError, Exception):
+            await task
 
 
 async def run_until_stopped(host: WorkerHost, stop: asyncio.Event) -> None:

@@ -62,11 +62,11 @@ async def test_every_generated_function_runs_its_tasks_once_per_tick(
     tick = SimpleNamespace(scheduled=int(time.time()) + 10_000)  # a tick of this test's own
     for job in cron_jobs(CRON):
         expression = job.cron
-        report = await job.function({"outlive_cron": cron_deps, "job": tick})
+        report = await job.function({"outlive": SimpleNamespace(cron=cron_deps), "job": tick})
         assert report["expression"] == expression
         assert report["ran"] == [t.__name__ for t in CRON[expression]]
         assert report["failed"] == {}
-        again = await job.function({"outlive_cron": cron_deps, "job": tick})
+        again = await job.function({"outlive": SimpleNamespace(cron=cron_deps), "job": tick})
         assert again["skipped"] is True  # the same tick, delivered twice, runs once
         assert again["ran"] == []
 

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from outlive.config import Settings
-from outlive.db.engine import create_engine_for, open_sessions
+from outlive.runtime import open_runtime
 from outlive.worker import WorkerHost
 from tests.conftest import make_settings
 from tests.support import Api, NudgeWatch, Servers, TenantHandle, settled
@@ -36,9 +36,8 @@ PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 async def test_each_pool_is_sized_by_its_setting(servers: Servers) -> None:
     settings = make_settings(servers, db_pool_size=2, db_max_overflow=1, db_raw_pool_size=3)
     assert settings.database_url is not None
-    engine = create_engine_for(settings, settings.database_url)
-    sessions = await open_sessions(settings, engine, settings.database_url)
-    try:
+    async with open_runtime(settings, "worker") as runtime:
+        engine, sessions = runtime.engine, runtime.sessions
         pool: Any = engine.sync_engine.pool
         assert (pool.size(), pool._max_overflow) == (2, 1)
         assert sessions.raw is not None
@@ -49,9 +48,6 @@ async def test_each_pool_is_sized_by_its_setting(servers: Servers) -> None:
                 await engine.connect()
         for conn in held:
             await conn.close()
-    finally:
-        await sessions.close_raw()
-        await engine.dispose()
 
 
 def _free_port() -> int:

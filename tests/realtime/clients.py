@@ -23,10 +23,10 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from outlive.app import build_app
-from outlive.cli import _uvicorn_config
 from outlive.config import Settings
 from outlive.jobs.queues import create_redis
 from outlive.realtime.hub import Hub
+from outlive.serving import uvicorn_config
 from outlive.realtime.nudges import Publisher, channel_prefix
 
 PLAIN = "subscription { nudges { type tenantId at id } }"
@@ -226,8 +226,9 @@ class Served:
 
     @property
     def hub(self) -> Hub:
-        hub: Hub | None = self.app.state.hub
-        assert hub is not None, "realtime is off"
+        runtime = self.app.state.runtime
+        assert runtime.settings.realtime, "realtime is off"
+        hub: Hub = runtime.require_realtime().hub
         return hub
 
     async def subscribers(self, count: int, timeout: float = 10) -> None:
@@ -253,7 +254,7 @@ async def serve(settings: Settings, **uvicorn_options: Any) -> AsyncIterator[Ser
     sock.listen(1024)
     port = sock.getsockname()[1]
     options = {"log_level": "warning", "lifespan": "on", **uvicorn_options}
-    server = uvicorn.Server(_uvicorn_config(app, "127.0.0.1", port, settings, **options))
+    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", port, settings, **options))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(30):

@@ -94,7 +94,7 @@ async def test_a_request_never_waits_for_its_nudge(servers: Servers, tenant: Ten
         ):
             run = (await http.start_run(tenant.token, input={"turns": 1}))["run"]
             assert (await channel.next())["type"] == "run.created"
-            publisher: Publisher = served.app.state.publisher
+            publisher: Publisher = served.app.state.runtime.require_queues().publisher
             await admin.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")  # PUBLISH waits
             try:
                 cancelled = await http.cancel(tenant.token, run["id"])

@@ -26,7 +26,7 @@ async def _api_counting(settings: Settings) -> AsyncIterator[tuple[Api, list[str
         def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
             statements.append(statement)
 
-        event.listen(app.state.engine.sync_engine, "before_cursor_execute", record)
+        event.listen(app.state.runtime.engine.sync_engine, "before_cursor_execute", record)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://outlive.test") as c:
             yield Api(c), statements

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from outlive.config import Settings
-from outlive.db.raw import prepare
+from outlive.db.raw import create_pool, prepare
 from outlive.db.tx import PendingNudge, Sessions
 from tests.support import TenantHandle
 
@@ -55,8 +55,8 @@ async def test_a_statement_cancelled_in_flight_finishes_and_still_announces(
     async def sink(nudges: Sequence[PendingNudge]) -> None:
         sent.extend(nudges)
 
-    wired = sessions.wired(nudge_sink=sink)
-    await wired.open_raw(settings.database_url, max_size=2)
+    raw = await create_pool(settings.database_url, max_size=2)
+    wired = Sessions(sessions.maker, sink, autocommit_maker=sessions.autocommit_maker, raw=raw)
     slow = prepare(text("SELECT pg_sleep(0.5), 'outlive-tx-test' AS marker"))
     finished: list[str] = []
 
@@ -82,6 +82,6 @@ async def test_a_statement_cancelled_in_flight_finishes_and_still_announces(
         with pytest.raises(asyncio.CancelledError):
             await task
     finally:
-        await wired.close_raw()
+        await raw.close()
     assert finished == ["outlive-tx-test"]
     assert [n.type for n in sent] == ["run.event"]

@@ -22,7 +22,7 @@ from typing import Any
 from croniter import croniter
 from saq.job import CronJob
 
-from outlive.cron.deps import CronDeps, CronTask
+from outlive.cron.deps import CronContext, CronDeps, CronTask
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +86,8 @@ TickFunction = Callable[..., Awaitable[dict[str, Any]]]
 def tick_function(expression: str, tasks: Sequence[CronTask]) -> TickFunction:
     """The saq function for one expression; its name makes its saq cron key unique."""
 
-    async def tick(ctx: dict[str, Any]) -> dict[str, Any]:
-        deps: CronDeps = ctx["outlive_cron"]
+    async def tick(ctx: CronContext) -> dict[str, Any]:
+        deps = ctx["outlive"].cron
         scheduled = getattr(ctx.get("job"), "scheduled", 0) or int(time.time())
         lock = f"outlive:cron:{expression}:{scheduled}"
         if not await deps.redis.set(lock, "1", nx=True, ex=TICK_LOCK_TTL_S):

@@ -12,11 +12,14 @@ from __future__ import annotations
 from typing import Any
 from uuid import uuid4
 
+import asyncpg
+
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from outlive.config import Settings
-from outlive.db.tx import Sessions
+from outlive.db.raw import create_pool
+from outlive.db.tx import AdmissionFactory, JobProducer, NudgeSink, Sessions, drop_nudges
 
 
 def sqlalchemy_url(database_url: str) -> str:
@@ -60,38 +63,53 @@ def create_engine(
     )
 
 
-def create_engine_for(settings: Settings, database_url: str) -> AsyncEngine:
-    """The engine of a server process, sized by the connection budget's settings."""
+def create_engine_for(
+    settings: Settings, database_url: str, *, pool_size: int | None = None, max_overflow: int | None = None
+) -> AsyncEngine:
+    """An engine sized by the connection budget's settings (a CLI command asks for fewer), with
+    `OUTLIVE_DB_PGBOUNCER` honoured."""
     return create_engine(
         database_url,
-        pool_size=settings.db_pool_size,
-        max_overflow=settings.db_max_overflow,
+        pool_size=settings.db_pool_size if pool_size is None else pool_size,
+        max_overflow=settings.db_max_overflow if max_overflow is None else max_overflow,
         pool_timeout_s=settings.db_pool_timeout_s,
         statement_cache=not settings.db_pgbouncer,
     )
 
 
-async def open_sessions(settings: Settings, engine: AsyncEngine, database_url: str) -> Sessions:
-    """Sessions over `engine` plus the raw asyncpg pool, both within the connection budget."""
-    sessions = create_sessions(engine, autocommit=not settings.db_pgbouncer)
-    await sessions.open_raw(
+async def open_raw_pool(settings: Settings, database_url: str) -> asyncpg.Pool:
+    """The raw asyncpg pool of a server process, within the connection budget; its caller
+    closes it."""
+    return await create_pool(
         database_url,
         max_size=settings.db_raw_pool_size,
         statement_cache=not settings.db_pgbouncer,
     )
-    return sessions
 
 
-def create_sessions(engine: AsyncEngine, *, autocommit: bool = True) -> Sessions:
+def create_sessions(
+    engine: AsyncEngine,
+    *,
+    autocommit: bool = True,
+    raw: asyncpg.Pool | None = None,
+    nudge_sink: NudgeSink = drop_nudges,
+    jobs: JobProducer | None = None,
+    admission: AdmissionFactory | None = None,
+) -> Sessions:
     """`autocommit=False` (PgBouncer in transaction mode): reads run in a transaction too, so a
     statement's prepare and its execution reach the same server connection."""
-    if not autocommit:
-        maker = async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
-        return Sessions(maker, autocommit_maker=maker)
-    autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
-    return Sessions(
-        async_sessionmaker(engine, expire_on_commit=False, autoflush=False),
-        autocommit_maker=async_sessionmaker(
+    maker = async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+    autocommit_maker = maker
+    if autocommit:
+        autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        autocommit_maker = async_sessionmaker(
             autocommit_engine, expire_on_commit=False, autoflush=False
-        ),
+        )
+    return Sessions(
+        maker,
+        nudge_sink,
+        autocommit_maker=autocommit_maker,
+        jobs=jobs,
+        raw=raw,
+        admission=admission,
     )

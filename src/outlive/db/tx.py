@@ -35,7 +35,7 @@ from uuid import UUID
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from outlive.db.raw import Statement, create_pool
+from outlive.db.raw import Statement
 from outlive.errors import QueueUnavailable
 from outlive.telemetry import logs
 
@@ -85,6 +85,9 @@ class Admission(Protocol):
 
     async def dispatch_jobs(self, tenant_id: UUID) -> Sequence[tuple[str, UUID]]:
         """Admit and enqueue the tenant's waiting deliveries and emails, up to its cap."""
+
+
+AdmissionFactory = Callable[["Sessions"], Admission]
 
 
 async def drop_nudges(_: Sequence[PendingNudge]) -> None:
@@ -234,38 +237,32 @@ class Sessions:
         *,
         autocommit_maker: async_sessionmaker[AsyncSession] | None = None,
         jobs: JobProducer | None = None,
+        raw: asyncpg.Pool | None = None,
+        admission: AdmissionFactory | None = None,
     ) -> None:
+        """Everything is given here, once (`outlive.runtime` builds it): `raw`, the asyncpg pool
+        for single statements (None: everything via SQLAlchemy; its owner closes it), and
+        `admission`, called with these sessions to build the dispatcher units reach."""
         self.maker = maker
         self.autocommit_maker = autocommit_maker or maker
         self.nudge_sink = nudge_sink
         self.jobs = jobs
-        self.raw: asyncpg.Pool | None = None  # set by `open_raw`; None: everything via SQLAlchemy
-        self.admission: Admission | None = None  # set by a composition root, once it is built
-
-    async def open_raw(
-        self, database_url: str, *, max_size: int = 10, statement_cache: bool = True
-    ) -> None:
-        self.raw = await create_pool(
-            database_url, max_size=max_size, statement_cache=statement_cache
-        )
-
-    async def close_raw(self) -> None:
-        if self.raw is not None:
-            await self.raw.close()
+        self.raw = raw
+        self._admit = admission
+        self.admission: Admission | None = admission(self) if admission is not None else None
 
     def wired(
         self, *, nudge_sink: NudgeSink | None = None, jobs: JobProducer | None = None
     ) -> Sessions:
-        """The same sessions with a nudge sink and a jobs queue (set by a composition root)."""
-        wired = Sessions(
+        """New sessions on the same pools with another nudge sink or jobs queue (tests, tools)."""
+        return Sessions(
             self.maker,
             nudge_sink or self.nudge_sink,
             autocommit_maker=self.autocommit_maker,
             jobs=jobs or self.jobs,
+            raw=self.raw,
+            admission=self._admit,
         )
-        wired.raw = self.raw
-        wired.admission = self.admission
-        return wired
 
     async def fetchrow(self, statement: Statement, **params: Any) -> Mapping[Any, Any] | None:
         """One read statement, outside any unit of work."""

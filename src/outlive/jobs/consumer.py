@@ -23,22 +23,16 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 from pydantic import ValidationError
 
-from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.models import RejectedJob
-from outlive.db.tx import Sessions
-from outlive.jobs.envelopes import ENVELOPES, Envelope, EnvelopeTypes
-from outlive.jobs.handlers import HANDLERS, Handler
-from outlive.jobs.mailer import Mailer
+from outlive.jobs.deps import JobDeps, JobsContext
+from outlive.jobs.envelopes import Envelope
 from outlive.jobs.telemetry import attempt_span, remember_first_attempt
-from outlive.services.ports import RunInstances
 from outlive.telemetry import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
@@ -46,30 +40,13 @@ log = logging.getLogger(__name__)
 MAX_RECORDED_BODY = 64 * 1024
 
 
-@dataclass
-class JobDeps:
-    sessions: Sessions
-    http: httpx.AsyncClient
-    settings: Settings
-    mailer: Mailer
-    instances: RunInstances | None = None  # for jobs that start runs (replays)
-    agents: AgentRegistry = field(default_factory=AgentRegistry.from_entry_points)
-    types: EnvelopeTypes = field(default_factory=lambda: ENVELOPES)
-    handlers: dict[str, Handler] = field(default_factory=lambda: dict(HANDLERS))
-
-    def __post_init__(self) -> None:
-        missing = set(self.types.payloads) ^ set(self.handlers)
-        if missing:
-            raise RuntimeError(f"envelope types and handlers disagree on {sorted(missing)}")
-
-
 def retry_delay(settings: Settings, attempt: int) -> float:
     """The delay after failed attempt `attempt` (1-based): base, doubling, capped."""
     return float(min(settings.job_retry_base_s * 2 ** (attempt - 1), settings.job_retry_max_s))
 
 
-async def consume(ctx: dict[str, Any], **kwargs: Any) -> None:
-    deps: JobDeps = ctx["outlive_jobs"]
+async def consume(ctx: JobsContext, **kwargs: Any) -> None:
+    deps = ctx["outlive"].jobs
     job = ctx["job"]
     logs.bind(job_id=job.key, tenant_id=None, run_id=None, agent=None)
     body = kwargs.get("body")

@@ -34,7 +34,8 @@ from outlive.config import Settings
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId
 from outlive.services.ports import InstanceState
-from outlive.workflows.runs import RetryLater, WorkflowDeps, run_attempt
+from outlive.jobs.deps import RunsContext
+from outlive.workflows.runs import RetryLater, run_attempt
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class SaqRunInstances:
 
 
 class SaqAttemptControl:
-    def __init__(self, ctx: dict[str, Any]) -> None:
+    def __init__(self, ctx: RunsContext) -> None:
         self._job = ctx["job"]
         self._worker = ctx["worker"]
 
@@ -104,9 +105,9 @@ class SaqAttemptControl:
         self._job.retry_delay = 0.0
 
 
-async def run_workflow(ctx: dict[str, Any], *, run_id: str) -> None:
+async def run_workflow(ctx: RunsContext, *, run_id: str) -> None:
     """The saq task: one delivery of a run's instance is one attempt."""
-    deps: WorkflowDeps = ctx["outlive_workflows"]
+    deps = ctx["outlive"].workflows
     try:
         await run_attempt(deps, RunId(UUID(run_id)), SaqAttemptControl(ctx))
     except RetryLater as later:

@@ -4,18 +4,10 @@ row and the handler returns normally. `give_up` settles the row when the retries
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
-
+from outlive.jobs.deps import Handler
 from outlive.jobs.handlers import email_invitation_v1, run_replay_v1, webhook_deliver_v1
 
-
-@dataclass(frozen=True)
-class Handler:
-    handle: Callable[[Any, Any], Awaitable[None]]
-    give_up: Callable[[Any, Any, str], Awaitable[None]]
-
+__all__ = ["HANDLERS", "Handler"]
 
 HANDLERS: dict[str, Handler] = {
     "webhook.deliver.v1": Handler(webhook_deliver_v1.handle, webhook_deliver_v1.give_up),

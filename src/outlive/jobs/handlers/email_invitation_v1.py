@@ -6,17 +6,14 @@ log, never to the tenant.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import aiosmtplib
 
 from outlive.db.models import InvitationStatus
 from outlive.ids import InvitationId
+from outlive.jobs.deps import JobDeps
 from outlive.jobs.envelopes import SendInvitationV1
 from outlive.services import invitations
-
-if TYPE_CHECKING:
-    from outlive.jobs.consumer import JobDeps
 
 
 async def handle(deps: JobDeps, payload: SendInvitationV1) -> None:

@@ -8,13 +8,11 @@ a tick finds the row's tick counter moved on and does nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from outlive.jobs.deps import JobDeps
 from outlive.jobs.envelopes import ReplayRunsV1
 from outlive.services import replays
-
-if TYPE_CHECKING:
-    from outlive.jobs.consumer import JobDeps
 
 
 def validator(deps: JobDeps) -> replays.Validate:

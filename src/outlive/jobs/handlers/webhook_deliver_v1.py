@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import httpx
 
 from outlive.db.models import DeliveryStatus
 from outlive.ids import DeliveryId
+from outlive.jobs.deps import JobDeps
 from outlive.jobs.envelopes import DeliverWebhookV1
 from outlive.services import destinations, webhooks
-
-if TYPE_CHECKING:
-    from outlive.jobs.consumer import JobDeps
 
 
 class DeliveryFailed(Exception):

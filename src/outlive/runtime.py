@@ -1,0 +1,295 @@
+"""One runtime: every resource a process holds, opened in one place and closed in reverse.
+
+`open_runtime(settings, role)` builds what the role needs on one `AsyncExitStack`, registering
+each resource's teardown the moment it exists, so a failure half-way closes what was opened and
+a normal exit closes everything in the reverse order of its creation. The composition roots (the
+API's lifespan, `WorkerHost`, every CLI command that touches PostgreSQL or Redis) enter it;
+nothing else builds an engine, a pool, a Redis client or a queue.
+
+Roles:
+- `api`: the database (engine and raw pool), Redis, both queues, the publisher (nudges deferred
+  off the response path), the control hub (nudges, revocations) with its socket registry and
+  principal cache, the sampler.
+- `worker`: the database, Redis, both queues, the publisher (nudges awaited), the HTTP clients
+  (agents, webhook deliveries), the sampler and, with `OUTLIVE_METRICS_PORT`, the metrics server.
+- `cli`: the database only, on a pool of one or two connections.
+- `cli-queues`: that, plus Redis, the queues, the publisher and admission (commands that
+  enqueue: `tenant set-limits`, `jobs redrive`, `cron run`, `token revoke`).
+
+Every connection honours `OUTLIVE_DB_PGBOUNCER` (no named prepared statements; reads in a
+transaction), whatever the role.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Literal
+
+import httpx
+from redis.asyncio import Redis
+from saq.queue.redis import RedisQueue
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from outlive.agents.registry import AgentRegistry
+from outlive.config import MissingServiceError, Settings
+from outlive.db.engine import create_engine_for, create_sessions, open_raw_pool
+from outlive.db.tx import Sessions
+from outlive.ids import TokenId
+from outlive.jobs.handlers.webhook_deliver_v1 import create_client as webhook_client
+from outlive.jobs.producer import SaqJobProducer
+from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
+from outlive.jobs.run_instances import SaqRunInstances
+from outlive.jobs.telemetry import (
+    MeteredTransport,
+    Sampler,
+    metered_http_client,
+    serve_metrics,
+    stamp_traceparent,
+)
+from outlive.realtime.hub import Hub, hub_client_name
+from outlive.realtime.nudges import Publisher, channel_prefix
+from outlive.realtime.revocations import control_channel, decode_revoked
+from outlive.resolvers.sockets import SocketRegistry
+from outlive.services.admission import Limits, TenantAdmission
+from outlive.services.tokens import PrincipalCache
+from outlive.telemetry import metrics, tracing
+
+log = logging.getLogger(__name__)
+
+Role = Literal["api", "worker", "cli", "cli-queues"]
+
+CLI_POOL_SIZE = 2  # a CLI command's engine: what a cron tick or a redrive uses at most
+
+
+@dataclass(frozen=True)
+class Queues:
+    """Redis, the saq queues and what writes to them (every role but `cli`)."""
+
+    redis: Redis
+    runs: RedisQueue
+    jobs: RedisQueue
+    publisher: Publisher
+    instances: SaqRunInstances
+
+
+@dataclass(frozen=True)
+class Realtime:
+    """The API's control subscription (nudges, revocations) and what a revocation reaches."""
+
+    hub: Hub
+    auth: PrincipalCache
+    sockets: SocketRegistry
+
+
+@dataclass(frozen=True)
+class HttpClients:
+    """The worker's outbound HTTP: `agents` (pooled), `webhooks` (no keep-alive, see there)."""
+
+    agents: httpx.AsyncClient
+    webhooks: httpx.AsyncClient
+
+
+@dataclass(frozen=True)
+class Runtime:
+    settings: Settings
+    role: Role
+    engine: AsyncEngine
+    sessions: Sessions
+    agents: AgentRegistry
+    queues: Queues | None = None  # every role but `cli`
+    realtime: Realtime | None = None  # `api`
+    http: HttpClients | None = None  # `worker`
+    sampler: Sampler | None = None  # `api`, `worker`
+
+    def require_queues(self) -> Queues:
+        if self.queues is None:
+            raise RuntimeError(f"the {self.role!r} runtime has no queues")
+        return self.queues
+
+    def require_realtime(self) -> Realtime:
+        if self.realtime is None:
+            raise RuntimeError(f"the {self.role!r} runtime has no realtime hub")
+        return self.realtime
+
+
+@asynccontextmanager
+async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]:
+    """Everything `role` needs, closed in reverse on exit (or on a failure while opening)."""
+    server = role in ("api", "worker")
+    database_url, redis_url = _urls(settings, role)
+    async with AsyncExitStack() as stack:
+        if server:
+            tracing.setup(
+                endpoint_set=bool(settings.otel_endpoint), disabled=settings.otel_sdk_disabled
+            )
+        if role == "api":
+            stack.callback(metrics.process_exited)  # last: after every pool is gone
+        queues = None if redis_url is None else await _open_queues(stack, settings, redis_url)
+        agents = AgentRegistry([])  # a command that starts no run validates no input
+        if role != "cli":
+            agents = AgentRegistry.from_entry_points(settings.agent_modules)
+        engine, sessions = await _open_db(stack, settings, role, database_url, queues, agents)
+        realtime = None
+        if role == "api" and redis_url is not None:  # `_urls` required it
+            realtime = await _open_realtime(stack, settings, redis_url, sessions)
+        runtime = Runtime(
+            settings=settings,
+            role=role,
+            engine=engine,
+            sessions=sessions,
+            agents=agents,
+            queues=queues,
+            realtime=realtime,
+            http=await _open_http(stack) if role == "worker" else None,
+            sampler=await _open_sampler(stack, settings, role, engine, sessions, queues, realtime)
+            if server
+            else None,
+        )
+        if role == "worker":
+            _serve_metrics(stack, settings)
+        yield runtime
+
+
+def _urls(settings: Settings, role: Role) -> tuple[str, str | None]:
+    if role == "cli":
+        if not settings.database_url:
+            raise MissingServiceError("DATABASE_URL is not set")
+        return settings.database_url, None
+    return settings.require_services()
+
+
+async def _open_queues(stack: AsyncExitStack, settings: Settings, redis_url: str) -> Queues:
+    redis = create_redis(redis_url)
+    stack.push_async_callback(redis.aclose)
+    runs, jobs = create_queue(redis_url, RUNS_QUEUE), create_queue(redis_url, JOBS_QUEUE)
+    for queue in (runs, jobs):
+        stack.push_async_callback(_disconnect, queue)
+    if tracing.is_enabled():
+        runs.register_before_enqueue(stamp_traceparent)
+    publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
+    stack.push_async_callback(publisher.drain)  # the deferred nudges, before Redis closes
+    return Queues(redis, runs, jobs, publisher, SaqRunInstances(runs, settings))
+
+
+async def _disconnect(queue: RedisQueue) -> None:
+    with suppress(Exception):
+        await queue.disconnect()
+
+
+async def _open_db(
+    stack: AsyncExitStack,
+    settings: Settings,
+    role: Role,
+    database_url: str,
+    queues: Queues | None,
+    agents: AgentRegistry,
+) -> tuple[AsyncEngine, Sessions]:
+    """The engine, the raw pool (servers only; a CLI command goes through SQLAlchemy alone) and
+    the sessions, wired to the queues and to admission when there are queues."""
+    server = role in ("api", "worker")
+    size = None if server else CLI_POOL_SIZE
+    engine = create_engine_for(settings, database_url, pool_size=size, max_overflow=size)
+    stack.push_async_callback(engine.dispose)
+    raw = await open_raw_pool(settings, database_url) if server else None
+    if raw is not None:
+        stack.push_async_callback(raw.close)
+    if queues is None:
+        return engine, create_sessions(engine, autocommit=not settings.db_pgbouncer)
+    # The API never awaits a publish on the response path; a worker or a command does.
+    sink = queues.publisher.defer if role == "api" else queues.publisher.publish
+    limits = Limits.of(settings, len(agents))
+    sessions = create_sessions(
+        engine,
+        autocommit=not settings.db_pgbouncer,
+        raw=raw,
+        nudge_sink=sink,
+        jobs=SaqJobProducer(queues.jobs, settings),
+        admission=lambda s: TenantAdmission(s, queues.instances, limits),
+    )
+    return engine, sessions
+
+
+async def _open_realtime(
+    stack: AsyncExitStack, settings: Settings, redis_url: str, sessions: Sessions
+) -> Realtime:
+    """One Redis subscription per process: nudges (unless realtime is off) and revocations,
+    which evict the token from the principal cache and close its sockets. The cache is used
+    only while that subscription is live."""
+    redis = create_redis(redis_url, client_name=hub_client_name())
+    stack.push_async_callback(redis.aclose)
+    sockets = SocketRegistry(
+        max_per_tenant=settings.ws_max_per_tenant, recheck_s=settings.ws_recheck_s
+    )
+
+    def on_control(raw: bytes | str) -> None:
+        token_id = decode_revoked(raw)
+        if token_id is not None:
+            auth.revoked(TokenId(token_id))
+            closed = sockets.close_token(token_id)
+            log.info("token %s revoked: %d socket(s) closed", token_id, closed)
+
+    def on_resubscribed() -> None:
+        auth.clear()
+        sockets.recheck_soon()
+
+    hub = Hub(
+        redis,
+        prefix=channel_prefix(redis_url),
+        nudges=settings.realtime,
+        control_channel=control_channel(redis_url),
+        on_control=on_control,
+        on_resubscribed=on_resubscribed,
+    )
+    auth = PrincipalCache(settings.auth_cache_s, is_live=hub.is_live)
+    await hub.start()  # waits (briefly) for the subscription: no missed first nudges
+    sockets.start(sessions)
+
+    async def stop() -> None:
+        await hub.stop()  # any socket still open is closed with 1012: clients reconnect
+        await sockets.stop()
+
+    stack.push_async_callback(stop)
+    return Realtime(hub, auth, sockets)
+
+
+async def _open_http(stack: AsyncExitStack) -> HttpClients:
+    agents = metered_http_client(max_connections=100)
+    stack.push_async_callback(agents.aclose)
+    webhooks = webhook_client(wrap=MeteredTransport)  # no keep-alive: see there
+    stack.push_async_callback(webhooks.aclose)
+    return HttpClients(agents, webhooks)
+
+
+async def _open_sampler(
+    stack: AsyncExitStack,
+    settings: Settings,
+    role: Role,
+    engine: AsyncEngine,
+    sessions: Sessions,
+    queues: Queues | None,
+    realtime: Realtime | None,
+) -> Sampler:
+    sampler = Sampler(
+        role=role,
+        engine=engine,
+        sessions=sessions,
+        redis=queues.redis if queues is not None else None,
+        queues=(queues.runs, queues.jobs) if queues is not None else (),
+        hub=realtime.hub if realtime is not None else None,
+    )
+    sampler.start(settings.metrics_sample_s)
+    stack.push_async_callback(sampler.stop)
+    return sampler
+
+
+def _serve_metrics(stack: AsyncExitStack, settings: Settings) -> None:
+    """`OUTLIVE_METRICS_PORT`: Prometheus exposition on a port of its own (a thread)."""
+    port = settings.metrics_port
+    if port is None:
+        return
+    server = serve_metrics(port, settings.metrics_host)
+    stack.callback(server.server_close)
+    stack.callback(server.shutdown)
