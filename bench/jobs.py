@@ -90,14 +90,16 @@ async def main() -> None:
             await producer.send([types.build("bench.noop.v1", {"n": i}) for i in range(count)])
             worker = Worker(env_q, functions=[(CONSUME_TASK, consume)], concurrency=CONCURRENCY)
             worker.SIGNALS = []
-            worker.context["outlive"] = SimpleNamespace(jobs=JobDeps(
-                sessions=sessions,
-                http=None,  # type: ignore[arg-type]  # the no-op handler never calls out
-                settings=settings,
-                mailer=LogMailer(),
-                types=types,
-                handlers={**{k: Handler(open_a_session, never) for k in types.payloads}},
-            ))
+            worker.context["outlive"] = SimpleNamespace(
+                jobs=JobDeps(
+                    sessions=sessions,
+                    http=None,  # type: ignore[arg-type]  # the no-op handler never calls out
+                    settings=settings,
+                    mailer=LogMailer(),
+                    types=types,
+                    handlers={**{k: Handler(open_a_session, never) for k in types.payloads}},
+                )
+            )
             envelope_rates.append(await drain(env_q, worker, count))
             await plain_q.disconnect()
             await env_q.disconnect()

@@ -26,8 +26,8 @@ from outlive.app import build_app
 from outlive.config import Settings
 from outlive.jobs.queues import create_redis
 from outlive.realtime.hub import Hub
-from outlive.serving import uvicorn_config
 from outlive.realtime.nudges import Publisher, channel_prefix
+from outlive.serving import uvicorn_config
 
 PLAIN = "subscription { nudges { type tenantId at id } }"
 NUDGE_KEYS = {"type", "tenantId", "at", "id"}

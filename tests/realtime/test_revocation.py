@@ -16,7 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import delete, func, select
 
-from outlive.cli_tokens import revoke_token
+from outlive.cli.tokens import revoke_token
 from outlive.config import Settings
 from outlive.db.models import ApiToken, Run
 from outlive.db.tx import Sessions
@@ -196,8 +196,6 @@ async def test_with_realtime_off_a_revocation_still_closes_sockets_at_once(
     assert settings.redis_url is not None
     async with serve(settings) as served, Socket.open(served.url, token=tenant.token) as sock:
         await sock.subscribe()
-        line = await revoke_token(
-            settings.database_url, settings.redis_url, str(tenant.principal.token_id)
-        )
+        line = await revoke_token(settings, str(tenant.principal.token_id))
         assert "1 API process(es)" in line
         assert (await sock.closed(timeout=5))[0] == 4403

@@ -13,7 +13,6 @@ from typing import Any
 from uuid import uuid4
 
 import asyncpg
-
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
@@ -64,7 +63,11 @@ def create_engine(
 
 
 def create_engine_for(
-    settings: Settings, database_url: str, *, pool_size: int | None = None, max_overflow: int | None = None
+    settings: Settings,
+    database_url: str,
+    *,
+    pool_size: int | None = None,
+    max_overflow: int | None = None,
 ) -> AsyncEngine:
     """An engine sized by the connection budget's settings (a CLI command asks for fewer), with
     `OUTLIVE_DB_PGBOUNCER` honoured."""

@@ -33,8 +33,8 @@ from saq.queue.redis import RedisQueue
 from outlive.config import Settings
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId
-from outlive.services.ports import InstanceState
 from outlive.jobs.deps import RunsContext
+from outlive.services.ports import InstanceState
 from outlive.workflows.runs import RetryLater, run_attempt
 
 log = logging.getLogger(__name__)

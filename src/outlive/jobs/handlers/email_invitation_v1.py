@@ -6,7 +6,6 @@ log, never to the tenant.
 
 from __future__ import annotations
 
-
 import aiosmtplib
 
 from outlive.db.models import InvitationStatus

@@ -1,0 +1,178 @@
+"""The `outlive` command (contract §1): dev, migrate, api, worker, token, schema, cron.
+
+One module per command group; this one holds the argparse table and `main`. A command's module
+is imported only when it runs, so `outlive schema` does not load the worker. Every command that
+touches PostgreSQL or Redis enters `outlive.runtime.open_runtime`. Every failure is one line on
+stderr and a non-zero exit: 2 for bad input, 1 for a service that is missing or unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib import import_module
+from typing import NoReturn
+
+from outlive.cli.common import KEEP, CliError, duration, limit, positive
+from outlive.cli.migrate import migrate
+from outlive.config import MissingServiceError, Settings
+from outlive.errors import DomainError
+
+__all__ = ["CliError", "main", "migrate"]
+
+Command = Callable[[argparse.Namespace], None]
+
+
+def _fail(message: str, status: int) -> NoReturn:
+    print(f"outlive: error: {message}", file=sys.stderr)  # noqa: T201
+    raise SystemExit(status)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (no usage block), as every other error here."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("outlive").strip()
+        _fail(f"{command}: {message}" if command else message, 2)
+
+
+def _command(module: str, name: str) -> Command:
+    """`outlive.cli.<module>.<name>`, imported when the command runs."""
+
+    def command(args: argparse.Namespace) -> None:
+        function: Command = getattr(import_module(f"outlive.cli.{module}"), name)
+        function(args)
+
+    return command
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="outlive", description=(__doc__ or "").splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser("dev", help="everything in one process, for a laptop")
+    dev.add_argument("--host", default="127.0.0.1")
+    dev.add_argument("--port", type=int, default=8000)
+    dev.set_defaults(func=_command("dev", "cmd_dev"))
+
+    migrate_ = sub.add_parser("migrate", help="Alembic upgrade to head")
+    migrate_.set_defaults(func=_command("migrate", "cmd_migrate"))
+
+    api = sub.add_parser("api", help="the HTTP + WebSocket server only")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8000)
+    api.add_argument("--workers", type=positive, default=1)
+    api.set_defaults(func=_command("serve", "cmd_api"))
+
+    worker = sub.add_parser("worker", help="run workflows, jobs and cron only")
+    worker.add_argument("--concurrency", type=positive, default=32)
+    worker.set_defaults(func=_command("serve", "cmd_worker"))
+
+    token = sub.add_parser("token", help="API tokens")
+    token_sub = token.add_subparsers(dest="token_command", required=True)
+    create = token_sub.add_parser("create", help="create a token (and the tenant and user)")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--email", required=True)
+    create.add_argument(
+        "--expires-in",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="the token stops working after this long: 90m, 12h, 30d (default: never)",
+    )
+    create.set_defaults(func=_command("tokens", "cmd_token_create"))
+    listing = token_sub.add_parser("list", help="list tokens (never the tokens themselves)")
+    listing.add_argument("--tenant", default=None, metavar="SLUG")
+    listing.set_defaults(func=_command("tokens", "cmd_token_list"))
+    revoke = token_sub.add_parser("revoke", help="revoke a token everywhere, open sockets too")
+    revoke.add_argument("id", metavar="ID")
+    revoke.set_defaults(func=_command("tokens", "cmd_token_revoke"))
+
+    tenant = sub.add_parser("tenant", help="tenants")
+    tenant_sub = tenant.add_subparsers(dest="tenant_command", required=True)
+    limits = tenant_sub.add_parser(
+        "set-limits", help="a tenant's caps: a number, or 'default' for the deployment's"
+    )
+    limits.add_argument("--tenant", required=True, help="the tenant's slug")
+    limits.add_argument("--max-running-runs", type=limit, default=KEEP)
+    limits.add_argument("--max-inflight-jobs", type=limit, default=KEEP)
+    limits.set_defaults(func=_command("tenants", "cmd_tenant_set_limits"))
+
+    schema = sub.add_parser("schema", help="print the GraphQL SDL")
+    schema.set_defaults(func=_command("schema", "cmd_schema"))
+
+    jobs = sub.add_parser("jobs", help="the jobs queue's poison messages")
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True)
+    rejected = jobs_sub.add_parser("rejected", help="list rejected (poison) jobs, newest first")
+    rejected.add_argument("--all", action="store_true", help="include those already redriven")
+    rejected.add_argument("--limit", type=positive, default=50)
+    rejected.add_argument("--json", action="store_true", help="one JSON object per line")
+    rejected.set_defaults(func=_command("jobs", "cmd_jobs_rejected"))
+    redrive = jobs_sub.add_parser(
+        "redrive", help="re-validate rejected jobs against today's envelopes; send the valid ones"
+    )
+    redrive.add_argument("ids", nargs="*", metavar="ID")
+    redrive.add_argument("--all", action="store_true", help="every one not redriven yet")
+    redrive.set_defaults(func=_command("jobs", "cmd_jobs_redrive"))
+
+    cron = sub.add_parser("cron", help="the cron dispatch table")
+    cron_sub = cron.add_subparsers(dest="cron_command", required=True)
+    cron_sub.add_parser("list", help="print the table").set_defaults(
+        func=_command("cron", "cmd_cron_list")
+    )
+    fire = cron_sub.add_parser("run", help="fire one expression's tasks now")
+    fire.add_argument("expression")
+    fire.set_defaults(func=_command("cron", "cmd_cron_run"))
+    return parser
+
+
+def _describe_unreachable(exc: BaseException) -> str | None:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+    if isinstance(exc, (OperationalError, InterfaceError, DBAPIError)):
+        return f"cannot use PostgreSQL: {str(exc.orig or exc).splitlines()[0]}"
+    if isinstance(exc, RedisConnectionError):
+        return f"cannot reach Redis: {exc}"
+    if isinstance(exc, OSError):
+        return f"cannot reach a service: {exc}"
+    return None
+
+
+def _setup_logs(command: str) -> None:
+    """`OUTLIVE_LOG_FORMAT` when set; else JSON for the servers, text for people (dev, the rest).
+    A settings error is reported by the command itself, with the usual one line."""
+    from outlive.telemetry import logs
+
+    try:
+        settings = Settings()
+    except ValueError:
+        logs.setup("text")
+        return
+    default = "json" if command in ("api", "worker") else "text"
+    logs.setup(
+        settings.log_format or default,
+        level=settings.log_level,
+        libraries_level=settings.log_libraries_level,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    _setup_logs(args.command)
+    try:
+        args.func(args)
+    except CliError as exc:
+        _fail(str(exc), exc.status)
+    except MissingServiceError as exc:
+        _fail(str(exc), 1)
+    except DomainError as exc:
+        _fail(exc.message, 2)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    except Exception as exc:
+        message = _describe_unreachable(exc)
+        if message is None:
+            raise
+        _fail(message, 1)

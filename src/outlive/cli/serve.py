@@ -1,0 +1,76 @@
+"""`outlive api` and `outlive worker`: the two server processes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from outlive.cli.common import CliError, load_settings
+
+
+def cmd_api(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from outlive.app import app_from_environment
+    from outlive.serving import uvicorn_config
+
+    settings = load_settings()
+    settings.require_services()
+
+    def stopped(signum: int, _: Any) -> None:
+        raise SystemExit(0)
+
+    # uvicorn shuts down gracefully on SIGTERM (open sockets get 1012), then re-raises the signal
+    # to the handler it found: with this one, that graceful stop exits 0 (contract §1), not -15.
+    signal.signal(signal.SIGTERM, stopped)
+    if args.workers > 1:
+        _serve_processes(settings, args)
+        return
+    server = uvicorn.Server(uvicorn_config(app_from_environment(), args.host, args.port, settings))
+    server.run()
+    if not server.started:
+        raise CliError("the API did not start (see the log above)", 1)
+
+
+def _serve_processes(settings: Any, args: argparse.Namespace) -> None:
+    """`--workers N`: uvicorn's supervisor; each process builds its app from the environment."""
+    from uvicorn.supervisors import Multiprocess
+
+    from outlive.serving import uvicorn_config
+    from outlive.telemetry.metrics import multiprocess_directory
+
+    config = uvicorn_config(
+        "outlive.app:app_from_environment",
+        args.host,
+        args.port,
+        settings,
+        factory=True,
+        workers=args.workers,
+    )
+    with multiprocess_directory():
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
+
+
+def run_with_signals(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """`main(stop)` on a fresh loop; SIGINT and SIGTERM set `stop`."""
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    asyncio.run(runner())
+
+
+def cmd_worker(args: argparse.Namespace) -> None:
+    from outlive.worker import WorkerHost, run_until_stopped
+
+    settings = load_settings()
+    settings.require_services()
+    host = WorkerHost(settings, concurrency=args.concurrency)
+    run_with_signals(lambda stop: run_until_stopped(host, stop))

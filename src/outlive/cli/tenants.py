@@ -1,0 +1,36 @@
+"""`outlive tenant set-limits`: a tenant's caps, then what the new caps let through."""
+
+from __future__ import annotations
+
+import argparse
+
+from outlive.cli.common import KEEP, load_settings, run
+from outlive.config import Settings
+from outlive.runtime import open_runtime
+from outlive.services.tenants import set_limits
+
+
+async def set_tenant_limits(settings: Settings, slug: str, changes: dict[str, int | None]) -> str:
+    """Set the caps, then admit what the new caps let through (when Redis is configured)."""
+    async with open_runtime(settings, "cli-queues" if settings.redis_url else "cli") as runtime:
+        async with runtime.sessions.unit() as uow:
+            limits = await set_limits(uow, tenant_slug=slug, changes=changes)
+        admission = runtime.sessions.admission
+        if admission is not None:
+            await admission.dispatch_runs(limits.id)
+            await admission.dispatch_jobs(limits.id)
+    runs = limits.max_running_runs or f"default ({settings.tenant_max_running_runs})"
+    jobs = limits.max_inflight_jobs or f"default ({settings.tenant_max_inflight_jobs})"
+    return f"{limits.slug}: max-running-runs {runs}, max-inflight-jobs {jobs}"
+
+
+def cmd_tenant_set_limits(args: argparse.Namespace) -> None:
+    changes = {
+        name: value
+        for name, value in (
+            ("max_running_runs", args.max_running_runs),
+            ("max_inflight_jobs", args.max_inflight_jobs),
+        )
+        if value is not KEEP
+    }
+    print(run(set_tenant_limits(load_settings(), args.tenant, changes)))  # noqa: T201
