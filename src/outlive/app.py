@@ -263,6 +263,25 @@ async def _metrics(request: Request) -> Response:
     return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
 
 
+async def _readyz(request: Request) -> Response:
+    checks: dict[str, str] = {}
+    try:
+        async with asyncio.timeout(2):
+            async with request.app.state.runtime.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        checks["postgres"] = "ok"
+    except Exception as exc:  # noqa: BLE001 (any failure means not ready)
+        checks["postgres"] = f"error: {type(exc).__name__}"
+    try:
+        async with asyncio.timeout(2):
+            await request.app.state.runtime.require_queues().redis.ping()
+        checks["redis"] = "ok"
+    except Exception as exc:  # noqa: BLE001 (any failure means not ready)
+        checks["redis"] = f"error: {type(exc).__name__}"
+    ok = all(v == "ok" for v in checks.values())
+    return JSONResponse({"ok": ok, **checks}, status_code=200 if ok else 503)
+
+
 def app_from_environment() -> Starlette:
     """The factory `outlive api --workers N` gives uvicorn: each process reads the environment."""
     settings = Settings()
@@ -315,27 +334,9 @@ def build_app(
                     await extra_lifespan[1]()
                 await view.reads.coalescer.cancel_all()
 
-    async def readyz(request: Request) -> Response:
-        checks: dict[str, str] = {}
-        try:
-            async with asyncio.timeout(2):
-                async with request.app.state.runtime.engine.connect() as conn:
-                    await conn.execute(text("SELECT 1"))
-            checks["postgres"] = "ok"
-        except Exception as exc:  # noqa: BLE001 (any failure means not ready)
-            checks["postgres"] = f"error: {type(exc).__name__}"
-        try:
-            async with asyncio.timeout(2):
-                await request.app.state.runtime.require_queues().redis.ping()
-            checks["redis"] = "ok"
-        except Exception as exc:  # noqa: BLE001 (any failure means not ready)
-            checks["redis"] = f"error: {type(exc).__name__}"
-        ok = all(v == "ok" for v in checks.values())
-        return JSONResponse({"ok": ok, **checks}, status_code=200 if ok else 503)
-
     routes = [
         Route("/healthz", _healthz),
-        Route("/readyz", readyz),
+        Route("/readyz", _readyz),
         Route("/graphql", view, methods=["GET", "POST"]),
         WebSocketRoute("/graphql", _CountedSockets(view)),
     ]

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from outlive.cli.common import load_settings, run
-from outlive.cli.migrate import migrate
+from outlive.cli.migrate import upgrade
 from outlive.cli.tokens import create_token
 from outlive.config import Settings
 
@@ -41,7 +41,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
                 "public_url": f"http://{args.host}:{args.port}",
             }
         )
-        migrate(database_url)
+        run(upgrade(settings))
         ensure_built()
         token = run(create_token(settings, DEMO_TENANT, DEMO_EMAIL))
         _serve(settings, args.host, args.port, token)
