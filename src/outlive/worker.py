@@ -58,14 +58,9 @@ class WorkerHost:
         self.settings = settings
         self.concurrency = concurrency
         self.jobs_concurrency = jobs_concurrency
-        self.workers: list[Worker[Any]] = []
         self.runtime: Runtime | None = None
         self.deps: WorkerDeps | None = None
         self._stack = AsyncExitStack()
-
-    @property
-    def job_deps(self) -> JobDeps | None:
-        return None if self.deps is None else self.deps.jobs
 
     async def start(self) -> None:
         """Enter the "worker" runtime, then start the saq workers on it; on a failure, close
@@ -128,7 +123,6 @@ class WorkerHost:
             worker.SIGNALS = []  # the embedding process owns the signals
             await worker.queue.connect()
             tasks.append(asyncio.create_task(worker.start(), name=f"saq-{worker.queue.name}"))
-        self.workers += workers
 
     async def stop(self) -> None:
         """Stop the saq workers (each finishing or releasing what it runs), then the runtime."""

@@ -82,12 +82,12 @@ async def jobs_world(servers: Servers) -> AsyncIterator[Callable[..., Any]]:
         host = WorkerHost(settings, concurrency=2, jobs_concurrency=4)
         await host.start()
         hosts.append(host)
-        assert host.job_deps is not None
+        assert host.deps is not None
         types = ENVELOPES
         for name, (payload, handler) in (extra or {}).items():
             types = types.with_type(name, payload)
-            host.job_deps.handlers[name] = handler
-        host.job_deps.types = types
+            host.deps.jobs.handlers[name] = handler
+        host.deps.jobs.types = types
         queue = create_queue(settings.redis_url or "", JOBS_QUEUE)
         queues.append(queue)
         yield JobsWorld(host=host, queue=queue, settings=settings)

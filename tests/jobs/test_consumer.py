@@ -43,8 +43,8 @@ async def test_poison_messages_are_recorded_acknowledged_and_never_reach_a_handl
 ) -> None:
     deliver_spy, invite_spy = Spy(), Spy()
     async with jobs_world() as world:
-        world.host.job_deps.handlers["webhook.deliver.v1"] = deliver_spy.handler()
-        world.host.job_deps.handlers["email.invitation.v1"] = invite_spy.handler()
+        world.host.deps.jobs.handlers["webhook.deliver.v1"] = deliver_spy.handler()
+        world.host.deps.jobs.handlers["email.invitation.v1"] = invite_spy.handler()
         marker = uuid.uuid4().hex
         poison: list[dict[str, Any]] = [
             {"body": f"not json {marker}"},

@@ -62,15 +62,15 @@ async def test_a_poison_message_valid_today_is_sent_again_and_handled(
         (row,) = await rejected_rows(sessions, marker)
         assert row.type == "test.hello.v1"
 
-        world.host.job_deps.types = ENVELOPES.with_type("test.hello.v1", HelloV1)
-        world.host.job_deps.handlers["test.hello.v1"] = spy.handler()
-        wired = sessions.wired(jobs=world.producer(world.host.job_deps.types))
-        result = await redrive(wired, row.id, world.host.job_deps.types)
+        world.host.deps.jobs.types = ENVELOPES.with_type("test.hello.v1", HelloV1)
+        world.host.deps.jobs.handlers["test.hello.v1"] = spy.handler()
+        wired = sessions.wired(jobs=world.producer(world.host.deps.jobs.types))
+        result = await redrive(wired, row.id, world.host.deps.jobs.types)
         assert result.result == "sent"
         assert result.sent_as is not None
         job = await world.finished(str(result.sent_as))
         assert job.status == Status.COMPLETE
-        again = await redrive(wired, row.id, world.host.job_deps.types)
+        again = await redrive(wired, row.id, world.host.deps.jobs.types)
     assert again.result == "skipped"  # redriven once, never twice
     assert [p.name for _, p in spy.calls] == [marker]
     (row,) = await rejected_rows(sessions, marker)
