@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from outlive.cli.common import CliError, load_settings
+from outlive.config import Settings
 
 
 def cmd_api(args: argparse.Namespace) -> None:
@@ -35,7 +36,7 @@ def cmd_api(args: argparse.Namespace) -> None:
         raise CliError("the API did not start (see the log above)", 1)
 
 
-def _serve_processes(settings: Any, args: argparse.Namespace) -> None:
+def _serve_processes(settings: Settings, args: argparse.Namespace) -> None:
     """`--workers N`: uvicorn's supervisor; each process builds its app from the environment."""
     from uvicorn.supervisors import Multiprocess
 

@@ -1,10 +1,11 @@
 """Building the async engine from the contract's `postgresql://` URL.
 
-Pool sizes come from `Settings` (the connection budget, see the README): the composition roots
-pass `db_pool_size`, `db_max_overflow` and `db_pool_timeout_s`. `statement_cache=False` (for
-PgBouncer in transaction mode, `OUTLIVE_DB_PGBOUNCER=1`) turns off asyncpg's statement cache and
-SQLAlchemy's prepared-statement cache, and names each prepared statement uniquely, so that no
-statement prepared on one server connection is looked for on another.
+Pool sizes come from `Settings` (the connection budget, see the README): `outlive.runtime`, the
+only caller outside tests, uses `create_engine_for`, `open_raw_pool` and `create_sessions`.
+`statement_cache=False` (for PgBouncer in transaction mode, `OUTLIVE_DB_PGBOUNCER=1`) turns off
+asyncpg's statement cache and SQLAlchemy's prepared-statement cache, and names each prepared
+statement uniquely, so that no statement prepared on one server connection is looked for on
+another.
 """
 
 from __future__ import annotations
