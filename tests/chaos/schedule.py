@@ -88,10 +88,13 @@ class Faults:
         await asyncio.gather(*self._recoveries, return_exceptions=True)
 
     async def _rolling(self) -> None:
+        """A kill every `kill_every_s` on a clock: one that had to wait for a replacement to
+        come up (the last worker is never killed) does not push the next ones back."""
         loop = asyncio.get_running_loop()
-        began = loop.time()
+        began = due = loop.time()
         while loop.time() - began < self.plan.fault_s:
-            await asyncio.sleep(self.rng.uniform(*self.plan.kill_every_s))  # a clock, not an event
+            due += self.rng.uniform(*self.plan.kill_every_s)
+            await asyncio.sleep(max(0.0, due - loop.time()))  # the schedule is a clock
             if "worker" in self.plan.faults:
                 self.report.worker_kills += await self.fleet.kill_a_worker(self.rng)
 
