@@ -55,6 +55,7 @@ READ = "query($id: ID!) { run(id: $id) { status } }"
 LIST = "{ runs(first: 100) { edges { node { id status } } } }"
 ENDPOINT = "mutation($u: String!) { createWebhookEndpoint(url: $u) { endpoint { id } } }"
 PROBE_INPUT = {"turns": 1, "delayMs": 0}
+MUTATIONS = ("startRun", "createWebhookEndpoint")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class Plan:
     # How long after PostgreSQL answers again a mutation may still be refused (503, and
     # nothing else); also the target for the first successful mutation.
     pg_recovery_target_s: float = 5.0
+    # Clients read their run until it settles (a read repairs what it finds: reconcile on read).
+    # False: a client learns its run settled from the webhook alone and nothing is read through
+    # the API, so nothing repairs a lost run or delivery but the service's own machinery.
+    read_runs: bool = True
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,7 @@ class Report:
     pg_recovery_s: list[float] = field(default_factory=list)  # PG back → first good mutation
     mutation_errors_pg_down: int = 0  # answered otherwise than SERVICE_UNAVAILABLE: target 0
     windows: list[Window] = field(default_factory=list)
+    mutation_s: list[tuple[float, float]] = field(default_factory=list)  # (sent, answered after)
     client_errors: list[ClientError] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -139,7 +145,8 @@ class Report:
         return dict(sorted(counts.items()))
 
     def summary(self) -> dict[str, Any]:
-        lists = ("plan", "reclaim_s", "handover_s", "pg_recovery_s", "windows", "client_errors")
+        lists = {"plan", "reclaim_s", "handover_s", "pg_recovery_s", "windows", "client_errors"}
+        lists.add("mutation_s")
         figures = {k: v for k, v in vars(self).items() if k not in lists}
         figures["violations"] = self.violations[:20]
         handovers = [s for values in self.handover_s.values() for s in values]
@@ -150,7 +157,18 @@ class Report:
         figures["reclaims"] = len(self.reclaim_s)
         figures["pg_recovery_s"] = [round(s, 2) for s in self.pg_recovery_s]
         figures["client_errors"] = self.errors_by_code()
+        figures["slowest_mutations"] = self.slowest_mutations()
         return figures
+
+    def slowest_mutations(self, count: int = 3) -> list[str]:
+        """The slowest answers to a mutation, each with the fault in force when it was sent (a
+        mutation that needs only PostgreSQL does not wait for a frozen Redis)."""
+        slowest = sorted(self.mutation_s, key=lambda m: -m[1])[:count]
+        return [
+            f"{took:.1f} s"
+            + "".join(f" during {w.kind}" for w in self.windows if w.start <= sent <= w.end)
+            for sent, took in slowest
+        ]
 
 
 class Fleet:
@@ -270,6 +288,7 @@ class Client:
     rng: random.Random
     report: Report
     http: httpx.AsyncClient
+    webhooks: Webhooks
     started: list[str] = field(default_factory=list)
 
     async def gql(self, op: str, query: str, variables: dict[str, Any] | None = None) -> Any:
@@ -295,6 +314,8 @@ class Client:
         except (httpx.HTTPError, IndexError) as exc:  # no API process (yet), or no answer
             self._failed(sent, op, None, type(exc).__name__)
             return None, 0.2
+        if op in MUTATIONS:
+            self.report.mutation_s.append((sent, time.time() - sent))
         try:
             body = response.json()
         except ValueError:
@@ -312,7 +333,7 @@ class Client:
         return None, min(5.0, float(retry_after)) if retry_after else 0.2
 
     def _failed(self, at: float, op: str, status: int | None, code: str) -> None:
-        mutation = op in ("startRun", "createWebhookEndpoint")
+        mutation = op in MUTATIONS
         self.report.client_errors.append(ClientError(at, op, mutation, status, code))
 
     async def start(self, input: dict[str, Any]) -> str:
@@ -330,6 +351,9 @@ class Client:
             if i % plan.flaky_every == 0:
                 input["flakyAttempts"] = 1
             run_id = await self.start(input)
+            if not plan.read_runs:
+                await self.webhooks.until_seen({run_id})  # it settled: its webhook arrived
+                continue
             while True:
                 data = await self.gql("run", READ, {"id": run_id})
                 if data["run"]["status"] not in ("QUEUED", "RUNNING"):
@@ -439,7 +463,9 @@ async def run_chaos(plan: Plan, database_url: str | None, workdir: Path) -> Repo
                 await fleet.start(kind)
         tenants = await make_tenants(database_url, plan.tenants + 1)
         clients = [
-            Client(tenant, token, fleet, moves, random.Random(plan.seed + i), report, http)
+            Client(
+                tenant, token, fleet, moves, random.Random(plan.seed + i), report, http, webhooks
+            )
             for i, (tenant, token) in enumerate(tenants)
         ]
         *clients, prober = clients  # the prober starts runs only to time PostgreSQL's return
@@ -468,7 +494,7 @@ async def _drive(
     try:
         async with asyncio.timeout(plan.settle_timeout_s):
             await driving
-            for client in everyone:
+            for client in everyone if plan.read_runs else []:
                 while not await client.all_settled():
                     await client.moves.wait(client.tenant_id)
             await webhooks.until_seen({run for c in everyone for run in c.started})

@@ -26,7 +26,8 @@ PLAN = Plan(
 )
 
 # FLUSHALL, an empty Redis, a Redis frozen for 20 s, PostgreSQL SIGKILLed and down for 3 s, the
-# rolling worker kills, an API kill, and a busy loop on every core throughout.
+# rolling worker kills, an API kill, and a busy loop on every core throughout. The clients learn
+# that a run settled from its webhook: they read neither runs nor deliveries.
 FAULTS = Plan(
     tenants=6,
     runs_per_tenant=8,
@@ -40,6 +41,7 @@ FAULTS = Plan(
     redis_stop_s=20,
     postgres_down_s=3,
     postgres_only=True,
+    read_runs=False,  # nothing read through the API repairs anything: the relay must
 )
 
 
