@@ -1,15 +1,20 @@
 """Real faults for the tests: a network path to Redis that can hang, row inserts announced by
-PostgreSQL, and a Redis server of our own that can be SIGKILLed and restarted."""
+PostgreSQL, a Redis server of our own that can be SIGKILLed, restarted empty, flushed or frozen, a
+PostgreSQL cluster of our own that can be SIGKILLed and restarted, and busy loops that starve
+every core."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import AsyncIterator
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -127,6 +132,7 @@ class OwnRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     async def start(self) -> None:
+        """Start on the same port and directory: what the AOF in it holds comes back."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.process = process = await asyncio.create_subprocess_exec(
             redis_server_binary(),
@@ -149,17 +155,194 @@ class OwnRedis:
 
     async def kill(self) -> None:
         if self.process is not None and self.process.returncode is None:
-            self.process.send_signal(signal.SIGKILL)
+            self.process.send_signal(signal.SIGKILL)  # a SIGSTOPped process dies of it too
             await self.process.wait()
         if self._log is not None:
             await asyncio.gather(self._log, return_exceptions=True)
 
-    async def restart(self) -> None:
+    async def restart(self, *, empty: bool = False) -> None:
+        """SIGKILL and start again; `empty`: its files are removed in between, as if it had run
+        without persistence (every key it held is gone)."""
         await self.kill()
+        if empty:
+            shutil.rmtree(self.directory, ignore_errors=True)
         await self.start()
+
+    async def flushall(self) -> None:
+        """FLUSHALL: the server stays up and every key it held is gone."""
+        from redis.asyncio import Redis
+
+        client = Redis.from_url(self.url)
+        try:
+            await client.flushall()
+        finally:
+            await client.aclose()
+
+    def freeze(self) -> None:
+        """SIGSTOP: connections stay open and nothing answers (a stalled host, a GC'd VM)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
 
 
 def kill(process: subprocess.Popen[bytes] | None) -> None:
     if process is not None and process.poll() is None:
         process.send_signal(signal.SIGKILL)
         process.wait(10)
+
+
+def postgres_binaries() -> Path:
+    """The directory holding `initdb` and `postgres`: the ones on PATH where installed, else the
+    ones bundled in the pgserver wheel (a dependency), so a laptop with no PostgreSQL has them."""
+    found = shutil.which("initdb")
+    if found and (Path(found).parent / "postgres").exists():
+        return Path(found).parent
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH)
+
+
+def _postgres_user() -> str | None:
+    """PostgreSQL refuses to run as root: as root, the cluster runs as `postgres` (or pgserver's
+    own user, created if missing); otherwise as whoever we are."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    try:
+        pwd.getpwnam("postgres")
+        return "postgres"
+    except KeyError:
+        from pgserver.utils import ensure_user_exists
+
+        ensure_user_exists("pgserver")
+        return "pgserver"
+
+
+class OwnPostgres:
+    """A PostgreSQL cluster of the test's own, in a temporary directory, on a free port, with one
+    database migrated by `outlive migrate`, that can be SIGKILLed (the postmaster and every
+    backend at once, as the OOM killer or a dying container would) and started again; never the
+    shared one. It runs with `fsync=off`: a killed process loses nothing the kernel already has,
+    so that changes nothing here and spares the shared disk."""
+
+    def __init__(self) -> None:
+        # Not under pytest's tmp_path: that is 0700 and root's, and the cluster may run as
+        # another user (see `_postgres_user`).
+        self.directory = Path(tempfile.mkdtemp(prefix="outlive-pg-"))
+        self.port = free_port()
+        self.user = _postgres_user()
+        self.binaries = postgres_binaries()
+        self.process: asyncio.subprocess.Process | None = None
+        self._log: asyncio.Task[None] | None = None
+        if self.user is not None:
+            shutil.chown(self.directory, self.user, self.user)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/outlive"
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(cls) -> AsyncIterator[OwnPostgres]:
+        """initdb, start, create the database, migrate it; killed and removed afterwards."""
+        server = cls()
+        try:
+            await server._init()
+            await server.start()
+            admin = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{server.port}/postgres")
+            await admin.execute("CREATE DATABASE outlive")
+            await admin.close()
+            await server._migrate()
+            yield server
+        finally:
+            await server.kill()
+            shutil.rmtree(server.directory, ignore_errors=True)
+
+    async def _init(self) -> None:
+        initdb = await asyncio.create_subprocess_exec(
+            str(self.binaries / "initdb"),
+            *("-D", str(self.directory / "data"), "-U", "postgres", "-A", "trust"),
+            *("-E", "UTF8", "--locale=C", "--no-sync"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            user=self.user,
+        )
+        out, _ = await initdb.communicate()
+        if initdb.returncode:
+            raise RuntimeError(f"initdb failed: {out.decode(errors='replace')}")
+
+    async def _migrate(self) -> None:
+        migrate = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "outlive.cli", "migrate"),
+            env={**os.environ, "DATABASE_URL": self.url},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await migrate.communicate()
+        if migrate.returncode:
+            raise RuntimeError(f"outlive migrate failed: {out.decode(errors='replace')}")
+
+    async def start(self) -> None:
+        """Start the postmaster (crash recovery first, after a kill); returns once it accepts
+        connections."""
+        self.process = process = await asyncio.create_subprocess_exec(
+            str(self.binaries / "postgres"),
+            *("-D", str(self.directory / "data"), "-p", str(self.port), "-k", str(self.directory)),
+            *("-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=300"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            user=self.user,
+            start_new_session=True,  # its own process group: the kill takes every backend
+        )
+        assert process.stdout is not None
+        lines: list[bytes] = []
+        async with asyncio.timeout(60):
+            while b"ready to accept connections" not in (line := await process.stdout.readline()):
+                lines.append(line)
+                if process.stdout.at_eof():
+                    raise RuntimeError(f"postgres exited: {b''.join(lines).decode()}")
+        self._log = asyncio.create_task(OwnRedis._drain(process.stdout))
+
+    async def kill(self) -> None:
+        """SIGKILL the postmaster and its backends; returns once all are gone."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        await self.process.wait()
+        if self._log is not None:
+            await asyncio.gather(self._log, return_exceptions=True)
+        async with asyncio.timeout(30):
+            while True:  # no event says a process group is empty: look until it is
+                try:
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    break
+                await asyncio.sleep(0.05)
+
+    async def restart(self) -> None:
+        await self.kill()
+        await self.start()
+
+
+BUSY_LOOP = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass\n"
+
+
+@contextlib.contextmanager
+def busy_loops(count: int | None = None) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """One busy process per core (or `count`) for the block: everything else on the machine
+    competes with them for CPU. Each is SIGKILLed on the way out, and each also ends by itself
+    once its parent is gone, so even a harness killed outright leaves none spinning."""
+    loops: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(count or os.cpu_count() or 1):
+            loops.append(subprocess.Popen([sys.executable, "-c", BUSY_LOOP]))
+        yield loops
+    finally:
+        for loop in loops:
+            kill(loop)

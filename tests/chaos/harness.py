@@ -1,14 +1,20 @@
-"""The chaos scenario of issue 9, with real processes and real signals.
+"""The chaos scenarios of issues 9 and 17, with real processes and real signals.
 
-`outlive api` and `outlive worker` processes against a database and a Redis server of the
-scenario's own (AOF, fsync on every write). Tenants start `demo` runs one after another, each
-with a webhook endpoint answered by a receiver in this process. Meanwhile a random worker is
-SIGKILLed every few seconds and replaced, one API process is SIGKILLed and restarted, and Redis
-is SIGKILLed and restarted. The clients behave like clients: they retry a request that failed,
-and they read their runs and deliveries through the API until everything settles (reads are what
-repairs lost work: there is no sweeper). Then the database is checked against the invariants
-(`check`): every run settled, one terminal event and last, gap-free `seq`, as many `claimed` events
-as `attempt`, no two attempts of a run alive at once, every delivery DELIVERED and seen.
+`outlive api` and `outlive worker` processes against a Redis server of the scenario's own (AOF,
+fsync on every write) and a database: a clone of the test session's, or, when the plan SIGKILLs
+PostgreSQL, a cluster of the scenario's own (`tests.faults.OwnPostgres`). Tenants start `demo`
+runs one after another, each with a webhook endpoint answered by a receiver in this process that
+notes every `webhook-id` and run it is told about. Meanwhile the plan's faults happen
+(`tests/chaos/schedule.py`): by default (issue 9) a random worker SIGKILLed every few seconds and
+replaced, one API process SIGKILLed and restarted, Redis SIGKILLed and restarted with its AOF;
+`Plan.faults` adds FLUSHALL, an empty Redis, a frozen Redis, a PostgreSQL SIGKILL, and busy loops
+on every core (issue 17).
+
+The clients behave like clients: a request that failed is sent again (after `retryAfter` when
+the answer carries one), and every error they get is recorded with the time it was sent. They
+read their runs through the API until settled, and never read a webhook delivery: the receiver
+is the only witness that a delivery happened, so nothing repairs a lost delivery by looking at it.
+Then the database and the receiver are checked against the invariants (`tests/chaos/checks.py`).
 
 `tests/chaos/test_chaos.py` runs it at a size CI can afford; `bench/chaos.py` runs it longer and
 prints the figures.
@@ -25,11 +31,9 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 from redis.asyncio import Redis
 from starlette.applications import Starlette
@@ -40,16 +44,18 @@ from starlette.routing import Route
 from outlive.db.engine import create_engine, create_sessions
 from outlive.realtime.nudges import channel_prefix
 from outlive.services.tenants import create_token
-from tests.faults import OwnRedis
+from tests.chaos.checks import check
+from tests.chaos.schedule import DEFAULT, Faults, Window
+from tests.faults import OwnPostgres, OwnRedis, busy_loops
 from tests.realtime.clients import ApiProcess
 from tests.support import loopback_server
 
-TERMINAL = ("succeeded", "failed", "cancelled")
 START = """mutation($i: StartRunInput!) { startRun(input: $i) { created run { id } } }"""
 READ = "query($id: ID!) { run(id: $id) { status } }"
 LIST = "{ runs(first: 100) { edges { node { id status } } } }"
-DELIVERIES = "{ webhookEndpoints { deliveries(first: 100) { id status } } }"
 ENDPOINT = "mutation($u: String!) { createWebhookEndpoint(url: $u) { endpoint { id } } }"
+PROBE_INPUT = {"turns": 1, "delayMs": 0}
+MUTATIONS = ("startRun", "createWebhookEndpoint")
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,31 @@ class Plan:
     settle_timeout_s: float = 180.0
     seed: int = 9
     keep_going: bool = False  # clients start runs until the faults end, not just runs_per_tenant
+    faults: tuple[str, ...] = DEFAULT  # see tests/chaos/schedule.py KINDS
+    redis_stop_s: float = 20.0
+    postgres_down_s: float = 3.0
+    # Issue 17's promise: a mutation needs PostgreSQL and nothing else. With it, a startRun is
+    # never refused with QUEUE_UNAVAILABLE, and no run settles FAILED for a queue outage.
+    postgres_only: bool = False
+    # How long after PostgreSQL answers again a mutation may still be refused (503, and
+    # nothing else); also the target for the first successful mutation.
+    pg_recovery_target_s: float = 5.0
+    # Clients read their run until it settles (a read repairs what it finds: reconcile on read).
+    # False: a client learns its run settled from the webhook alone and nothing is read through
+    # the API, so nothing repairs a lost run or delivery but the service's own machinery.
+    read_runs: bool = True
+
+
+@dataclass(frozen=True)
+class ClientError:
+    """One failed request: sent at `at` (wall clock); `status` None when no answer came back
+    (a killed API, a reset); `code` the GraphQL error code, else the HTTP status or exception."""
+
+    at: float
+    op: str
+    mutation: bool
+    status: int | None
+    code: str
 
 
 @dataclass
@@ -78,32 +109,66 @@ class Report:
     worker_kills: int = 0
     api_kills: int = 0
     redis_kills: int = 0
+    faults: dict[str, int] = field(default_factory=dict)  # one-off faults by kind, and `cpu`
     stranded: int = 0
-    concurrent_attempts: int = 0
+    concurrent_attempts: int = 0  # "doubled": an attempt claimed while another was alive
     failed: int = 0  # settled FAILED although no run asks to fail
     refused: int = 0  # startRun answered QUEUE_UNAVAILABLE (Redis was down): the client retried
     lost_attempts: int = 0
-    deliveries: int = 0
-    delivered: int = 0
+    deliveries: int = 0  # webhooks owed: one per settled run (one endpoint per tenant)
+    delivered: int = 0  # of those, the ones the receiver got
     unseen_webhook_ids: int = 0
+    webhook_repeats: int = 0  # the same webhook-id received again (at least once, de-duplicable)
     reclaim_s: list[float] = field(default_factory=list)  # a worker's death → its run re-claimed
+    # Redis back → each lost item moving again, by fault kind (see checks._handover)
+    handover_s: dict[str, list[float]] = field(default_factory=dict)
+    never_handed_over: dict[str, int] = field(default_factory=dict)
+    pg_recovery_s: list[float] = field(default_factory=list)  # PG back → first good mutation
+    mutation_errors_pg_down: int = 0  # answered otherwise than SERVICE_UNAVAILABLE: target 0
+    windows: list[Window] = field(default_factory=list)
+    mutation_s: list[tuple[float, float]] = field(default_factory=list)  # (sent, answered after)
+    client_errors: list[ClientError] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
-    def percentile(self, q: float) -> float | None:
-        if not self.reclaim_s:
+    def percentile(self, q: float, values: list[float] | None = None) -> float | None:
+        values = self.reclaim_s if values is None else values
+        if not values:
             return None
-        ordered = sorted(self.reclaim_s)
+        ordered = sorted(values)
         return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
+    def errors_by_code(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for e in self.client_errors:
+            counts[f"{'mutation' if e.mutation else 'query'} {e.code}"] += 1
+        return dict(sorted(counts.items()))
+
     def summary(self) -> dict[str, Any]:
-        figures = {k: v for k, v in vars(self).items() if k not in ("plan", "reclaim_s")}
+        lists = {"plan", "reclaim_s", "handover_s", "pg_recovery_s", "windows", "client_errors"}
+        lists.add("mutation_s")
+        figures = {k: v for k, v in vars(self).items() if k not in lists}
         figures["violations"] = self.violations[:20]
-        p50, p99 = self.percentile(0.5), self.percentile(0.99)
-        figures["reclaim_p50_s"] = None if p50 is None else round(p50, 2)
-        figures["reclaim_p99_s"] = None if p99 is None else round(p99, 2)
+        handovers = [s for values in self.handover_s.values() for s in values]
+        for name, values in (("reclaim", self.reclaim_s), ("handover", handovers)):
+            p50, p99 = self.percentile(0.5, values), self.percentile(0.99, values)
+            figures[f"{name}_p50_s"] = None if p50 is None else round(p50, 2)
+            figures[f"{name}_p99_s"] = None if p99 is None else round(p99, 2)
         figures["reclaims"] = len(self.reclaim_s)
+        figures["pg_recovery_s"] = [round(s, 2) for s in self.pg_recovery_s]
+        figures["client_errors"] = self.errors_by_code()
+        figures["slowest_mutations"] = self.slowest_mutations()
         return figures
+
+    def slowest_mutations(self, count: int = 3) -> list[str]:
+        """The slowest answers to a mutation, each with the fault in force when it was sent (a
+        mutation that needs only PostgreSQL does not wait for a frozen Redis)."""
+        slowest = sorted(self.mutation_s, key=lambda m: -m[1])[:count]
+        return [
+            f"{took:.1f} s"
+            + "".join(f" during {w.kind}" for w in self.windows if w.start <= sent <= w.end)
+            for sent, took in slowest
+        ]
 
 
 class Fleet:
@@ -118,13 +183,25 @@ class Fleet:
         self.worker_kills: list[float] = []  # wall-clock times of the SIGKILLs
         self._starting: set[asyncio.Task[ApiProcess]] = set()
 
-    async def start(self, kind: str) -> ApiProcess:
-        stack = contextlib.AsyncExitStack()
-        command = ("api", "--port", "0") if kind == "api" else ("worker", "--concurrency", "8")
-        process = await stack.enter_async_context(ApiProcess.running(self.env, command=command))
-        self._stacks[process.pid] = stack
-        (self.apis if kind == "api" else self.workers).append(process)
-        return process
+    async def start(self, kind: str, tries: int = 1) -> ApiProcess:
+        """Start one; with `tries`, a process that could not start (PostgreSQL or Redis down
+        at that moment) is started again, as a supervisor would."""
+        for attempt in range(1, tries + 1):
+            stack = contextlib.AsyncExitStack()
+            command = ("api", "--port", "0") if kind == "api" else ("worker", "--concurrency", "8")
+            try:
+                process = await stack.enter_async_context(
+                    ApiProcess.running(self.env, command=command)
+                )
+            except (AssertionError, TimeoutError):
+                await stack.aclose()
+                if attempt == tries:
+                    raise
+                continue
+            self._stacks[process.pid] = stack
+            (self.apis if kind == "api" else self.workers).append(process)
+            return process
+        raise AssertionError("unreachable")
 
     async def kill(self, process: ApiProcess) -> None:
         process.process.send_signal(signal.SIGKILL)
@@ -137,18 +214,21 @@ class Fleet:
     async def kill_a_worker(self, rng: random.Random) -> bool:
         """SIGKILL a random worker; its replacement starts in the background, as a supervisor
         would restart it."""
+        while len(self.workers) < 2 and self._starting:  # never the last one: wait for the
+            await asyncio.wait(self._starting, return_when=asyncio.FIRST_COMPLETED)  # others
         if len(self.workers) < 2:
-            return False  # the others are still starting
+            return False
         victim = rng.choice(self.workers)
         self.worker_kills.append(time.time())
         await self.kill(victim)
-        replacement = asyncio.create_task(self.start("worker"))
+        replacement = asyncio.create_task(self.start("worker", tries=5))
         self._starting.add(replacement)
         replacement.add_done_callback(self._starting.discard)
         return True
 
     def api_url(self, rng: random.Random) -> str:
-        return rng.choice(self.apis).url
+        url: str = rng.choice(self.apis).url
+        return url
 
     async def close(self) -> None:
         await asyncio.gather(*self._starting, return_exceptions=True)
@@ -208,36 +288,60 @@ class Client:
     rng: random.Random
     report: Report
     http: httpx.AsyncClient
+    webhooks: Webhooks
+    started: list[str] = field(default_factory=list)
 
-    async def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The response body; a request that did not get through (a killed API, a 5xx) is sent
-        again, to any API process, after a short back-off."""
+    async def gql(self, op: str, query: str, variables: dict[str, Any] | None = None) -> Any:
+        """The `data` of the response; a request that failed (no answer, a 5xx, an error) is
+        recorded and sent again, to any API process, after `retryAfter` or a short back-off."""
         while True:
-            try:
-                response = await self.http.post(
-                    f"{self.fleet.api_url(self.rng)}/graphql",
-                    json={"query": query, "variables": variables or {}},
-                    headers={"Authorization": f"Bearer {self.token}"},
-                )
-                if response.status_code < 500:
-                    body: dict[str, Any] = response.json()
-                    return body
-            except (httpx.HTTPError, IndexError):
-                pass
-            await asyncio.sleep(0.2)
+            data, back_off = await self.send(op, query, variables)
+            if data is not None:
+                return data
+            await asyncio.sleep(back_off)
+
+    async def send(
+        self, op: str, query: str, variables: dict[str, Any] | None = None
+    ) -> tuple[Any, float]:
+        """One request: (its `data`, 0) or, recorded as a `ClientError`, (None, the back-off)."""
+        sent = time.time()
+        try:
+            response = await self.http.post(
+                f"{self.fleet.api_url(self.rng)}/graphql",
+                json={"query": query, "variables": variables or {}},
+                headers={"Authorization": f"Bearer {self.token}"},
+            )
+        except (httpx.HTTPError, IndexError) as exc:  # no API process (yet), or no answer
+            self._failed(sent, op, None, type(exc).__name__)
+            return None, 0.2
+        if op in MUTATIONS:
+            self.report.mutation_s.append((sent, time.time() - sent))
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        errors = body.get("errors") or []
+        if response.status_code == 200 and not errors and body.get("data") is not None:
+            return body["data"], 0.0
+        extensions = (errors[0].get("extensions") or {}) if errors else {}
+        code = extensions.get("code") or f"HTTP {response.status_code}"
+        self._failed(sent, op, response.status_code, code)
+        if code == "QUEUE_UNAVAILABLE":
+            self.report.refused += 1
+            return None, 0.5
+        retry_after = extensions.get("retryAfter") or response.headers.get("retry-after")
+        return None, min(5.0, float(retry_after)) if retry_after else 0.2
+
+    def _failed(self, at: float, op: str, status: int | None, code: str) -> None:
+        mutation = op in MUTATIONS
+        self.report.client_errors.append(ClientError(at, op, mutation, status, code))
 
     async def start(self, input: dict[str, Any]) -> str:
-        while True:
-            body = await self.gql(START, {"i": {"agent": "demo", "input": input}})
-            codes = [e.get("extensions", {}).get("code") for e in body.get("errors") or []]
-            if not codes:
-                run_id: str = body["data"]["startRun"]["run"]["id"]
-                return run_id
-            if codes == ["QUEUE_UNAVAILABLE"]:
-                self.report.refused += 1
-                await asyncio.sleep(0.5)
-                continue
-            raise AssertionError(f"startRun failed: {body}")
+        data = await self.gql("startRun", START, {"i": {"agent": "demo", "input": input}})
+        run_id: str = data["startRun"]["run"]["id"]
+        if run_id not in self.started:
+            self.started.append(run_id)
+        return run_id
 
     async def drive(self, plan: Plan, faulting: asyncio.Event) -> None:
         i = 0
@@ -247,38 +351,62 @@ class Client:
             if i % plan.flaky_every == 0:
                 input["flakyAttempts"] = 1
             run_id = await self.start(input)
+            if not plan.read_runs:
+                await self.webhooks.until_seen({run_id})  # it settled: its webhook arrived
+                continue
             while True:
-                body = await self.gql(READ, {"id": run_id})
-                if body["data"]["run"]["status"] not in ("QUEUED", "RUNNING"):
+                data = await self.gql("run", READ, {"id": run_id})
+                if data["run"]["status"] not in ("QUEUED", "RUNNING"):
                     break
                 await self.moves.wait(self.tenant_id)
 
-    async def all_settled(self) -> bool:
-        body = await self.gql(LIST)
-        return all(
-            e["node"]["status"] not in ("QUEUED", "RUNNING") for e in body["data"]["runs"]["edges"]
-        )
+    async def probe(self) -> float:
+        """startRun every quarter second, answers or not, until one succeeds; returns when."""
+        while True:
+            data, _ = await self.send(
+                "startRun", START, {"i": {"agent": "demo", "input": PROBE_INPUT}}
+            )
+            if data is not None:
+                self.started.append(data["startRun"]["run"]["id"])
+                return time.time()
+            await asyncio.sleep(0.25)  # a probe's period, whatever retryAfter says
 
-    async def all_delivered(self) -> bool:
-        body = await self.gql(DELIVERIES)
-        return all(
-            d["status"] == "DELIVERED"
-            for endpoint in body["data"]["webhookEndpoints"]
-            for d in endpoint["deliveries"]
-        )
+    async def all_settled(self) -> bool:
+        data = await self.gql("runs", LIST)
+        return all(e["node"]["status"] not in ("QUEUED", "RUNNING") for e in data["runs"]["edges"])
+
+
+@dataclass
+class Webhooks:
+    """What the loopback receiver was sent: every arrival, and the runs it heard of."""
+
+    url: str = ""
+    arrivals: list[tuple[float, str, str]] = field(default_factory=list)  # (at, webhook-id, run)
+    first_seen: dict[str, float] = field(default_factory=dict)  # run id → first arrival
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def until_seen(self, run_ids: set[str]) -> None:
+        while not run_ids <= self.first_seen.keys():
+            self.arrived.clear()
+            await self.arrived.wait()
 
 
 @contextlib.asynccontextmanager
-async def receiver() -> AsyncIterator[tuple[str, set[str]]]:
-    seen: set[str] = set()
+async def receiver() -> AsyncIterator[Webhooks]:
+    webhooks = Webhooks()
 
     async def hook(request: Request) -> Response:
-        seen.add(request.headers["webhook-id"])
+        at = time.time()
+        run_id = json.loads(await request.body())["data"]["runId"]
+        webhooks.arrivals.append((at, request.headers["webhook-id"], run_id))
+        webhooks.first_seen.setdefault(run_id, at)
+        webhooks.arrived.set()
         return Response(status_code=204)
 
     app = Starlette(routes=[Route("/hook", hook, methods=["POST"])])
     async with loopback_server(app) as base:
-        yield f"{base}/hook", seen
+        webhooks.url = f"{base}/hook"
+        yield webhooks
 
 
 def service_env(plan: Plan, database_url: str, redis_url: str) -> dict[str, str]:
@@ -310,157 +438,66 @@ async def make_tenants(database_url: str, count: int) -> list[tuple[str, str]]:
     return made
 
 
-async def run_chaos(plan: Plan, database_url: str, workdir: Path) -> Report:
-    """The whole scenario, then `check`; the database must be migrated and empty."""
+async def run_chaos(plan: Plan, database_url: str | None, workdir: Path) -> Report:
+    """The whole scenario, then the checks. `database_url`: a migrated, empty database; None
+    when the plan SIGKILLs PostgreSQL (the scenario then runs a cluster of its own)."""
     report = Report(plan=plan)
-    rng = random.Random(plan.seed)
-    redis = OwnRedis(workdir / "redis")
-    await redis.start()
-    fleet = Fleet(service_env(plan, database_url, redis.url), workdir)
     began = time.monotonic()
-    try:
-        async with (
-            receiver() as (hook_url, seen),
-            Moves(redis.url) as moves,
-            httpx.AsyncClient(timeout=30) as http,
-        ):
-            for kind, count in (("api", plan.apis), ("worker", plan.workers)):
-                for _ in range(count):
-                    await fleet.start(kind)
-            clients = [
-                Client(tenant, token, fleet, moves, random.Random(plan.seed + i), report, http)
-                for i, (tenant, token) in enumerate(await make_tenants(database_url, plan.tenants))
-            ]
-            for client in clients:
-                body = await client.gql(ENDPOINT, {"u": hook_url})
-                assert not body.get("errors"), body
-            faulting = asyncio.Event()
-            faulting.set()
-            driving = asyncio.gather(*(c.drive(plan, faulting) for c in clients))
-            await faults(plan, fleet, redis, rng, report)
-            faulting.clear()
-            try:
-                async with asyncio.timeout(plan.settle_timeout_s):
-                    await driving
-                    await _until_all(clients, "all_settled")
-                    await _until_all(clients, "all_delivered")
-            except TimeoutError:  # what never settled is reported, not waited for
-                driving.cancel()
-                await asyncio.gather(driving, return_exceptions=True)
-            await check(plan, database_url, report, seen, fleet.worker_kills)
-    finally:
-        await fleet.close()
-        await redis.kill()
+    async with contextlib.AsyncExitStack() as stack:
+        postgres: OwnPostgres | None = None
+        if "postgres" in plan.faults or database_url is None:
+            postgres = await stack.enter_async_context(OwnPostgres.running())
+            database_url = postgres.url
+        redis = OwnRedis(workdir / "redis")
+        await redis.start()
+        stack.push_async_callback(redis.kill)
+        if "cpu" in plan.faults:
+            report.faults["cpu"] = len(stack.enter_context(busy_loops()))
+        fleet = Fleet(service_env(plan, database_url, redis.url), workdir)
+        stack.push_async_callback(fleet.close)
+        webhooks = await stack.enter_async_context(receiver())
+        moves = await stack.enter_async_context(Moves(redis.url))
+        http = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
+        for kind, count in (("api", plan.apis), ("worker", plan.workers)):
+            for _ in range(count):
+                await fleet.start(kind)
+        tenants = await make_tenants(database_url, plan.tenants + 1)
+        clients = [
+            Client(
+                tenant, token, fleet, moves, random.Random(plan.seed + i), report, http, webhooks
+            )
+            for i, (tenant, token) in enumerate(tenants)
+        ]
+        *clients, prober = clients  # the prober starts runs only to time PostgreSQL's return
+        for client in [*clients, prober]:
+            await client.gql("createWebhookEndpoint", ENDPOINT, {"u": webhooks.url})
+        faults = Faults(
+            plan, report, fleet=fleet, redis=redis, postgres=postgres, probe=prober.probe
+        )
+        await _drive(plan, clients, faults, webhooks, [*clients, prober])
+        await faults.close()
+        await check(plan, database_url, report, webhooks, fleet.worker_kills)
     report.elapsed_s = round(time.monotonic() - began, 1)
     return report
 
 
-async def faults(
-    plan: Plan, fleet: Fleet, redis: OwnRedis, rng: random.Random, report: Report
+async def _drive(
+    plan: Plan, clients: list[Client], faults: Faults, webhooks: Webhooks, everyone: list[Client]
 ) -> None:
-    """For `fault_s`: a worker SIGKILLed (and replaced) every few seconds; once, an API process
-    SIGKILLed and restarted; once, Redis SIGKILLed and restarted (it keeps its AOF)."""
-    loop = asyncio.get_running_loop()
-    began = loop.time()
-    api_at, redis_at = began + plan.fault_s * 0.3, began + plan.fault_s * 0.6
-    while loop.time() - began < plan.fault_s:
-        await asyncio.sleep(rng.uniform(*plan.kill_every_s))  # the fault schedule is a clock
-        report.worker_kills += await fleet.kill_a_worker(rng)
-        if not report.api_kills and loop.time() >= api_at:
-            await fleet.kill(rng.choice(fleet.apis))
-            await fleet.start("api")
-            report.api_kills += 1
-        if not report.redis_kills and loop.time() >= redis_at:
-            await redis.restart()
-            report.redis_kills += 1
-
-
-async def _until_all(clients: list[Client], what: str) -> None:
-    for client in clients:
-        while not await getattr(client, what)():
-            await client.moves.wait(client.tenant_id)
-
-
-# --- the invariants -------------------------------------------------------------------------
-
-
-async def check(
-    plan: Plan, database_url: str, report: Report, seen: set[str], kills: list[float]
-) -> None:
-    conn = await asyncpg.connect(database_url)
+    """Clients drive runs while the faults happen; then everything settles and every webhook
+    arrives, or `settle_timeout_s` passes (what never settled is reported, not waited for)."""
+    faulting = asyncio.Event()
+    faulting.set()
+    driving = asyncio.gather(*(c.drive(plan, faulting) for c in clients))
+    await faults.run()
+    faulting.clear()
     try:
-        runs = await conn.fetch("SELECT * FROM runs")
-        events: dict[Any, list[Any]] = defaultdict(list)
-        for row in await conn.fetch(
-            "SELECT run_id, seq, type, data, at FROM run_events ORDER BY run_id, seq"
-        ):
-            events[row["run_id"]].append(row)
-        deliveries = await conn.fetch("SELECT id, status FROM webhook_deliveries")
-    finally:
-        await conn.close()
-    report.runs = len(runs)
-    for run in runs:
-        _check_run(plan, run, events[run["id"]], report, kills)
-    report.deliveries = len(deliveries)
-    report.delivered = sum(d["status"] == "DELIVERED" for d in deliveries)
-    report.unseen_webhook_ids = len({f"msg_{d['id'].hex}" for d in deliveries} - seen)
-    if len(deliveries) != len(runs):
-        report.violations.append(f"{len(runs)} runs settled, {len(deliveries)} deliveries")
-
-
-def _check_run(
-    plan: Plan, run: Any, timeline: list[Any], report: Report, kills: list[float]
-) -> None:
-    name = str(run["id"])
-    types = [e["type"] for e in timeline]
-    report.lost_attempts += dict(run).get("lost_attempts", 0)
-    if run["status"] in ("QUEUED", "RUNNING"):
-        report.stranded += 1
-        report.violations.append(f"{name}: stranded {run['status']}: {types}")
-        return
-    if run["status"] == "FAILED" and "queue unavailable" not in (run["error"] or ""):
-        report.failed += 1
-        report.violations.append(f"{name}: failed: {run['error']}")
-    if [t for t in types if t in TERMINAL] != [types[-1]] or types[-1] not in TERMINAL:
-        report.violations.append(f"{name}: terminal events {types}")
-    if [e["seq"] for e in timeline] != list(range(1, len(timeline) + 1)):
-        report.violations.append(f"{name}: seq not gap-free")
-    if types.count("claimed") != run["attempt"]:
-        report.violations.append(
-            f"{name}: {types.count('claimed')} claims, attempt {run['attempt']}"
-        )
-    _check_attempts(plan, name, timeline, report, kills)
-
-
-def _check_attempts(
-    plan: Plan, name: str, timeline: list[Any], report: Report, kills: list[float]
-) -> None:
-    """Attempt k+1 may only be claimed after attempt k ended (`retrying`, `released`) or was
-    lost; a lost attempt's last sign of life is more than a lease before the next claim."""
-    last_at: datetime | None = None  # the current attempt's latest event
-    ended = lost = False
-    for event in timeline:
-        kind = event["type"]
-        if kind == "claimed":
-            if last_at is not None:
-                gap = (event["at"] - last_at).total_seconds()
-                if not (ended or lost) or (lost and gap <= plan.heartbeat_s):
-                    report.concurrent_attempts += 1
-                    report.violations.append(f"{name}: attempt claimed {gap:.3f}s after the last")
-                if lost:
-                    _reclaim_latency(event["at"].timestamp(), last_at.timestamp(), report, kills)
-            ended = lost = False
-        elif kind in ("retrying", "released"):
-            ended = True
-        elif kind == "lost":
-            lost = True
-            continue  # the lost attempt's last sign of life stays `last_at`
-        last_at = event["at"]
-
-
-def _reclaim_latency(claimed: float, alive: float, report: Report, kills: list[float]) -> None:
-    """From the SIGKILL that took the attempt's worker (the first after its last sign of life)
-    to the claim that took the run over."""
-    deaths = [k for k in kills if alive <= k <= claimed]
-    if deaths:
-        report.reclaim_s.append(claimed - deaths[0])
+        async with asyncio.timeout(plan.settle_timeout_s):
+            await driving
+            for client in everyone if plan.read_runs else []:
+                while not await client.all_settled():
+                    await client.moves.wait(client.tenant_id)
+            await webhooks.until_seen({run for c in everyone for run in c.started})
+    except TimeoutError:
+        driving.cancel()
+        await asyncio.gather(driving, return_exceptions=True)

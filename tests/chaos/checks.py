@@ -1,0 +1,200 @@
+"""The invariants of the chaos run, checked against the database and what the webhook receiver
+and the clients saw; and the recovery figures measured from them.
+
+- every run settled (none `stranded`), SUCCEEDED unless it asked to fail (`failed`; with
+  `Plan.postgres_only` a run FAILED for a queue outage counts too);
+- timelines gap-free with one terminal event, last; as many `claimed` events as attempts;
+- no attempt claimed while another one was alive (`concurrent_attempts`, the "doubled");
+- one webhook received for every settled run, under one `webhook-id` (repeats of the same id
+  are allowed: delivery is at least once). Deliveries are never read, neither through the API
+  (a read repairs what it finds) nor from the table: the receiver is the witness;
+- while PostgreSQL was down (and for `pg_recovery_target_s` after it answered again) every
+  mutation was answered `SERVICE_UNAVAILABLE`, nothing else; outside that window no request was
+  answered an error (bar QUEUE_UNAVAILABLE without `postgres_only`, and RATE_LIMITED), though
+  a request to a killed API may get no answer at all.
+
+Figures: after each Redis fault, the time from Redis answering again to every unfinished run
+showing life (its next timeline event other than `failed`: a run settled FAILED by a repair was
+lost, not handed over) and every webhook it owed arriving (`handover_s`); after
+the PostgreSQL fault, the time to the first successful mutation (`pg_recovery_s`, in schedule.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from tests.chaos.schedule import REDIS
+
+if TYPE_CHECKING:
+    from tests.chaos.harness import Plan, Report, Webhooks
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+ACTIVE = ("QUEUED", "RUNNING")
+TOLERATED = ("RATE_LIMITED",)  # answered with retryAfter, nothing changed: the client waits
+
+
+async def check(
+    plan: Plan, database_url: str, report: Report, webhooks: Webhooks, kills: list[float]
+) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        runs = await conn.fetch("SELECT * FROM runs")
+        events: dict[Any, list[Any]] = defaultdict(list)
+        for row in await conn.fetch(
+            "SELECT run_id, seq, type, data, at FROM run_events ORDER BY run_id, seq"
+        ):
+            events[row["run_id"]].append(row)
+    finally:
+        await conn.close()
+    report.runs = len(runs)
+    for run in runs:
+        _check_run(plan, run, events[run["id"]], report, kills)
+    _check_webhooks(runs, webhooks, report)
+    _check_client_errors(plan, report)
+    _check_recovery(report)
+    _handover(runs, events, webhooks, report)
+
+
+def _check_run(
+    plan: Plan, run: Any, timeline: list[Any], report: Report, kills: list[float]
+) -> None:
+    name = str(run["id"])
+    types = [e["type"] for e in timeline]
+    report.lost_attempts += dict(run).get("lost_attempts", 0)
+    if run["status"] in ACTIVE:
+        report.stranded += 1
+        report.violations.append(f"{name}: stranded {run['status']}: {types}")
+        return
+    excused = not plan.postgres_only and "queue unavailable" in (run["error"] or "")
+    if run["status"] == "FAILED" and not excused:
+        report.failed += 1
+        report.violations.append(f"{name}: failed: {run['error']}")
+    if [t for t in types if t in TERMINAL] != [types[-1]] or types[-1] not in TERMINAL:
+        report.violations.append(f"{name}: terminal events {types}")
+    if [e["seq"] for e in timeline] != list(range(1, len(timeline) + 1)):
+        report.violations.append(f"{name}: seq not gap-free")
+    if types.count("claimed") != run["attempt"]:
+        report.violations.append(
+            f"{name}: {types.count('claimed')} claims, attempt {run['attempt']}"
+        )
+    _check_attempts(plan, name, timeline, report, kills)
+
+
+def _check_attempts(
+    plan: Plan, name: str, timeline: list[Any], report: Report, kills: list[float]
+) -> None:
+    """Attempt k+1 may only be claimed after attempt k ended (`retrying`, `released`) or was
+    lost; a lost attempt's last sign of life is more than a lease before the next claim."""
+    last_at: datetime | None = None  # the current attempt's latest event
+    ended = lost = False
+    for event in timeline:
+        kind = event["type"]
+        if kind == "claimed":
+            if last_at is not None:
+                gap = (event["at"] - last_at).total_seconds()
+                if not (ended or lost) or (lost and gap <= plan.heartbeat_s):
+                    report.concurrent_attempts += 1
+                    report.violations.append(f"{name}: attempt claimed {gap:.3f}s after the last")
+                if lost:
+                    _reclaim_latency(event["at"].timestamp(), last_at.timestamp(), report, kills)
+            ended = lost = False
+        elif kind in ("retrying", "released"):
+            ended = True
+        elif kind == "lost":
+            lost = True
+            continue  # the lost attempt's last sign of life stays `last_at`
+        last_at = event["at"]
+
+
+def _reclaim_latency(claimed: float, alive: float, report: Report, kills: list[float]) -> None:
+    """From the SIGKILL that took the attempt's worker (the first after its last sign of life)
+    to the claim that took the run over."""
+    deaths = [k for k in kills if alive <= k <= claimed]
+    if deaths:
+        report.reclaim_s.append(claimed - deaths[0])
+
+
+def _check_webhooks(runs: list[Any], webhooks: Webhooks, report: Report) -> None:
+    """One webhook per settled run (one endpoint per tenant, subscribed to every event)."""
+    owed = {str(r["id"]) for r in runs if r["status"] not in ACTIVE}
+    seen = webhooks.first_seen.keys()
+    report.deliveries = len(owed)
+    report.delivered = len(owed & seen)
+    report.unseen_webhook_ids = len(owed - seen)
+    report.violations += [f"{run}: settled, and its webhook never arrived" for run in owed - seen]
+    ids: dict[str, set[str]] = defaultdict(set)
+    for _, webhook_id, run in webhooks.arrivals:
+        ids[run].add(webhook_id)
+    report.webhook_repeats = len(webhooks.arrivals) - sum(len(i) for i in ids.values())
+    for run, distinct in ids.items():
+        if len(distinct) > 1:
+            report.violations.append(f"{run}: {len(distinct)} deliveries (webhook-ids)")
+    for run in seen - {str(r["id"]) for r in runs}:
+        report.violations.append(f"{run}: a webhook for a run that does not exist")
+
+
+def _check_client_errors(plan: Plan, report: Report) -> None:
+    """Every answer the clients got, against the fault windows (see the module docstring)."""
+    pg = [w for w in report.windows if w.kind == "postgres"]
+    wrong: dict[str, list[float]] = defaultdict(list)  # what went wrong → when (from the start)
+    began = min((w.start for w in report.windows), default=0.0)
+    for e in report.client_errors:
+        if any(w.start <= e.at <= w.end + plan.pg_recovery_target_s for w in pg):
+            if e.mutation and (e.code, e.status) != ("SERVICE_UNAVAILABLE", 503):
+                report.mutation_errors_pg_down += 1
+                wrong[
+                    f"{e.op} answered {e.code} (HTTP {e.status}) while PostgreSQL was down"
+                ].append(e.at - began)
+            continue
+        if e.status is None or e.code.startswith("HTTP 5") or e.code in TOLERATED:
+            continue  # no answer (a killed API), or a bare 5xx: the client sends it again
+        if e.code == "QUEUE_UNAVAILABLE" and not plan.postgres_only:
+            continue  # issue 9's contract: the client retries
+        wrong[f"{e.op} answered {e.code} (HTTP {e.status})"].append(e.at - began)
+    for what, ats in wrong.items():
+        report.violations.append(f"{what}: {len(ats)} times, first at +{min(ats):.1f} s")
+
+
+def _check_recovery(report: Report) -> None:
+    returns = sum(w.kind == "postgres" for w in report.windows)
+    if len(report.pg_recovery_s) < returns:
+        report.violations.append("no mutation succeeded after PostgreSQL answered again")
+
+
+def _handover(
+    runs: list[Any], events: dict[Any, list[Any]], webhooks: Webhooks, report: Report
+) -> None:
+    """For each Redis fault, from Redis answering again (`back`): every run created before and
+    unfinished at `back` must show life again (its next event, bar `failed`), and every webhook
+    owed by a run settled before `back` and not yet received must arrive. Items never handed
+    over are counted apart (`never_handed_over`)."""
+    for window in report.windows:
+        if window.kind not in REDIS:
+            continue
+        back = window.end
+        latencies = report.handover_s.setdefault(window.kind, [])
+        for run in runs:
+            if run["created_at"].timestamp() >= back:
+                continue
+            finished = run["finished_at"]
+            if finished is None or finished.timestamp() > back:
+                after = [  # a run settled FAILED after the fault was lost, not handed over
+                    e["at"].timestamp()
+                    for e in events[run["id"]]
+                    if e["at"].timestamp() > back and e["type"] != "failed"
+                ]
+                moved = after[0] if after else None
+            else:
+                moved = webhooks.first_seen.get(str(run["id"]))
+                if moved is not None and moved <= back:
+                    continue  # delivered before the fault was over: nothing was lost
+            if moved is None:
+                report.never_handed_over[window.kind] = (
+                    report.never_handed_over.get(window.kind, 0) + 1
+                )
+            else:
+                latencies.append(moved - back)
