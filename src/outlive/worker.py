@@ -58,7 +58,6 @@ class WorkerHost:
         self.settings = settings
         self.concurrency = concurrency
         self.jobs_concurrency = jobs_concurrency
-        self.runtime: Runtime | None = None
         self.deps: WorkerDeps | None = None
         self._stack = AsyncExitStack()
 
@@ -66,11 +65,9 @@ class WorkerHost:
         """Enter the "worker" runtime, then start the saq workers on it; on a failure, close
         what was opened."""
         try:
-            self.runtime = await self._stack.enter_async_context(
-                open_runtime(self.settings, "worker")
-            )
-            self.deps = self._deps(self.runtime)
-            await self._start_workers(self.runtime.require_queues(), self.deps)
+            runtime = await self._stack.enter_async_context(open_runtime(self.settings, "worker"))
+            self.deps = self._deps(runtime)
+            await self._start_workers(runtime.require_queues(), self.deps)
         except BaseException:
             await self._stack.aclose()
             raise
