@@ -47,6 +47,7 @@ from outlive.jobs.telemetry import (
 )
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.services.admission import Limits, TenantAdmission
+from outlive.services.ratelimits import RateLimiter
 from outlive.telemetry import tracing
 from outlive.workflows.runs import WorkflowDeps
 
@@ -125,6 +126,7 @@ class WorkerHost:
             mailer=create_mailer(self.settings),
             instances=SaqRunInstances(runs_queue, self.settings),
             agents=agents,
+            limiter=RateLimiter(redis),
         )
         runs_worker: Worker[Any] = GracefulWorker(
             runs_queue,

@@ -39,6 +39,7 @@ from outlive.jobs.handlers import HANDLERS, Handler
 from outlive.jobs.mailer import Mailer
 from outlive.jobs.telemetry import attempt_span, remember_first_attempt
 from outlive.services.ports import RunInstances
+from outlive.services.ratelimits import RateLimiter
 from outlive.telemetry import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class JobDeps:
     settings: Settings
     mailer: Mailer
     instances: RunInstances | None = None  # for jobs that start runs (replays)
+    limiter: RateLimiter | None = None  # replays take from the tenant's startRun bucket
     agents: AgentRegistry = field(default_factory=AgentRegistry.from_entry_points)
     types: EnvelopeTypes = field(default_factory=lambda: ENVELOPES)
     handlers: dict[str, Handler] = field(default_factory=lambda: dict(HANDLERS))

@@ -79,6 +79,15 @@ class Bucket:
         return f"{PREFIX}{self.what}:{self.subject}"
 
 
+START_RUN = "start-run"
+
+
+def start_run_bucket(tenant_id: object, rate: Rate | None) -> Bucket:
+    """The tenant's `OUTLIVE_RATE_START_RUN` bucket: `startRun`, `retryRun` and every run a
+    `replayRuns` starts take from the same one."""
+    return Bucket(START_RUN, str(tenant_id), rate)
+
+
 def private_subject(*parts: str) -> str:
     """A bucket subject that does not spell out what it is made of (an email address)."""
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
@@ -107,6 +116,14 @@ class RateLimiter:
             return
         if not taken:
             raise RateLimited(message, retry_after=max(1, math.ceil(int(wait_ms) / 1000)))
+
+    async def admits(self, *buckets: Bucket) -> bool:
+        """`take` for work that waits rather than fails: True when a token was taken from each."""
+        try:
+            await self.take(*buckets, message="rate limited")
+        except RateLimited:
+            return False
+        return True
 
     def _log_failure(self, exc: BaseException) -> None:
         now = time.monotonic()

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from outlive.jobs.envelopes import ReplayRunsV1
 from outlive.services import replays
+from outlive.services.ratelimits import start_run_bucket
 
 if TYPE_CHECKING:
     from outlive.jobs.consumer import JobDeps
@@ -24,6 +26,18 @@ def validator(deps: JobDeps) -> replays.Validate:
     return validate
 
 
+def admitter(deps: JobDeps) -> replays.Admit | None:
+    """Each run a replay starts takes a token from its tenant's startRun bucket."""
+    limiter = deps.limiter
+    if limiter is None:
+        return None
+
+    async def admit(tenant_id: UUID) -> bool:
+        return await limiter.admits(start_run_bucket(tenant_id, deps.settings.rate_start_run))
+
+    return admit
+
+
 async def handle(deps: JobDeps, payload: ReplayRunsV1) -> None:
     if deps.instances is None:
         raise RuntimeError("run.replay.v1 needs the run queue (JobDeps.instances)")
@@ -34,6 +48,7 @@ async def handle(deps: JobDeps, payload: ReplayRunsV1) -> None:
             payload.tick,
             validate=validator(deps),
             instances=deps.instances,
+            admit=admitter(deps),
         )
 
 
