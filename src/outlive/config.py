@@ -131,6 +131,8 @@ class Settings(BaseSettings):
     rate_invite: RateSetting = Rate(100, 3600)
     rate_invite_recipient: RateSetting = Rate(3, 3600)
     rate_create_webhook: RateSetting = Rate(20, 60)
+    rate_redeliver_webhook: RateSetting = Rate(60, 60)
+    rate_redeliver_webhook_endpoint: RateSetting = Rate(10, 60)
 
     # Cron.
     retention_days: int = Field(30, ge=1)

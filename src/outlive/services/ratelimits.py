@@ -6,8 +6,9 @@ seconds; an action takes one token from each of its buckets, all or none, atomic
 `RateLimited` says how many seconds until the emptiest one has a token again: the caller changes
 nothing and answers `RATE_LIMITED` with `extensions.retryAfter`.
 
-Buckets are per tenant (and, for invitations, per tenant and recipient): one tenant's use never
-limits, nor reveals anything to, another. If Redis cannot be reached the limiter lets the action
+Buckets are per tenant (and, for invitations, per tenant and recipient; for redeliveries, per
+webhook endpoint, which belongs to one tenant): one tenant's use never limits, nor reveals
+anything to, another. If Redis cannot be reached the limiter lets the action
 through and logs it (throttled): the action itself needs Redis to hand its work off and reports
 `QUEUE_UNAVAILABLE` on its own, so refusing here would only put a wrong reason on it.
 """
