@@ -124,6 +124,9 @@ class Settings(BaseSettings):
     ws_max_subscriptions: int = Field(5, ge=1, description="operations on one socket")
     api_limit_concurrency: int = Field(10_000, ge=0, description="connections + tasks; 0: none")
     api_header_timeout_s: float = Field(10.0, gt=0, description="to receive a request's headers")
+    api_max_header_bytes: int = Field(
+        64 * 1024, ge=1024, description="a request line and headers, in bytes (431 past it)"
+    )
     webhook_timeout_s: float = Field(10.0, gt=0, description="total deadline of one delivery")
     webhook_max_response_bytes: int = Field(4096, ge=0, description="read of a response body")
     webhook_max_endpoints: int = Field(50, ge=1, description="webhook endpoints per tenant")
