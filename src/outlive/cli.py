@@ -108,7 +108,10 @@ _KEEP = object()  # a limit left as it is (argparse applies `type` to string def
 def _limit(value: str) -> int | None:
     if value == "default":
         return None
-    return _positive(value)
+    number = _positive(value)
+    if number > 2**31 - 1:  # the column is a PostgreSQL integer
+        raise argparse.ArgumentTypeError(f"must be at most {2**31 - 1}")
+    return number
 
 
 async def set_tenant_limits(settings: Settings, slug: str, changes: dict[str, int | None]) -> str:
