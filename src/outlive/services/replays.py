@@ -267,14 +267,14 @@ async def _start_batch(
     when the tenant's startRun rate is spent."""
     row.waiting_for_run_id = None
     for run in candidates:
-        if admit is not None and not await admit(row.tenant_id):
-            return  # the next tick goes on from this run
         try:
             params = validate(run.agent, run.input)
         except BadUserInput as exc:
             row.skipped += 1
             row.last_error = f"run {run.id} skipped: {exc.message}"[:1000]
         else:
+            if admit is not None and not await admit(row.tenant_id):
+                return  # the next tick goes on from this run
             started = await runs.start_run(
                 uow, agent=run.agent, params=params, instances=instances, retried_from=RunId(run.id)
             )
