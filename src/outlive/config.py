@@ -124,6 +124,9 @@ class Settings(BaseSettings):
     ws_max_subscriptions: int = Field(5, ge=1, description="operations on one socket")
     api_limit_concurrency: int = Field(10_000, ge=0, description="connections + tasks; 0: none")
     api_header_timeout_s: float = Field(10.0, gt=0, description="to receive a request's headers")
+    api_max_header_bytes: int = Field(
+        64 * 1024, ge=1024, description="a request line and headers, in bytes (431 past it)"
+    )
     webhook_timeout_s: float = Field(10.0, gt=0, description="total deadline of one delivery")
     webhook_max_response_bytes: int = Field(4096, ge=0, description="read of a response body")
     webhook_max_endpoints: int = Field(50, ge=1, description="webhook endpoints per tenant")
@@ -131,6 +134,8 @@ class Settings(BaseSettings):
     rate_invite: RateSetting = Rate(100, 3600)
     rate_invite_recipient: RateSetting = Rate(3, 3600)
     rate_create_webhook: RateSetting = Rate(20, 60)
+    rate_redeliver_webhook: RateSetting = Rate(60, 60)
+    rate_redeliver_webhook_endpoint: RateSetting = Rate(10, 60)
 
     # Cron.
     retention_days: int = Field(30, ge=1)

@@ -34,6 +34,7 @@ from outlive.jobs.producer import CONSUME_TASK
 from outlive.jobs.run_instances import run_workflow
 from outlive.jobs.telemetry import instrumented_run_task
 from outlive.runtime import Queues, Runtime, open_runtime
+from outlive.services.ratelimits import RateLimiter
 from outlive.workflows.runs import WorkflowDeps
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class WorkerHost:
                 handlers=dict(HANDLERS),
                 instances=queues.instances,
                 agents=runtime.agents,
+                limiter=RateLimiter(queues.redis),
             ),
             cron=CronDeps(sessions=sessions, settings=settings, redis=queues.redis),
         )

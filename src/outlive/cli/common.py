@@ -65,4 +65,7 @@ def limit(value: str) -> int | None:
     """A tenant's cap: a number, or `default` for the deployment's."""
     if value == "default":
         return None
-    return positive(value)
+    number = positive(value)
+    if number > 2**31 - 1:  # the column is a PostgreSQL integer
+        raise argparse.ArgumentTypeError(f"must be at most {2**31 - 1}")
+    return number

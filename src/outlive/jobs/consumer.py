@@ -40,6 +40,15 @@ log = logging.getLogger(__name__)
 MAX_RECORDED_BODY = 64 * 1024
 
 
+
+
+class RetryJob(logs.ExpectedRetry):
+    """A handler's failure that the queue retries, by design: said once, as the consumer's own
+    WARNING, never as saq's ERROR with a traceback (saq's record of it is INFO)."""
+
+    log_level = logging.INFO
+
+
 def retry_delay(settings: Settings, attempt: int) -> float:
     """The delay after failed attempt `attempt` (1-based): base, doubling, capped."""
     return float(min(settings.job_retry_base_s * 2 ** (attempt - 1), settings.job_retry_max_s))
@@ -103,6 +112,7 @@ async def _handle(deps: JobDeps, job: Any, envelope: Envelope) -> None:
                 error,
                 job.retry_delay,
             )
+            raise RetryJob(f"{error}; retrying in {job.retry_delay:g}s") from exc
         raise
     metrics.JOBS.labels(envelope.type, "succeeded").inc()
 

@@ -23,6 +23,7 @@ from outlive.db.tx import Sessions
 from outlive.jobs.envelopes import ENVELOPES, EnvelopeTypes
 from outlive.jobs.mailer import Mailer
 from outlive.services.ports import RunInstances
+from outlive.services.ratelimits import RateLimiter
 from outlive.workflows.runs import WorkflowDeps
 
 
@@ -43,6 +44,7 @@ class JobDeps:
     mailer: Mailer
     handlers: dict[str, Handler]
     instances: RunInstances | None = None  # for jobs that start runs (replays)
+    limiter: RateLimiter | None = None  # replays take from the tenant's startRun bucket
     agents: AgentRegistry = field(default_factory=AgentRegistry.from_entry_points)
     types: EnvelopeTypes = field(default_factory=lambda: ENVELOPES)
 

@@ -1,8 +1,14 @@
-"""Sending email: SMTP through aiosmtplib, or the log when `OUTLIVE_SMTP_URL` is unset."""
+"""Sending email: SMTP through aiosmtplib, or the log when `OUTLIVE_SMTP_URL` is unset.
+
+The envelope's recipients are always given explicitly (`recipients`): a mail library left to
+read them from the `To:` header would find as many mailboxes as the header spells, so an
+address that slipped past validation with a `,` in it would mail someone else.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from email.message import EmailMessage
 from typing import Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -15,7 +21,8 @@ log = logging.getLogger(__name__)
 
 
 class Mailer(Protocol):
-    async def send(self, message: EmailMessage) -> None: ...
+    async def send(self, message: EmailMessage, *, recipients: Sequence[str]) -> None:
+        """Send `message` to exactly `recipients` (the SMTP envelope), whatever its headers say."""
 
 
 class LogMailer:
@@ -25,10 +32,12 @@ class LogMailer:
         log.info("OUTLIVE_SMTP_URL is unset: emails go to the log")
         self.sent: list[EmailMessage] = []
 
-    async def send(self, message: EmailMessage) -> None:
+    async def send(self, message: EmailMessage, *, recipients: Sequence[str]) -> None:
         self.sent.append(message)
         del self.sent[:-100]
-        log.info("email to %s: %s\n%s", message["To"], message["Subject"], message.get_content())
+        log.info(
+            "email to %s: %s\n%s", ", ".join(recipients), message["Subject"], message.get_content()
+        )
 
 
 class SmtpMailer:
@@ -49,8 +58,14 @@ class SmtpMailer:
             "timeout": timeout_s,
         }
 
-    async def send(self, message: EmailMessage) -> None:
-        await aiosmtplib.send(message, **self._options)  # type: ignore[arg-type]
+    async def send(self, message: EmailMessage, *, recipients: Sequence[str]) -> None:
+        if not recipients:
+            raise ValueError("an email needs at least one recipient")
+        await aiosmtplib.send(
+            message,
+            recipients=list(recipients),  # never the To: header's reading of itself
+            **self._options,  # type: ignore[arg-type]
+        )
 
 
 def create_mailer(settings: Settings) -> Mailer:

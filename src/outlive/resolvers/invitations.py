@@ -7,8 +7,8 @@ import strawberry
 from outlive.resolvers.context import Context
 from outlive.schema.invitations import Invitation
 from outlive.services import invitations, outbox
+from outlive.services.addresses import parse_address, recipient_key
 from outlive.services.ratelimits import Bucket, private_subject
-from outlive.services.tenants import check_email
 
 Info = strawberry.Info[Context, None]
 
@@ -30,11 +30,15 @@ async def invite_member(info: Info, email: str) -> Invitation:
     ctx = info.context
     principal = ctx.require()
     settings = ctx.services.settings
-    address = check_email(email)  # BAD_USER_INPUT before a token is taken
+    address = parse_address(email)  # BAD_USER_INPUT before a token is taken
     tenant = str(principal.tenant.id)
     await ctx.services.limiter.take(
         Bucket("invite", tenant, settings.rate_invite),
-        Bucket("invite-to", private_subject(tenant, address), settings.rate_invite_recipient),
+        Bucket(
+            "invite-to",
+            private_subject(tenant, recipient_key(address)),
+            settings.rate_invite_recipient,
+        ),
         message="too many invitations: try again later",
     )
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:

@@ -14,6 +14,7 @@ from outlive.schema.runs import Run, StartRunPayload
 from outlive.services import replays
 from outlive.services import runs as runs_service
 from outlive.services.ids import parse_uuid
+from outlive.services.ratelimits import start_run_bucket
 
 Info = strawberry.Info[Context, None]
 
@@ -33,6 +34,10 @@ def _validator(ctx: Context) -> replays.Validate:
 async def retry_run(info: Info, id: strawberry.ID) -> StartRunPayload:
     ctx = info.context
     run_id = runs_service.parse_run_id(id)
+    await ctx.services.limiter.take(  # startRun's bucket: a retry starts a run
+        start_run_bucket(ctx.tenant_id, ctx.services.settings.rate_start_run),
+        message="too many runs started: try again in a moment",
+    )
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         started = await replays.retry_run(
             uow, run_id, validate=_validator(ctx), instances=ctx.services.instances

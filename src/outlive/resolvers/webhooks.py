@@ -54,6 +54,14 @@ async def delete_webhook_endpoint(info: Info, id: strawberry.ID) -> bool:
 async def redeliver_webhook(info: Info, delivery_id: strawberry.ID) -> WebhookDelivery:
     ctx = info.context
     parsed = DeliveryId(parse_uuid(delivery_id, what="webhook delivery"))
+    s = ctx.services
+    async with s.sessions.read() as session:
+        endpoint = await webhooks.delivery_endpoint(session, ctx.tenant_id, parsed)
+    await s.limiter.take(
+        Bucket("redeliver", str(ctx.tenant_id), s.settings.rate_redeliver_webhook),
+        Bucket("redeliver-to", str(endpoint), s.settings.rate_redeliver_webhook_endpoint),
+        message="too many redeliveries: try again later",
+    )
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         delivery = await webhooks.redeliver(uow, parsed)
     return WebhookDelivery.of(delivery)

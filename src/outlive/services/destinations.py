@@ -8,6 +8,12 @@ caller hears one generic "destination not allowed": an error that named the reso
 told "does not resolve" from "private", would let a tenant map the internal network and its DNS.
 A caller connects to the address that was checked (`pinned_url`), so DNS rebinding cannot slip
 past between the check and the connection.
+
+A tenant chooses the name, and so how slowly it resolves. A lookup gives up after
+`RESOLVE_TIMEOUT_S` (refused like any other name that does not resolve), and lookups run on a
+small thread pool of their own: the system resolver cannot be interrupted, so a lookup given up
+on keeps its thread until the resolver does, and on the event loop's default executor enough of
+those would hold up every other name this process resolves (its own database, say).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
 
 from outlive.errors import BadUserInput
@@ -25,6 +32,11 @@ EMBEDDING_V6 = tuple(
     ipaddress.IPv6Network(n)
     for n in ("::/96", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
 )
+
+
+RESOLVE_TIMEOUT_S = 5.0
+RESOLVER_THREADS = 8
+_resolver: ThreadPoolExecutor | None = None
 
 
 class UnsafeDestination(BadUserInput):
@@ -55,17 +67,29 @@ def is_public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
+async def lookup(host: str, port: int) -> list[str]:
+    """The addresses `host` resolves to, from the system resolver on the lookups' own pool."""
+    global _resolver
+    if _resolver is None:
+        _resolver = ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="outlive-dns")
+    infos = await asyncio.get_running_loop().run_in_executor(
+        _resolver, socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM
+    )
+    return [str(info[4][0]) for info in infos]
+
+
 async def resolve_public(url: str, *, allow_private: bool) -> tuple[str, str]:
     """(host, address to connect to): the first resolved address, all of them checked. Any
-    refusal is the one generic `UnsafeDestination("destination not allowed")`."""
+    refusal is the one generic `UnsafeDestination("destination not allowed")`, a name that
+    does not resolve within `RESOLVE_TIMEOUT_S` included."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        addresses = [str(info[4][0]) for info in infos]
+        async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+            addresses = await lookup(host, port)
         ips = [ipaddress.ip_address(address.split("%")[0]) for address in addresses]
-    except (OSError, ValueError, UnicodeError):
+    except (OSError, ValueError, UnicodeError):  # TimeoutError is an OSError
         raise UnsafeDestination(NOT_ALLOWED) from None
     if not addresses or not (allow_private or all(is_public(ip) for ip in ips)):
         raise UnsafeDestination(NOT_ALLOWED)

@@ -30,7 +30,7 @@ from outlive.db.models import Invitation, InvitationStatus, Tenant
 from outlive.db.tx import UnitOfWork
 from outlive.errors import QueueUnavailable
 from outlive.ids import InvitationId, TenantId, UserId
-from outlive.services.tenants import check_email
+from outlive.services.addresses import parse_address
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ async def invite(
 ) -> InvitationRecord:
     """A new PENDING invitation (queued to be sent), or the address's pending one, handed back."""
     tenant_id = uow.require_tenant()
-    email = check_email(email)
+    email = parse_address(email)  # one mailbox, normalized (services/addresses.py)
     insert = (
         pg_insert(Invitation)
         .values(

@@ -6,8 +6,9 @@ seconds; an action takes one token from each of its buckets, all or none, atomic
 `RateLimited` says how many seconds until the emptiest one has a token again: the caller changes
 nothing and answers `RATE_LIMITED` with `extensions.retryAfter`.
 
-Buckets are per tenant (and, for invitations, per tenant and recipient): one tenant's use never
-limits, nor reveals anything to, another. If Redis cannot be reached the limiter lets the action
+Buckets are per tenant (and, for invitations, per tenant and recipient; for redeliveries, per
+webhook endpoint, which belongs to one tenant): one tenant's use never limits, nor reveals
+anything to, another. If Redis cannot be reached the limiter lets the action
 through and logs it (throttled): the action itself needs Redis to hand its work off and reports
 `QUEUE_UNAVAILABLE` on its own, so refusing here would only put a wrong reason on it.
 """
@@ -79,6 +80,15 @@ class Bucket:
         return f"{PREFIX}{self.what}:{self.subject}"
 
 
+START_RUN = "start-run"
+
+
+def start_run_bucket(tenant_id: object, rate: Rate | None) -> Bucket:
+    """The tenant's `OUTLIVE_RATE_START_RUN` bucket: `startRun`, `retryRun` and every run a
+    `replayRuns` starts take from the same one."""
+    return Bucket(START_RUN, str(tenant_id), rate)
+
+
 def private_subject(*parts: str) -> str:
     """A bucket subject that does not spell out what it is made of (an email address)."""
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
@@ -107,6 +117,14 @@ class RateLimiter:
             return
         if not taken:
             raise RateLimited(message, retry_after=max(1, math.ceil(int(wait_ms) / 1000)))
+
+    async def admits(self, *buckets: Bucket) -> bool:
+        """`take` for work that waits rather than fails: True when a token was taken from each."""
+        try:
+            await self.take(*buckets, message="rate limited")
+        except RateLimited:
+            return False
+        return True
 
     def _log_failure(self, exc: BaseException) -> None:
         now = time.monotonic()

@@ -11,13 +11,15 @@
   tick. Only runs created before the replay are selected, so the runs it starts (which may fail
   again) are never replayed by it. A run whose agent has an active run waits (the tick stops
   there and the next one tries again: `waiting_for_run_id`); a run whose input no longer
-  validates is skipped and counted. A tenant has at most one RUNNING replay.
+  validates is skipped and counted. A tenant has at most one RUNNING replay. Every run a tick
+  starts first takes a token from the tenant's `startRun` bucket (`admit`); when it is spent,
+  the tick stops there and the next one goes on.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,6 +42,8 @@ MAX_REPLAYS_PAGE = 100
 
 # (agent name, stored input) -> the input as the agent validates it today; raises BadUserInput.
 Validate = Callable[[str, Mapping[str, Any]], Mapping[str, Any]]
+# (tenant) -> whether one more run may start now (the tenant's startRun rate); None: always.
+Admit = Callable[[UUID], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +219,13 @@ def pace(rate: float) -> tuple[int, float]:
 
 
 async def advance_replay(
-    uow: UnitOfWork, replay_id: UUID, tick: int, *, validate: Validate, instances: RunInstances
+    uow: UnitOfWork,
+    replay_id: UUID,
+    tick: int,
+    *,
+    validate: Validate,
+    instances: RunInstances,
+    admit: Admit | None = None,
 ) -> ReplayRecord | None:
     """One tick of a replay; None when there was nothing to do (finished, cancelled, or a
     duplicate delivery of an earlier tick)."""
@@ -228,7 +238,7 @@ async def advance_replay(
     count, seconds = pace(row.rate)
     left = row.total - row.started - row.skipped
     candidates = await _next_candidates(uow.session, row, min(count, left))
-    await _start_batch(uow, row, candidates, validate, instances)
+    await _start_batch(uow, row, candidates, validate, instances, admit)
     done = row.waiting_for_run_id is None and (
         len(candidates) == 0 or row.started + row.skipped >= row.total
     )
@@ -251,8 +261,10 @@ async def _start_batch(
     candidates: Sequence[Run],
     validate: Validate,
     instances: RunInstances,
+    admit: Admit | None = None,
 ) -> None:
-    """Start each candidate in order; stop (and wait) at one whose agent has an active run."""
+    """Start each candidate in order; stop (and wait) at one whose agent has an active run, or
+    when the tenant's startRun rate is spent."""
     row.waiting_for_run_id = None
     for run in candidates:
         try:
@@ -261,6 +273,8 @@ async def _start_batch(
             row.skipped += 1
             row.last_error = f"run {run.id} skipped: {exc.message}"[:1000]
         else:
+            if admit is not None and not await admit(row.tenant_id):
+                return  # the next tick goes on from this run
             started = await runs.start_run(
                 uow, agent=run.agent, params=params, instances=instances, retried_from=RunId(run.id)
             )

@@ -368,6 +368,20 @@ async def finish_delivery(
 # --- redelivery (redeliverWebhook) -------------------------------------------------------------
 
 
+async def delivery_endpoint(
+    session: AsyncSession, tenant_id: TenantId, delivery_id: DeliveryId
+) -> EndpointId:
+    """The endpoint of the tenant's delivery (redeliveries are rate-limited per endpoint)."""
+    found = await session.scalar(
+        select(WebhookDelivery.endpoint_id).where(
+            WebhookDelivery.id == delivery_id, WebhookDelivery.tenant_id == tenant_id
+        )
+    )
+    if found is None:
+        raise NotFound(f"webhook delivery {delivery_id} not found")
+    return EndpointId(found)
+
+
 async def redeliver(uow: UnitOfWork, delivery_id: DeliveryId) -> DeliveryRecord:
     """Send a delivered or failed delivery again: the same row (so the same `webhook-id`, which
     receivers dedupe on), back to PENDING, and a new `webhook.deliver.v1` job after the commit.

@@ -13,6 +13,12 @@ hand.
 
 Third-party INFO chatter (pgserver, alembic, uvicorn's access log, saq, httpx) is held at
 `libraries_level` (WARNING by default), so what `outlive dev` prints is what its user needs.
+
+ERROR means someone should look. saq has one way to retry a job, an exception, and logs every
+exception a job raises at ERROR with its traceback; so a retry Outlive asks for by design (a
+run's `RetryLater`, a webhook delivery that will be tried again) raises an `ExpectedRetry`, and
+`QuietRetries` (installed by `setup` on saq's logger) rewrites saq's record of it to one line at
+the exception's `log_level` (WARNING, or INFO for a routine one), with no traceback.
 """
 
 from __future__ import annotations
@@ -59,6 +65,38 @@ def current() -> dict[str, str]:
     if trace_id is not None:
         found["trace_id"] = trace_id
     return found
+
+
+class ExpectedRetry(Exception):
+    """Raised to ask the job engine for a retry, by design: logged at `log_level`, no traceback."""
+
+    log_level: int = logging.WARNING
+
+
+class QuietRetries(logging.Filter):
+    """On saq's logger: its `logger.exception("Error processing job …")` for an `ExpectedRetry`
+    becomes one line at the exception's level (dropped when the logger is not enabled for it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, ExpectedRetry):
+            return True
+        level = exc.log_level
+        if not logging.getLogger(record.name).isEnabledFor(level):
+            return False
+        job = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        record.levelno, record.levelname = level, logging.getLevelName(level)
+        record.msg = "job %s (%s) will be retried: %s"
+        record.args = (getattr(job, "key", "?"), getattr(job, "function", "?"), exc)
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+def quiet_expected_retries(logger_name: str = "saq") -> None:
+    """Install `QuietRetries` on `logger_name` (once)."""
+    logger = logging.getLogger(logger_name)
+    if not any(isinstance(f, QuietRetries) for f in logger.filters):
+        logger.addFilter(QuietRetries())
 
 
 class ContextFilter(logging.Filter):
@@ -125,6 +163,7 @@ def setup(fmt: str, *, level: str = "INFO", libraries_level: str = "WARNING") ->
     root.setLevel(level.upper())
     for name in LIBRARIES:
         logging.getLogger(name).setLevel(libraries_level.upper())
+    quiet_expected_retries()
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         uvicorn_logger = logging.getLogger(name)
         uvicorn_logger.handlers.clear()  # uvicorn's own handlers would print a second format

@@ -11,16 +11,26 @@ switches, nothing stamped on envelopes or jobs. On, one trace runs from the Grap
 through the enqueue (a producer span whose context travels as `traceparent` in the job envelope
 or in the run job's saq `meta`) to the job or run attempt (a consumer span, its child) and the
 nudges it publishes. A retry is a new span in the same trace, linked to the first attempt's span.
+
+Whether a trace is recorded is Outlive's decision, not its callers': a request's `traceparent`
+comes from anyone on the internet, and the SDK's parent-based samplers would follow its sampled
+flag (a client could have every one of its requests exported with the ratio at 0, or choose trace
+ids that a ratio sampler always keeps). `EdgeSampler` wraps the configured sampler
+(`OTEL_TRACES_SAMPLER`): a server span under a remote parent is decided as a new root would be,
+on a random id, and keeps the caller's trace id; every other span (a job's or a run attempt's,
+whose parent is Outlive's own enqueue) follows the configured sampler as it is.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -30,6 +40,36 @@ TRACER_NAME = "outlive"
 _PROPAGATOR = TraceContextTextMapPropagator()
 _tracer: Tracer | None = None
 _provider: Any = None
+
+
+class EdgeSampler(Sampler):
+    """A sampler that never lets a caller's sampled flag decide (see the module's doc)."""
+
+    def __init__(self, configured: Sampler) -> None:
+        self._configured = configured
+
+    def should_sample(
+        self,
+        parent_context: otel_context.Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Any = None,
+        links: Sequence[Link] | None = None,
+        trace_state: Any = None,
+    ) -> SamplingResult:
+        parent = trace.get_current_span(parent_context).get_span_context()
+        if kind is SpanKind.SERVER and parent.is_valid and parent.is_remote:
+            as_root = self._configured.should_sample(
+                otel_context.Context(), secrets.randbits(128) or 1, name, kind, attributes, links
+            )
+            return SamplingResult(as_root.decision, as_root.attributes, parent.trace_state)
+        return self._configured.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return f"EdgeSampler{{{self._configured.get_description()}}}"
 
 
 def is_enabled() -> bool:
@@ -58,7 +98,8 @@ def setup(*, endpoint_set: bool, disabled: bool = False) -> bool:
     resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "outlive"}))
-    provider = TracerProvider(resource=resource)
+    configured = TracerProvider(shutdown_on_exit=False).sampler  # from OTEL_TRACES_SAMPLER
+    provider = TracerProvider(resource=resource, sampler=EdgeSampler(configured))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     configure(provider)

@@ -54,7 +54,14 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 
 
 class HashedAssets(StaticFiles):
-    """Vite's `/assets`: every name carries a content hash, so a file never changes."""
+    """Vite's `/assets`: every name carries a content hash, so a file never changes. On a
+    checkout whose web app is not built there is no directory at all: every asset is a 404
+    (starlette's own check would turn each request into a 500) until a build makes them."""
+
+    async def check_config(self) -> None:
+        if self.directory is not None and not Path(self.directory).exists():
+            return  # not built (yet): nothing to serve, which is a 404, not a server error
+        await super().check_config()
 
     async def get_response(self, path: str, scope: Scope) -> Response:
         response = await super().get_response(path, scope)

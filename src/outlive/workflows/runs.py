@@ -50,6 +50,7 @@ from outlive.services.runs import (
     read_run,
     settle_run,
 )
+from outlive.telemetry.logs import ExpectedRetry
 from outlive.workflows.steps import MAX_ATTEMPTS, MAX_LOST_ATTEMPTS, claim_run, requeue_run
 
 log = logging.getLogger(__name__)
@@ -58,15 +59,17 @@ CANCEL_POLL_S = 1.0  # how often a sleeping agent looks for a cancel request
 HEARTBEATS_PER_LEASE = 3  # a lease survives two missed heartbeats
 
 
-class RetryLater(Exception):
+class RetryLater(ExpectedRetry):
     """Deliver this run's instance again after `delay_s` seconds. `counts` is False when the
     delivery did not execute the run (another attempt holds it): it must not use up one of the
-    engine's attempts."""
+    engine's attempts. A retry by design: logged as a WARNING (INFO when it did not count), never
+    as an ERROR with a traceback (`outlive.telemetry.logs.ExpectedRetry`)."""
 
     def __init__(self, delay_s: float, reason: str, *, counts: bool = True) -> None:
         super().__init__(f"retry in {delay_s:g}s: {reason}")
         self.delay_s = delay_s
         self.counts = counts
+        self.log_level = logging.WARNING if counts else logging.INFO
 
 
 class AttemptControl(Protocol):

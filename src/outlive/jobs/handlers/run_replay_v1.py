@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from uuid import UUID
 
 from outlive.jobs.deps import JobDeps
 from outlive.jobs.envelopes import ReplayRunsV1
 from outlive.services import replays
+from outlive.services.ratelimits import start_run_bucket
 
 
 def validator(deps: JobDeps) -> replays.Validate:
@@ -20,6 +22,18 @@ def validator(deps: JobDeps) -> replays.Validate:
         return deps.agents.require(agent).validate(stored)
 
     return validate
+
+
+def admitter(deps: JobDeps) -> replays.Admit | None:
+    """Each run a replay starts takes a token from its tenant's startRun bucket."""
+    limiter = deps.limiter
+    if limiter is None:
+        return None
+
+    async def admit(tenant_id: UUID) -> bool:
+        return await limiter.admits(start_run_bucket(tenant_id, deps.settings.rate_start_run))
+
+    return admit
 
 
 async def handle(deps: JobDeps, payload: ReplayRunsV1) -> None:
@@ -32,6 +46,7 @@ async def handle(deps: JobDeps, payload: ReplayRunsV1) -> None:
             payload.tick,
             validate=validator(deps),
             instances=deps.instances,
+            admit=admitter(deps),
         )
 
 

@@ -1,7 +1,7 @@
 """`webhook.deliver.v1`: sign and POST a delivery's body; 2xx → DELIVERED, else retry.
 
-An endpoint is a tenant's, so it is hostile until proven otherwise: the whole attempt (connect,
-send, response headers, the bit of body we read) runs under one deadline
+An endpoint is a tenant's, so it is hostile until proven otherwise: the whole attempt (the DNS
+lookup, connect, send, response headers, the bit of body we read) runs under one deadline
 (`OUTLIVE_WEBHOOK_TIMEOUT_S`), not a per-read timeout a trickling server can stretch forever;
 the response is streamed and at most `OUTLIVE_WEBHOOK_MAX_RESPONSE_BYTES` of it are read (only
 the status matters); and the client never keeps a connection alive (`create_client`), so a
@@ -49,10 +49,13 @@ async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
         outgoing = await webhooks.pending_delivery(session, delivery_id)
     if outgoing is None:
         return  # already delivered, given up, or its endpoint was deleted
+    timeout = deps.settings.webhook_timeout_s
     try:
-        host, address = await destinations.resolve_public(
-            outgoing.url, allow_private=deps.settings.webhook_allow_private
-        )
+        async with asyncio.timeout(timeout):  # the lookup included: the name is the tenant's
+            host, address = await destinations.resolve_public(
+                outgoing.url, allow_private=deps.settings.webhook_allow_private
+            )
+            status = await _post(deps, outgoing, host, address)
     except destinations.UnsafeDestination as exc:  # permanent: recorded, not retried
         async with deps.sessions.unit() as uow:
             await webhooks.finish_delivery(
@@ -63,10 +66,6 @@ async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
                 count_attempt=True,
             )
         return
-    timeout = deps.settings.webhook_timeout_s
-    try:
-        async with asyncio.timeout(timeout):
-            status = await _post(deps, outgoing, host, address)
     except TimeoutError:
         await _record(deps, delivery_id, None, f"no answer within {timeout:g}s")
         raise DeliveryFailed("timed out") from None
