@@ -127,8 +127,8 @@ async def test_a_stored_address_with_a_comma_is_failed_and_never_mailed(
             await uow.session.flush()
             invitation_id = row.id
         async with NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch:
-            assert world.host.job_deps is not None
-            admission = world.host.job_deps.sessions.admission
+            assert world.host.deps is not None
+            admission = world.host.deps.jobs.sessions.admission
             assert admission is not None
             await admission.dispatch_jobs(tenant.id)
 

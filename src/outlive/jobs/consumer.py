@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 MAX_RECORDED_BODY = 64 * 1024
 
 
-
-
 class RetryJob(logs.ExpectedRetry):
     """A handler's failure that the queue retries, by design: said once, as the consumer's own
     WARNING, never as saq's ERROR with a traceback (saq's record of it is INFO)."""
