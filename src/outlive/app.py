@@ -19,7 +19,7 @@ from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
@@ -256,16 +256,7 @@ def build_app(
     with the embedded worker."""
     database_url, redis_url = settings.require_services()
     tracing.setup(endpoint_set=bool(settings.otel_endpoint), disabled=settings.otel_sdk_disabled)
-    schema = served_schema(settings)
-    view = OutliveGraphQL(
-        schema,
-        graphql_ide="graphiql",
-        subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
-        connection_init_wait_timeout=timedelta(seconds=settings.ws_init_timeout_s),
-        max_subscriptions_per_connection=settings.ws_max_subscriptions,
-        allowed_origins=settings.allowed_origins,
-    )
-    view.pipeline = Pipeline(schema, settings)
+    view = build_view(settings)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -333,27 +324,30 @@ def build_app(
             await engine.dispose()
             metrics.process_exited()
 
-    async def readyz(request: Request) -> Response:
-        checks: dict[str, str] = {}
-        try:
-            async with asyncio.timeout(2):
-                async with request.app.state.engine.connect() as conn:
-                    await conn.execute(text("SELECT 1"))
-            checks["postgres"] = "ok"
-        except Exception as exc:  # noqa: BLE001 (any failure means not ready)
-            checks["postgres"] = f"error: {type(exc).__name__}"
-        try:
-            async with asyncio.timeout(2):
-                await request.app.state.redis.ping()
-            checks["redis"] = "ok"
-        except Exception as exc:  # noqa: BLE001 (any failure means not ready)
-            checks["redis"] = f"error: {type(exc).__name__}"
-        ok = all(v == "ok" for v in checks.values())
-        return JSONResponse({"ok": ok, **checks}, status_code=200 if ok else 503)
+    app = OutliveApp(routes=_routes(view, settings, serve_web=serve_web), lifespan=lifespan)
+    app.graphql = view
+    return app
 
-    routes = [
+
+def build_view(settings: Settings) -> OutliveGraphQL:
+    """The GraphQL view: strawberry's (GraphiQL, the socket) and the HTTP pipeline beside it."""
+    schema = served_schema(settings)
+    view = OutliveGraphQL(
+        schema,
+        graphql_ide="graphiql",
+        subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
+        connection_init_wait_timeout=timedelta(seconds=settings.ws_init_timeout_s),
+        max_subscriptions_per_connection=settings.ws_max_subscriptions,
+        allowed_origins=settings.allowed_origins,
+    )
+    view.pipeline = Pipeline(schema, settings)
+    return view
+
+
+def _routes(view: OutliveGraphQL, settings: Settings, *, serve_web: bool) -> list[BaseRoute]:
+    routes: list[BaseRoute] = [
         Route("/healthz", _healthz),
-        Route("/readyz", readyz),
+        Route("/readyz", _readyz),
         Route("/graphql", view, methods=["GET", "POST"]),
         WebSocketRoute("/graphql", _CountedSockets(view)),
     ]
@@ -361,6 +355,23 @@ def build_app(
         routes.append(Route("/metrics", _metrics))
     if serve_web:
         routes.extend(web_routes())
-    app = OutliveApp(routes=routes, lifespan=lifespan)
-    app.graphql = view
-    return app
+    return routes
+
+
+async def _readyz(request: Request) -> Response:
+    checks: dict[str, str] = {}
+    try:
+        async with asyncio.timeout(2):
+            async with request.app.state.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        checks["postgres"] = "ok"
+    except Exception as exc:  # noqa: BLE001 (any failure means not ready)
+        checks["postgres"] = f"error: {type(exc).__name__}"
+    try:
+        async with asyncio.timeout(2):
+            await request.app.state.redis.ping()
+        checks["redis"] = "ok"
+    except Exception as exc:  # noqa: BLE001 (any failure means not ready)
+        checks["redis"] = f"error: {type(exc).__name__}"
+    ok = all(v == "ok" for v in checks.values())
+    return JSONResponse({"ok": ok, **checks}, status_code=200 if ok else 503)

@@ -53,7 +53,7 @@ TENANT_FIELDS = frozenset(
 MAX_QUERY_CHARS = 64 * 1024
 DOCUMENT_CACHE_BYTES = 64 * 1024 * 1024
 # What an entry costs per character of its text: the text, and the syntax tree graphql-core
-# builds from it (measured with tracemalloc on the web app's documents: 60-110 bytes a char).
+# builds from it (measured with tracemalloc on the web app's documents: 53-90 bytes a char).
 ENTRY_BYTES_PER_CHAR = 128
 
 

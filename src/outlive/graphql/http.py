@@ -35,11 +35,11 @@ from starlette.types import Receive, Scope, Send
 from outlive.config import Settings
 from outlive.errors import BadUserInput
 from outlive.graphql.coalescing import Coalescer, SharedExecutionCancelled
-from outlive.graphql.documents import Documents, Prepared
+from outlive.graphql.documents import Documents, Operation, Prepared
 from outlive.graphql.documents import Scope as ReadScope
 from outlive.graphql.errors import INTERNAL_MESSAGE, coded, error_payload
 from outlive.graphql.limits import check_cost, check_variables, limit_rules
-from outlive.graphql.operations import Observed, Route, observe_operation
+from outlive.graphql.operations import Route, observe_operation
 from outlive.graphql.persisted import PersistedQueryNotFound, request_document
 from outlive.graphql.plans import Plan, Unplanned, compile_plan
 from outlive.resolvers.context import Context
@@ -73,19 +73,34 @@ class Answer:
     execution: int | None = None  # the shared execution that made it (coalesced reads)
 
 
-class Refused(Exception):
-    """The request is answered before anything executes."""
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One checked operation, ready to run by its route."""
 
-    def __init__(self, status: int, message: str, code: str = "BAD_USER_INPUT") -> None:
-        self.answer = Answer(status, encode(error_payload(message, code)))
+    request: Request
+    prepared: Prepared
+    operation: Operation
+    variables: VariableValues
+    route: Route
+    plan: Plan | None
+
+
+class Refused(Exception):
+    """The request is answered (`answer`) before anything executes."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+
+
+def refusal(status: int, message: str, code: str = "BAD_USER_INPUT") -> Refused:
+    """A refusal in the contract's error shape (strawberry's status and message for the same)."""
+    return Refused(Answer(status, encode(error_payload(message, code))))
 
 
 def refused_with(errors: list[GraphQLError]) -> Refused:
     """A 200 with coded errors and null data, as GraphQL answers a document it will not run."""
-    refused = Refused(200, "")
     payload = {"data": None, "errors": [coded(e).formatted for e in errors]}
-    refused.answer = Answer(200, encode(payload))
-    return refused
+    return Refused(Answer(200, encode(payload)))
 
 
 class Pipeline:
@@ -102,17 +117,20 @@ class Pipeline:
         )
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, context: Context) -> None:
-        """Answer one request (see the module's docstring)."""
+        """Answer one request: the whole path, step by step (see the module's docstring)."""
         try:
             request = await read_request(scope, receive, self.settings.max_body_bytes)
-            prepared = self._document(request)
-            with observe_operation(
-                request.operation_name, prepared.query, request.traceparent
-            ) as seen:
-                answer = await self._answer(request, prepared, context, seen)
+            prepared = self._document(request)  # parsed and validated once per process
+            name = request.operation_name
+            with observe_operation(name, prepared.query, request.traceparent) as seen:
+                operation, variables = self._checked(request, prepared)  # valid, within limits
+                route, plan = choose_route(self, prepared, name)  # a plan, or graphql-core
+                work = Work(request, prepared, operation, variables, route, plan)
+                answer = await self._executed(work, context)
+                seen.route, seen.ok = answer.route, not answer.has_errors
         except Refused as refused:
             answer = refused.answer
-        await send_answer(send, answer)
+        await send_answer(send, answer)  # coded errors, JSON encoded once (`_answer`)
 
     def _document(self, request: Request) -> Prepared:
         try:
@@ -123,42 +141,36 @@ class Pipeline:
                 persisted=self.settings.persisted_queries_max > 0,
             )
         except PersistedQueryNotFound:
-            raise Refused(200, "PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND") from None
+            raise refusal(200, "PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND") from None
         except BadUserInput as exc:
-            raise Refused(400, exc.message, exc.code) from None
+            raise refusal(400, exc.message, exc.code) from None
         if prepared is None:
-            raise Refused(400, "No GraphQL query found in the request")
+            raise refusal(400, "No GraphQL query found in the request")
         return prepared
 
-    async def _answer(
-        self, request: Request, prepared: Prepared, context: Context, seen: Observed
-    ) -> Answer:
-        kind, coerced = self._checked(request, prepared, context)
-        route, plan = choose_route(self, prepared, request.operation_name)
+    async def _executed(self, work: Work, context: Context) -> Answer:
+        """The answer of the route; a query's shared with identical reads (`coalescing`)."""
         try:
-            if kind is OperationType.QUERY and self.settings.read_coalescing:
-                answer = await self._coalesced(request, prepared, context, route, plan, coerced)
+            if work.operation.type is OperationType.QUERY and self.settings.read_coalescing:
+                answer = await self._coalesced(work, context)
             else:
-                answer = await self._run(request, prepared, context, route, plan, coerced)
+                answer = await self._run(work, context)
         except SharedExecutionCancelled:
-            raise Refused(503, "the server is stopping", "INTERNAL_SERVER_ERROR") from None
+            raise refusal(503, "the server is stopping", "INTERNAL_SERVER_ERROR") from None
         except Exception:
             log.exception("GraphQL operation failed outside its resolvers")
-            raise Refused(500, INTERNAL_MESSAGE, "INTERNAL_SERVER_ERROR") from None
-        seen.route, seen.ok = answer.route, not answer.has_errors
+            raise refusal(500, INTERNAL_MESSAGE, "INTERNAL_SERVER_ERROR") from None
         return answer
 
-    def _checked(
-        self, request: Request, prepared: Prepared, context: Context
-    ) -> tuple[OperationType, VariableValues]:
-        """The operation's type and coerced variables, or `Refused`: a document that does not
+    def _checked(self, request: Request, prepared: Prepared) -> tuple[Operation, VariableValues]:
+        """The operation and its coerced variables, or `Refused`: a document that does not
         parse, an unknown operation, one the method does not allow, validation, limits."""
         if prepared.document is None:
             raise refused_with(prepared.errors)
         operation = prepared.operation(request.operation_name)
         if operation is None:
             name = request.operation_name
-            raise Refused(
+            raise refusal(
                 400,
                 "Can't get GraphQL operation type"
                 if name is None
@@ -166,7 +178,7 @@ class Pipeline:
             )
         if operation.type not in _ALLOWED[request.method]:
             plural = _PLURAL.get(operation.type, "subscriptions")
-            raise Refused(400, f"{plural} are not allowed when using {request.method}")
+            raise refusal(400, f"{plural} are not allowed when using {request.method}")
         if prepared.errors:
             raise refused_with(prepared.errors)
         try:
@@ -180,40 +192,24 @@ class Pipeline:
         )
         if isinstance(coerced, list):
             raise refused_with(coerced)
-        return operation.type, coerced
+        return operation, coerced
 
-    async def _coalesced(
-        self,
-        request: Request,
-        prepared: Prepared,
-        context: Context,
-        route: Route,
-        plan: Plan | None,
-        coerced: VariableValues,
-    ) -> Answer:
+    async def _coalesced(self, work: Work, context: Context) -> Answer:
         async def run() -> Answer:
-            return await self._run(request, prepared, context, route, plan, coerced)
+            return await self._run(work, context)
 
-        scope = prepared.operation(request.operation_name)
-        assert scope is not None  # noqa: S101 (checked)
-        key = read_key(context.require(), scope.scope, prepared.query, request)
+        scope = work.operation.scope
+        key = read_key(context.require(), scope, work.prepared.query, work.request)
         shared = await self.coalescer.run(key, run)
         answer = shared.value
         return Answer(answer.status, answer.body, answer.route, answer.has_errors, shared.execution)
 
-    async def _run(
-        self,
-        request: Request,
-        prepared: Prepared,
-        context: Context,
-        route: Route,
-        plan: Plan | None,
-        coerced: VariableValues,
-    ) -> Answer:
+    async def _run(self, work: Work, context: Context) -> Answer:
         """Execute by the route chosen: the plan, or graphql-core (also when the plan gives up)."""
-        if plan is not None:
+        route, request, prepared = work.route, work.request, work.prepared
+        if work.plan is not None:
             try:
-                data, errors = await plan.run(coerced, context)
+                data, errors = await work.plan.run(work.variables, context)
                 return _answer(ExecutionResult(data, errors or None), route)
             except Unplanned:
                 route = Route.EXECUTE_UNPLANNED
@@ -294,22 +290,22 @@ async def read_request(scope: Scope, receive: Receive, max_body: int) -> Request
         if method == "POST":
             body = await _read_body(receive, max_body)
             if b"application/json" not in _header(scope, b"content-type").lower():
-                raise Refused(400, "Unsupported content type")
+                raise refusal(400, "Unsupported content type")
             raw: Any = orjson.loads(body)
         else:
             raw = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
             for field in ("variables", "extensions"):
                 raw[field] = orjson.loads(raw[field]) if raw.get(field) else None
     except (ValueError, UnicodeDecodeError):
-        raise Refused(400, "Unable to parse request body as JSON") from None
+        raise refusal(400, "Unable to parse request body as JSON") from None
     if isinstance(raw, list):
-        raise Refused(400, "Batching is not enabled")
+        raise refusal(400, "Batching is not enabled")
     if not isinstance(raw, dict):
-        raise Refused(400, "Unable to parse request body as JSON")
+        raise refusal(400, "Unable to parse request body as JSON")
     fields = {f: raw.get(f) for f in ("query", "variables", "operationName", "extensions")}
     for field, kind, what in _SHAPES:
         if not isinstance(fields[field], kind):
-            raise Refused(400, f"The GraphQL operation's `{field}` must be {what}, if provided.")
+            raise refusal(400, f"The GraphQL operation's `{field}` must be {what}, if provided.")
     query, name = fields["query"], fields["operationName"]
     return Request(
         method, query or None, fields["variables"], name or None, fields["extensions"], traceparent
@@ -334,7 +330,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise Refused(413, f"request body too large (at most {limit} bytes)")
+            raise refusal(413, f"request body too large (at most {limit} bytes)")
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)

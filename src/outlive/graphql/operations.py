@@ -4,7 +4,9 @@
 with the `Route` taken), times (`outlive_graphql_operation_duration_seconds`) and traces (a server
 span continuing the caller's `traceparent`) an operation, and logs its route at debug level.
 
-`Route` is the one list of ways an operation is answered; `http.choose_route` picks one.
+`Route` is the one list of ways an operation over HTTP is answered; `http.choose_route` picks
+one. The other transport is the socket: strawberry executes its subscriptions
+(`realtime/sockets.py`), never a query or a mutation.
 """
 
 from __future__ import annotations
