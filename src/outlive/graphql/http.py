@@ -6,12 +6,13 @@ Read `Pipeline.serve` top to bottom; it is the whole path:
 2. `persisted.request_document`: its document, from its text or its persisted-query hash, parsed
    and validated once per process (`documents.Documents`, the one cache);
 3. `observe_operation` (`operations.py`) counts, times and traces it, and logs its route;
-4. `_checked`: the operation it names, allowed for the method, valid, within the limits
-   (`limits.py`), its variables coerced;
-5. `choose_route`: a compiled plan (`plans.py`) or graphql-core's `execute`; a query shares its
-   execution with identical reads (`coalescing.py`, keyed by `read_key`);
-6. errors coded (`errors.coded`) and the answer encoded to JSON once, for every request that
-   shares it.
+4. `_checked`: the operation it names, allowed for the method, valid;
+5. `choose_route`: a compiled plan (`plans.py`) or graphql-core's `execute`;
+6. `_executed`: a query shares its execution with identical reads (`coalescing.py`, keyed by
+   `read_key`); the execution first checks the limits (`_limited`: `limits.py`, variables
+   coerced), then runs the route (`_run`);
+7. errors coded (`errors.coded`) and the answer encoded to JSON once (`_answer`), for every
+   request that shares it; `send_answer` sends it.
 
 A request refused on the way (`Refused`) is answered in the contract's error shape. Strawberry
 keeps the schema, GraphiQL and the WebSocket; it executes nothing here.
@@ -80,7 +81,6 @@ class Work:
     request: Request
     prepared: Prepared
     operation: Operation
-    variables: VariableValues
     route: Route
     plan: Plan | None
 
@@ -123,9 +123,9 @@ class Pipeline:
             prepared = self._document(request)  # parsed and validated once per process
             name = request.operation_name
             with observe_operation(name, prepared.query, request.traceparent) as seen:
-                operation, variables = self._checked(request, prepared)  # valid, within limits
+                operation = self._checked(request, prepared)  # known, allowed, valid
                 route, plan = choose_route(self, prepared, name)  # a plan, or graphql-core
-                work = Work(request, prepared, operation, variables, route, plan)
+                work = Work(request, prepared, operation, route, plan)
                 answer = await self._executed(work, context)
                 seen.route, seen.ok = answer.route, not answer.has_errors
         except Refused as refused:
@@ -155,6 +155,8 @@ class Pipeline:
                 answer = await self._coalesced(work, context)
             else:
                 answer = await self._run(work, context)
+        except Refused:
+            raise
         except SharedExecutionCancelled:
             raise refusal(503, "the server is stopping", "INTERNAL_SERVER_ERROR") from None
         except Exception:
@@ -162,9 +164,9 @@ class Pipeline:
             raise refusal(500, INTERNAL_MESSAGE, "INTERNAL_SERVER_ERROR") from None
         return answer
 
-    def _checked(self, request: Request, prepared: Prepared) -> tuple[Operation, VariableValues]:
-        """The operation and its coerced variables, or `Refused`: a document that does not
-        parse, an unknown operation, one the method does not allow, validation, limits."""
+    def _checked(self, request: Request, prepared: Prepared) -> Operation:
+        """The operation, or `Refused`: a document that does not parse, an unknown operation,
+        one the method does not allow, one that does not validate."""
         if prepared.document is None:
             raise refused_with(prepared.errors)
         operation = prepared.operation(request.operation_name)
@@ -181,18 +183,24 @@ class Pipeline:
             raise refusal(400, f"{plural} are not allowed when using {request.method}")
         if prepared.errors:
             raise refused_with(prepared.errors)
+        return operation
+
+    def _limited(self, work: Work) -> VariableValues:
+        """The variables, coerced, or `Refused`: bad input (NUL, nesting), over the cost limit,
+        variables that do not coerce. Checked once per execution: requests that share one
+        (`read_key`) have the same document, operation and variables, so the same verdict."""
+        request = work.request
         try:
             check_variables(request.variables, self.settings.max_json_depth)
-            cost = prepared.cost(self.schema, request.operation_name)
+            cost = work.prepared.cost(self.schema, request.operation_name)
             check_cost(cost, request.variables, self.settings)
         except BadUserInput as exc:
             raise refused_with([GraphQLError(exc.message, original_error=exc)]) from None
-        coerced = get_variable_values(
-            self.schema, operation.node.variable_definitions or (), request.variables or {}
-        )
+        definitions = work.operation.node.variable_definitions or ()
+        coerced = get_variable_values(self.schema, definitions, request.variables or {})
         if isinstance(coerced, list):
             raise refused_with(coerced)
-        return operation, coerced
+        return coerced
 
     async def _coalesced(self, work: Work, context: Context) -> Answer:
         async def run() -> Answer:
@@ -207,9 +215,10 @@ class Pipeline:
     async def _run(self, work: Work, context: Context) -> Answer:
         """Execute by the route chosen: the plan, or graphql-core (also when the plan gives up)."""
         route, request, prepared = work.route, work.request, work.prepared
+        variables = self._limited(work)
         if work.plan is not None:
             try:
-                data, errors = await work.plan.run(work.variables, context)
+                data, errors = await work.plan.run(variables, context)
                 return _answer(ExecutionResult(data, errors or None), route)
             except Unplanned:
                 route = Route.EXECUTE_UNPLANNED
