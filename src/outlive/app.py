@@ -8,37 +8,31 @@ hands what the resolvers need to the GraphQL view.
 from __future__ import annotations
 
 import asyncio
-import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from cross_web import HTTPException
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
-from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
-from strawberry.types import ExecutionResult
 
 from outlive.config import Settings
+from outlive.graphql.http import Pipeline
+from outlive.graphql.schema import served_schema
+from outlive.realtime.sockets import NudgesTransportWS
 from outlive.resolvers.context import Context, Services
-from outlive.resolvers.errors import coded
-from outlive.resolvers.nudges import NudgesTransportWS
-from outlive.resolvers.reads import ReadPath, read_path
-from outlive.resolvers.schema import build_schema
 from outlive.runtime import open_runtime
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.tenants import authenticate
-from outlive.telemetry import logs, metrics, tracing
+from outlive.telemetry import logs, metrics
 from outlive.web import graphiql_response, web_routes
 
 CONNECTION_INIT_TIMEOUT = timedelta(seconds=10)  # the defaults of OUTLIVE_WS_INIT_TIMEOUT_S
@@ -70,11 +64,13 @@ def bearer(value: str | None) -> str | None:
 
 
 class OutliveGraphQL(GraphQL[Context, None]):
-    """Strawberry's ASGI view with our auth: 401 over HTTP, close 4403 on the socket; the plain
-    `nudges` subscription is sent from shared, pre-encoded frames (`NudgesTransportWS`)."""
+    """Strawberry's ASGI view, for GraphiQL and the WebSocket (401 over HTTP, close 4403 on the
+    socket; the plain `nudges` subscription from shared frames, `NudgesTransportWS`). Every other
+    `GET`/`POST /graphql` is authenticated here and answered by the pipeline
+    (`outlive.graphql.http.Pipeline.serve`): strawberry executes no HTTP operation."""
 
     services: Services
-    reads: ReadPath
+    pipeline: Pipeline
     graphql_transport_ws_handler_class = NudgesTransportWS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -82,30 +78,18 @@ class OutliveGraphQL(GraphQL[Context, None]):
             await super().__call__(scope, receive, send)
             return
         request = Request(scope, receive)
-        if not self._is_ide_page(request):
+        response: Response | None
+        if self._is_ide_page(request):
+            response = await self.render_graphql_ide(request)
+        else:
             response = await self._admit(request, scope)
-            if response is not None:
-                await response(scope, receive, send)
-                return
-            limit = self.services.settings.max_body_bytes
-            principal = scope["state"]["principal"]
-            # One operation (persisted queries, coalesced reads) is answered here, its body
-            # counted as it arrives; anything else goes on to strawberry's view, body replayed.
-            fallback = await self.reads.serve(
-                scope,
-                receive,
-                send,
-                context=lambda: Context(services=self.services, principal=principal),
-                max_body=limit,
-            )
-            if fallback is None:
-                return
-            receive = fallback  # the body, read (and counted) by the read path, replayed
-        try:
-            response = await self.run(Request(scope, receive))
-        except HTTPException as exc:  # strawberry's own refusals, in the contract's JSON shape
-            response = _error(exc.reason, "BAD_USER_INPUT", exc.status_code)
-        await response(scope, receive, send)
+        if response is not None:
+            await response(scope, receive, send)
+            return
+        principal = scope["state"]["principal"]
+        logs.bind(tenant_id=principal.tenant.id)
+        context = Context(services=self.services, principal=principal, request=request)
+        await self.pipeline.serve(scope, receive, send, context)
 
     async def _admit(self, request: Request, scope: Scope) -> Response | None:
         """A refusal before the body is read (declared size, authentication), or None."""
@@ -120,15 +104,6 @@ class OutliveGraphQL(GraphQL[Context, None]):
         scope.setdefault("state", {})["principal"] = principal
         return None
 
-    def decode_json(self, data: str | bytes) -> object:
-        try:
-            return json.loads(data)
-        except RecursionError:
-            raise HTTPException(400, "the request body nests too deeply") from None
-
-    async def parse_http_body(self, request_adapter: Any) -> Any:
-        return self.reads.resolve_persisted(await super().parse_http_body(request_adapter))
-
     @staticmethod
     def _is_ide_page(request: Request) -> bool:
         return (
@@ -137,58 +112,12 @@ class OutliveGraphQL(GraphQL[Context, None]):
             and "text/html" in request.headers.get("accept", "")
         )
 
-    async def process_result(
-        self, request: Request, result: ExecutionResult
-    ) -> GraphQLHTTPResponse:
-        # Strawberry skips the operation hooks of extensions on a syntax error; code it here.
-        if result.errors:
-            result.errors = [coded(e) for e in result.errors]
-        return await super().process_result(request, result)
-
-    async def execute_single(
-        self,
-        request: Request,
-        request_adapter: Any,
-        sub_response: Any,
-        context: Context,
-        root_value: None,
-        request_data: GraphQLRequestData,
-    ) -> ExecutionResult:
-        """One operation, counted and timed by name (`outlive_graphql_operation…`) and, with
-        tracing on, a server span continuing the caller's `traceparent`."""
-        operation, kind = metrics.operation_label(request_data.operation_name, request_data.query)
-        began = time.perf_counter()
-        outcome = "error"
-        with tracing.span(
-            f"graphql {kind} {operation}",
-            kind=tracing.SpanKind.SERVER,
-            parent=tracing.extract_headers(request.headers),
-            attributes={"graphql.operation.name": operation, "graphql.operation.type": kind},
-        ):
-            try:
-                result = await super().execute_single(
-                    request, request_adapter, sub_response, context, root_value, request_data
-                )
-                outcome = "error" if result.errors else "ok"
-                return result
-            finally:
-                metrics.GRAPHQL_OPERATIONS.labels(operation, kind, outcome).inc()
-                metrics.GRAPHQL_DURATION.labels(operation, kind).observe(
-                    time.perf_counter() - began
-                )
-
     async def render_graphql_ide(self, request: Request) -> Response:
         return graphiql_response()
 
     async def get_context(self, request: Any, response: Any) -> Context:
-        principal = None
-        if not isinstance(request, WebSocket):
-            principal = request.scope.get("state", {}).get("principal")
-            if principal is not None:
-                logs.bind(tenant_id=principal.tenant.id)
-        return Context(
-            services=self.services, principal=principal, request=request, response=response
-        )
+        """The socket's context (authenticated by `on_ws_connect`)."""
+        return Context(services=self.services, principal=None, request=request, response=response)
 
     async def on_ws_connect(self, context: Context) -> dict[str, Any] | None:
         """Authenticate `connection_init` (4403 when refused) and register the socket (its tenant's
@@ -299,16 +228,7 @@ def build_app(
     """The app; `extra_lifespan` (start, stop) runs inside its lifespan, as `outlive dev` does
     with the embedded worker."""
     settings.require_services()
-    schema = build_schema(settings)
-    view = OutliveGraphQL(
-        schema,
-        graphql_ide="graphiql",
-        subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
-        connection_init_wait_timeout=timedelta(seconds=settings.ws_init_timeout_s),
-        max_subscriptions_per_connection=settings.ws_max_subscriptions,
-        allowed_origins=settings.allowed_origins,
-    )
-    view.reads = read_path(schema, settings)
+    view = build_view(settings)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -332,9 +252,30 @@ def build_app(
             finally:
                 if extra_lifespan is not None:
                     await extra_lifespan[1]()
-                await view.reads.coalescer.cancel_all()
+                await view.pipeline.coalescer.cancel_all()
 
-    routes = [
+    app = OutliveApp(routes=_routes(view, settings, serve_web=serve_web), lifespan=lifespan)
+    app.graphql = view
+    return app
+
+
+def build_view(settings: Settings) -> OutliveGraphQL:
+    """The GraphQL view: strawberry's (GraphiQL, the socket) and the HTTP pipeline beside it."""
+    schema = served_schema(settings)
+    view = OutliveGraphQL(
+        schema,
+        graphql_ide="graphiql",
+        subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
+        connection_init_wait_timeout=timedelta(seconds=settings.ws_init_timeout_s),
+        max_subscriptions_per_connection=settings.ws_max_subscriptions,
+        allowed_origins=settings.allowed_origins,
+    )
+    view.pipeline = Pipeline(schema, settings)
+    return view
+
+
+def _routes(view: OutliveGraphQL, settings: Settings, *, serve_web: bool) -> list[BaseRoute]:
+    routes: list[BaseRoute] = [
         Route("/healthz", _healthz),
         Route("/readyz", _readyz),
         Route("/graphql", view, methods=["GET", "POST"]),
@@ -344,7 +285,4 @@ def build_app(
         routes.append(Route("/metrics", _metrics))
     if serve_web:
         routes.extend(web_routes())
-    app = OutliveApp(routes=routes, lifespan=lifespan)
-    app.graphql = view
-    app.state.reads = view.reads  # its counters, for tests and benchmarks
-    return app
+    return routes

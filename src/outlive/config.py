@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     realtime: bool = True
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
-    # The read path (resolvers/reads.py).
+    # The read path (graphql/http.py).
     read_coalescing: bool = Field(
         True, description="identical reads share one execution that starts after they arrived"
     )

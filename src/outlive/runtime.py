@@ -26,6 +26,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import httpx
@@ -52,7 +53,8 @@ from outlive.jobs.telemetry import (
 from outlive.realtime.hub import Hub, hub_client_name
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.realtime.revocations import control_channel, decode_revoked
-from outlive.resolvers.sockets import SocketRegistry
+from outlive.realtime.sockets import SocketRegistry
+from outlive.services import tokens
 from outlive.services.admission import Limits, TenantAdmission
 from outlive.services.tokens import PrincipalCache
 from outlive.telemetry import metrics, tracing
@@ -245,7 +247,7 @@ async def _open_realtime(
     )
     auth = PrincipalCache(settings.auth_cache_s, is_live=hub.is_live)
     await hub.start()  # waits (briefly) for the subscription: no missed first nudges
-    sockets.start(sessions)
+    sockets.start(partial(tokens.valid_tokens, sessions))
 
     async def stop() -> None:
         await hub.stop()  # any socket still open is closed with 1012: clients reconnect

@@ -11,7 +11,7 @@ import pytest
 
 from outlive.config import Settings
 from outlive.realtime.nudges import Nudge
-from outlive.resolvers.nudges import PlainSelection, plain_selection
+from outlive.realtime.sockets import PlainSelection, plain_selection
 from tests.realtime.clients import Served, Socket, publisher
 from tests.support import TenantHandle
 

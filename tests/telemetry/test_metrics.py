@@ -50,7 +50,7 @@ FAMILIES: dict[str, set[str]] = {
     "outlive_nudge_fanout_seconds": set(),
     "outlive_websocket_connections": set(),
     "outlive_nudge_subscribers": set(),
-    "outlive_graphql_operations": {"operation", "type", "outcome"},
+    "outlive_graphql_operations": {"operation", "type", "outcome", "route"},
     "outlive_graphql_operation_duration_seconds": {"operation", "type"},
     "outlive_db_pool_connections": {"role", "pool", "state"},
     "outlive_db_pool_max_connections": {"role", "pool"},

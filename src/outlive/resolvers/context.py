@@ -1,4 +1,6 @@
-"""The per-process services and the per-request context handed to every resolver."""
+"""The per-process services and the per-request context handed to every resolver: data and
+loaders only. What the schema's types ask of it (`schema.context.SchemaContext`) is a page check
+and a loader, or a service function called by name."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from outlive.db.tx import Sessions
 from outlive.errors import Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
+from outlive.realtime.sockets import OpenSocket, SocketRegistry
 from outlive.resolvers.loaders import Loaders
-from outlive.resolvers.sockets import OpenSocket, SocketRegistry
-from outlive.services import admission, outbox, timelines, webhooks
+from outlive.services import admission, timelines, webhooks
 from outlive.services.ports import RunInstances
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.runs import EventRecord, RunRecord
@@ -65,7 +67,11 @@ class Context:
     def loaders(self) -> Loaders:
         """This request's DataLoaders (made on first use)."""
         if self._loaders is None:
-            self._loaders = Loaders(self.services.sessions, lambda: self.tenant_id)
+            self._loaders = Loaders(
+                self.services.sessions,
+                lambda: self.tenant_id,
+                repair_grace_s=self.services.settings.reconcile_grace_s,
+            )
         return self._loaders
 
     async def endpoint_deliveries(
@@ -73,25 +79,11 @@ class Context:
     ) -> list[DeliveryRecord]:
         webhooks.check_deliveries_page(first)  # this field's error, not the whole batch's
         self.require()
-        found = await self.loaders.deliveries.load((endpoint_id, first))
-        s = self.services
-        await outbox.requeue_stale(
-            s.sessions, "webhook", found, grace_s=s.settings.reconcile_grace_s
-        )
-        return found
+        return await self.loaders.deliveries.load((endpoint_id, first))  # repaired on read
 
     async def waiting_reason(self, run: RunRecord) -> str | None:
         """Why a run waits for a slot under its tenant's cap, and where it is in line."""
-        sessions = self.services.sessions
-        if not run.is_waiting or sessions.admission is None:
-            return None
-        return await admission.waiting_reason(
-            sessions,
-            default_cap=sessions.admission.max_running_runs,
-            tenant_id=run.tenant_id,
-            run_id=run.id,
-            created_at=run.created_at,
-        )
+        return await admission.waiting_reason_of(self.services.sessions, run)
 
     async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]:
         timelines.check_events_page(first)

@@ -2,8 +2,10 @@
 their deliveries, costs one statement per page shape instead of one per row (no N+1).
 
 Keys carry the page arguments (`after`, `first`), so aliases with different pages batch into one
-statement per distinct shape. Loaders do not cache (`cache=False`): a socket's context lives as
-long as the socket, and a later read must see later rows.
+statement per distinct shape. Deliveries are repaired as they are read
+(`outbox.deliveries_with_repair`: a stale pending one is requeued). Loaders do not cache
+(`cache=False`): a socket's context lives as long as the socket, and a later read must see later
+rows.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from strawberry.dataloader import DataLoader
 
 from outlive.db.tx import Sessions
 from outlive.ids import EndpointId, RunId, TenantId
-from outlive.services import timelines, webhooks
+from outlive.services import outbox, timelines, webhooks
 from outlive.services.runs import EventRecord
 from outlive.services.webhooks import DeliveryRecord
 
@@ -45,8 +47,11 @@ async def _by_shape(
 
 
 class Loaders:
-    def __init__(self, sessions: Sessions, tenant_id: Callable[[], TenantId]) -> None:
+    def __init__(
+        self, sessions: Sessions, tenant_id: Callable[[], TenantId], *, repair_grace_s: float
+    ) -> None:
         self._sessions = sessions
+        self._repair_grace_s = repair_grace_s
         self._tenant_id = tenant_id
         self.events: DataLoader[EventsKey, list[EventRecord]] = DataLoader(
             self._load_events, cache=False
@@ -72,4 +77,8 @@ class Loaders:
                     session, tenant_id, ids, first=first
                 )
 
-        return await _by_shape(keys, load)
+        pages = await _by_shape(keys, load)
+        await outbox.deliveries_with_repair(
+            self._sessions, [d for page in pages for d in page], grace_s=self._repair_grace_s
+        )
+        return pages

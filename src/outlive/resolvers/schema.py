@@ -1,20 +1,18 @@
-"""The root types and the executable schema, with its limits and caches."""
+"""The root types, and the strawberry schema made of them.
+
+The extensions (limits, error codes) are given by `outlive.graphql.schema`, which builds the
+schema the app serves; without them (`outlive schema`) the SDL is the same.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import strawberry
-from graphql import ASTValidationRule, GraphQLError
-from strawberry.extensions import (
-    AddValidationRules,
-    MaxAliasesLimiter,
-    MaxTokensLimiter,
-    ParserCache,
-    QueryDepthLimiter,
-    ValidationCache,
-)
+from graphql import GraphQLError
 from strawberry.types import ExecutionContext
 
-from outlive.config import Settings
 from outlive.resolvers import invitations as invitation_fields
 from outlive.resolvers import nudges as nudge_fields
 from outlive.resolvers import replays as replay_fields
@@ -22,8 +20,6 @@ from outlive.resolvers import runs as run_fields
 from outlive.resolvers import tenants as tenant_fields
 from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
-from outlive.resolvers.errors import ErrorCodes
-from outlive.resolvers.limits import NoNulInStrings, RequestLimits
 from outlive.schema.agents import Agent
 from outlive.schema.invitations import Invitation
 from outlive.schema.nudges import Nudge
@@ -36,17 +32,6 @@ from outlive.schema.webhooks import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-
-
-def limit_rules(settings: Settings) -> list[type[ASTValidationRule]]:
-    """Built once per schema: each limiter makes a new rule class per instance, and the
-    validation cache is keyed by the rules, so per-request limiter instances would make every
-    validation a cache miss."""
-    return [
-        *QueryDepthLimiter(max_depth=settings.max_query_depth).validation_rules,
-        *MaxAliasesLimiter(max_alias_count=settings.max_query_aliases).validation_rules,
-        NoNulInStrings,
-    ]
 
 
 @strawberry.type
@@ -117,21 +102,8 @@ class OutliveSchema(strawberry.Schema):
         """Errors are coded and, when unexpected, logged by `ErrorCodes`; no second log."""
 
 
-def build_schema(settings: Settings | None = None) -> strawberry.Schema:
-    """The executable schema, with the query limits of `settings` (the defaults when None)."""
-    settings = settings or Settings.model_construct()
-    rules = limit_rules(settings)
-    max_tokens = settings.max_query_tokens
+def build_schema(*, extensions: Sequence[Any] = ()) -> strawberry.Schema:
+    """The schema of the root types, with `extensions` (strawberry's: classes or factories)."""
     return OutliveSchema(
-        query=Query,
-        mutation=Mutation,
-        subscription=Subscription,
-        extensions=[
-            lambda: ParserCache(maxsize=512),
-            lambda: ValidationCache(maxsize=512),
-            lambda: AddValidationRules(rules),
-            lambda: MaxTokensLimiter(max_token_count=max_tokens),
-            RequestLimits,
-            ErrorCodes,
-        ],
+        query=Query, mutation=Mutation, subscription=Subscription, extensions=list(extensions)
     )

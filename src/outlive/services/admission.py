@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from sqlalchemy import text
@@ -155,6 +155,32 @@ async def waiting_reason(
     return (
         f"waiting for a slot: this tenant runs at most {cap} at a time; "
         f"{_ordinal(row['position'])} in line"
+    )
+
+
+class WaitingRun(Protocol):
+    """What `waiting_reason_of` needs of a run (`services.runs.RunRecord`)."""
+
+    @property
+    def is_waiting(self) -> bool: ...
+    @property
+    def tenant_id(self) -> TenantId: ...
+    @property
+    def id(self) -> RunId: ...
+    @property
+    def created_at(self) -> Any: ...
+
+
+async def waiting_reason_of(sessions: Sessions, run: WaitingRun) -> str | None:
+    """`waiting_reason` of a run still waiting under its tenant's cap; None for any other run."""
+    if not run.is_waiting or sessions.admission is None:
+        return None
+    return await waiting_reason(
+        sessions,
+        default_cap=sessions.admission.max_running_runs,
+        tenant_id=run.tenant_id,
+        run_id=run.id,
+        created_at=run.created_at,
     )
 
 

@@ -68,3 +68,11 @@ async def requeue_stale(
         )
         return 0
     return len(stale)
+
+
+async def deliveries_with_repair(
+    sessions: Sessions, deliveries: Sequence[OutboxRow], *, grace_s: float
+) -> Sequence[OutboxRow]:
+    """Webhook deliveries as read, with the stale pending ones requeued (`requeue_stale`)."""
+    await requeue_stale(sessions, "webhook", deliveries, grace_s=grace_s)
+    return deliveries

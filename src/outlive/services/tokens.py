@@ -179,3 +179,9 @@ async def still_valid(session: AsyncSession, token_ids: Collection[TokenId]) -> 
         return set()
     rows = await session.scalars(_VALID.where(ApiToken.id.in_(list(token_ids))))
     return {TokenId(i) for i in rows}
+
+
+async def valid_tokens(sessions: Sessions, token_ids: Collection[TokenId]) -> set[TokenId]:
+    """`still_valid`, in a read of its own (the socket registry's periodic re-check)."""
+    async with sessions.read() as session:
+        return await still_valid(session, token_ids)

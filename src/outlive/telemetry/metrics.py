@@ -128,8 +128,8 @@ SUBSCRIBERS = Gauge(
 
 GRAPHQL_OPERATIONS = Counter(
     "outlive_graphql_operations_total",
-    "GraphQL operations over HTTP, by operation name, type and outcome.",
-    ["operation", "type", "outcome"],
+    "GraphQL operations over HTTP, by operation name, type, outcome and route (plan, execute…).",
+    ["operation", "type", "outcome", "route"],
 )
 GRAPHQL_DURATION = Histogram(
     "outlive_graphql_operation_duration_seconds",

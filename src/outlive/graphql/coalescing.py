@@ -21,7 +21,7 @@ The execution runs in a task of its own: a waiting request that is cancelled (it
 away) leaves the batch, and the execution goes on for the others, even when the cancelled request
 is the one whose callable it runs. An execution that raises hands the same exception to every
 request of its batch; the next batch starts as usual. The key decides who may share: callers build
-it from everything the answer depends on (see `outlive.resolvers.reads`).
+it from everything the answer depends on (see `http.read_key`).
 """
 
 from __future__ import annotations
@@ -59,14 +59,6 @@ class _Lane(Generic[V]):
     waiting: _Batch[V] | None = None
 
 
-@dataclass
-class Stats:
-    """Counters for tests and benchmarks: requests served, executions run."""
-
-    requests: int = 0
-    executions: int = 0
-
-
 @dataclass(eq=False)
 class Shared(Generic[V]):
     """What a request gets: the value, and which execution made it (for the response header)."""
@@ -82,11 +74,9 @@ class Coalescer(Generic[V]):
 
     linger_s: float = 0.0
     max_wait_s: float = 0.0
-    stats: Stats = field(default_factory=Stats)
     _lanes: dict[Hashable, _Lane[V]] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-    _arrivals: list[tuple[int, asyncio.Event]] = field(default_factory=list)
 
     async def run(self, key: Hashable, execute: Callable[[], Awaitable[V]]) -> Shared[V]:
         lane = self._lanes.get(key)
@@ -101,8 +91,6 @@ class Coalescer(Generic[V]):
                 self._start(key, lane)
         batch.last_join = loop.time()
         batch.size += 1
-        self.stats.requests += 1
-        self._notify()
         # Shielded: a cancelled request leaves; the execution goes on for the rest of its batch.
         value = await asyncio.shield(batch.future)
         return Shared(value, batch.id)
@@ -133,7 +121,6 @@ class Coalescer(Generic[V]):
                 raise
         lane.running, lane.waiting = batch, None  # sealed: nobody joins it from here on
         batch.id = next(self._ids)
-        self.stats.executions += 1
         # Retrieved here, so an exception nobody waits for any more is never logged as lost.
         batch.future.add_done_callback(_retrieve)
         try:
@@ -156,23 +143,13 @@ class Coalescer(Generic[V]):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-    # --- for tests: wait until a number of requests have joined ----------------------------------
-
-    async def joined(self, count: int) -> None:
-        """Returns once `stats.requests` reached `count`."""
-        if self.stats.requests >= count:
-            return
-        event = asyncio.Event()
-        self._arrivals.append((count, event))
-        await event.wait()
-
-    def _notify(self) -> None:
-        if self._arrivals:
-            for count, event in self._arrivals:
-                if self.stats.requests >= count:
-                    event.set()
-            self._arrivals = [(c, e) for c, e in self._arrivals if not e.is_set()]
+        # An execution cancelled before its first step never reached its own handler.
+        for lane in self._lanes.values():
+            for batch in (lane.running, lane.waiting):
+                if batch is not None and not batch.future.done():
+                    batch.future.set_exception(SharedExecutionCancelled("the read was cancelled"))
+                    batch.future.add_done_callback(_retrieve)
+        self._lanes.clear()
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

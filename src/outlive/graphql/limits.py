@@ -6,7 +6,8 @@
 argument, its default when omitted, or a fixed bound for lists without one (the endpoints cap,
 the invitations page). An operation over `OUTLIVE_MAX_QUERY_COST` is refused as `BAD_USER_INPUT`
 before anything runs, with the cost and the limit in the message. The plan (which arguments
-multiply which fields) is computed once per document; a request only multiplies its numbers.
+multiply which fields) is computed once per document and operation; a request only multiplies its
+numbers.
 
 **Input.** PostgreSQL refuses `\\x00` in text and jsonb, and deep JSON exhausts the stack: a NUL
 in any string (a literal in the document or anywhere in the variables) and variables nested
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphql import (
+    ASTValidationRule,
     DocumentNode,
     ExecutionResult,
     FieldNode,
@@ -41,7 +43,7 @@ from graphql import (
     is_wrapping_type,
 )
 from graphql.type.definition import GraphQLNamedType, GraphQLObjectType, GraphQLOutputType
-from strawberry.extensions import SchemaExtension
+from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter, SchemaExtension
 
 from outlive.errors import BadUserInput
 
@@ -171,23 +173,23 @@ class _Planner:
         return default
 
 
-PLAN_CACHE_SIZE = 512
-_plans: dict[tuple[str, str | None], CostPlan] = {}
-
-
 def cost_plan(
-    schema: GraphQLSchema, query: str, document: DocumentNode, operation_name: str | None
+    schema: GraphQLSchema, document: DocumentNode, operation_name: str | None
 ) -> CostPlan:
-    """The plan of one operation, cached by its text (documents hash by walking every node)."""
-    key = (query, operation_name)
-    plan = _plans.get(key)
-    if plan is None:
-        operation = get_operation_ast(document, operation_name)
-        plan = CostPlan(()) if operation is None else _Planner(schema, document).plan(operation)
-        if len(_plans) >= PLAN_CACHE_SIZE:
-            _plans.pop(next(iter(_plans)))  # the oldest
-        _plans[key] = plan
-    return plan
+    """The plan of one operation (the HTTP pipeline keeps it with its document, see
+    `documents.Prepared.cost`; the socket computes it per subscribe)."""
+    operation = get_operation_ast(document, operation_name)
+    return CostPlan(()) if operation is None else _Planner(schema, document).plan(operation)
+
+
+def limit_rules(settings: Any) -> list[type[ASTValidationRule]]:
+    """The validation rules every document meets, over HTTP and on the socket: depth, aliases, no
+    NUL in a string literal. Built once per process: each limiter makes a new rule class."""
+    return [
+        *QueryDepthLimiter(max_depth=settings.max_query_depth).validation_rules,
+        *MaxAliasesLimiter(max_alias_count=settings.max_query_aliases).validation_rules,
+        NoNulInStrings,
+    ]
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -223,44 +225,27 @@ class NoNulInStrings(ValidationRule):
 
 
 class RequestLimits(SchemaExtension):
-    """Refuses, before execution, an operation over the cost limit or with bad variables."""
+    """The socket's check (strawberry executes subscriptions): refuses, before execution, an
+    operation over the cost limit or with bad variables. HTTP checks in `http.py`."""
 
     def on_execute(self) -> Iterator[None]:
         context = self.execution_context
         try:
-            self._check(context)
+            check_variables(context.variables, context.context.services.settings.max_json_depth)
+            if context.graphql_document is not None:
+                plan = cost_plan(
+                    context.schema._schema, context.graphql_document, context.operation_name
+                )
+                check_cost(plan, context.variables, context.context.services.settings)
         except BadUserInput as exc:
             context.result = ExecutionResult(
                 data=None, errors=[GraphQLError(exc.message, original_error=exc)]
             )
         yield
 
-    @staticmethod
-    def _check(context: Any) -> None:
-        check_request(
-            context.schema._schema,
-            context.query,
-            context.graphql_document,
-            context.operation_name,
-            context.variables,
-            context.context.services.settings,
-        )
 
-
-def check_request(
-    schema: GraphQLSchema,
-    query: str | None,
-    document: DocumentNode | None,
-    operation_name: str | None,
-    variables: Mapping[str, Any] | None,
-    settings: Any,
-) -> None:
-    """`BadUserInput` for bad variables or an operation over the cost limit: what
-    `RequestLimits` checks before strawberry executes, and the read path before a plan runs."""
-    check_variables(variables, settings.max_json_depth)
-    if document is None or query is None:
-        return
-    plan = cost_plan(schema, query, document, operation_name)
+def check_cost(plan: CostPlan, variables: Mapping[str, Any] | None, settings: Any) -> None:
+    """`BadUserInput` for an operation over the cost limit."""
     cost = plan.cost(variables, settings.webhook_max_endpoints)
     if cost > settings.max_query_cost:
         raise BadUserInput(

@@ -15,7 +15,7 @@ from outlive.config import Settings
 from outlive.db.engine import create_engine
 from outlive.db.models import Invitation, Run, WebhookEndpoint
 from outlive.db.tx import Sessions
-from outlive.resolvers.limits import cost_plan
+from outlive.graphql.limits import cost_plan
 from outlive.resolvers.schema import build_schema
 from tests.conftest import make_settings
 from tests.support import Api, Servers, TenantHandle
@@ -37,14 +37,14 @@ def test_the_cost_multiplies_the_first_values_along_each_path() -> None:
     query = RUN_PAGE % "events(first: 1000) { seq }"
     from graphql import parse
 
-    plan = cost_plan(schema, query, parse(query), None)
+    plan = cost_plan(schema, parse(query), None)
     assert plan.cost(None, 50) == 100 + 100 + 100 + 100 * 1000  # runs, edges, node, events
     by_variable = "query($n: Int) { runs(first: $n) { edges { node { id } } } }"
-    plan = cost_plan(schema, by_variable, parse(by_variable), None)
+    plan = cost_plan(schema, parse(by_variable), None)
     assert plan.cost({"n": 7}, 50) == 3 * 7
     assert plan.cost({}, 50) == 3 * 20  # the argument's default
     endpoints = "{ webhookEndpoints { deliveries(first: 100) { id } } }"
-    assert cost_plan(schema, endpoints, parse(endpoints), None).cost(None, 50) == 50 + 50 * 100
+    assert cost_plan(schema, parse(endpoints), None).cost(None, 50) == 50 + 50 * 100
 
 
 async def test_a_query_asking_for_millions_of_rows_is_refused_before_it_runs(

@@ -1,11 +1,13 @@
-"""Compiled plans answer exactly what strawberry answers: every document of the web app, run both
-ways on the same data, gives the same JSON (data and errors)."""
+"""Compiled plans answer exactly what graphql-core's executor answers: every document of the web
+app, run both ways on the same data (one app with plans, one without), gives the same JSON (data
+and errors)."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,9 @@ import pytest
 
 from outlive.app import build_app
 from outlive.config import Settings
-from outlive.resolvers.reads import ReadPath
+from outlive.graphql.http import Pipeline, choose_route
+from outlive.graphql.operations import Route
+from outlive.graphql.schema import served_schema
 from tests.support import TenantHandle
 
 DOCUMENTS = Path(__file__).resolve().parents[2] / "web" / "src" / "api" / "documents"
@@ -37,18 +41,20 @@ MUTATIONS = {name: text for text, name, kind in OPERATIONS if kind == "mutation"
 
 
 class Both:
-    """One app; each operation sent twice, with compiled plans and without."""
+    """Two apps on one database, with compiled plans and without; each operation sent to both."""
 
-    def __init__(self, client: httpx.AsyncClient, reads: ReadPath, token: str) -> None:
-        self.client, self.reads, self.token = client, reads, token
+    def __init__(
+        self, clients: dict[bool, httpx.AsyncClient], settings: Settings, token: str
+    ) -> None:
+        self.clients, self.token = clients, token
+        self.pipeline = Pipeline(served_schema(settings), settings)
 
     async def send(
         self, document: str, name: str, variables: dict[str, Any], *, plans: bool
     ) -> Any:
-        self.reads.plans = plans
         body = {"query": document, "operationName": name, "variables": variables}
         headers = {"Authorization": f"Bearer {self.token}"}
-        response = await self.client.post("/graphql", json=body, headers=headers)
+        response = await self.clients[plans].post("/graphql", json=body, headers=headers)
         assert response.status_code == 200, response.text
         return response.json()
 
@@ -59,19 +65,22 @@ class Both:
         return planned
 
     def planned(self, document: str, name: str) -> bool:
-        prepared = self.reads.documents.prepare(document)
-        assert prepared is not None
-        self.reads.plans = True
-        return self.reads.plan(prepared, name) is not None
+        route, _ = choose_route(self.pipeline, self.pipeline.documents.prepare(document), name)
+        return route is Route.PLAN
 
 
 @pytest.fixture
 async def both(settings: Settings, tenant: TenantHandle) -> AsyncIterator[Both]:
-    app = build_app(settings, serve_web=False)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://outlive.test") as c:
-            yield Both(c, app.state.reads, tenant.token)
+    clients: dict[bool, httpx.AsyncClient] = {}
+    async with AsyncExitStack() as stack:
+        for plans in (True, False):
+            app = build_app(settings.model_copy(update={"compiled_plans": plans}), serve_web=False)
+            await stack.enter_async_context(app.router.lifespan_context(app))
+            transport = httpx.ASGITransport(app=app)
+            clients[plans] = await stack.enter_async_context(
+                httpx.AsyncClient(transport=transport, base_url="http://outlive.test")
+            )
+        yield Both(clients, settings.model_copy(update={"compiled_plans": True}), tenant.token)
 
 
 async def _seed(settings: Settings, tenant: TenantHandle) -> list[str]:
@@ -144,7 +153,7 @@ async def test_every_query_of_the_web_app_answers_the_same_planned_or_executed(
         await both.same(QUERIES[name], name, variables)
     for name in ("Runs", "RunDetail", "Viewer", "Agents", "Usage", "Invitations"):
         assert both.planned(QUERIES[name], name), name
-    for name in ("RunTimeline", "WebhookEndpoints"):  # fields with resolvers: strawberry's
+    for name in ("RunTimeline", "WebhookEndpoints"):  # fields with resolvers: executed
         assert not both.planned(QUERIES[name], name), name
 
 
@@ -182,7 +191,7 @@ async def test_fragments_aliases_and_typenames_answer_the_same(both: Both) -> No
     """
     await both.same(document, "Odd", {"n": 3})
     assert both.planned(document, "Odd")
-    await both.same(document, "Odd", {"n": "three"})  # variables strawberry reports
+    await both.same(document, "Odd", {"n": "three"})  # variables graphql-core reports
     skip = "query S($s: Boolean!) { agents { name description @skip(if: $s) } }"
     await both.same(skip, "S", {"s": True})
     assert not both.planned(skip, "S")

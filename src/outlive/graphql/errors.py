@@ -22,6 +22,11 @@ log = logging.getLogger("outlive.graphql")
 INTERNAL_MESSAGE = "Internal server error."
 
 
+def error_payload(message: str, code: str) -> dict[str, object]:
+    """The contract's error shape for a request refused outside execution."""
+    return {"data": None, "errors": [{"message": message, "extensions": {"code": code}}]}
+
+
 def _with_code(
     error: GraphQLError,
     code: str,
@@ -60,5 +65,7 @@ def coded(error: GraphQLError) -> GraphQLError:
 
 
 class ErrorCodes(MaskErrors):
+    """`coded` for what strawberry executes (the socket's subscriptions)."""
+
     def _process_errors(self, errors: list[GraphQLError]) -> list[GraphQLError]:
         return [coded(e) for e in errors]

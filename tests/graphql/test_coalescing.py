@@ -2,8 +2,9 @@
 
 The rule under test: identical reads share one execution that started after each of them arrived.
 Two tools make the timing deterministic without sleeps: `LOCK TABLE runs` in another connection
-holds an execution at its first statement for as long as a test needs, and `Coalescer.joined(n)`
-returns once n requests are waiting in the coalescer.
+holds an execution at its first statement for as long as a test needs, and `Watched.joined(n)`
+(a coalescer that counts, installed in the app by the `stack` fixture) returns once n requests
+are waiting in it.
 """
 
 from __future__ import annotations
@@ -11,19 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 import asyncpg
 import httpx
 import pytest
 
+from outlive.app import OutliveApp
 from outlive.config import Settings
 from outlive.db.engine import create_engine, create_sessions
 from outlive.db.tx import Sessions
-from outlive.resolvers.coalescing import Coalescer, SharedExecutionCancelled
-from outlive.resolvers.reads import ReadPath
+from outlive.graphql.coalescing import Coalescer, Shared, SharedExecutionCancelled
 from outlive.services.tenants import create_token
 from tests.conftest import make_settings
 from tests.realtime.clients import ApiProcess, serve
@@ -37,17 +38,43 @@ WIDE = """query Wide($first: Int!) { runs(first: $first) { edges { cursor node {
 MINE = "{ viewer { user { email } } runs(first: 5) { edges { node { id } } } }"
 
 
+V = TypeVar("V")
+
+
+@dataclass
+class Watched(Coalescer[V]):
+    """A coalescer that counts the requests that joined and the executions that started."""
+
+    requests: int = 0
+    executions: int = 0
+    _waiting: list[tuple[int, asyncio.Event]] = field(default_factory=list)
+
+    async def run(self, key: Hashable, execute: Callable[[], Awaitable[V]]) -> Shared[V]:
+        async def counted() -> V:
+            self.executions += 1
+            return await execute()
+
+        self.requests += 1  # it joins its batch before the event's waiter wakes
+        for count, event in self._waiting:
+            if self.requests >= count:
+                event.set()
+        return await super().run(key, counted)
+
+    async def joined(self, count: int) -> None:
+        """Returns once `requests` reached `count`."""
+        if self.requests < count:
+            event = asyncio.Event()
+            self._waiting.append((count, event))
+            await event.wait()
+
+
 @dataclass
 class Stack:
     url: str
-    reads: ReadPath
+    coalescer: Watched[Any]
     database_url: str
     sessions: Sessions
     client: httpx.AsyncClient
-
-    @property
-    def coalescer(self) -> Coalescer[Any]:
-        return self.reads.coalescer
 
     async def post(self, query: str, variables: dict[str, Any], token: str) -> httpx.Response:
         return await self.client.post(
@@ -100,9 +127,11 @@ async def stack(servers: Servers) -> AsyncIterator[Stack]:
         serve(settings) as served,
         httpx.AsyncClient(base_url=served.url, limits=limits, timeout=30) as client,
     ):
+        coalescer: Watched[Any] = Watched()
+        cast(OutliveApp, served.app).graphql.pipeline.coalescer = coalescer  # counting
         yield Stack(
             served.url,
-            served.app.state.reads,
+            coalescer,
             settings.database_url,
             create_sessions(engine),
             client,
@@ -167,7 +196,7 @@ async def test_a_read_never_joins_an_execution_already_in_flight(stack: Stack) -
     is still running when a commit is made and a second request arrives; that request waits for
     execution 2, which reads after it arrived."""
     tenant = await stack.user(_slug(), "owner@example.test")
-    coalescer: Coalescer[list[str]] = Coalescer()
+    coalescer: Watched[list[str]] = Watched()
     conn = await asyncpg.connect(stack.database_url)
     read_done, release = asyncio.Event(), asyncio.Event()
 
@@ -188,14 +217,14 @@ async def test_a_read_never_joins_an_execution_already_in_flight(stack: Stack) -
         release.set()
         assert run_id not in (await first).value
         assert run_id in (await second).value
-        assert coalescer.stats.executions == 2
+        assert coalescer.executions == 2
     finally:
         await conn.close()
 
 
 async def test_n_concurrent_identical_reads_cost_at_most_two_executions(stack: Stack) -> None:
     tenant = await stack.user(_slug(), "owner@example.test")
-    stats = stack.coalescer.stats
+    stats = stack.coalescer
     async with stack.runs_locked():
         executions, requests = stats.executions, stats.requests
         reads = [
@@ -218,7 +247,7 @@ async def test_users_never_share_their_own_data_and_tenants_never_share(stack: S
     conn = await asyncpg.connect(stack.database_url)
     runs = {h.id: await stack.insert_run(h, conn) for h in (ann, other)}
     await conn.close()
-    stats = stack.coalescer.stats
+    stats = stack.coalescer
     people = [ann, bob, other] * 8
 
     async def both(handle: TenantHandle) -> tuple[httpx.Response, httpx.Response]:
@@ -251,7 +280,7 @@ async def test_a_waiting_request_that_goes_away_leaves_the_others_served(stack: 
     """Its client drops the connection while it waits; the execution it started goes on for the
     requests that joined it, and the next batch is served as usual."""
     tenant = await stack.user(_slug(), "owner@example.test")
-    stats = stack.coalescer.stats
+    stats = stack.coalescer
     async with stack.runs_locked():
         executions, requests = stats.executions, stats.requests
         first = asyncio.create_task(stack.data(RUNS, {"first": 5}, tenant.token))
@@ -285,12 +314,12 @@ async def test_an_error_is_every_waiting_request_s_answer_and_the_next_read_work
 async def test_mutations_are_never_coalesced(stack: Stack) -> None:
     tenant = await stack.user(_slug(), "owner@example.test")
     start = 'mutation { startRun(input: {agent: "demo"}) { created run { id } } }'
-    requests = stack.coalescer.stats.requests
+    requests = stack.coalescer.requests
     answers = await asyncio.gather(*(stack.data(start, {}, tenant.token) for _ in range(12)))
     created = sorted(a["startRun"]["created"] for a in answers)
     assert created == [False] * 11 + [True]  # each executed: one inserted, the others found it
     assert len({a["startRun"]["run"]["id"] for a in answers}) == 1
-    assert stack.coalescer.stats.requests == requests
+    assert stack.coalescer.requests == requests
 
 
 async def test_a_cancelled_request_leaves_its_batch_and_an_exception_reaches_every_request() -> (
@@ -299,7 +328,7 @@ async def test_a_cancelled_request_leaves_its_batch_and_an_exception_reaches_eve
     """The coalescer alone: the request whose callable a batch runs is cancelled while it waits,
     and the execution still serves the others; an execution that raises gives every request of
     its batch that exception, and the next batch runs as usual."""
-    coalescer: Coalescer[int] = Coalescer()
+    coalescer: Watched[int] = Watched()
     release = asyncio.Event()
     calls = 0
 
@@ -316,7 +345,7 @@ async def test_a_cancelled_request_leaves_its_batch_and_an_exception_reaches_eve
     # Created in one turn of the loop: all four join the batch that runs the owner's callable.
     owner, *others = [asyncio.create_task(coalescer.run("k", execute)) for _ in range(4)]
     await coalescer.joined(4)
-    assert coalescer.stats.executions == 1
+    assert coalescer.executions == 1
     owner.cancel()
     release.set()
     with pytest.raises(asyncio.CancelledError):
@@ -329,14 +358,14 @@ async def test_a_cancelled_request_leaves_its_batch_and_an_exception_reaches_eve
         with pytest.raises(LookupError):
             await task
     assert (await coalescer.run("k", execute)).value == 2
-    assert coalescer.stats.executions == 3
+    assert coalescer.executions == 3
 
 
 async def test_during_a_burst_the_next_batch_waits_for_a_pause_and_serves_more_of_it() -> None:
     """A batch created while an identical execution runs lingers after it (here: until it is 2 s
     old, arrivals never pausing long enough): a request that arrives once the first execution is
     over still joins it. A lone read starts at once."""
-    coalescer: Coalescer[int] = Coalescer(linger_s=60, max_wait_s=2)
+    coalescer: Watched[int] = Watched(linger_s=60, max_wait_s=2)
     release = asyncio.Event()
     calls = 0
 
@@ -357,7 +386,7 @@ async def test_during_a_burst_the_next_batch_waits_for_a_pause_and_serves_more_o
     late = asyncio.create_task(coalescer.run("k", execute))  # the first execution is over
     assert [(await t).value for t in (*burst, late)] == [2, 2, 2, 2]
     assert loop.time() - began >= 2
-    assert coalescer.stats.executions == 2
+    assert coalescer.executions == 2
 
     lone = loop.time()
     assert (await coalescer.run("other", execute)).value == 3

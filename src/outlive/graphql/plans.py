@@ -10,15 +10,20 @@ the schema's own types: `getattr` for each field, the type's own `serialize` for
 `__typename` as a constant. The answer is the same JSON strawberry gives (the tests compare
 them on every document of the web app).
 
-Only the simple case is compiled (`compile_plan` returns None otherwise, and strawberry executes
-as usual): no directives; below the root only fields without resolvers or arguments, no repeated
-response keys; no introspection. Strawberry's per-operation extensions do not run on this path,
-so `ReadPath` uses plans only while the schema's extensions are the ones it knows.
+Only the simple case is compiled (`compile_plan` returns None otherwise, and graphql-core
+executes as usual): no directives; below the root only fields without resolvers or arguments, no
+repeated response keys; no introspection. Variables arrive coerced (`http.py` coerces them once,
+for either route).
+
+Each root resolver gets graphql-core's own `GraphQLResolveInfo`, built by keyword in `_info`, the
+same class graphql-core's executor gives the resolvers of the other route (strawberry wraps it in
+its `Info` either way). Its fields are checked against the installed graphql-core at import, so an
+upgrade that changes them fails loudly here rather than in a resolver.
 
 Errors: a root resolver that raises is reported as graphql-core reports it (its path, null data
 for a non-null root). A completion that fails (a null in a non-null position, a value a scalar
 cannot serialize: a bug, never user input) raises `Unplanned`: a query is then executed again by
-strawberry, which reports it precisely; a mutation's field is reported as an internal error.
+graphql-core, which reports it precisely; a mutation's field is reported as an internal error.
 """
 
 from __future__ import annotations
@@ -49,15 +54,46 @@ from graphql import (
     SelectionSetNode,
     located_error,
 )
-from graphql.execution.values import get_argument_values, get_variable_values
-from graphql.pyutils import Path
-from strawberry.schema.schema import _OperationContextAwareGraphQLResolveInfo as ResolveInfo
+from graphql.execution.values import VariableValues, get_argument_values
+from graphql.pyutils import Path, is_awaitable
+from graphql.type.definition import GraphQLResolveInfo, GraphQLResolveInfoHelpers
 
 Complete = Callable[[Any], Any]
 
 
 class Unplanned(Exception):
-    """The plan cannot answer this (variables strawberry must report, a failed completion)."""
+    """The plan cannot answer this (a failed completion): graphql-core executes it."""
+
+
+_INFO_FIELDS = (
+    "field_name",
+    "field_nodes",
+    "return_type",
+    "parent_type",
+    "path",
+    "schema",
+    "fragments",
+    "root_value",
+    "operation",
+    "variable_values",
+    "context",
+    "is_awaitable",
+    "abort_signal",
+    "async_helpers",
+)
+if GraphQLResolveInfo._fields != _INFO_FIELDS:  # pragma: no cover (a graphql-core upgrade)
+    raise ImportError(f"GraphQLResolveInfo changed: {GraphQLResolveInfo._fields}")
+
+
+async def _gather(values: Any) -> list[Any]:
+    return list(await asyncio.gather(*values))
+
+
+def _track(values: Any) -> None:
+    raise NotImplementedError("a compiled plan's resolvers track no background work")
+
+
+_HELPERS = GraphQLResolveInfoHelpers(gather=_gather, track=_track)
 
 
 class _Unsupported(Exception):
@@ -82,14 +118,9 @@ class Plan:
     roots: tuple[RootField, ...]
 
     async def run(
-        self, variables: dict[str, Any] | None, context: Any
+        self, coerced: VariableValues, context: Any
     ) -> tuple[dict[str, Any] | None, list[GraphQLError]]:
         """(data, errors) as graphql-core would give them; raises `Unplanned`."""
-        coerced = get_variable_values(
-            self.schema, self.operation.variable_definitions or (), variables or {}
-        )
-        if isinstance(coerced, list):
-            raise Unplanned("variables")  # strawberry reports them, with its codes
         errors: list[GraphQLError] = []
         if self.operation.operation is OperationType.MUTATION:
             values = [await self._resolve(r, coerced, context, errors) for r in self.roots]
@@ -107,26 +138,10 @@ class Plan:
         return data, errors
 
     async def _resolve(
-        self, root: RootField, coerced: Any, context: Any, errors: list[GraphQLError]
+        self, root: RootField, coerced: VariableValues, context: Any, errors: list[GraphQLError]
     ) -> Any:
         path = Path(None, root.key, self.parent.name)
-        info = ResolveInfo(
-            root.node.name.value,
-            [root.node],
-            root.field.type,
-            self.parent,
-            path,
-            self.schema,
-            dict(self.fragments),
-            None,
-            self.operation,
-            coerced.coerced,
-            context,
-            inspect.isawaitable,
-            None,
-            None,
-            {},
-        )
+        info = self._info(root, path, coerced, context)
         try:
             args = get_argument_values(root.field, root.node, coerced)
             resolve = root.field.resolve
@@ -144,6 +159,27 @@ class Plan:
                 raise Unplanned("completion") from exc
             errors.append(located_error(exc, [root.node], path.as_list()))
             return None
+
+    def _info(
+        self, root: RootField, path: Path, coerced: VariableValues, context: Any
+    ) -> GraphQLResolveInfo[Any]:
+        """What graphql-core's executor gives a root resolver, by keyword (see the docstring)."""
+        return GraphQLResolveInfo(
+            field_name=root.node.name.value,
+            field_nodes=[root.node],
+            return_type=root.field.type,
+            parent_type=self.parent,
+            path=path,
+            schema=self.schema,
+            fragments=dict(self.fragments),
+            root_value=None,
+            operation=self.operation,
+            variable_values=coerced,
+            context=context,
+            is_awaitable=is_awaitable,
+            abort_signal=None,
+            async_helpers=_HELPERS,
+        )
 
 
 def compile_plan(

@@ -1,0 +1,201 @@
+"""GraphQL documents, parsed and validated once per process: the one document cache.
+
+`Documents.prepare(text)` parses and validates a document against the schema with the rules every
+document meets (`limits.limit_rules`: depth, aliases, NUL; the token limit) and keeps the result,
+errors included, under the sha256 of its text. The cache is bounded in bytes (`max_bytes`, an
+estimate of what an entry holds: its text and its syntax tree, `ENTRY_BYTES_PER_CHAR` per
+character), least recently used first out. Strawberry's own parser and validation caches are not
+installed (`graphql.schema`): this is the only copy.
+
+Keyed by sha256, the cache is also the store of Automatic Persisted Queries (`persisted.py`): a
+document that validated is found by the hash a client sends instead of its text.
+
+Each prepared document keeps what is computed once per operation: its cost plan (`limits`) and
+its compiled plan (`plans`), so nothing else needs a cache of its own.
+
+`scope` is what makes coalescing safe across users: an operation whose root fields all read the
+tenant's data only (`TENANT_FIELDS`) may share an execution with any principal of the same tenant;
+any other root field (`viewer`, introspection, a field added later) makes it the principal's own,
+so nothing is ever shared across users unless the field is listed here on purpose.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from graphql import (
+    DocumentNode,
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    GraphQLError,
+    GraphQLSchema,
+    InlineFragmentNode,
+    OperationDefinitionNode,
+    OperationType,
+    SelectionNode,
+    parse,
+    specified_rules,
+    validate,
+)
+
+from outlive.graphql.limits import CostPlan, cost_plan
+
+# Root fields whose answer depends on the tenant only, never on which of its users asks.
+TENANT_FIELDS = frozenset(
+    {"runs", "run", "agents", "webhookEndpoints", "invitations", "usage", "__typename"}
+)
+MAX_QUERY_CHARS = 64 * 1024
+DOCUMENT_CACHE_BYTES = 64 * 1024 * 1024
+# What an entry costs per character of its text: the text, and the syntax tree graphql-core
+# builds from it (measured with tracemalloc on the web app's documents: 53-90 bytes a char).
+ENTRY_BYTES_PER_CHAR = 128
+
+
+class Scope(Enum):
+    TENANT = "tenant"
+    PRINCIPAL = "principal"
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    type: OperationType
+    scope: Scope
+    node: OperationDefinitionNode
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A document: parsed (`document` is None when it did not), its parse or validation
+    `errors`, its operations by name (None: the only one), and what is computed per operation."""
+
+    query: str
+    digest: str
+    document: DocumentNode | None
+    errors: list[GraphQLError]
+    operations: Mapping[str | None, Operation] = field(default_factory=dict)
+    fragments: Mapping[str, FragmentDefinitionNode] = field(default_factory=dict)
+    costs: dict[str | None, CostPlan] = field(default_factory=dict)
+    plans: dict[str | None, object] = field(default_factory=dict)  # see `http.choose_route`
+
+    def operation(self, name: str | None) -> Operation | None:
+        return self.operations.get(name)
+
+    def cost(self, schema: GraphQLSchema, name: str | None) -> CostPlan:
+        plan = self.costs.get(name)
+        if plan is None:
+            assert self.document is not None  # noqa: S101 (only asked of a parsed document)
+            plan = self.costs[name] = cost_plan(schema, self.document, name)
+        return plan
+
+
+def sha256_hex(query: str) -> str:
+    return hashlib.sha256(query.encode()).hexdigest()
+
+
+class Documents:
+    def __init__(
+        self,
+        schema: GraphQLSchema,
+        *,
+        rules: Iterable[Any],
+        max_tokens: int,
+        max_bytes: int = DOCUMENT_CACHE_BYTES,
+    ) -> None:
+        self._schema = schema
+        self._rules = [*specified_rules, *rules]
+        self._max_tokens = max_tokens
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._cache: OrderedDict[str, Prepared] = OrderedDict()
+
+    def prepare(self, query: str) -> Prepared:
+        """The document, prepared once and kept under its sha256."""
+        digest = sha256_hex(query)
+        found = self._cache.get(digest)
+        if found is not None:
+            self._cache.move_to_end(digest)
+            return found
+        prepared = self._prepare(query, digest)
+        if len(query) <= MAX_QUERY_CHARS:
+            self._keep(prepared)
+        return prepared
+
+    def persisted(self, digest: str) -> Prepared | None:
+        """A document that validated, by the sha256 of its text; None when not kept here."""
+        found = self._cache.get(digest)
+        if found is None or found.errors:
+            return None
+        self._cache.move_to_end(digest)
+        return found
+
+    def _keep(self, prepared: Prepared) -> None:
+        self._cache[prepared.digest] = prepared
+        self._bytes += _size(prepared)
+        while self._bytes > self._max_bytes and self._cache:
+            _, oldest = self._cache.popitem(last=False)
+            self._bytes -= _size(oldest)
+
+    def _prepare(self, query: str, digest: str) -> Prepared:
+        if len(query) > MAX_QUERY_CHARS:
+            too_long = GraphQLError(f"the document is longer than {MAX_QUERY_CHARS} characters")
+            return Prepared(query, digest, None, [too_long])
+        try:
+            document = parse(query, max_tokens=self._max_tokens)
+        except GraphQLError as error:
+            return Prepared(query, digest, None, [error])
+        fragments = {
+            d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
+        }
+        return Prepared(
+            query,
+            digest,
+            document,
+            validate(self._schema, document, self._rules),
+            operations=_operations(document, fragments),
+            fragments=fragments,
+        )
+
+
+def _size(prepared: Prepared) -> int:
+    return len(prepared.query) * ENTRY_BYTES_PER_CHAR
+
+
+def _operations(
+    document: DocumentNode, fragments: Mapping[str, FragmentDefinitionNode]
+) -> dict[str | None, Operation]:
+    found = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    operations: dict[str | None, Operation] = {}
+    for op in found:
+        names = _root_fields(op.selection_set.selections, fragments, set())
+        scope = Scope.TENANT if names <= TENANT_FIELDS else Scope.PRINCIPAL
+        operation = Operation(type=op.operation, scope=scope, node=op)
+        if op.name is not None:
+            operations[op.name.value] = operation
+        if len(found) == 1:
+            operations[None] = operation
+    return operations
+
+
+def _root_fields(
+    selections: Iterable[SelectionNode],
+    fragments: Mapping[str, FragmentDefinitionNode],
+    seen: set[str],
+) -> set[str]:
+    names: set[str] = set()
+    for node in selections:
+        if isinstance(node, FieldNode):
+            names.add(node.name.value)
+        elif isinstance(node, InlineFragmentNode):
+            names |= _root_fields(node.selection_set.selections, fragments, seen)
+        elif isinstance(node, FragmentSpreadNode) and node.name.value not in seen:
+            seen.add(node.name.value)
+            fragment = fragments.get(node.name.value)
+            if fragment is not None:
+                names |= _root_fields(fragment.selection_set.selections, fragments, seen)
+    return names

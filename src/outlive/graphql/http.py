@@ -1,0 +1,363 @@
+"""GraphQL over HTTP: every authenticated `GET` or `POST /graphql` is answered by `Pipeline.serve`.
+
+Read `Pipeline.serve` top to bottom; it is the whole path:
+
+1. `read_request`: the body (counted as it arrives) or the query string, to one `Request`;
+2. `persisted.request_document`: its document, from its text or its persisted-query hash, parsed
+   and validated once per process (`documents.Documents`, the one cache);
+3. `observe_operation` (`operations.py`) counts, times and traces it, and logs its route;
+4. `_checked`: the operation it names, allowed for the method, valid;
+5. `choose_route`: a compiled plan (`plans.py`) or graphql-core's `execute`;
+6. `_executed`: a query shares its execution with identical reads (`coalescing.py`, keyed by
+   `read_key`); the execution first checks the limits (`_limited`: `limits.py`, variables
+   coerced), then runs the route (`_run`);
+7. errors coded (`errors.coded`) and the answer encoded to JSON once (`_answer`), for every
+   request that shares it; `send_answer` sends it.
+
+A request refused on the way (`Refused`) is answered in the contract's error shape. Strawberry
+keeps the schema, GraphiQL and the WebSocket; it executes nothing here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+import strawberry
+from graphql import ExecutionResult, GraphQLError, GraphQLSchema, OperationType, execute
+from graphql.execution.values import VariableValues, get_variable_values
+from starlette.types import Receive, Scope, Send
+
+from outlive.config import Settings
+from outlive.errors import BadUserInput
+from outlive.graphql.coalescing import Coalescer, SharedExecutionCancelled
+from outlive.graphql.documents import Documents, Operation, Prepared
+from outlive.graphql.documents import Scope as ReadScope
+from outlive.graphql.errors import INTERNAL_MESSAGE, coded, error_payload
+from outlive.graphql.limits import check_cost, check_variables, limit_rules
+from outlive.graphql.operations import Route, observe_operation
+from outlive.graphql.persisted import PersistedQueryNotFound, request_document
+from outlive.graphql.plans import Plan, Unplanned, compile_plan
+from outlive.resolvers.context import Context
+from outlive.services.tenants import Principal
+
+log = logging.getLogger(__name__)
+
+EXECUTION_HEADER = b"outlive-execution"
+_ALLOWED = {"GET": (OperationType.QUERY,), "POST": (OperationType.QUERY, OperationType.MUTATION)}
+_PLURAL = {OperationType.QUERY: "queries", OperationType.MUTATION: "mutations"}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    query: str | None
+    variables: dict[str, Any] | None
+    operation_name: str | None
+    extensions: dict[str, Any] | None
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A response: its status, its JSON (encoded once) and how it was made."""
+
+    status: int
+    body: bytes
+    route: Route = Route.REFUSED
+    has_errors: bool = True
+    execution: int | None = None  # the shared execution that made it (coalesced reads)
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One checked operation, ready to run by its route."""
+
+    request: Request
+    prepared: Prepared
+    operation: Operation
+    route: Route
+    plan: Plan | None
+
+
+class Refused(Exception):
+    """The request is answered (`answer`) before anything executes."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+
+
+def refusal(status: int, message: str, code: str = "BAD_USER_INPUT") -> Refused:
+    """A refusal in the contract's error shape (strawberry's status and message for the same)."""
+    return Refused(Answer(status, encode(error_payload(message, code))))
+
+
+def refused_with(errors: list[GraphQLError]) -> Refused:
+    """A 200 with coded errors and null data, as GraphQL answers a document it will not run."""
+    payload = {"data": None, "errors": [coded(e).formatted for e in errors]}
+    return Refused(Answer(200, encode(payload)))
+
+
+class Pipeline:
+    """One per process, beside the strawberry schema it executes (`graphql.schema`)."""
+
+    def __init__(self, schema: strawberry.Schema, settings: Settings) -> None:
+        self.schema: GraphQLSchema = schema._schema
+        self.settings = settings
+        self.documents = Documents(
+            self.schema, rules=limit_rules(settings), max_tokens=settings.max_query_tokens
+        )
+        self.coalescer: Coalescer[Answer] = Coalescer(
+            linger_s=settings.read_linger_ms / 1000, max_wait_s=settings.read_max_wait_ms / 1000
+        )
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send, context: Context) -> None:
+        """Answer one request: the whole path, step by step (see the module's docstring)."""
+        try:
+            request = await read_request(scope, receive, self.settings.max_body_bytes)
+            prepared = self._document(request)  # parsed and validated once per process
+            name = request.operation_name
+            with observe_operation(name, prepared.query, request.traceparent) as seen:
+                operation = self._checked(request, prepared)  # known, allowed, valid
+                route, plan = choose_route(self, prepared, name)  # a plan, or graphql-core
+                work = Work(request, prepared, operation, route, plan)
+                answer = await self._executed(work, context)
+                seen.route, seen.ok = answer.route, not answer.has_errors
+        except Refused as refused:
+            answer = refused.answer
+        await send_answer(send, answer)  # coded errors, JSON encoded once (`_answer`)
+
+    def _document(self, request: Request) -> Prepared:
+        try:
+            prepared = request_document(
+                self.documents,
+                request.query,
+                request.extensions,
+                persisted=self.settings.persisted_queries_max > 0,
+            )
+        except PersistedQueryNotFound:
+            raise refusal(200, "PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND") from None
+        except BadUserInput as exc:
+            raise refusal(400, exc.message, exc.code) from None
+        if prepared is None:
+            raise refusal(400, "No GraphQL query found in the request")
+        return prepared
+
+    async def _executed(self, work: Work, context: Context) -> Answer:
+        """The answer of the route; a query's shared with identical reads (`coalescing`)."""
+        try:
+            if work.operation.type is OperationType.QUERY and self.settings.read_coalescing:
+                answer = await self._coalesced(work, context)
+            else:
+                answer = await self._run(work, context)
+        except Refused:
+            raise
+        except SharedExecutionCancelled:
+            raise refusal(503, "the server is stopping", "INTERNAL_SERVER_ERROR") from None
+        except Exception:
+            log.exception("GraphQL operation failed outside its resolvers")
+            raise refusal(500, INTERNAL_MESSAGE, "INTERNAL_SERVER_ERROR") from None
+        return answer
+
+    def _checked(self, request: Request, prepared: Prepared) -> Operation:
+        """The operation, or `Refused`: a document that does not parse, an unknown operation,
+        one the method does not allow, one that does not validate."""
+        if prepared.document is None:
+            raise refused_with(prepared.errors)
+        operation = prepared.operation(request.operation_name)
+        if operation is None:
+            name = request.operation_name
+            raise refusal(
+                400,
+                "Can't get GraphQL operation type"
+                if name is None
+                else f'Unknown operation named "{name}".',
+            )
+        if operation.type not in _ALLOWED[request.method]:
+            plural = _PLURAL.get(operation.type, "subscriptions")
+            raise refusal(400, f"{plural} are not allowed when using {request.method}")
+        if prepared.errors:
+            raise refused_with(prepared.errors)
+        return operation
+
+    def _limited(self, work: Work) -> VariableValues:
+        """The variables, coerced, or `Refused`: bad input (NUL, nesting), over the cost limit,
+        variables that do not coerce. Checked once per execution: requests that share one
+        (`read_key`) have the same document, operation and variables, so the same verdict."""
+        request = work.request
+        try:
+            check_variables(request.variables, self.settings.max_json_depth)
+            cost = work.prepared.cost(self.schema, request.operation_name)
+            check_cost(cost, request.variables, self.settings)
+        except BadUserInput as exc:
+            raise refused_with([GraphQLError(exc.message, original_error=exc)]) from None
+        definitions = work.operation.node.variable_definitions or ()
+        coerced = get_variable_values(self.schema, definitions, request.variables or {})
+        if isinstance(coerced, list):
+            raise refused_with(coerced)
+        return coerced
+
+    async def _coalesced(self, work: Work, context: Context) -> Answer:
+        async def run() -> Answer:
+            return await self._run(work, context)
+
+        scope = work.operation.scope
+        key = read_key(context.require(), scope, work.prepared.query, work.request)
+        shared = await self.coalescer.run(key, run)
+        answer = shared.value
+        return Answer(answer.status, answer.body, answer.route, answer.has_errors, shared.execution)
+
+    async def _run(self, work: Work, context: Context) -> Answer:
+        """Execute by the route chosen: the plan, or graphql-core (also when the plan gives up)."""
+        route, request, prepared = work.route, work.request, work.prepared
+        variables = self._limited(work)
+        if work.plan is not None:
+            try:
+                data, errors = await work.plan.run(variables, context)
+                return _answer(ExecutionResult(data, errors or None), route)
+            except Unplanned:
+                route = Route.EXECUTE_UNPLANNED
+        assert prepared.document is not None  # noqa: S101 (checked)
+        result = execute(
+            self.schema,
+            prepared.document,
+            context_value=context,
+            variable_values=request.variables,
+            operation_name=request.operation_name,
+        )
+        if inspect.isawaitable(result):
+            result = await result
+        assert isinstance(result, ExecutionResult)  # noqa: S101 (no incremental delivery)
+        return _answer(result, route)
+
+
+def choose_route(
+    pipeline: Pipeline, prepared: Prepared, name: str | None
+) -> tuple[Route, Plan | None]:
+    """The one place that decides how an operation runs, and why (`Route`): its compiled plan,
+    made once per document and operation, or graphql-core's executor."""
+    if not pipeline.settings.compiled_plans:
+        return Route.EXECUTE_PLANS_OFF, None
+    if name not in prepared.plans:
+        operation = prepared.operation(name)
+        assert operation is not None  # noqa: S101 (checked before a route is chosen)
+        prepared.plans[name] = compile_plan(pipeline.schema, operation.node, prepared.fragments)
+    plan = prepared.plans[name]
+    if isinstance(plan, Plan):
+        return Route.PLAN, plan
+    return Route.EXECUTE_UNPLANNABLE, None
+
+
+def _answer(result: ExecutionResult, route: Route) -> Answer:
+    payload: dict[str, Any] = {"data": result.data}
+    if result.errors:
+        payload["errors"] = [coded(e).formatted for e in result.errors]
+    if result.extensions:
+        payload["extensions"] = result.extensions
+    return Answer(200, encode(payload), route, bool(result.errors))
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    """The response's JSON: orjson (a few times faster than `json` on a page of runs); `json`
+    for what orjson refuses (an integer over 64 bits in a JSON value)."""
+    try:
+        return orjson.dumps(payload)
+    except TypeError:
+        return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def read_key(
+    principal: Principal, scope: ReadScope, query: str, request: Request
+) -> tuple[object, ...]:
+    """Who may share an answer: same tenant, same user unless the operation reads only the
+    tenant's data, same document, operation and variables."""
+    user = principal.user.id if scope is ReadScope.PRINCIPAL else None
+    variables = _canonical(request.variables) if request.variables else b""
+    return (principal.tenant.id, user, query, request.operation_name, variables)
+
+
+def _canonical(variables: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(variables, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return json.dumps(variables, sort_keys=True).encode()
+
+
+# --- ASGI: the request in, the answer out ----------------------------------------------------
+
+
+async def read_request(scope: Scope, receive: Receive, max_body: int) -> Request:
+    """The request's one operation, or `Refused` (strawberry's messages for the same refusals)."""
+    method = scope["method"]
+    traceparent = _header(scope, b"traceparent").decode("latin-1") or None
+    try:
+        if method == "POST":
+            body = await _read_body(receive, max_body)
+            if b"application/json" not in _header(scope, b"content-type").lower():
+                raise refusal(400, "Unsupported content type")
+            raw: Any = orjson.loads(body)
+        else:
+            raw = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
+            for field in ("variables", "extensions"):
+                raw[field] = orjson.loads(raw[field]) if raw.get(field) else None
+    except (ValueError, UnicodeDecodeError):
+        raise refusal(400, "Unable to parse request body as JSON") from None
+    if isinstance(raw, list):
+        raise refusal(400, "Batching is not enabled")
+    if not isinstance(raw, dict):
+        raise refusal(400, "Unable to parse request body as JSON")
+    fields = {f: raw.get(f) for f in ("query", "variables", "operationName", "extensions")}
+    for field, kind, what in _SHAPES:
+        if not isinstance(fields[field], kind):
+            raise refusal(400, f"The GraphQL operation's `{field}` must be {what}, if provided.")
+    query, name = fields["query"], fields["operationName"]
+    return Request(
+        method, query or None, fields["variables"], name or None, fields["extensions"], traceparent
+    )
+
+
+_SHAPES = (
+    ("query", str | None, "a string or null"),
+    ("variables", dict | None, "an object or null"),
+    ("operationName", str | None, "a string or null"),
+    ("extensions", dict | None, "an object or null"),
+)
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)  # a disconnect: the answer goes nowhere
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise refusal(413, f"request body too large (at most {limit} bytes)")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _header(scope: Scope, name: bytes) -> bytes:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return b""
+
+
+async def send_answer(send: Send, answer: Answer) -> None:
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(answer.body)).encode()),
+    ]
+    if answer.execution is not None:
+        headers.append((EXECUTION_HEADER, str(answer.execution).encode()))
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})

@@ -1,0 +1,407 @@
+"""The WebSocket transport: the authenticated sockets of one API process, and the
+graphql-transport-ws handler that serves them.
+
+**The registry.** A socket is registered when its `connection_init` is accepted and leaves when
+it ends. The registry enforces the per-tenant cap (`OUTLIVE_WS_MAX_PER_TENANT`, counted per
+process) and closes sockets whose token stopped working, with 4403:
+
+- at once, when a revocation is announced (`close_token`, from the hub's control channel);
+- at the instant the token expires (a timer per socket whose token has an `expires_at`);
+- at the latest `OUTLIVE_WS_RECHECK_S` later, by a periodic check of every open socket's token
+  in one query (a token deleted or revoked while Redis was unreachable, say); the query is the
+  composition root's to give (`start(still_valid)`): this layer reads no database.
+
+**The handler.** `NudgesTransportWS` is strawberry's graphql-transport-ws handler with the plain
+`nudges` subscription (`subscription { nudges { type tenantId at id } }`, in any order, with
+aliases or `__typename`, see `plain_selection`) answered without per-subscriber execution: a frame
+whose payload every socket of the tenant shares, encoded once per nudge (`Delivery.encoded`),
+byte for byte what strawberry sends for that selection (tests/realtime compare them). Any other
+document (fragments, directives, variables, several operations) is strawberry's, executed per
+subscriber by the `nudges` resolver (`resolvers/nudges.py`). Both register with the hub
+synchronously (when the `subscribe` message is handled, or when the resolver starts) and
+unregister on every way out: `complete`, a client's close, a dropped connection, a server close.
+
+The socket carries subscriptions only (queries and mutations go over HTTP, where the body limit,
+rate limits and coalescing apply). Its token is re-checked on every `subscribe` (4403 once it
+stopped working); the registry closes it sooner on a revocation or at expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Collection, Coroutine
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any, Protocol, TypeGuard, cast
+from uuid import UUID
+
+from graphql import (
+    DocumentNode,
+    FieldNode,
+    GraphQLError,
+    OperationDefinitionNode,
+    OperationType,
+    parse,
+)
+from starlette.websockets import WebSocketDisconnect
+from strawberry.asgi import ASGIWebSocketAdapter
+from strawberry.http.exceptions import WebSocketDisconnected
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+    Operation,
+)
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    ConnectionInitMessage,
+    SubscribeMessage,
+)
+from strawberry.types.graphql import OperationType as StrawberryOperation
+
+from outlive.ids import TokenId
+from outlive.realtime.hub import Subscriber, SubscriberClosed
+from outlive.realtime.nudges import Nudge as NudgeRecord
+
+log = logging.getLogger(__name__)
+
+CLOSE_FORBIDDEN = 4403
+CLOSE_TRY_AGAIN = 1013  # over the tenant's socket cap: the client backs off and retries
+
+Closer = Callable[[int, str], Awaitable[None]]
+StillValid = Callable[[list[TokenId]], Awaitable[Collection[TokenId]]]
+MAX_PLAIN_FIELDS = 8
+MAX_PLAIN_QUERY = 2000
+
+
+class _Tenant(Protocol):
+    @property
+    def id(self) -> UUID: ...
+
+
+class SocketPrincipal(Protocol):
+    """What the registry needs of a principal (`services.tenants.Principal`)."""
+
+    @property
+    def tenant(self) -> _Tenant: ...
+    @property
+    def token_id(self) -> TokenId | None: ...
+    @property
+    def expires_at(self) -> datetime | None: ...
+
+
+class TooManySockets(Exception):
+    """This tenant already has its cap of open sockets in this process."""
+
+
+class OpenSocket:
+    __slots__ = ("_timer", "closer", "principal")
+
+    def __init__(self, principal: SocketPrincipal, closer: Closer) -> None:
+        self.principal = principal
+        self.closer = closer
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def token_id(self) -> TokenId | None:
+        return self.principal.token_id
+
+
+class SocketRegistry:
+    def __init__(self, *, max_per_tenant: int, recheck_s: float) -> None:
+        self.max_per_tenant = max_per_tenant
+        self.recheck_s = recheck_s
+        self._by_tenant: dict[UUID, set[OpenSocket]] = {}
+        self._by_token: dict[UUID, set[OpenSocket]] = {}
+        self._closing: set[asyncio.Task[Any]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._still_valid: StillValid | None = None
+
+    def count(self, tenant_id: UUID) -> int:
+        return len(self._by_tenant.get(tenant_id, ()))
+
+    def add(self, principal: SocketPrincipal, closer: Closer) -> OpenSocket:
+        """Register an accepted socket; `TooManySockets` when its tenant is at the cap."""
+        tenant = self._by_tenant.setdefault(principal.tenant.id, set())
+        if len(tenant) >= self.max_per_tenant:
+            if not tenant:
+                del self._by_tenant[principal.tenant.id]
+            raise TooManySockets(f"at most {self.max_per_tenant} sockets per tenant")
+        sock = OpenSocket(principal, closer)
+        tenant.add(sock)
+        if sock.token_id is not None:
+            self._by_token.setdefault(sock.token_id, set()).add(sock)
+        if principal.expires_at is not None:
+            loop = asyncio.get_running_loop()
+            delay = (principal.expires_at - datetime.now(UTC)).total_seconds()
+            sock._timer = loop.call_later(max(delay, 0), self.close, sock, "token expired")
+        return sock
+
+    def remove(self, sock: OpenSocket) -> None:
+        """Idempotent."""
+        if sock._timer is not None:
+            sock._timer.cancel()
+            sock._timer = None
+        _discard(self._by_tenant, sock.principal.tenant.id, sock)
+        if sock.token_id is not None:
+            _discard(self._by_token, sock.token_id, sock)
+
+    def close(self, sock: OpenSocket, reason: str) -> None:
+        """Unregister now and close with 4403 (in the background: this may run in a callback)."""
+        self.remove(sock)
+        self._background(_close(sock, reason))
+
+    def _background(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def recheck_soon(self) -> None:
+        """Re-check every open socket now, in the background (announcements may have been lost
+        while the control channel was down)."""
+        if self._still_valid is not None:
+            self._background(self._recheck_logged(self._still_valid))
+
+    def close_token(self, token_id: UUID) -> int:
+        """Close every socket of a revoked token; how many."""
+        socks = list(self._by_token.get(token_id, ()))
+        for sock in socks:
+            self.close(sock, "token revoked")
+        return len(socks)
+
+    async def recheck(self, still_valid: StillValid) -> int:
+        """Close the sockets whose token no longer works (one query); how many."""
+        token_ids = [TokenId(t) for t in self._by_token]
+        if not token_ids:
+            return 0
+        valid = await still_valid(token_ids)
+        closed = 0
+        for token_id in token_ids:
+            if token_id not in valid:
+                closed += self.close_token(token_id)
+        return closed
+
+    # --- the periodic re-check ---------------------------------------------------------------
+
+    def start(self, still_valid: StillValid) -> None:
+        """Re-check every `recheck_s`; `still_valid(token_ids)` is those that still work."""
+        self._still_valid = still_valid
+        self._task = asyncio.create_task(self._run(still_valid), name="outlive-socket-recheck")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    async def _run(self, still_valid: StillValid) -> None:
+        while True:
+            await asyncio.sleep(self.recheck_s)
+            await self._recheck_logged(still_valid)
+
+    async def _recheck_logged(self, still_valid: StillValid) -> None:
+        try:
+            closed = await self.recheck(still_valid)
+        except Exception:
+            log.exception("socket re-check failed; trying again in %.0fs", self.recheck_s)
+        else:
+            if closed:
+                log.info("closed %d socket(s) whose token stopped working", closed)
+
+
+def _discard(index: dict[UUID, set[OpenSocket]], key: UUID, sock: OpenSocket) -> None:
+    group = index.get(key)
+    if group is not None:
+        group.discard(sock)
+        if not group:
+            del index[key]
+
+
+async def _close(sock: OpenSocket, reason: str) -> None:
+    with suppress(Exception):  # already closed or gone: nothing to do
+        await sock.closer(CLOSE_FORBIDDEN, reason)
+
+
+async def close_subscriber(websocket: Any, closed: SubscriberClosed) -> None:
+    """Close a socket whose hub subscriber was closed (a stalled peer, the server stopping)."""
+    with suppress(WebSocketDisconnect, RuntimeError, OSError):  # already gone
+        await websocket.close(code=closed.code, reason=closed.reason)
+
+
+# --- the plain selection, encoded once -----------------------------------------------------------
+
+_FIELDS: dict[str, Callable[[NudgeRecord], str | None]] = {
+    "type": lambda n: n.type,
+    "tenantId": lambda n: str(n.tenant_id),
+    "at": lambda n: n.at.isoformat(),  # strawberry's DateTime serializes with isoformat()
+    "id": lambda n: None if n.id is None else str(n.id),
+    "__typename": lambda n: "Nudge",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PlainSelection:
+    """`subscription { <root_key>: nudges { <key>: <field> … } }`: nothing strawberry would need to
+    execute. Hashable: it keys the shared encodings of each delivery."""
+
+    root_key: str
+    fields: tuple[tuple[str, str], ...]  # (response key, field name), in document order
+
+    def encode(self, nudge: NudgeRecord) -> str:
+        """The JSON of `data.<root_key>`, as strawberry's `json.dumps` would write it."""
+        return json.dumps(
+            {key: _FIELDS[name](nudge) for key, name in self.fields}, separators=(",", ":")
+        )
+
+    def frame_head(self, operation_id: object) -> str:
+        """Everything of a `next` frame before the nudge object (`}}}` closes it)."""
+        return (
+            f'{{"id":{json.dumps(operation_id)},"type":"next","payload":{{"data":'
+            f"{{{json.dumps(self.root_key)}:"
+        )
+
+
+@lru_cache(maxsize=256)
+def plain_selection(query: str, operation_name: str | None) -> PlainSelection | None:
+    """The selection when the document is exactly one plain `nudges` subscription; otherwise None
+    (strawberry then parses, validates and executes it, errors included)."""
+    if len(query) > MAX_PLAIN_QUERY:
+        return None
+    try:
+        document = parse(query, no_location=True, max_tokens=500)
+    except GraphQLError:
+        return None
+    return _plain(document, operation_name)
+
+
+def _plain(document: DocumentNode, operation_name: str | None) -> PlainSelection | None:
+    if len(document.definitions) != 1:
+        return None
+    operation = document.definitions[0]
+    if (
+        not isinstance(operation, OperationDefinitionNode)
+        or operation.operation is not OperationType.SUBSCRIPTION
+        or operation.variable_definitions
+        or operation.directives
+        or len(operation.selection_set.selections) != 1
+    ):
+        return None
+    name = operation.name.value if operation.name else None
+    if operation_name is not None and name != operation_name:
+        return None
+    root = operation.selection_set.selections[0]
+    if not _bare(root) or root.name.value != "nudges" or root.selection_set is None:
+        return None
+    fields: list[tuple[str, str]] = []
+    for node in root.selection_set.selections:
+        if not _bare(node) or node.name.value not in _FIELDS or node.selection_set is not None:
+            return None
+        fields.append(((node.alias or node.name).value, node.name.value))
+    keys = {key for key, _ in fields}
+    if not fields or len(fields) > MAX_PLAIN_FIELDS or len(keys) != len(fields):
+        return None
+    return PlainSelection(root_key=(root.alias or root.name).value, fields=tuple(fields))
+
+
+def _bare(node: object) -> TypeGuard[FieldNode]:
+    """A field without arguments or directives."""
+    return isinstance(node, FieldNode) and not node.arguments and not node.directives
+
+
+# --- the transport handler ----------------------------------------------------------------------
+
+
+class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
+    """strawberry's graphql-transport-ws handler, with the plain `nudges` subscription answered from
+    shared, pre-encoded frames. Everything else (auth, limits, pings, errors) is strawberry's.
+    Its context is `resolvers.context.Context` (typed `Any` here: this layer is below it); it uses
+    `socket`, `token`, `principal` and `services.{sockets, hub, authenticate}`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fast: dict[str, tuple[Subscriber, PlainSelection]] = {}
+        self.schema = cast(Any, SubscriptionsOnly(self.schema))
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        try:
+            await super().handle_connection_init(message)
+        except TooManySockets as exc:
+            await self.websocket.close(code=CLOSE_TRY_AGAIN, reason=str(exc))
+
+    async def shutdown(self) -> None:
+        if self.context.socket is not None:  # first: its slot is free once it stops listening
+            self.context.services.sockets.remove(self.context.socket)
+            self.context.socket = None
+        await super().shutdown()
+
+    async def _token_still_works(self) -> bool:
+        token = self.context.token
+        if token is None:
+            return True  # not acknowledged yet: strawberry refuses the subscribe with 4401
+        if await self.context.services.authenticate(token) is not None:
+            return True
+        await self.websocket.close(code=CLOSE_FORBIDDEN, reason="token revoked or expired")
+        return False
+
+    async def handle_subscribe(self, message: SubscribeMessage) -> None:
+        if not await self._token_still_works():
+            return
+        before = self.operations.get(message["id"])
+        await super().handle_subscribe(message)
+        operation = self.operations.get(message["id"])
+        if operation is None or operation is before or operation.task is None:
+            return  # refused (limit, duplicate id, not acknowledged)
+        hub, principal = self.context.services.hub, self.context.principal
+        if hub is None or principal is None or not isinstance(operation.variables, dict | None):
+            return
+        selection = plain_selection(operation.query, operation.operation_name)
+        if selection is None:
+            return
+        # The task has not started yet: registering here means that nothing published after this
+        # message was handled is missed (a client may rely on a ping sent after its subscribe).
+        subscriber = hub.add(principal.tenant.id)
+        self._fast[operation.id] = (subscriber, selection)
+        operation.task.add_done_callback(lambda _: hub.remove(subscriber))
+
+    async def run_operation(self, operation: Operation[Any, None]) -> None:
+        fast = self._fast.pop(operation.id, None)
+        if fast is None:
+            await super().run_operation(operation)  # refused there unless a subscription
+            return
+        subscriber, selection = fast
+        hub = self.context.services.hub
+        assert hub is not None  # noqa: S101 (checked when registered)
+        websocket = self.websocket
+        assert isinstance(websocket, ASGIWebSocketAdapter)  # noqa: S101 (the ASGI view's adapter)
+        head = selection.frame_head(operation.id)
+        try:
+            while True:
+                delivery = await subscriber.next()
+                body = delivery.encoded(selection, selection.encode)
+                await websocket.ws.send_text(head + body + "}}}")
+        except SubscriberClosed as closed:
+            hub.remove(subscriber)  # first: a stalled peer may never read the close
+            await close_subscriber(websocket.ws, closed)
+        except (WebSocketDisconnect, WebSocketDisconnected, RuntimeError, OSError):
+            pass  # the peer is gone; the handler's own loop sees it and cleans up
+        finally:
+            hub.remove(subscriber)
+
+
+class SubscriptionsOnly:
+    """The schema as the socket handler sees it: `stream` runs subscriptions and refuses queries
+    and mutations (they go over HTTP), with an `error` frame for that operation."""
+
+    def __init__(self, schema: Any) -> None:
+        self._schema = schema
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._schema, name)
+
+    async def stream(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["allowed_operation_types"] = (StrawberryOperation.SUBSCRIPTION,)
+        return await self._schema.stream(*args, **kwargs)

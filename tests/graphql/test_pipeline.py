@@ -1,0 +1,85 @@
+"""The pipeline's own bookkeeping: one document cache bounded in bytes, and the route each
+operation took, visible on `outlive_graphql_operations_total`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+from outlive.config import Settings
+from outlive.graphql.documents import ENTRY_BYTES_PER_CHAR, Documents
+from outlive.graphql.limits import limit_rules
+from outlive.graphql.operations import Route
+from outlive.graphql.schema import served_schema
+from tests.support import Api, TenantHandle
+
+RUNS = "query PlannedRuns { runs(first: 2) { edges { node { id } } } }"
+TIMELINE = 'query Timeline { run(id: "6d2c3b1a-0000-4000-8000-000000000000") { events { seq } } }'
+INVALID = "query Broken { runs(first: 2) { nope } }"
+
+
+def _documents(max_bytes: int) -> Documents:
+    settings = Settings.model_construct()
+    schema = served_schema(settings)._schema
+    return Documents(
+        schema,
+        rules=limit_rules(settings),
+        max_tokens=settings.max_query_tokens,
+        max_bytes=max_bytes,
+    )
+
+
+def test_the_document_cache_keeps_what_fits_in_its_bytes_least_recently_used_out() -> None:
+    queries = [f"query Q{i} {{ agents {{ name }} }}" for i in range(4)]
+    entry = len(queries[0]) * ENTRY_BYTES_PER_CHAR
+    documents = _documents(max_bytes=3 * entry)
+    first = [documents.prepare(q) for q in queries[:3]]
+    assert documents.prepare(queries[0]) is first[0]  # kept, and now the most recent
+    documents.prepare(queries[3])  # over the budget: the least recently used (Q1) leaves
+    assert documents.persisted(first[1].digest) is None
+    assert documents.persisted(first[0].digest) is first[0]
+    assert documents.persisted(first[2].digest) is first[2]
+    assert documents.prepare(queries[1]) is not first[1]  # prepared again
+
+
+def test_an_invalid_document_is_cached_but_never_found_by_its_hash() -> None:
+    documents = _documents(max_bytes=1 << 20)
+    broken = documents.prepare(INVALID)
+    assert broken.errors
+    assert documents.prepare(INVALID) is broken
+    assert documents.persisted(broken.digest) is None
+
+
+def _count(operation: str, route: Route) -> float:
+    value = REGISTRY.get_sample_value(
+        "outlive_graphql_operations_total",
+        {"operation": operation, "type": "query", "outcome": "ok", "route": route.value},
+    )
+    refused = REGISTRY.get_sample_value(
+        "outlive_graphql_operations_total",
+        {"operation": operation, "type": "query", "outcome": "error", "route": route.value},
+    )
+    return (value or 0.0) + (refused or 0.0)
+
+
+async def _post(api: Api, tenant: TenantHandle, query: str) -> Any:
+    response = await api.client.post(
+        "/graphql", json={"query": query}, headers={"Authorization": f"Bearer {tenant.token}"}
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_each_operation_is_counted_under_the_route_it_took(
+    api: Api, tenant: TenantHandle
+) -> None:
+    cases = [
+        ("PlannedRuns", RUNS, Route.PLAN),
+        ("Timeline", TIMELINE, Route.EXECUTE_UNPLANNABLE),  # a field with a resolver
+        ("Broken", INVALID, Route.REFUSED),
+    ]
+    for name, query, route in cases:
+        before = _count(name, route)
+        await _post(api, tenant, query)
+        assert _count(name, route) == before + 1, name
