@@ -56,8 +56,7 @@ async def _run(
 
 
 async def _ids(sessions: Sessions, sql: str, **params: Any) -> set[UUID]:
-    async with sessions.read() as session:
-        return set((await session.execute(text(sql), params)).scalars().all())
+    return {next(iter(row.values())) for row in await sessions.all(text(sql), **params)}
 
 
 async def test_retention_deletes_only_what_is_old_and_settled(
@@ -147,21 +146,14 @@ async def test_the_usage_roll_up_counts_right_and_never_doubles(
     second = (await api.gql(query, token=tenant.token))["usage"]
     await redis.aclose()
 
-    async with sessions.read() as session:
-        expected_days = {
-            (
-                await session.execute(
-                    text(
-                        "SELECT to_char((created_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD')"
-                        " FROM runs WHERE tenant_id = :t ORDER BY created_at"
-                    ),
-                    {"t": tenant.id},
-                )
-            )
-            .scalars()
-            .all()[i]
-            for i in range(4)
-        }
+    days = await sessions.all(
+        text(
+            "SELECT to_char((created_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS day"
+            " FROM runs WHERE tenant_id = :t ORDER BY created_at"
+        ),
+        t=tenant.id,
+    )
+    expected_days = {days[i]["day"] for i in range(4)}
     assert first == second
     counted = {(u["day"], u["agent"], u["status"]): u["count"] for u in first}
     assert sum(counted.values()) == 5
@@ -170,12 +162,12 @@ async def test_the_usage_roll_up_counts_right_and_never_doubles(
     assert sorted(counted.values()) == [1, 1, 1, 2]
     others = (await api.gql(query, token=other_tenant.token))["usage"]
     assert [u["count"] for u in others] == [1]
-    async with sessions.read() as session:
-        rolled = await session.scalar(
-            text("SELECT count(*) FROM usage_rollups WHERE day >= :d"),
-            {"d": today - timedelta(days=7)},
-        )
-    assert rolled == 7
+    rolled = await sessions.one(
+        text("SELECT count(*) AS n FROM usage_rollups WHERE day >= :d"),
+        d=today - timedelta(days=7),
+    )
+    assert rolled is not None
+    assert rolled["n"] == 7
 
 
 async def test_invitations_older_than_a_week_expire_and_nudge(

@@ -93,8 +93,7 @@ async def test_poison_messages_are_recorded_acknowledged_and_never_reach_a_handl
     assert [(j.status, j.attempts) for j in jobs] == [(Status.COMPLETE, 1)] * len(poison)
     assert deliver_spy.calls == []
     assert invite_spy.calls == []
-    async with sessions.read() as session:
-        rows = (await session.scalars(select(RejectedJob))).all()
+    rows = [row["RejectedJob"] for row in await sessions.all(select(RejectedJob))]
     mine = [r for r in rows if marker in r.body]
     assert len(mine) == len(poison)
     by_type = sorted(str(r.type) for r in mine)

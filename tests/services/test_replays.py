@@ -71,17 +71,16 @@ async def test_a_duplicate_tick_does_nothing_and_replayed_runs_are_not_selected_
             )
         assert second is not None
         assert (second.started, second.status) == (2, ReplayStatus.DONE)
-        async with wired.read() as session:
-            found = await replays.get_replay(session, TenantId(tenant.id), replay.id)
-            linked = (
-                await session.execute(
-                    text(
-                        "SELECT count(*) FROM runs"
-                        " WHERE retried_from_id IS NOT NULL AND tenant_id = :t"
-                    ),
-                    {"t": tenant.id},
-                )
-            ).scalar_one()
+        found = await replays.get_replay(wired, TenantId(tenant.id), replay.id)
+        linked_row = await wired.one(
+            text(
+                "SELECT count(*) AS n FROM runs"
+                " WHERE retried_from_id IS NOT NULL AND tenant_id = :t"
+            ),
+            t=tenant.id,
+        )
+        assert linked_row is not None
+        linked = linked_row["n"]
         assert found is not None
         assert found.processed == found.total == 2
         assert linked == 2  # exactly one new run per replayed run

@@ -63,8 +63,7 @@ async def test_a_token_lifetime_must_be_positive(sessions: Sessions) -> None:
 async def test_listing_tokens_never_shows_a_token(
     sessions: Sessions, tenant: TenantHandle, other_tenant: TenantHandle
 ) -> None:
-    async with sessions.read() as session:
-        mine = await tokens.list_tokens(session, tenant_slug=tenant.principal.tenant.slug)
+    mine = await tokens.list_tokens(sessions, tenant_slug=tenant.principal.tenant.slug)
     assert [t.id for t in mine] == [tenant.principal.token_id]
     assert mine[0].user == tenant.principal.user.email
     assert tenant.token not in repr(mine)

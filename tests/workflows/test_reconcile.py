@@ -11,8 +11,8 @@ from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.ids import RunId
 from outlive.jobs.queues import RUNS_QUEUE, create_queue
+from outlive.services.runs import claim_run
 from outlive.worker import WorkerHost
-from outlive.workflows.steps import claim_run
 from tests.conftest import make_settings
 from tests.support import Api, NudgeWatch, Servers, TenantHandle, settled
 

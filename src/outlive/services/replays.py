@@ -91,7 +91,7 @@ async def retry_run(
 ) -> runs.StartedRun:
     """A new run with `run_id`'s agent and input, or the agent's active run handed back."""
     tenant_id = TenantId(uow.require_tenant())
-    source = await runs.get_run(uow.session, tenant_id, run_id)
+    source = await runs.read_run(uow, tenant_id, run_id)
     if source is None:
         raise NotFound(f"run {run_id} not found")
     params = validate(source.agent, source.input)

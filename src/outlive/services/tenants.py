@@ -11,7 +11,6 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import ApiToken, Tenant, User
 from outlive.db.raw import prepare
@@ -132,7 +131,7 @@ async def authenticate(sessions: Sessions, token: str) -> Principal | None:
     indexed lookup)."""
     if not is_token_shaped(token):
         return None
-    row = await sessions.fetchrow(_AUTHENTICATE, token_hash=hash_token(token))
+    row = await sessions.one(_AUTHENTICATE, token_hash=hash_token(token))
     if row is None:
         return None
     return Principal(
@@ -176,12 +175,3 @@ async def set_limits(
     if row is None:
         raise NotFound(f"no tenant {tenant_slug!r}")
     return TenantLimits(TenantId(row.id), row.slug, row.max_running_runs, row.max_inflight_jobs)
-
-
-async def list_limits(session: AsyncSession) -> list[TenantLimits]:
-    rows = await session.execute(
-        select(Tenant.id, Tenant.slug, Tenant.max_running_runs, Tenant.max_inflight_jobs).order_by(
-            Tenant.slug
-        )
-    )
-    return [TenantLimits(TenantId(r.id), r.slug, r[2], r[3]) for r in rows]

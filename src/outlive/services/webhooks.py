@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from outlive.db.models import DeliveryStatus, Tenant, WebhookDelivery, WebhookEndpoint
-from outlive.db.tx import UnitOfWork
+from outlive.db.tx import Unit, UnitOfWork
 from outlive.errors import BadUserInput, NotFound, QueueUnavailable
 from outlive.ids import DeliveryId, EndpointId, TenantId
 from outlive.services.destinations import check_url_shape, resolve_public
@@ -170,13 +170,6 @@ def check_deliveries_page(first: int) -> None:
         raise BadUserInput(f"first must be between 0 and {MAX_DELIVERIES_PAGE}")
 
 
-async def list_deliveries(
-    session: AsyncSession, tenant_id: TenantId, endpoint_id: EndpointId, *, first: int
-) -> list[DeliveryRecord]:
-    found = await list_deliveries_of_endpoints(session, tenant_id, [endpoint_id], first=first)
-    return found[endpoint_id]
-
-
 async def list_deliveries_of_endpoints(
     session: AsyncSession, tenant_id: TenantId, endpoint_ids: Sequence[EndpointId], *, first: int
 ) -> dict[EndpointId, list[DeliveryRecord]]:
@@ -248,7 +241,7 @@ SETTLED_DELIVERIES_CTE = """delivered AS (
     RETURNING id)"""
 
 
-def announce_deliveries(uow: UnitOfWork, tenant_id: TenantId, delivery_ids: Sequence[UUID]) -> int:
+def announce_deliveries(uow: Unit, tenant_id: TenantId, delivery_ids: Sequence[UUID]) -> int:
     """After a settle wrote `delivery_ids` (waiting for the tenant's jobs cap): the tenant's
     waiting deliveries are admitted after the commit, each a `webhook.deliver.v1` job keyed by
     the delivery. The PENDING row is the outbox: a row whose job was never sent (the queue down,
@@ -261,7 +254,7 @@ def announce_deliveries(uow: UnitOfWork, tenant_id: TenantId, delivery_ids: Sequ
     return len(delivery_ids)
 
 
-def _dispatch_after_commit(uow: UnitOfWork, tenant_id: UUID) -> None:
+def _dispatch_after_commit(uow: Unit, tenant_id: UUID) -> None:
     admission = uow.sessions.admission
     if admission is None:
         raise RuntimeError("no admission is wired: deliveries are never sent inline")
