@@ -9,11 +9,12 @@ tenant that floods cannot push another tenant's work to the back of a long line.
 queue serves tenants round robin, in quanta of their caps (a larger cap is a larger weight).
 
 The only way in is a dispatch function (`outlive_dispatch_runs`, `outlive_dispatch_jobs`; their
-source is `outlive/db/functions/*.sql`, installed by migrations): it locks the tenant's row, counts what is in flight with a fresh snapshot, and admits
-the oldest waiting rows up to the cap. Every place that frees a slot (a settle, a finished
-delivery or email) calls it after its commit, and so does every place that adds waiting work, so
-one of the two always sees the other: nothing waits for a slot that is free, and no two
-dispatchers hand out the same slot, however many processes there are.
+source is `outlive/db/functions/*.sql`, installed by migrations): it locks the tenant's row, counts
+what is in flight with a fresh snapshot, and admits the oldest waiting rows up to the cap. Every
+place that frees a slot (a settle, a finished delivery or email) calls it after its commit, and so
+does every place that adds waiting work, so one of the two always sees the other: nothing waits for
+a slot that is free, and no two dispatchers hand out the same slot, however many processes there
+are.
 
 One shortcut keeps the common case at one statement: a run can only wait when its tenant's cap is
 below the number of installed agents (there is at most one active run per tenant and agent), so

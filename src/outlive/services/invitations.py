@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from email.message import EmailMessage
@@ -24,10 +25,11 @@ from uuid import UUID
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import Invitation, InvitationStatus, Tenant
-from outlive.db.tx import UnitOfWork
+from outlive.db.models.base import columns_of
+from outlive.db.raw import prepare
+from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import QueueUnavailable
 from outlive.ids import InvitationId, TenantId, UserId
 from outlive.services.tenants import check_email
@@ -60,18 +62,18 @@ class Outgoing:
     token: str
 
 
-def _record(i: Invitation) -> InvitationRecord:
+def _record(i: Mapping[str, Any]) -> InvitationRecord:
     return InvitationRecord(
-        id=InvitationId(i.id),
-        email=i.email,
-        status=InvitationStatus(i.status),
-        attempts=i.attempts,
-        last_error=i.last_error,
-        created_at=i.created_at,
-        sent_at=i.sent_at,
-        updated_at=i.updated_at,
-        tenant_id=TenantId(i.tenant_id),
-        dispatched_at=i.dispatched_at,
+        id=InvitationId(i["id"]),
+        email=i["email"],
+        status=InvitationStatus(i["status"]),
+        attempts=i["attempts"],
+        last_error=i["last_error"],
+        created_at=i["created_at"],
+        sent_at=i["sent_at"],
+        updated_at=i["updated_at"],
+        tenant_id=TenantId(i["tenant_id"]),
+        dispatched_at=i["dispatched_at"],
     )
 
 
@@ -107,7 +109,7 @@ async def invite(
             return _queue(uow, invitation)
         existing = (await uow.session.scalars(pending)).first()
         if existing is not None:
-            return _record(existing)
+            return _record(columns_of(existing))
     raise RuntimeError("could not insert or find the pending invitation")
 
 
@@ -115,7 +117,7 @@ def _queue(uow: UnitOfWork, invitation: Invitation) -> InvitationRecord:
     invitation_id = InvitationId(invitation.id)
     uow.nudge("invitation.updated", invitation_id)
     _dispatch_after_commit(uow, invitation.tenant_id, answer_unavailable=True)
-    return _record(invitation)
+    return _record(columns_of(invitation))
 
 
 def _dispatch_after_commit(
@@ -149,14 +151,16 @@ async def record_unavailable(uow: UnitOfWork, invitation_id: UUID) -> None:
     )
 
 
-async def list_invitations(session: AsyncSession, tenant_id: TenantId) -> list[InvitationRecord]:
-    rows = await session.scalars(
-        select(Invitation)
-        .where(Invitation.tenant_id == tenant_id)
-        .order_by(Invitation.created_at.desc(), Invitation.id)
-        .limit(MAX_LIST)
-    )
-    return [_record(i) for i in rows]
+_INVITATIONS = prepare(
+    text(
+        "SELECT * FROM invitations WHERE tenant_id = :tenant_id"
+        " ORDER BY created_at DESC, id LIMIT :limit"
+    ).columns(*Invitation.__table__.c)
+)
+
+
+async def list_invitations(db: Db, tenant_id: TenantId) -> list[InvitationRecord]:
+    return [_record(r) for r in await db.all(_INVITATIONS, tenant_id=tenant_id, limit=MAX_LIST)]
 
 
 async def take_pending(uow: UnitOfWork, invitation_id: InvitationId) -> Outgoing | None:

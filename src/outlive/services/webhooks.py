@@ -24,18 +24,18 @@ import hmac
 import json
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ARRAY, Uuid, cast, delete, func, select, true, update
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
+from sqlalchemy import ARRAY, Uuid, bindparam, delete, func, select, text, update
 
 from outlive.db.models import DeliveryStatus, Tenant, WebhookDelivery, WebhookEndpoint
-from outlive.db.tx import Unit, UnitOfWork
+from outlive.db.models.base import columns_of
+from outlive.db.raw import prepare
+from outlive.db.tx import Db, Unit, UnitOfWork
 from outlive.errors import BadUserInput, NotFound, QueueUnavailable
 from outlive.ids import DeliveryId, EndpointId, TenantId
 from outlive.services.destinations import check_url_shape, resolve_public
@@ -144,7 +144,7 @@ async def create_endpoint(
     endpoint = WebhookEndpoint(tenant_id=tenant_id, url=url, secret=secret, events=chosen)
     uow.session.add(endpoint)
     await uow.session.flush()
-    return _endpoint(endpoint), secret
+    return _endpoint(columns_of(endpoint)), secret
 
 
 async def delete_endpoint(uow: UnitOfWork, endpoint_id: EndpointId) -> bool:
@@ -156,13 +156,38 @@ async def delete_endpoint(uow: UnitOfWork, endpoint_id: EndpointId) -> bool:
     return result.first() is not None
 
 
-async def list_endpoints(session: AsyncSession, tenant_id: TenantId) -> list[EndpointRecord]:
-    rows = await session.scalars(
-        select(WebhookEndpoint)
-        .where(WebhookEndpoint.tenant_id == tenant_id)
-        .order_by(WebhookEndpoint.created_at.desc(), WebhookEndpoint.id)
+_ENDPOINTS = prepare(
+    text(
+        "SELECT id, url, events, created_at FROM webhook_endpoints WHERE tenant_id = :tenant_id"
+        " ORDER BY created_at DESC, id"
+    ).columns(*(WebhookEndpoint.__table__.c[n] for n in ("id", "url", "events", "created_at")))
+)
+_DELIVERY_COLUMNS = (
+    "id, endpoint_id, event_type, status, attempts, response_status, last_error, created_at,"
+    " delivered_at, updated_at, tenant_id, dispatched_at"
+)
+# Each endpoint's newest deliveries, scoped to the tenant, in one statement however many.
+_DELIVERIES_OF_ENDPOINTS = prepare(
+    text(
+        "SELECT d.* FROM unnest(:endpoint_ids) AS e(id) CROSS JOIN LATERAL ("  # noqa: S608 (constants)
+        f"SELECT {_DELIVERY_COLUMNS} FROM webhook_deliveries"
+        " WHERE endpoint_id = e.id AND tenant_id = :tenant_id"
+        " ORDER BY created_at DESC, id LIMIT :first) d"
     )
-    return [_endpoint(e) for e in rows]
+    .bindparams(bindparam("endpoint_ids", type_=ARRAY(Uuid())))
+    .columns(*(WebhookDelivery.__table__.c[n.strip()] for n in _DELIVERY_COLUMNS.split(",")))
+)
+_PENDING_DELIVERY = prepare(
+    text(
+        "SELECT d.id, d.tenant_id, e.url, e.secret, d.body FROM webhook_deliveries d"
+        " JOIN webhook_endpoints e ON e.id = d.endpoint_id"
+        " WHERE d.id = :delivery_id AND d.status = 'PENDING'"
+    ).columns(WebhookDelivery.body)
+)
+
+
+async def list_endpoints(db: Db, tenant_id: TenantId) -> list[EndpointRecord]:
+    return [_endpoint(row) for row in await db.all(_ENDPOINTS, tenant_id=tenant_id)]
 
 
 def check_deliveries_page(first: int) -> None:
@@ -171,52 +196,43 @@ def check_deliveries_page(first: int) -> None:
 
 
 async def list_deliveries_of_endpoints(
-    session: AsyncSession, tenant_id: TenantId, endpoint_ids: Sequence[EndpointId], *, first: int
+    db: Db, tenant_id: TenantId, endpoint_ids: Sequence[EndpointId], *, first: int
 ) -> dict[EndpointId, list[DeliveryRecord]]:
     """Each endpoint's newest `first` deliveries (one statement for all of them), scoped to the
     tenant: another tenant's endpoint id has none."""
     check_deliveries_page(first)
-    ids = (
-        func.unnest(cast(list(dict.fromkeys(endpoint_ids)), ARRAY(Uuid())))
-        .table_valued("id")
-        .render_derived()
-    )
-    newest = (
-        select(WebhookDelivery)
-        .where(WebhookDelivery.endpoint_id == ids.c.id, WebhookDelivery.tenant_id == tenant_id)
-        .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id)
-        .limit(first)
-        .lateral()
-    )
-    rows = await session.execute(
-        select(aliased(WebhookDelivery, newest)).select_from(ids).join(newest, true())
+    rows = await db.all(
+        _DELIVERIES_OF_ENDPOINTS,
+        endpoint_ids=list(dict.fromkeys(endpoint_ids)),
+        tenant_id=tenant_id,
+        first=first,
     )
     found: dict[EndpointId, list[DeliveryRecord]] = {e: [] for e in endpoint_ids}
-    for (delivery,) in rows:
-        found[EndpointId(delivery.endpoint_id)].append(_delivery(delivery))
+    for row in rows:
+        found[EndpointId(row["endpoint_id"])].append(_delivery(row))
     return found
 
 
-def _endpoint(e: WebhookEndpoint) -> EndpointRecord:
+def _endpoint(e: Mapping[str, Any]) -> EndpointRecord:
     return EndpointRecord(
-        id=EndpointId(e.id), url=e.url, events=list(e.events), created_at=e.created_at
+        id=EndpointId(e["id"]), url=e["url"], events=list(e["events"]), created_at=e["created_at"]
     )
 
 
-def _delivery(d: WebhookDelivery) -> DeliveryRecord:
+def _delivery(d: Mapping[str, Any]) -> DeliveryRecord:
     return DeliveryRecord(
-        id=DeliveryId(d.id),
-        endpoint_id=EndpointId(d.endpoint_id),
-        event_type=d.event_type,
-        status=DeliveryStatus(d.status),
-        attempts=d.attempts,
-        response_status=d.response_status,
-        last_error=d.last_error,
-        created_at=d.created_at,
-        delivered_at=d.delivered_at,
-        updated_at=d.updated_at,
-        tenant_id=TenantId(d.tenant_id),
-        dispatched_at=d.dispatched_at,
+        id=DeliveryId(d["id"]),
+        endpoint_id=EndpointId(d["endpoint_id"]),
+        event_type=d["event_type"],
+        status=DeliveryStatus(d["status"]),
+        attempts=d["attempts"],
+        response_status=d["response_status"],
+        last_error=d["last_error"],
+        created_at=d["created_at"],
+        delivered_at=d["delivered_at"],
+        updated_at=d["updated_at"],
+        tenant_id=TenantId(d["tenant_id"]),
+        dispatched_at=d["dispatched_at"],
     )
 
 
@@ -268,31 +284,16 @@ def _dispatch_after_commit(uow: Unit, tenant_id: UUID) -> None:
     uow.after_commit(dispatch)
 
 
-async def pending_delivery(session: AsyncSession, delivery_id: DeliveryId) -> Outgoing | None:
-    row = (
-        await session.execute(
-            select(
-                WebhookDelivery.id,
-                WebhookDelivery.tenant_id,
-                WebhookEndpoint.url,
-                WebhookEndpoint.secret,
-                WebhookDelivery.body,
-            )
-            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
-            .where(
-                WebhookDelivery.id == delivery_id,
-                WebhookDelivery.status == DeliveryStatus.PENDING.value,
-            )
-        )
-    ).first()
+async def pending_delivery(db: Db, delivery_id: DeliveryId) -> Outgoing | None:
+    row = await db.one(_PENDING_DELIVERY, delivery_id=delivery_id)
     if row is None:
         return None
-    body = json.dumps(row.body, separators=(",", ":")).encode()
+    body = json.dumps(row["body"], separators=(",", ":")).encode()
     return Outgoing(
-        id=DeliveryId(row.id),
-        tenant_id=TenantId(row.tenant_id),
-        url=row.url,
-        secret=row.secret,
+        id=DeliveryId(row["id"]),
+        tenant_id=TenantId(row["tenant_id"]),
+        url=row["url"],
+        secret=row["secret"],
         body=body,
     )
 
@@ -384,7 +385,7 @@ async def redeliver(uow: UnitOfWork, delivery_id: DeliveryId) -> DeliveryRecord:
     )
     if moved is not None:
         announce_deliveries(uow, TenantId(tenant_id), [moved.id])
-        return _delivery(moved)
+        return _delivery(columns_of(moved))
     found = await uow.session.scalar(
         select(WebhookDelivery).where(
             WebhookDelivery.id == delivery_id, WebhookDelivery.tenant_id == tenant_id
@@ -392,4 +393,4 @@ async def redeliver(uow: UnitOfWork, delivery_id: DeliveryId) -> DeliveryRecord:
     )
     if found is None:
         raise NotFound(f"webhook delivery {delivery_id} not found")
-    return _delivery(found)
+    return _delivery(columns_of(found))

@@ -140,7 +140,8 @@ SETTLE = move(_SETTLE, event_type=_SETTLED_EVENT, may_settle=True)
 SETTLE_ATTEMPT = move(_SETTLE, "attempt = :attempt", event_type=_SETTLED_EVENT, may_settle=True)
 SETTLE_STALE = move(  # an instance lost (reconcile): never a run whose attempt is alive
     _SETTLE,
-    f"updated_at < now() - make_interval(secs => :grace) AND (status = 'QUEUED' OR {LEASE_EXPIRED})",
+    "updated_at < now() - make_interval(secs => :grace)"
+    f" AND (status = 'QUEUED' OR {LEASE_EXPIRED})",
     event_type=_SETTLED_EVENT,
     may_settle=True,
 )
