@@ -20,7 +20,7 @@ from sqlalchemy import ARRAY, Uuid, bindparam, column, text
 
 from outlive.db.models import Run, RunEvent
 from outlive.db.raw import Statement, prepare
-from outlive.services.webhooks import SETTLED_DELIVERIES_CTE
+from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE
 
 ACTIVE = "status IN ('QUEUED', 'RUNNING')"
 RUN_COLUMNS = tuple(Run.__table__.c)

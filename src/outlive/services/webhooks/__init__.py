@@ -30,15 +30,13 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ARRAY, Uuid, bindparam, delete, func, select, text, update
-
-from outlive.db.models import DeliveryStatus, Tenant, WebhookDelivery, WebhookEndpoint
-from outlive.db.models.base import columns_of
-from outlive.db.raw import prepare
+from outlive.db.models import DeliveryStatus
 from outlive.db.tx import Db, Unit, UnitOfWork
 from outlive.errors import BadUserInput, NotFound, QueueUnavailable
 from outlive.ids import DeliveryId, EndpointId, TenantId
 from outlive.services.destinations import check_url_shape, resolve_public
+from outlive.services.webhooks import queries
+from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE as SETTLED_DELIVERIES_CTE
 
 log = logging.getLogger(__name__)
 
@@ -132,62 +130,27 @@ async def create_endpoint(
     chosen = check_events(events)
     await resolve_public(url, allow_private=allow_private)
     # Creates of one tenant take turns from here to the commit: the count cannot go stale.
-    await uow.session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update())
-    count = await uow.session.scalar(
-        select(func.count())
-        .select_from(WebhookEndpoint)
-        .where(WebhookEndpoint.tenant_id == tenant_id)
-    )
-    if (count or 0) >= max_endpoints:
+    await uow.execute(queries.LOCK_TENANT, tenant_id=tenant_id)
+    count = await uow.one(queries.COUNT_ENDPOINTS, tenant_id=tenant_id)
+    if count is not None and count["n"] >= max_endpoints:
         raise BadUserInput(f"a tenant has at most {max_endpoints} webhook endpoints")
     secret = new_secret()
-    endpoint = WebhookEndpoint(tenant_id=tenant_id, url=url, secret=secret, events=chosen)
-    uow.session.add(endpoint)
-    await uow.session.flush()
-    return _endpoint(columns_of(endpoint)), secret
+    row = await uow.one(
+        queries.INSERT_ENDPOINT, tenant_id=tenant_id, url=url, secret=secret, events=chosen
+    )
+    assert row is not None  # noqa: S101 (an INSERT … RETURNING returns its row)
+    return _endpoint(row), secret
 
 
 async def delete_endpoint(uow: UnitOfWork, endpoint_id: EndpointId) -> bool:
-    result = await uow.session.execute(
-        delete(WebhookEndpoint)
-        .where(WebhookEndpoint.id == endpoint_id, WebhookEndpoint.tenant_id == uow.require_tenant())
-        .returning(WebhookEndpoint.id)
+    deleted = await uow.execute(
+        queries.DELETE_ENDPOINT, endpoint_id=endpoint_id, tenant_id=uow.require_tenant()
     )
-    return result.first() is not None
-
-
-_ENDPOINTS = prepare(
-    text(
-        "SELECT id, url, events, created_at FROM webhook_endpoints WHERE tenant_id = :tenant_id"
-        " ORDER BY created_at DESC, id"
-    ).columns(*(WebhookEndpoint.__table__.c[n] for n in ("id", "url", "events", "created_at")))
-)
-_DELIVERY_COLUMNS = (
-    "id, endpoint_id, event_type, status, attempts, response_status, last_error, created_at,"
-    " delivered_at, updated_at, tenant_id, dispatched_at"
-)
-# Each endpoint's newest deliveries, scoped to the tenant, in one statement however many.
-_DELIVERIES_OF_ENDPOINTS = prepare(
-    text(
-        "SELECT d.* FROM unnest(:endpoint_ids) AS e(id) CROSS JOIN LATERAL ("  # noqa: S608 (constants)
-        f"SELECT {_DELIVERY_COLUMNS} FROM webhook_deliveries"
-        " WHERE endpoint_id = e.id AND tenant_id = :tenant_id"
-        " ORDER BY created_at DESC, id LIMIT :first) d"
-    )
-    .bindparams(bindparam("endpoint_ids", type_=ARRAY(Uuid())))
-    .columns(*(WebhookDelivery.__table__.c[n.strip()] for n in _DELIVERY_COLUMNS.split(",")))
-)
-_PENDING_DELIVERY = prepare(
-    text(
-        "SELECT d.id, d.tenant_id, e.url, e.secret, d.body FROM webhook_deliveries d"
-        " JOIN webhook_endpoints e ON e.id = d.endpoint_id"
-        " WHERE d.id = :delivery_id AND d.status = 'PENDING'"
-    ).columns(WebhookDelivery.body)
-)
+    return deleted > 0
 
 
 async def list_endpoints(db: Db, tenant_id: TenantId) -> list[EndpointRecord]:
-    return [_endpoint(row) for row in await db.all(_ENDPOINTS, tenant_id=tenant_id)]
+    return [_endpoint(row) for row in await db.all(queries.ENDPOINTS, tenant_id=tenant_id)]
 
 
 def check_deliveries_page(first: int) -> None:
@@ -202,7 +165,7 @@ async def list_deliveries_of_endpoints(
     tenant: another tenant's endpoint id has none."""
     check_deliveries_page(first)
     rows = await db.all(
-        _DELIVERIES_OF_ENDPOINTS,
+        queries.DELIVERIES_OF_ENDPOINTS,
         endpoint_ids=list(dict.fromkeys(endpoint_ids)),
         tenant_id=tenant_id,
         first=first,
@@ -239,24 +202,6 @@ def _delivery(d: Mapping[str, Any]) -> DeliveryRecord:
 # --- deliveries -------------------------------------------------------------------------------
 
 
-# One row per subscribed endpoint, written by the settling statement itself (a CTE over `moved`,
-# the settled run; see `services.runs.RunMove`): a settle and its deliveries commit together, in
-# one round trip. The body is what the job signs and POSTs, unchanged.
-SETTLED_DELIVERIES_CTE = """delivered AS (
-    INSERT INTO webhook_deliveries (endpoint_id, tenant_id, run_id, event_type, body)
-    SELECT e.id, m.tenant_id, m.id, m.event_type,
-           jsonb_build_object(
-               'type', m.event_type,
-               'timestamp', (to_jsonb(now() AT TIME ZONE 'UTC') #>> '{}') || '+00\\:00',
-               'data', jsonb_build_object(
-                   'runId', CAST(m.id AS text), 'agent', m.agent, 'status', m.status))
-    FROM (SELECT *, 'run.' || lower(status) AS event_type FROM moved) m
-    JOIN webhook_endpoints e ON e.tenant_id = m.tenant_id
-    WHERE m.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-      AND (cardinality(e.events) = 0 OR m.event_type = ANY(e.events))
-    RETURNING id)"""
-
-
 def announce_deliveries(uow: Unit, tenant_id: TenantId, delivery_ids: Sequence[UUID]) -> int:
     """After a settle wrote `delivery_ids` (waiting for the tenant's jobs cap): the tenant's
     waiting deliveries are admitted after the commit, each a `webhook.deliver.v1` job keyed by
@@ -285,7 +230,7 @@ def _dispatch_after_commit(uow: Unit, tenant_id: UUID) -> None:
 
 
 async def pending_delivery(db: Db, delivery_id: DeliveryId) -> Outgoing | None:
-    row = await db.one(_PENDING_DELIVERY, delivery_id=delivery_id)
+    row = await db.one(queries.PENDING_DELIVERY, delivery_id=delivery_id)
     if row is None:
         return None
     body = json.dumps(row["body"], separators=(",", ":")).encode()
@@ -306,22 +251,14 @@ async def record_attempt(
     error: str | None,
 ) -> None:
     """A try that did not succeed; the row stays PENDING for the next one."""
-    tenant = await uow.session.scalar(
-        update(WebhookDelivery)
-        .where(
-            WebhookDelivery.id == delivery_id,
-            WebhookDelivery.status == DeliveryStatus.PENDING.value,
-        )
-        .values(
-            attempts=WebhookDelivery.attempts + 1,
-            response_status=response_status,
-            last_error=error,
-            updated_at=func.now(),
-        )
-        .returning(WebhookDelivery.tenant_id)
+    row = await uow.one(
+        queries.RECORD_ATTEMPT,
+        delivery_id=delivery_id,
+        response_status=response_status,
+        error=error,
     )
-    if tenant is not None:
-        uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant)
+    if row is not None:
+        uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=row["tenant_id"])
 
 
 async def finish_delivery(
@@ -334,26 +271,17 @@ async def finish_delivery(
     count_attempt: bool = False,
 ) -> bool:
     """DELIVERED or FAILED, only from PENDING: a redelivered job finds nothing to do."""
-    values: dict[str, Any] = {"status": status.value, "updated_at": func.now()}
-    if count_attempt:
-        values["attempts"] = WebhookDelivery.attempts + 1
-    if response_status is not None:
-        values["response_status"] = response_status
-    if error is not None:
-        values["last_error"] = error
-    if status is DeliveryStatus.DELIVERED:
-        values["delivered_at"] = func.now()
-    tenant = await uow.session.scalar(
-        update(WebhookDelivery)
-        .where(
-            WebhookDelivery.id == delivery_id,
-            WebhookDelivery.status == DeliveryStatus.PENDING.value,
-        )
-        .values(**values)
-        .returning(WebhookDelivery.tenant_id)
+    row = await uow.one(
+        queries.FINISH_DELIVERY,
+        delivery_id=delivery_id,
+        status=status.value,
+        count_attempt=count_attempt,
+        response_status=response_status,
+        error=error,
     )
-    if tenant is None:
+    if row is None:
         return False
+    tenant = row["tenant_id"]
     uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant)
     _dispatch_after_commit(uow, tenant)  # its slot is free for the tenant's next delivery
     return True
@@ -368,29 +296,11 @@ async def redeliver(uow: UnitOfWork, delivery_id: DeliveryId) -> DeliveryRecord:
     Its history stays: `attempts` keeps counting, `lastError` is replaced by the next try's. A
     PENDING delivery is already on its way and comes back unchanged, with no second job."""
     tenant_id = uow.require_tenant()
-    moved = await uow.session.scalar(
-        update(WebhookDelivery)
-        .where(
-            WebhookDelivery.id == delivery_id,
-            WebhookDelivery.tenant_id == tenant_id,
-            WebhookDelivery.status != DeliveryStatus.PENDING.value,
-        )
-        .values(
-            status=DeliveryStatus.PENDING.value,
-            delivered_at=None,
-            dispatched_at=None,  # waiting again: admitted under the tenant's jobs cap
-            updated_at=func.now(),
-        )
-        .returning(WebhookDelivery)
-    )
+    moved = await uow.one(queries.REDELIVER, delivery_id=delivery_id, tenant_id=tenant_id)
     if moved is not None:
-        announce_deliveries(uow, TenantId(tenant_id), [moved.id])
-        return _delivery(columns_of(moved))
-    found = await uow.session.scalar(
-        select(WebhookDelivery).where(
-            WebhookDelivery.id == delivery_id, WebhookDelivery.tenant_id == tenant_id
-        )
-    )
+        announce_deliveries(uow, TenantId(tenant_id), [moved["id"]])
+        return _delivery(moved)
+    found = await uow.one(queries.DELIVERY, delivery_id=delivery_id, tenant_id=tenant_id)
     if found is None:
         raise NotFound(f"webhook delivery {delivery_id} not found")
-    return _delivery(columns_of(found))
+    return _delivery(found)
