@@ -216,9 +216,9 @@ _RECORD_ATTEMPT = prepare(
 # SENT or FAILED, only from PENDING; a SENT one counts its attempt and its time.
 _FINISH = prepare(
     text(
-        "UPDATE invitations SET status = :status, updated_at = now(),"
-        " sent_at = CASE WHEN :status = 'SENT' THEN now() ELSE sent_at END,"
-        " attempts = attempts + CAST(:status = 'SENT' AS int),"
+        "UPDATE invitations SET status = CAST(:status AS text), updated_at = now(),"
+        " sent_at = CASE WHEN CAST(:status AS text) = 'SENT' THEN now() ELSE sent_at END,"
+        " attempts = attempts + CAST(CAST(:status AS text) = 'SENT' AS int),"
         " last_error = coalesce(CAST(:error AS text), last_error)"
         " WHERE id = :invitation_id AND status = 'PENDING' RETURNING tenant_id"
     )

@@ -63,11 +63,12 @@ RECORD_ATTEMPT = prepare(
 # DELIVERED or FAILED, only from PENDING; NULLs keep what the row has.
 FINISH_DELIVERY = prepare(
     text(
-        "UPDATE webhook_deliveries SET status = :status, updated_at = now(),"
+        "UPDATE webhook_deliveries SET status = CAST(:status AS text), updated_at = now(),"
         " attempts = attempts + CAST(CAST(:count_attempt AS boolean) AS int),"
         " response_status = coalesce(CAST(:response_status AS int), response_status),"
         " last_error = coalesce(CAST(:error AS text), last_error),"
-        " delivered_at = CASE WHEN :status = 'DELIVERED' THEN now() ELSE delivered_at END"
+        " delivered_at = CASE WHEN CAST(:status AS text) = 'DELIVERED' THEN now()"
+        " ELSE delivered_at END"
         " WHERE id = :delivery_id AND status = 'PENDING' RETURNING tenant_id"
     )
 )
