@@ -49,9 +49,9 @@ async def read(sessions: Sessions, tenant: TenantHandle, run_id: RunId) -> runs_
 
 async def expire_lease(sessions: Sessions, run_id: RunId) -> None:
     async with sessions.unit() as uow:
-        await uow.session.execute(
+        await uow.execute(
             text("UPDATE runs SET lease_expires_at = now() - interval '1 second' WHERE id = :id"),
-            {"id": run_id},
+            id=run_id,
         )
 
 

@@ -37,9 +37,11 @@ from typing import Any, Literal, Protocol, TypeVar, overload
 from uuid import UUID
 
 import asyncpg
-from sqlalchemy import CursorResult, Executable
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from outlive.db import drivers
+from outlive.db.drivers import Query as Query
+from outlive.db.drivers import Row as Row
 from outlive.db.raw import Statement, create_pool
 from outlive.errors import QueueUnavailable
 from outlive.telemetry import logs
@@ -97,10 +99,6 @@ async def drop_nudges(_: Sequence[PendingNudge]) -> None:
     """The sink when realtime is not wired: nudges are optional by design."""
 
 
-Row = Mapping[str, Any]  # a result row by column name, whichever driver produced it
-Query = Statement | Executable  # a prepared constant, or any SQLAlchemy statement (session only)
-
-
 class Db(Protocol):
     """Where a statement runs: `Sessions` (outside any unit), `StatementUnit` and `UnitOfWork`.
 
@@ -116,46 +114,6 @@ class Db(Protocol):
 
     async def execute(self, statement: Statement, /, **params: Any) -> int:
         """Run it for its effect: the number of rows it touched."""
-
-
-def _rowcount(status: str) -> int:
-    """asyncpg's command tag (`UPDATE 3`, `INSERT 0 1`) as a row count."""
-    last = status.rpartition(" ")[2]
-    return int(last) if last.isdigit() else 0
-
-
-async def _raw_one(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> Row | None:
-    row: Row | None = await on.fetchrow(st.sql, *st.args(params))
-    return row
-
-
-async def _raw_all(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> list[Row]:
-    rows: list[Row] = await on.fetch(st.sql, *st.args(params))
-    return rows
-
-
-async def _raw_execute(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> int:
-    return _rowcount(await on.execute(st.sql, *st.args(params)))
-
-
-async def _in_session(session: AsyncSession, query: Query, params: Mapping[str, Any]) -> Any:
-    clause = query.clause if isinstance(query, Statement) else query
-    return await session.execute(clause, dict(params) if params else None)
-
-
-async def _session_one(
-    session: AsyncSession, query: Query, params: Mapping[str, Any]
-) -> Row | None:
-    return (await _in_session(session, query, params)).mappings().first()  # type: ignore[no-any-return]  # Result is untyped here
-
-
-async def _session_all(session: AsyncSession, query: Query, params: Mapping[str, Any]) -> list[Row]:
-    return list((await _in_session(session, query, params)).mappings().all())
-
-
-async def _session_execute(session: AsyncSession, query: Query, params: Mapping[str, Any]) -> int:
-    result = await _in_session(session, query, params)
-    return result.rowcount if isinstance(result, CursorResult) else 0
 
 
 class Unit:
@@ -300,26 +258,26 @@ class StatementUnit(Unit):
     async def one(self, statement: Statement, /, **params: Any) -> Row | None:
         if self._raw is not None:
             return await self._committed(
-                asyncio.ensure_future(_raw_one(self._raw, statement, params))
+                asyncio.ensure_future(drivers.raw_one(self._raw, statement, params))
             )
         assert self._session is not None  # noqa: S101 (one of the two is always set)
-        return await _session_one(self._session, statement, params)
+        return await drivers.session_one(self._session, statement, params)
 
     async def all(self, statement: Statement, /, **params: Any) -> list[Row]:
         if self._raw is not None:
             return await self._committed(
-                asyncio.ensure_future(_raw_all(self._raw, statement, params))
+                asyncio.ensure_future(drivers.raw_all(self._raw, statement, params))
             )
         assert self._session is not None  # noqa: S101 (one of the two is always set)
-        return await _session_all(self._session, statement, params)
+        return await drivers.session_all(self._session, statement, params)
 
     async def execute(self, statement: Statement, /, **params: Any) -> int:
         if self._raw is not None:
             return await self._committed(
-                asyncio.ensure_future(_raw_execute(self._raw, statement, params))
+                asyncio.ensure_future(drivers.raw_execute(self._raw, statement, params))
             )
         assert self._session is not None  # noqa: S101 (one of the two is always set)
-        return await _session_execute(self._session, statement, params)
+        return await drivers.session_execute(self._session, statement, params)
 
 
 class UnitOfWork(Unit):
@@ -334,13 +292,13 @@ class UnitOfWork(Unit):
         self.session = session
 
     async def one(self, statement: Query, /, **params: Any) -> Row | None:
-        return await _session_one(self.session, statement, params)
+        return await drivers.session_one(self.session, statement, params)
 
     async def all(self, statement: Query, /, **params: Any) -> list[Row]:
-        return await _session_all(self.session, statement, params)
+        return await drivers.session_all(self.session, statement, params)
 
     async def execute(self, statement: Query, /, **params: Any) -> int:
-        return await _session_execute(self.session, statement, params)
+        return await drivers.session_execute(self.session, statement, params)
 
 
 class Sessions:
@@ -397,23 +355,23 @@ class Sessions:
     async def one(self, statement: Query, /, **params: Any) -> Row | None:
         """One statement outside any unit of work (it commits itself): the first row or None."""
         if self.raw is not None and isinstance(statement, Statement):
-            return await _raw_one(self.raw, statement, params)
+            return await drivers.raw_one(self.raw, statement, params)
         async with self.autocommit_maker() as session:
-            return await _session_one(session, statement, params)
+            return await drivers.session_one(session, statement, params)
 
     async def all(self, statement: Query, /, **params: Any) -> list[Row]:
         """One statement outside any unit of work (it commits itself): every row."""
         if self.raw is not None and isinstance(statement, Statement):
-            return await _raw_all(self.raw, statement, params)
+            return await drivers.raw_all(self.raw, statement, params)
         async with self.autocommit_maker() as session:
-            return await _session_all(session, statement, params)
+            return await drivers.session_all(session, statement, params)
 
     async def execute(self, statement: Query, /, **params: Any) -> int:
         """One statement outside any unit of work (it commits itself): the rows it touched."""
         if self.raw is not None and isinstance(statement, Statement):
-            return await _raw_execute(self.raw, statement, params)
+            return await drivers.raw_execute(self.raw, statement, params)
         async with self.autocommit_maker() as session:
-            return await _session_execute(session, statement, params)
+            return await drivers.session_execute(session, statement, params)
 
     @overload
     def unit(
