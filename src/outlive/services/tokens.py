@@ -13,13 +13,13 @@ for longer than the announcement takes to arrive.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import ARRAY, Select, Uuid, bindparam, func, select, text, update
+from sqlalchemy import ARRAY, Uuid, bindparam, text
 
-from outlive.db.models import ApiToken, Tenant, User
 from outlive.db.raw import prepare
 from outlive.db.tx import Db, Sessions, UnitOfWork
 from outlive.ids import TokenId
@@ -40,25 +40,6 @@ class TokenRecord:
     revoked_at: datetime | None
 
 
-def _tokens() -> Select[ApiToken, str, str]:
-    return (
-        select(ApiToken, Tenant.slug, User.email)
-        .join(Tenant, Tenant.id == ApiToken.tenant_id)
-        .join(User, User.id == ApiToken.user_id)
-    )
-
-
-def _record(token: ApiToken, slug: str, email: str) -> TokenRecord:
-    return TokenRecord(
-        id=TokenId(token.id),
-        tenant=slug,
-        user=email,
-        created_at=token.created_at,
-        expires_at=token.expires_at,
-        revoked_at=token.revoked_at,
-    )
-
-
 _TOKENS = (
     "SELECT t.id, t.created_at, t.expires_at, t.revoked_at, s.slug AS tenant, u.email AS user"
     " FROM api_tokens t JOIN tenants s ON s.id = t.tenant_id JOIN users u ON u.id = t.user_id"
@@ -73,29 +54,31 @@ _ALL_TOKENS = prepare(
 
 async def list_tokens(db: Db, *, tenant_slug: str | None = None) -> list[TokenRecord]:
     """Every token (of one tenant, when given), oldest first."""
-    rows = await db.all(_ALL_TOKENS, tenant_slug=tenant_slug)
-    return [
-        TokenRecord(
-            id=TokenId(r["id"]),
-            tenant=r["tenant"],
-            user=r["user"],
-            created_at=r["created_at"],
-            expires_at=r["expires_at"],
-            revoked_at=r["revoked_at"],
-        )
-        for r in rows
-    ]
+    return [_record(r) for r in await db.all(_ALL_TOKENS, tenant_slug=tenant_slug)]
+
+
+def _record(r: Mapping[str, Any]) -> TokenRecord:
+    return TokenRecord(
+        id=TokenId(r["id"]),
+        tenant=r["tenant"],
+        user=r["user"],
+        created_at=r["created_at"],
+        expires_at=r["expires_at"],
+        revoked_at=r["revoked_at"],
+    )
+
+
+_REVOKE = prepare(
+    text("UPDATE api_tokens SET revoked_at = now() WHERE id = :token_id AND revoked_at IS NULL")
+)
+_TOKEN = prepare(text(f"{_TOKENS} WHERE t.id = :token_id"))
 
 
 async def revoke_token(uow: UnitOfWork, token_id: TokenId) -> TokenRecord | None:
     """Set `revoked_at` (once: revoking again keeps the first time); None for an unknown id."""
-    await uow.session.execute(
-        update(ApiToken)
-        .where(ApiToken.id == token_id, ApiToken.revoked_at.is_(None))
-        .values(revoked_at=func.now())
-    )
-    row = (await uow.session.execute(_tokens().where(ApiToken.id == token_id))).first()
-    return None if row is None else _record(row[0], row[1], row[2])
+    await uow.execute(_REVOKE, token_id=token_id)
+    row = await uow.one(_TOKEN, token_id=token_id)
+    return None if row is None else _record(row)
 
 
 @dataclass(frozen=True, slots=True)
