@@ -22,7 +22,7 @@ from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.ids import RunId, TenantId
 from outlive.realtime.nudges import channel_prefix
-from outlive.services.runs import EventRecord, RunRecord, get_run, list_events
+from outlive.services.runs import EventRecord, RunRecord, list_events, read_run
 from outlive.services.tenants import Principal
 
 T = TypeVar("T")
@@ -173,8 +173,9 @@ class NudgeWatch:
         """Re-read the run after every nudge until `predicate` holds."""
 
         async def check() -> RunRecord | None:
-            async with self._sessions.read() as session:
-                run = await get_run(session, TenantId(self._tenant_id), RunId(UUID(str(run_id))))
+            run = await read_run(
+                self._sessions, TenantId(self._tenant_id), RunId(UUID(str(run_id)))
+            )
             return run if run is not None and predicate(run) else None
 
         return await self.until_true(check, timeout, f"run {run_id}")
@@ -188,8 +189,7 @@ class NudgeWatch:
         """Re-read the run's timeline after every nudge until `predicate` holds."""
 
         async def check() -> list[EventRecord] | None:
-            async with self._sessions.read() as session:
-                events = await list_events(session, RunId(UUID(str(run_id))), first=1000)
+            events = await list_events(self._sessions, RunId(UUID(str(run_id))), first=1000)
             return events if predicate(events) else None
 
         return await self.until_true(check, timeout, f"the timeline of {run_id}")

@@ -247,7 +247,7 @@ async def _open_realtime(
     )
     auth = PrincipalCache(settings.auth_cache_s, is_live=hub.is_live)
     await hub.start()  # waits (briefly) for the subscription: no missed first nudges
-    sockets.start(partial(tokens.valid_tokens, sessions))
+    sockets.start(partial(tokens.still_valid, sessions))
 
     async def stop() -> None:
         await hub.stop()  # any socket still open is closed with 1012: clients reconnect

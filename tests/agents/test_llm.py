@@ -88,8 +88,7 @@ async def _run(
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
         started = await api.start_run(tenant.token, "llm", input)
         run = await watch.until(started["run"]["id"], settled)
-    async with sessions.read() as session:
-        return run, await runs_service.list_events(session, run.id)
+    return run, await runs_service.list_events(sessions, run.id)
 
 
 async def test_each_reply_is_a_message_event_and_a_cut_reply_is_continued(

@@ -15,10 +15,17 @@ from outlive.config import Settings
 from outlive.cron.deps import CronDeps
 from outlive.cron.tasks.invitations import expire_invitations
 from outlive.cron.tasks.usage import roll_up_daily_usage
-from outlive.db.tx import Sessions
+from outlive.db.tx import Sessions, UnitOfWork
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.services import retention, usage
 from tests.support import Api, NudgeWatch, TenantHandle
+
+
+async def _inserted(uow: UnitOfWork, sql: str, **params: Any) -> UUID:
+    """The id an `INSERT … RETURNING id` wrote."""
+    row = await uow.one(text(sql), **params)
+    assert row is not None
+    return UUID(str(row["id"]))
 
 
 async def _run(
@@ -31,33 +38,29 @@ async def _run(
     agent: str = "demo",
 ) -> UUID:
     async with sessions.unit() as uow:
-        run_id: UUID = (
-            await uow.session.execute(
-                text("""INSERT INTO runs (tenant_id, agent, status, input, created_at, updated_at,
-                                      finished_at, event_seq)
-                    VALUES (:t, :a, :s, '{}', now() - CAST(:c AS float) * interval '1 day',
-                            now() - CAST(:c AS float) * interval '1 day',
-                            now() - CAST(:f AS float) * interval '1 day', 1)
-                    RETURNING id"""),
-                {
-                    "t": tenant.id,
-                    "a": agent,
-                    "s": status,
-                    "c": created_days_ago,
-                    "f": finished_days_ago,
-                },
-            )
-        ).scalar_one()
-        await uow.session.execute(
+        run_id = await _inserted(
+            uow,
+            """INSERT INTO runs (tenant_id, agent, status, input, created_at, updated_at,
+                                 finished_at, event_seq)
+               VALUES (:t, :a, :s, '{}', now() - CAST(:c AS float) * interval '1 day',
+                       now() - CAST(:c AS float) * interval '1 day',
+                       now() - CAST(:f AS float) * interval '1 day', 1)
+               RETURNING id""",
+            t=tenant.id,
+            a=agent,
+            s=status,
+            c=created_days_ago,
+            f=finished_days_ago,
+        )
+        await uow.execute(
             text("INSERT INTO run_events (run_id, seq, type, data) VALUES (:r, 1, 'x', '{}')"),
-            {"r": run_id},
+            r=run_id,
         )
     return run_id
 
 
 async def _ids(sessions: Sessions, sql: str, **params: Any) -> set[UUID]:
-    async with sessions.read() as session:
-        return set((await session.execute(text(sql), params)).scalars().all())
+    return {next(iter(row.values())) for row in await sessions.all(text(sql), **params)}
 
 
 async def test_retention_deletes_only_what_is_old_and_settled(
@@ -88,15 +91,12 @@ async def test_retention_prunes_settled_deliveries_by_age(
     sessions: Sessions, tenant: TenantHandle
 ) -> None:
     async with sessions.unit() as uow:
-        endpoint = (
-            await uow.session.execute(
-                text(
-                    "INSERT INTO webhook_endpoints (tenant_id, url, secret) "
-                    "VALUES (:t, 'https://e.example', 'whsec_x') RETURNING id"
-                ),
-                {"t": tenant.id},
-            )
-        ).scalar_one()
+        endpoint = await _inserted(
+            uow,
+            "INSERT INTO webhook_endpoints (tenant_id, url, secret) "
+            "VALUES (:t, 'https://e.example', 'whsec_x') RETURNING id",
+            t=tenant.id,
+        )
         ids = {}
         for name, status, days in (
             ("old_done", "DELIVERED", 40),
@@ -104,16 +104,16 @@ async def test_retention_prunes_settled_deliveries_by_age(
             ("old_pending", "PENDING", 40),
             ("new_done", "DELIVERED", 1),
         ):
-            ids[name] = (
-                await uow.session.execute(
-                    text(
-                        "INSERT INTO webhook_deliveries (endpoint_id, tenant_id, event_type,"
-                        " body, status, created_at) VALUES (:e, :t, 'run.failed', '{}', :s,"
-                        " now() - make_interval(days => :d)) RETURNING id"
-                    ),
-                    {"e": endpoint, "t": tenant.id, "s": status, "d": days},
-                )
-            ).scalar_one()
+            ids[name] = await _inserted(
+                uow,
+                "INSERT INTO webhook_deliveries (endpoint_id, tenant_id, event_type,"
+                " body, status, created_at) VALUES (:e, :t, 'run.failed', '{}', :s,"
+                " now() - make_interval(days => :d)) RETURNING id",
+                e=endpoint,
+                t=tenant.id,
+                s=status,
+                d=days,
+            )
     assert await retention.prune_deliveries(sessions, days=30, batch=1) == 2
     left = await _ids(
         sessions, "SELECT id FROM webhook_deliveries WHERE tenant_id = :t", t=tenant.id
@@ -147,21 +147,14 @@ async def test_the_usage_roll_up_counts_right_and_never_doubles(
     second = (await api.gql(query, token=tenant.token))["usage"]
     await redis.aclose()
 
-    async with sessions.read() as session:
-        expected_days = {
-            (
-                await session.execute(
-                    text(
-                        "SELECT to_char((created_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD')"
-                        " FROM runs WHERE tenant_id = :t ORDER BY created_at"
-                    ),
-                    {"t": tenant.id},
-                )
-            )
-            .scalars()
-            .all()[i]
-            for i in range(4)
-        }
+    days = await sessions.all(
+        text(
+            "SELECT to_char((created_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS day"
+            " FROM runs WHERE tenant_id = :t ORDER BY created_at"
+        ),
+        t=tenant.id,
+    )
+    expected_days = {days[i]["day"] for i in range(4)}
     assert first == second
     counted = {(u["day"], u["agent"], u["status"]): u["count"] for u in first}
     assert sum(counted.values()) == 5
@@ -170,12 +163,12 @@ async def test_the_usage_roll_up_counts_right_and_never_doubles(
     assert sorted(counted.values()) == [1, 1, 1, 2]
     others = (await api.gql(query, token=other_tenant.token))["usage"]
     assert [u["count"] for u in others] == [1]
-    async with sessions.read() as session:
-        rolled = await session.scalar(
-            text("SELECT count(*) FROM usage_rollups WHERE day >= :d"),
-            {"d": today - timedelta(days=7)},
-        )
-    assert rolled == 7
+    rolled = await sessions.one(
+        text("SELECT count(*) AS n FROM usage_rollups WHERE day >= :d"),
+        d=today - timedelta(days=7),
+    )
+    assert rolled is not None
+    assert rolled["n"] == 7
 
 
 async def test_invitations_older_than_a_week_expire_and_nudge(
@@ -183,26 +176,15 @@ async def test_invitations_older_than_a_week_expire_and_nudge(
 ) -> None:
     async def invitation(status: str, days: int) -> UUID:
         async with sessions.unit() as uow:
-            return UUID(
-                str(
-                    (
-                        await uow.session.execute(
-                            text(
-                                "INSERT INTO invitations"
-                                " (tenant_id, email, token_hash, status, created_at)"
-                                " VALUES (:t, :e, :h, :s, now() - make_interval(days => :d))"
-                                " RETURNING id"
-                            ),
-                            {
-                                "t": tenant.id,
-                                "e": f"{secrets.token_hex(3)}@x.example",
-                                "h": hashlib.sha256(secrets.token_bytes(8)).digest(),
-                                "s": status,
-                                "d": days,
-                            },
-                        )
-                    ).scalar_one()
-                )
+            return await _inserted(
+                uow,
+                "INSERT INTO invitations (tenant_id, email, token_hash, status, created_at)"
+                " VALUES (:t, :e, :h, :s, now() - make_interval(days => :d)) RETURNING id",
+                t=tenant.id,
+                e=f"{secrets.token_hex(3)}@x.example",
+                h=hashlib.sha256(secrets.token_bytes(8)).digest(),
+                s=status,
+                d=days,
             )
 
     old_pending, old_failed = await invitation("PENDING", 8), await invitation("FAILED", 9)

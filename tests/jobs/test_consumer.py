@@ -38,6 +38,47 @@ class AlwaysFails(Payload):
     n: int
 
 
+def _poison(marker: str) -> list[dict[str, Any]]:
+    """Messages that are no valid envelope, each carrying `marker`."""
+    return [
+        {"body": f"not json {marker}"},
+        {
+            "body": json.dumps(
+                {
+                    "id": str(uuid.uuid4()),
+                    "type": "nope.v1",
+                    "payload": {},
+                    "enqueued_at": "2026-01-01T00:00:00Z",
+                    "m": marker,
+                }
+            )
+        },
+        {
+            "body": json.dumps(
+                {
+                    "id": str(uuid.uuid4()),
+                    "type": "webhook.deliver.v1",
+                    "payload": {"deliveryId": "not-a-uuid"},
+                    "enqueued_at": "2026-01-01T00:00:00Z",
+                    "m": marker,
+                }
+            )
+        },
+        {
+            "body": json.dumps(
+                {
+                    "id": str(uuid.uuid4()),
+                    "type": "email.invitation.v1",
+                    "payload": {},
+                    "enqueued_at": "2026-01-01T00:00:00Z",
+                }
+            ),
+            "extra": marker,
+        },
+        {"payload": marker},
+    ]
+
+
 async def test_poison_messages_are_recorded_acknowledged_and_never_reach_a_handler(
     jobs_world: Any, sessions: Sessions
 ) -> None:
@@ -46,43 +87,7 @@ async def test_poison_messages_are_recorded_acknowledged_and_never_reach_a_handl
         world.host.deps.jobs.handlers["webhook.deliver.v1"] = deliver_spy.handler()
         world.host.deps.jobs.handlers["email.invitation.v1"] = invite_spy.handler()
         marker = uuid.uuid4().hex
-        poison: list[dict[str, Any]] = [
-            {"body": f"not json {marker}"},
-            {
-                "body": json.dumps(
-                    {
-                        "id": str(uuid.uuid4()),
-                        "type": "nope.v1",
-                        "payload": {},
-                        "enqueued_at": "2026-01-01T00:00:00Z",
-                        "m": marker,
-                    }
-                )
-            },
-            {
-                "body": json.dumps(
-                    {
-                        "id": str(uuid.uuid4()),
-                        "type": "webhook.deliver.v1",
-                        "payload": {"deliveryId": "not-a-uuid"},
-                        "enqueued_at": "2026-01-01T00:00:00Z",
-                        "m": marker,
-                    }
-                )
-            },
-            {
-                "body": json.dumps(
-                    {
-                        "id": str(uuid.uuid4()),
-                        "type": "email.invitation.v1",
-                        "payload": {},
-                        "enqueued_at": "2026-01-01T00:00:00Z",
-                    }
-                ),
-                "extra": marker,
-            },
-            {"payload": marker},
-        ]
+        poison = _poison(marker)
         keys = []
         for kwargs in poison:
             key = f"poison-{uuid.uuid4()}"
@@ -93,8 +98,7 @@ async def test_poison_messages_are_recorded_acknowledged_and_never_reach_a_handl
     assert [(j.status, j.attempts) for j in jobs] == [(Status.COMPLETE, 1)] * len(poison)
     assert deliver_spy.calls == []
     assert invite_spy.calls == []
-    async with sessions.read() as session:
-        rows = (await session.scalars(select(RejectedJob))).all()
+    rows = [row["RejectedJob"] for row in await sessions.all(select(RejectedJob))]
     mine = [r for r in rows if marker in r.body]
     assert len(mine) == len(poison)
     by_type = sorted(str(r.type) for r in mine)

@@ -43,8 +43,7 @@ def envelope(type: str, payload: dict[str, Any]) -> str:
 
 
 async def rejected_rows(sessions: Sessions, marker: str) -> list[RejectedJob]:
-    async with sessions.read() as session:
-        rows = (await session.scalars(select(RejectedJob))).all()
+    rows = [row["RejectedJob"] for row in await sessions.all(select(RejectedJob))]
     return [r for r in rows if marker in r.body]
 
 

@@ -147,8 +147,6 @@ async def test_an_unknown_nudge_type_is_logged_and_the_change_stands(
                 uow.nudge("run.exploded", uuid.uuid4())
     assert "nudge sink failed" in caplog.text
     assert pub.sent == 0
-    async with sessions.read() as session:
-        name = await session.scalar(
-            text("SELECT name FROM tenants WHERE id = :id"), {"id": tenant.id}
-        )
-    assert name == renamed
+    found = await sessions.one(text("SELECT name FROM tenants WHERE id = :id"), id=tenant.id)
+    assert found is not None
+    assert found["name"] == renamed

@@ -8,19 +8,34 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import event, text
 
 from outlive.app import build_app
 from outlive.config import Settings
+from outlive.db import drivers
 from outlive.db.tx import Sessions
 from tests.support import Api, TenantHandle
 
 
 @contextlib.asynccontextmanager
-async def _api_counting(settings: Settings) -> AsyncIterator[tuple[Api, list[str]]]:
-    """The API in process, with every statement its SQLAlchemy engine sends recorded."""
+async def _api_counting(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Api, list[str]]]:
+    """The API in process, with every statement it sends recorded: through its SQLAlchemy
+    engine, and on the raw asyncpg pool (the statements still run; they are only noted)."""
     app = build_app(settings, serve_web=False)
     statements: list[str] = []
+
+    def noted(run: Any) -> Any:
+        async def send(on: Any, statement: Any, params: Any) -> Any:
+            statements.append(statement.sql)
+            return await run(on, statement, params)
+
+        return send
+
+    for name in ("raw_one", "raw_all", "raw_execute"):
+        monkeypatch.setattr(drivers, name, noted(getattr(drivers, name)))
     async with app.router.lifespan_context(app):
 
         def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
@@ -48,11 +63,15 @@ async def _settled_runs(sessions: Sessions, tenant: TenantHandle, count: int) ->
 
 
 async def test_the_events_of_a_page_of_runs_are_one_statement(
-    settings: Settings, sessions: Sessions, tenant: TenantHandle, other_tenant: TenantHandle
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await _settled_runs(sessions, tenant, 12)
     await _settled_runs(sessions, other_tenant, 3)
-    async with _api_counting(settings) as (api, statements):
+    async with _api_counting(settings, monkeypatch) as (api, statements):
         data = await api.gql(
             """{ runs(first: 20) { edges { node { input
                   all: events { seq }  late: events(after: 2, first: 2) { seq data } } } } }""",
@@ -70,7 +89,11 @@ async def test_the_events_of_a_page_of_runs_are_one_statement(
 
 
 async def test_the_deliveries_of_every_endpoint_are_one_statement(
-    settings: Settings, sessions: Sessions, tenant: TenantHandle, other_tenant: TenantHandle
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async with sessions.unit() as uow:
         for owner, count in ((tenant, 6), (other_tenant, 2)):
@@ -85,7 +108,7 @@ async def test_the_deliveries_of_every_endpoint_are_one_statement(
                 ),
                 {"t": owner.id, "count": count},
             )
-    async with _api_counting(settings) as (api, statements):
+    async with _api_counting(settings, monkeypatch) as (api, statements):
         data = await api.gql(
             "{ webhookEndpoints { url deliveries(first: 2) { eventType status } } }",
             token=tenant.token,

@@ -24,11 +24,10 @@ START = "mutation($i: StartRunInput!) { startRun(input: $i) { created run { id }
 
 
 async def _count(sessions: Sessions, model: Any, tenant: TenantHandle) -> int:
-    async with sessions.read() as session:
-        found = await session.scalar(
-            select(func.count()).select_from(model).where(model.tenant_id == tenant.id)
-        )
-    return int(found or 0)
+    found = await sessions.one(
+        select(func.count().label("n")).select_from(model).where(model.tenant_id == tenant.id)
+    )
+    return int(found["n"]) if found is not None else 0
 
 
 def _limited(response: Any, within_s: int) -> None:

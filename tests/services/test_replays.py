@@ -11,7 +11,8 @@ from sqlalchemy import text
 
 from outlive.config import Settings
 from outlive.db.models import ReplayStatus
-from outlive.db.tx import Sessions
+from outlive.db.raw import prepare
+from outlive.db.tx import Db, Sessions
 from outlive.ids import TenantId
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue
@@ -22,6 +23,20 @@ from tests.support import TenantHandle
 
 def validate(agent: str, stored: Mapping[str, Any]) -> Mapping[str, Any]:
     return stored
+
+
+async def _linked_runs(db: Db, tenant: TenantHandle) -> int:
+    row = await db.one(
+        prepare(
+            text(
+                "SELECT count(*) AS n FROM runs"
+                " WHERE retried_from_id IS NOT NULL AND tenant_id = :t"
+            )
+        ),
+        t=tenant.id,
+    )
+    assert row is not None
+    return int(row["n"])
 
 
 async def test_a_duplicate_tick_does_nothing_and_replayed_runs_are_not_selected_again(
@@ -35,12 +50,14 @@ async def test_a_duplicate_tick_does_nothing_and_replayed_runs_are_not_selected_
     try:
         async with wired.unit() as uow:
             for agent in ("demo", "llm"):
-                await uow.session.execute(
+                await uow.execute(
                     text(
                         "INSERT INTO runs (tenant_id, agent, status, input, created_at)"
                         " VALUES (:t, :a, 'FAILED', CAST(:i AS jsonb), now() - interval '1 hour')"
                     ),
-                    {"t": tenant.id, "a": agent, "i": json.dumps({"turns": 1})},
+                    t=tenant.id,
+                    a=agent,
+                    i=json.dumps({"turns": 1}),
                 )
         async with wired.unit(tenant.id) as uow:
             replay = await replays.create_replay(
@@ -71,17 +88,8 @@ async def test_a_duplicate_tick_does_nothing_and_replayed_runs_are_not_selected_
             )
         assert second is not None
         assert (second.started, second.status) == (2, ReplayStatus.DONE)
-        async with wired.read() as session:
-            found = await replays.get_replay(session, TenantId(tenant.id), replay.id)
-            linked = (
-                await session.execute(
-                    text(
-                        "SELECT count(*) FROM runs"
-                        " WHERE retried_from_id IS NOT NULL AND tenant_id = :t"
-                    ),
-                    {"t": tenant.id},
-                )
-            ).scalar_one()
+        found = await replays.get_replay(wired, TenantId(tenant.id), replay.id)
+        linked = await _linked_runs(wired, tenant)
         assert found is not None
         assert found.processed == found.total == 2
         assert linked == 2  # exactly one new run per replayed run

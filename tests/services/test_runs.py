@@ -14,9 +14,10 @@ from tests.support import Api, NudgeWatch, TenantHandle
 
 
 async def _count_runs(sessions: Sessions, tenant: TenantHandle) -> int:
-    async with sessions.read() as session:
-        stmt = select(func.count()).select_from(Run).where(Run.tenant_id == tenant.id)
-        return int((await session.execute(stmt)).scalar_one())
+    stmt = select(func.count().label("n")).select_from(Run).where(Run.tenant_id == tenant.id)
+    row = await sessions.one(stmt)
+    assert row is not None
+    return int(row["n"])
 
 
 async def test_fifty_concurrent_starts_make_one_run(

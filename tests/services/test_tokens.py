@@ -20,7 +20,7 @@ async def _delete_row(sessions: Sessions, handle: TenantHandle) -> None:
     """Take the token away behind the cache's back (no announcement)."""
     assert handle.principal.token_id is not None
     async with sessions.unit() as uow:
-        await uow.session.execute(delete(ApiToken).where(ApiToken.id == handle.principal.token_id))
+        await uow.execute(delete(ApiToken).where(ApiToken.id == handle.principal.token_id))
 
 
 async def test_a_revoked_token_no_longer_authenticates(
@@ -46,7 +46,7 @@ async def test_an_expired_token_no_longer_authenticates(sessions: Sessions) -> N
     assert principal.expires_at is not None
     assert await authenticate(sessions, token) == principal
     async with sessions.unit() as uow:
-        await uow.session.execute(
+        await uow.execute(
             ApiToken.__table__.update()
             .where(ApiToken.id == principal.token_id)
             .values(expires_at=principal.expires_at - timedelta(hours=2))
@@ -63,8 +63,7 @@ async def test_a_token_lifetime_must_be_positive(sessions: Sessions) -> None:
 async def test_listing_tokens_never_shows_a_token(
     sessions: Sessions, tenant: TenantHandle, other_tenant: TenantHandle
 ) -> None:
-    async with sessions.read() as session:
-        mine = await tokens.list_tokens(session, tenant_slug=tenant.principal.tenant.slug)
+    mine = await tokens.list_tokens(sessions, tenant_slug=tenant.principal.tenant.slug)
     assert [t.id for t in mine] == [tenant.principal.token_id]
     assert mine[0].user == tenant.principal.user.email
     assert tenant.token not in repr(mine)
@@ -121,7 +120,7 @@ async def test_the_cache_never_answers_for_an_expired_token(sessions: Sessions) 
     cache = PrincipalCache(3600, is_live=lambda: True, wall_clock=lambda: now)
     assert await cache.authenticate(sessions, token) == principal
     async with sessions.unit() as uow:  # two hours later, as the database sees it
-        await uow.session.execute(
+        await uow.execute(
             ApiToken.__table__.update()
             .where(ApiToken.id == principal.token_id)
             .values(expires_at=principal.expires_at - timedelta(hours=2))

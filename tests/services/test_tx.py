@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from outlive.config import Settings
 from outlive.db.raw import create_pool, prepare
-from outlive.db.tx import PendingNudge, Sessions
+from outlive.db.tx import Db, PendingNudge, Sessions, StatementUnit, UnitOfWork
 from tests.support import TenantHandle
 
 
@@ -31,7 +31,7 @@ async def test_a_cancelled_caller_still_sends_what_its_commit_promised(
 
     async def step() -> None:
         async with wired.unit(tenant.id) as uow:
-            await uow.session.execute(text("SELECT 1"))
+            await uow.execute(text("SELECT 1"))
             uow.nudge("run.updated", tenant.id)
 
     task = asyncio.create_task(step())
@@ -62,7 +62,7 @@ async def test_a_statement_cancelled_in_flight_finishes_and_still_announces(
 
     async def step() -> None:
         async with wired.unit(tenant.id, single_statement=True) as uow:
-            row = await uow.fetchrow(slow)
+            row = await uow.one(slow)
             assert row is not None
             finished.append(row["marker"])
             uow.nudge("run.event", tenant.id)
@@ -85,3 +85,66 @@ async def test_a_statement_cancelled_in_flight_finishes_and_still_announces(
         await raw.close()
     assert finished == ["outlive-tx-test"]
     assert [n.type for n in sent] == ["run.event"]
+
+
+_ROWS = prepare(
+    text(
+        "SELECT n, CAST(:tag AS text) AS tag, CAST('{\"a\": 1}' AS jsonb) AS doc"
+        " FROM generate_series(1, 3) AS n ORDER BY n"
+    )
+)
+_TOUCH = prepare(text("UPDATE tenants SET name = name WHERE id = :tenant_id"))
+
+
+async def _answers(db: Db, tenant: TenantHandle) -> tuple[object, ...]:
+    one = await db.one(_ROWS, tag="x")
+    none = await db.one(prepare(text("SELECT 1 AS n WHERE false")))
+    rows = await db.all(_ROWS, tag="y")
+    touched = await db.execute(_TOUCH, tenant_id=tenant.id)
+    return (
+        dict(one) if one is not None else None,
+        none,
+        [dict(r) for r in rows],
+        touched,
+    )
+
+
+async def test_every_db_answers_the_same_whichever_driver_runs_it(
+    sessions: Sessions, settings: Settings, tenant: TenantHandle
+) -> None:
+    """Sessions, a single-statement unit and a transaction, on the raw pool and without it: one
+    interface, the same rows (by column name, JSON decoded) and the same row counts."""
+    assert settings.database_url is not None
+    answers = [await _answers(sessions, tenant)]  # no raw pool: SQLAlchemy sessions only
+    async with sessions.unit(tenant.id, single_statement=True) as statements:
+        answers.append(await _answers(statements, tenant))
+    pool = await create_pool(settings.database_url, max_size=2)
+    raw = Sessions(sessions.maker, autocommit_maker=sessions.autocommit_maker, raw=pool)
+    try:
+        answers.append(await _answers(raw, tenant))
+        async with raw.unit(tenant.id, single_statement=True) as statements:
+            answers.append(await _answers(statements, tenant))
+        async with raw.unit(tenant.id) as uow:
+            answers.append(await _answers(uow, tenant))
+    finally:
+        await pool.close()
+    expected = (
+        {"n": 1, "tag": "x", "doc": {"a": 1}},
+        None,
+        [{"n": n, "tag": "y", "doc": {"a": 1}} for n in (1, 2, 3)],
+        1,
+    )
+    assert answers == [expected] * 5
+
+
+async def test_a_single_statement_unit_has_no_session(
+    sessions: Sessions, settings: Settings, tenant: TenantHandle
+) -> None:
+    """Two writes in a unit that commits each statement on its own would not be atomic: such a
+    unit is a `StatementUnit`, which has no session to run them in (mypy rejects the attribute)."""
+    async with sessions.unit(tenant.id, single_statement=True) as statements:
+        assert isinstance(statements, StatementUnit)
+        assert not hasattr(statements, "session")
+    async with sessions.unit(tenant.id) as uow:
+        assert isinstance(uow, UnitOfWork)
+        assert await uow.one(prepare(text("SELECT 1 AS n"))) == {"n": 1}

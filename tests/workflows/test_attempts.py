@@ -19,8 +19,7 @@ async def run_to_the_end(
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
         started = await api.start_run(tenant.token, "demo", input)
         run = await watch.until(started["run"]["id"], settled)
-    async with sessions.read() as session:
-        events = await runs_service.list_events(session, run.id)
+    events = await runs_service.list_events(sessions, run.id)
     return run, events
 
 
@@ -110,8 +109,7 @@ async def test_cancelling_a_running_run_stops_it_before_its_next_turn(
         assert cancelled["cancelRequestedAt"]
         run = await watch.until(run_id, settled)
     assert run.status == "CANCELLED"
-    async with sessions.read() as session:
-        events = await runs_service.list_events(session, run.id)
+    events = await runs_service.list_events(sessions, run.id)
     types = [e.type for e in events]
     assert types[-1] == "cancelled"
     assert types.count("turn") < 1000

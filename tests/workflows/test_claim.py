@@ -12,7 +12,7 @@ from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
 from outlive.ids import RunId, TenantId
 from outlive.services import runs as runs_service
-from outlive.workflows.steps import claim_run, requeue_run
+from outlive.services.runs import claim_run, requeue_run
 from tests.support import TenantHandle
 
 LEASE_S = 30.0
@@ -42,23 +42,21 @@ async def new_run(sessions: Sessions, tenant: TenantHandle, agent: str = "demo")
 
 
 async def read(sessions: Sessions, tenant: TenantHandle, run_id: RunId) -> runs_service.RunRecord:
-    async with sessions.read() as session:
-        run = await runs_service.get_run(session, TenantId(tenant.id), run_id)
+    run = await runs_service.read_run(sessions, TenantId(tenant.id), run_id)
     assert run is not None
     return run
 
 
 async def expire_lease(sessions: Sessions, run_id: RunId) -> None:
     async with sessions.unit() as uow:
-        await uow.session.execute(
+        await uow.execute(
             text("UPDATE runs SET lease_expires_at = now() - interval '1 second' WHERE id = :id"),
-            {"id": run_id},
+            id=run_id,
         )
 
 
 async def events(sessions: Sessions, run_id: RunId) -> list[str]:
-    async with sessions.read() as session:
-        return [e.type for e in await runs_service.list_events(session, run_id)]
+    return [e.type for e in await runs_service.list_events(sessions, run_id)]
 
 
 async def test_a_settled_run_is_never_rewritten(sessions: Sessions, tenant: TenantHandle) -> None:

@@ -15,8 +15,8 @@ from outlive.db.models import RunStatus
 from outlive.db.tx import PendingNudge, Sessions
 from outlive.ids import RunId
 from outlive.services import runs as runs_service
+from outlive.services.runs import claim_run
 from outlive.workflows.runs import RetryLater, WorkflowDeps, run_attempt
-from outlive.workflows.steps import claim_run
 from tests.conftest import make_settings
 from tests.support import Servers, TenantHandle
 from tests.workflows.test_claim import expire_lease, read
@@ -95,8 +95,7 @@ async def start(sessions: Sessions, tenant: TenantHandle, params: dict[str, Any]
 
 
 async def timeline(sessions: Sessions, run_id: RunId) -> list[tuple[str, dict[str, Any]]]:
-    async with sessions.read() as session:
-        return [(e.type, e.data) for e in await runs_service.list_events(session, run_id)]
+    return [(e.type, e.data) for e in await runs_service.list_events(sessions, run_id)]
 
 
 async def deliver(deps: WorkflowDeps, run_id: RunId, control: Control | None = None) -> str:

@@ -11,17 +11,18 @@ from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.ids import RunId
 from outlive.jobs.queues import RUNS_QUEUE, create_queue
+from outlive.services.runs import claim_run
 from outlive.worker import WorkerHost
-from outlive.workflows.steps import claim_run
 from tests.conftest import make_settings
 from tests.support import Api, NudgeWatch, Servers, TenantHandle, settled
 
 
 async def _age(sessions: Sessions, run_id: str, seconds: float) -> None:
     async with sessions.unit() as uow:
-        await uow.session.execute(
+        await uow.execute(
             text("UPDATE runs SET updated_at = now() - make_interval(secs => :s) WHERE id = :id"),
-            {"s": seconds, "id": run_id},
+            s=seconds,
+            id=run_id,
         )
 
 
@@ -135,12 +136,13 @@ async def test_a_lost_worker_within_the_grace_is_left_to_the_queue(
 
 async def _age_lease(sessions: Sessions, run_id: str, *, seconds: float) -> None:
     async with sessions.unit() as uow:
-        await uow.session.execute(
+        await uow.execute(
             text(
                 "UPDATE runs SET lease_expires_at = now() - make_interval(secs => :s)"
                 " WHERE id = :id"
             ),
-            {"s": seconds, "id": run_id},
+            s=seconds,
+            id=run_id,
         )
 
 

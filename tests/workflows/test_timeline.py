@@ -9,8 +9,8 @@ import httpx
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.tx import Sessions
+from outlive.services.runs import claim_run
 from outlive.workflows.runs import AttemptContext, WorkflowDeps
-from outlive.workflows.steps import claim_run
 from tests.support import Api, TenantHandle
 from tests.workflows.test_claim import new_run
 

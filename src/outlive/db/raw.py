@@ -5,7 +5,8 @@ the few that run on every request or every run step (authentication, start, clai
 event, reading a run) are compiled once for asyncpg here and, in units that are a single
 statement, executed on a plain asyncpg pool: no session, no greenlet hop, no BEGIN/COMMIT. In a
 transactional unit the same statement runs through the SQLAlchemy session, so results are the
-same either way (the tests run both).
+same either way (the tests run both). Which one runs it is `outlive.db.tx`'s choice (the `Db`
+interface); a `Statement` is only the SQL, compiled once.
 """
 
 from __future__ import annotations
@@ -31,20 +32,6 @@ class Statement:
 
     def args(self, params: Mapping[str, Any]) -> list[Any]:
         return [params[name] for name in self.names]
-
-    async def fetchrow(
-        self, on: asyncpg.Pool | asyncpg.Connection, params: Mapping[str, Any]
-    ) -> Mapping[Any, Any] | None:
-        """Run on asyncpg (a pool or one of its connections): the first row, or None."""
-        row: Mapping[Any, Any] | None = await on.fetchrow(self.sql, *self.args(params))
-        return row
-
-    async def fetch(
-        self, on: asyncpg.Pool | asyncpg.Connection, params: Mapping[str, Any]
-    ) -> list[Mapping[Any, Any]]:
-        """Run on asyncpg: every row."""
-        rows: list[Mapping[Any, Any]] = await on.fetch(self.sql, *self.args(params))
-        return rows
 
 
 def prepare(clause: TextClause | TextualSelect) -> Statement:

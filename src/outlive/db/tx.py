@@ -18,6 +18,10 @@ happened, nothing is silently lost, and nothing ever runs inline instead. A job 
 re-enqueued when it is read, so an unreachable queue (or a process killed between the commit and
 the enqueue) loses nothing and fails nothing; such a job never makes the unit raise.
 
+Every statement runs through one interface, `Db` (`one`, `all`, `execute`), which `Sessions`,
+`StatementUnit` and `UnitOfWork` implement; which driver runs it (the raw asyncpg pool or the
+SQLAlchemy session of the transaction) is decided here, nowhere else.
+
 The nudge sink is chosen by the composition root: on the request path it schedules the publish
 in the background (never awaited on the response path); in a worker it is awaited.
 """
@@ -27,14 +31,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypeVar, overload
 from uuid import UUID
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from outlive.db import drivers
+from outlive.db.drivers import Query as Query
+from outlive.db.drivers import Row as Row
 from outlive.db.raw import Statement
 from outlive.errors import QueueUnavailable
 from outlive.telemetry import logs
@@ -42,6 +49,7 @@ from outlive.telemetry import logs
 log = logging.getLogger(__name__)
 
 AfterCommit = Callable[[], Awaitable[None]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,16 +102,29 @@ async def drop_nudges(_: Sequence[PendingNudge]) -> None:
     """The sink when realtime is not wired: nudges are optional by design."""
 
 
-class UnitOfWork:
-    def __init__(
-        self,
-        session: AsyncSession | None,
-        tenant_id: UUID | None,
-        sessions: Sessions,
-        raw: asyncpg.Connection | None = None,
-    ) -> None:
-        self._session = session
-        self._raw = raw
+class Db(Protocol):
+    """Where a statement runs: `Sessions` (outside any unit), `StatementUnit` and `UnitOfWork`.
+
+    The driver is the implementation's business: a prepared `Statement` runs on the raw asyncpg
+    pool when there is one and no transaction is open, through the SQLAlchemy session inside a
+    transaction. Parameters are by name; results come back as mappings by column name."""
+
+    async def one(self, statement: Statement, /, **params: Any) -> Row | None:
+        """The first row, or None when there is none."""
+
+    async def all(self, statement: Statement, /, **params: Any) -> list[Row]:
+        """Every row."""
+
+    async def execute(self, statement: Statement, /, **params: Any) -> int:
+        """Run it for its effect: the number of rows it touched."""
+
+
+class Unit:
+    """What every unit of work has: its tenant, the side effects it sends after its commit, and
+    the `Db` methods (over prepared statements). `StatementUnit` and `UnitOfWork` are the two
+    kinds; a function that works in either takes a `Unit`."""
+
+    def __init__(self, tenant_id: UUID | None, sessions: Sessions) -> None:
         self.tenant_id = tenant_id
         self.sessions = sessions
         self._after: list[AfterCommit] = []
@@ -112,29 +133,14 @@ class UnitOfWork:
         self._nudges: list[PendingNudge] = []
         self._cancelled = False  # a cancellation held back until the unit has announced its work
 
-    @property
-    def session(self) -> AsyncSession:
-        if self._session is None:
-            raise RuntimeError("a single-statement unit has no session: use fetchrow()")
-        return self._session
+    async def one(self, statement: Statement, /, **params: Any) -> Row | None:
+        raise NotImplementedError
 
-    async def fetchrow(self, statement: Statement, **params: Any) -> Mapping[Any, Any] | None:
-        """Run one prepared statement: on asyncpg directly in a single-statement unit, through
-        the session (inside its transaction) otherwise."""
-        if self._raw is not None:
-            # The statement commits itself: once sent, it finishes, and a cancellation that
-            # arrives meanwhile waits for the end of the unit, after its nudges and jobs went out.
-            running = asyncio.ensure_future(statement.fetchrow(self._raw, params))
-            try:
-                return await asyncio.shield(running)
-            except asyncio.CancelledError:
-                row = await running
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
-                self._cancelled = True
-                return row
-        return (await self.session.execute(statement.clause, params)).mappings().first()
+    async def all(self, statement: Statement, /, **params: Any) -> list[Row]:
+        raise NotImplementedError
+
+    async def execute(self, statement: Statement, /, **params: Any) -> int:
+        raise NotImplementedError
 
     def require_tenant(self) -> UUID:
         if self.tenant_id is None:
@@ -221,13 +227,92 @@ class UnitOfWork:
             log.warning("the jobs queue is unreachable; %d outbox row(s) wait", len(self._jobs))
 
 
+class StatementUnit(Unit):
+    """A unit whose statements each commit on their own (`Sessions.unit(single_statement=True)`):
+    on the raw asyncpg pool when there is one (no session, no BEGIN/COMMIT), on an autocommit
+    session otherwise. It takes prepared statements only and has no `session`: a unit that
+    writes twice must be a `UnitOfWork`."""
+
+    def __init__(
+        self,
+        tenant_id: UUID | None,
+        sessions: Sessions,
+        *,
+        raw: asyncpg.Connection | None = None,
+        session: AsyncSession | None = None,
+    ) -> None:
+        super().__init__(tenant_id, sessions)
+        self._raw = raw
+        self._session = session
+
+    async def _committed(self, running: asyncio.Future[T]) -> T:
+        """The statement commits itself: once sent, it finishes, and a cancellation that arrives
+        meanwhile waits for the end of the unit, after its nudges and jobs went out."""
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            result = await running
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            self._cancelled = True
+            return result
+
+    async def one(self, statement: Statement, /, **params: Any) -> Row | None:
+        if self._raw is not None:
+            return await self._committed(
+                asyncio.ensure_future(drivers.raw_one(self._raw, statement, params))
+            )
+        assert self._session is not None  # noqa: S101 (one of the two is always set)
+        return await drivers.session_one(self._session, statement, params)
+
+    async def all(self, statement: Statement, /, **params: Any) -> list[Row]:
+        if self._raw is not None:
+            return await self._committed(
+                asyncio.ensure_future(drivers.raw_all(self._raw, statement, params))
+            )
+        assert self._session is not None  # noqa: S101 (one of the two is always set)
+        return await drivers.session_all(self._session, statement, params)
+
+    async def execute(self, statement: Statement, /, **params: Any) -> int:
+        if self._raw is not None:
+            return await self._committed(
+                asyncio.ensure_future(drivers.raw_execute(self._raw, statement, params))
+            )
+        assert self._session is not None  # noqa: S101 (one of the two is always set)
+        return await drivers.session_execute(self._session, statement, params)
+
+
+class UnitOfWork(Unit):
+    """A transaction (`Sessions.unit()`): every statement runs in its session, committed once.
+
+    `session` is there for the ORM's own unit of work (`add`, `flush`, `get(..., with_for_update)`);
+    statements go through `one`, `all` and `execute`, which here also take any SQLAlchemy
+    statement."""
+
+    def __init__(self, session: AsyncSession, tenant_id: UUID | None, sessions: Sessions) -> None:
+        super().__init__(tenant_id, sessions)
+        self.session = session
+
+    async def one(self, statement: Query, /, **params: Any) -> Row | None:
+        return await drivers.session_one(self.session, statement, params)
+
+    async def all(self, statement: Query, /, **params: Any) -> list[Row]:
+        return await drivers.session_all(self.session, statement, params)
+
+    async def execute(self, statement: Query, /, **params: Any) -> int:
+        return await drivers.session_execute(self.session, statement, params)
+
+
 class Sessions:
     """The session factory every layer receives; built once by a composition root.
 
-    `unit()` is a transaction. `unit(single_statement=True)` and `read()` run on an autocommit
-    connection: no BEGIN/COMMIT round trips, which halves the cost of a one-statement write (a
-    claim, a timeline event, an idempotent insert-or-get) and of every read. A single statement
-    is atomic on its own; a unit that writes twice must stay a transaction.
+    It is a `Db` itself: `one`/`all`/`execute` outside any unit run on an autocommit connection
+    (the raw asyncpg pool for prepared statements). `unit()` is a transaction (`UnitOfWork`);
+    `unit(single_statement=True)` is a `StatementUnit`, whose statements commit on their own: no
+    BEGIN/COMMIT round trips, which halves the cost of a one-statement write (a claim, a timeline
+    event, an idempotent insert-or-get). A single statement is atomic on its own; a unit that
+    writes twice must stay a transaction.
     """
 
     def __init__(
@@ -264,46 +349,79 @@ class Sessions:
             admission=self._admit,
         )
 
-    async def fetchrow(self, statement: Statement, **params: Any) -> Mapping[Any, Any] | None:
-        """One read statement, outside any unit of work."""
-        if self.raw is not None:
-            return await statement.fetchrow(self.raw, params)
+    async def one(self, statement: Query, /, **params: Any) -> Row | None:
+        """One statement outside any unit of work (it commits itself): the first row or None."""
+        if self.raw is not None and isinstance(statement, Statement):
+            return await drivers.raw_one(self.raw, statement, params)
         async with self.autocommit_maker() as session:
-            return (await session.execute(statement.clause, params)).mappings().first()
+            return await drivers.session_one(session, statement, params)
 
-    async def fetch(self, statement: Statement, **params: Any) -> list[Mapping[Any, Any]]:
-        """One statement, outside any unit of work (it commits itself): every row."""
-        if self.raw is not None:
-            return await statement.fetch(self.raw, params)
+    async def all(self, statement: Query, /, **params: Any) -> list[Row]:
+        """One statement outside any unit of work (it commits itself): every row."""
+        if self.raw is not None and isinstance(statement, Statement):
+            return await drivers.raw_all(self.raw, statement, params)
         async with self.autocommit_maker() as session:
-            return list((await session.execute(statement.clause, params)).mappings().all())
+            return await drivers.session_all(session, statement, params)
 
-    @asynccontextmanager
-    async def unit(
+    async def execute(self, statement: Query, /, **params: Any) -> int:
+        """One statement outside any unit of work (it commits itself): the rows it touched."""
+        if self.raw is not None and isinstance(statement, Statement):
+            return await drivers.raw_execute(self.raw, statement, params)
+        async with self.autocommit_maker() as session:
+            return await drivers.session_execute(session, statement, params)
+
+    @overload
+    def unit(
+        self, tenant_id: UUID | None = None, *, single_statement: Literal[False] = False
+    ) -> AbstractAsyncContextManager[UnitOfWork]: ...
+
+    @overload
+    def unit(
+        self, tenant_id: UUID | None = None, *, single_statement: Literal[True]
+    ) -> AbstractAsyncContextManager[StatementUnit]: ...
+
+    def unit(
         self, tenant_id: UUID | None = None, *, single_statement: bool = False
-    ) -> AsyncIterator[UnitOfWork]:
+    ) -> AbstractAsyncContextManager[Unit]:
+        """A unit of work for `tenant_id`: a transaction (`UnitOfWork`), or with
+        `single_statement` a `StatementUnit` whose statements each commit on their own."""
         if tenant_id is not None:
             logs.bind(tenant_id=tenant_id)  # the log lines of this task say whose work it is
-        if single_statement and self.raw is not None:
+        return self._statements(tenant_id) if single_statement else self._transaction(tenant_id)
+
+    @asynccontextmanager
+    async def _transaction(self, tenant_id: UUID | None) -> AsyncIterator[UnitOfWork]:
+        async with self.maker() as session:
+            uow = UnitOfWork(session, tenant_id, self)
+            try:
+                yield uow
+            except BaseException:
+                await session.rollback()
+                raise
+            await session.commit()
+        await uow._after_commit_shielded()
+
+    @asynccontextmanager
+    async def _statements(self, tenant_id: UUID | None) -> AsyncIterator[StatementUnit]:
+        if self.raw is not None:
             async with self.raw.acquire() as connection:
-                uow = UnitOfWork(None, tenant_id, self, raw=connection)
-                yield uow  # each statement committed itself; an exception drops the side effects
+                unit = StatementUnit(tenant_id, self, raw=connection)
+                yield unit  # each statement committed itself; an exception drops the side effects
         else:
-            maker = self.autocommit_maker if single_statement else self.maker
-            async with maker() as session:
-                uow = UnitOfWork(session, tenant_id, self)
+            async with self.autocommit_maker() as session:
+                unit = StatementUnit(tenant_id, self, session=session)
                 try:
-                    yield uow
+                    yield unit
                 except BaseException:
                     await session.rollback()
                     raise
                 await session.commit()
-        await uow._after_commit_shielded()
-        if uow._cancelled:
+        await unit._after_commit_shielded()
+        if unit._cancelled:
             raise asyncio.CancelledError()
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncSession]:
-        """A session for reads only, in autocommit: each query sees the latest commits."""
-        async with self.autocommit_maker() as session:
-            yield session
+    async def read(self) -> AsyncIterator[Sessions]:
+        """TEMPORARY shim (resolvers still open one): the sessions themselves, a `Db`. Call
+        `one`/`all`/`execute` on `Sessions` instead; remove once no caller is left."""
+        yield self

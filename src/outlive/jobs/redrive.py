@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from pydantic import ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from outlive.db.models import RejectedJob
+from outlive.db.raw import prepare
 from outlive.db.tx import OnUnavailable, Sessions, UnitOfWork
 from outlive.jobs.envelopes import ENVELOPES, EnvelopeTypes
 from outlive.telemetry import metrics
@@ -53,40 +56,44 @@ class Redriven:
         return "sent" if self.sent_as else "invalid" if self.error else "skipped"
 
 
-def _record(r: RejectedJob) -> RejectedRecord:
+def _record(r: Mapping[str, Any]) -> RejectedRecord:
     return RejectedRecord(
-        id=r.id,
-        type=r.type,
-        error=r.error,
-        received_at=r.received_at,
-        redrive_attempts=r.redrive_attempts,
-        last_redrive_at=r.last_redrive_at,
-        redriven_at=r.redriven_at,
-        redriven_as=r.redriven_as,
+        id=r["id"],
+        type=r["type"],
+        error=r["error"],
+        received_at=r["received_at"],
+        redrive_attempts=r["redrive_attempts"],
+        last_redrive_at=r["last_redrive_at"],
+        redriven_at=r["redriven_at"],
+        redriven_as=r["redriven_as"],
     )
+
+
+_REJECTED = prepare(
+    text(
+        "SELECT * FROM rejected_jobs"
+        " WHERE (CAST(:include_redriven AS boolean) OR redriven_at IS NULL)"
+        " ORDER BY received_at DESC, id LIMIT :limit"
+    ).columns(*RejectedJob.__table__.c)
+)
+_PENDING_IDS = prepare(
+    text("SELECT id FROM rejected_jobs WHERE redriven_at IS NULL ORDER BY received_at, id")
+)
 
 
 async def list_rejected(
     sessions: Sessions, *, include_redriven: bool = False, limit: int = 50
 ) -> list[RejectedRecord]:
     """Newest first; by default only those not redriven yet."""
-    stmt = select(RejectedJob).order_by(RejectedJob.received_at.desc(), RejectedJob.id)
-    if not include_redriven:
-        stmt = stmt.where(RejectedJob.redriven_at.is_(None))
-    async with sessions.read() as session:
-        rows = await session.scalars(stmt.limit(max(0, min(limit, MAX_LIST))))
-        return [_record(r) for r in rows]
+    rows = await sessions.all(
+        _REJECTED, include_redriven=include_redriven, limit=max(0, min(limit, MAX_LIST))
+    )
+    return [_record(r) for r in rows]
 
 
 async def pending_ids(sessions: Sessions) -> list[UUID]:
     """Every rejected job not redriven yet, oldest first."""
-    async with sessions.read() as session:
-        found = await session.scalars(
-            select(RejectedJob.id)
-            .where(RejectedJob.redriven_at.is_(None))
-            .order_by(RejectedJob.received_at, RejectedJob.id)
-        )
-        return list(found)
+    return [UUID(str(r["id"])) for r in await sessions.all(_PENDING_IDS)]
 
 
 def envelope_text(body: str) -> str:

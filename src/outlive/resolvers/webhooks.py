@@ -55,8 +55,7 @@ async def redeliver_webhook(info: Info, delivery_id: strawberry.ID) -> WebhookDe
     ctx = info.context
     parsed = DeliveryId(parse_uuid(delivery_id, what="webhook delivery"))
     s = ctx.services
-    async with s.sessions.read() as session:
-        endpoint = await webhooks.delivery_endpoint(session, ctx.tenant_id, parsed)
+    endpoint = await webhooks.delivery_endpoint(s.sessions, ctx.tenant_id, parsed)
     await s.limiter.take(
         Bucket("redeliver", str(ctx.tenant_id), s.settings.rate_redeliver_webhook),
         Bucket("redeliver-to", str(endpoint), s.settings.rate_redeliver_webhook_endpoint),

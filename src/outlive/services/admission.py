@@ -8,12 +8,13 @@ never reaches the queue: saq's FIFO only ever holds a bounded number of each ten
 tenant that floods cannot push another tenant's work to the back of a long line. In effect the
 queue serves tenants round robin, in quanta of their caps (a larger cap is a larger weight).
 
-The only way in is a dispatch function (`outlive_dispatch_runs`, `outlive_dispatch_jobs`, in the
-migration): it locks the tenant's row, counts what is in flight with a fresh snapshot, and admits
-the oldest waiting rows up to the cap. Every place that frees a slot (a settle, a finished
-delivery or email) calls it after its commit, and so does every place that adds waiting work, so
-one of the two always sees the other: nothing waits for a slot that is free, and no two
-dispatchers hand out the same slot, however many processes there are.
+The only way in is a dispatch function (`outlive_dispatch_runs`, `outlive_dispatch_jobs`; their
+source is `outlive/db/functions/*.sql`, installed by migrations): it locks the tenant's row, counts
+what is in flight with a fresh snapshot, and admits the oldest waiting rows up to the cap. Every
+place that frees a slot (a settle, a finished delivery or email) calls it after its commit, and so
+does every place that adds waiting work, so one of the two always sees the other: nothing waits for
+a slot that is free, and no two dispatchers hand out the same slot, however many processes there
+are.
 
 One shortcut keeps the common case at one statement: a run can only wait when its tenant's cap is
 below the number of installed agents (there is at most one active run per tenant and agent), so
@@ -89,7 +90,7 @@ class TenantAdmission:
         """Admit the tenant's waiting runs up to its cap and enqueue them. Should the queue be
         unreachable, the runs it could not take go back to waiting (a later dispatch, or the next
         read, admits them again): a Redis outage delays a waiting run, it never fails one."""
-        rows = await self._sessions.fetch(
+        rows = await self._sessions.all(
             _DISPATCH_RUNS, tenant_id=tenant_id, default_cap=self.limits.max_running_runs
         )
         admitted = [RunId(row["id"]) for row in rows]
@@ -99,7 +100,7 @@ class TenantAdmission:
             except QueueUnavailable:
                 left = admitted[done:]
                 log.warning("%d admitted run(s) wait again: the queue is unreachable", len(left))
-                await self._sessions.fetch(_UNDISPATCH_RUNS, ids=left)
+                await self._sessions.execute(_UNDISPATCH_RUNS, ids=left)
                 return admitted[:done]
         return admitted
 
@@ -108,7 +109,7 @@ class TenantAdmission:
         the queue is unreachable, the deliveries go back to waiting (each is its own outbox) and
         the invitations are recorded FAILED (`QueueUnavailable` is raised, as `inviteMember`
         answers it)."""
-        rows = await self._sessions.fetch(
+        rows = await self._sessions.all(
             _DISPATCH_JOBS, tenant_id=tenant_id, default_cap=self.limits.max_inflight_jobs
         )
         admitted = [(str(row["kind"]), UUID(str(row["id"]))) for row in rows]
@@ -125,7 +126,7 @@ class TenantAdmission:
     async def _requeue_failed(self, tenant_id: TenantId, admitted: list[tuple[str, UUID]]) -> None:
         deliveries = [row_id for kind, row_id in admitted if kind == "webhook"]
         if deliveries:
-            await self._sessions.fetch(_UNDISPATCH_DELIVERIES, ids=deliveries)
+            await self._sessions.execute(_UNDISPATCH_DELIVERIES, ids=deliveries)
         for kind, row_id in admitted:
             if kind == "invitation":
                 async with self._sessions.unit(tenant_id) as uow:
@@ -147,9 +148,7 @@ async def waiting_reason(
     sessions: Sessions, *, default_cap: int, tenant_id: TenantId, run_id: RunId, created_at: Any
 ) -> str:
     """Why a run that was not admitted yet waits, and where it is in its tenant's line."""
-    row = await sessions.fetchrow(
-        _POSITION, tenant_id=tenant_id, run_id=run_id, created_at=created_at
-    )
+    row = await sessions.one(_POSITION, tenant_id=tenant_id, run_id=run_id, created_at=created_at)
     assert row is not None  # noqa: S101 (a SELECT of two subqueries returns one row)
     cap = default_cap if row["cap"] is None else row["cap"]
     return (

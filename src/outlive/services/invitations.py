@@ -16,18 +16,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import func, select, text, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import text
 
-from outlive.db.models import Invitation, InvitationStatus, Tenant
-from outlive.db.tx import UnitOfWork
+from outlive.db.models import Invitation, InvitationStatus
+from outlive.db.raw import prepare
+from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import QueueUnavailable
 from outlive.ids import InvitationId, TenantId, UserId
 from outlive.services.addresses import parse_address
@@ -60,19 +60,37 @@ class Outgoing:
     token: str
 
 
-def _record(i: Invitation) -> InvitationRecord:
+def _record(i: Mapping[str, Any]) -> InvitationRecord:
     return InvitationRecord(
-        id=InvitationId(i.id),
-        email=i.email,
-        status=InvitationStatus(i.status),
-        attempts=i.attempts,
-        last_error=i.last_error,
-        created_at=i.created_at,
-        sent_at=i.sent_at,
-        updated_at=i.updated_at,
-        tenant_id=TenantId(i.tenant_id),
-        dispatched_at=i.dispatched_at,
+        id=InvitationId(i["id"]),
+        email=i["email"],
+        status=InvitationStatus(i["status"]),
+        attempts=i["attempts"],
+        last_error=i["last_error"],
+        created_at=i["created_at"],
+        sent_at=i["sent_at"],
+        updated_at=i["updated_at"],
+        tenant_id=TenantId(i["tenant_id"]),
+        dispatched_at=i["dispatched_at"],
     )
+
+
+_COLUMNS = tuple(Invitation.__table__.c)
+# The partial index's predicate is a literal, never a bound parameter: under a generic plan a
+# parameter has no value, and PostgreSQL can no longer infer the index (test_generic_plans.py).
+_INSERT = prepare(
+    text(
+        "INSERT INTO invitations (tenant_id, invited_by, email, token_hash)"
+        " VALUES (:tenant_id, :invited_by, :email, :token_hash)"
+        " ON CONFLICT (tenant_id, email) WHERE status = 'PENDING' DO NOTHING RETURNING *"
+    ).columns(*_COLUMNS)
+)
+_PENDING = prepare(
+    text(
+        "SELECT * FROM invitations WHERE tenant_id = :tenant_id AND email = :email"
+        " AND status = 'PENDING'"
+    ).columns(*_COLUMNS)
+)
 
 
 async def invite(
@@ -81,41 +99,27 @@ async def invite(
     """A new PENDING invitation (queued to be sent), or the address's pending one, handed back."""
     tenant_id = uow.require_tenant()
     email = parse_address(email)  # one mailbox, normalized (services/addresses.py)
-    insert = (
-        pg_insert(Invitation)
-        .values(
-            tenant_id=tenant_id,
-            invited_by=invited_by,
-            email=email,
-            token_hash=hashlib.sha256(secrets.token_bytes(32)).digest(),  # replaced when sent
-        )
-        .on_conflict_do_nothing(
-            index_elements=["tenant_id", "email"],
-            index_where=text(f"status = '{InvitationStatus.PENDING.value}'"),
-        )
-        .returning(Invitation)
-    )
-    pending = select(Invitation).where(
-        Invitation.tenant_id == tenant_id,
-        Invitation.email == email,
-        Invitation.status == InvitationStatus.PENDING.value,
-    )
+    values = {
+        "tenant_id": tenant_id,
+        "invited_by": invited_by,
+        "email": email,
+        "token_hash": hashlib.sha256(secrets.token_bytes(32)).digest(),  # replaced when sent
+    }
     # The pending one can be sent between the two statements; then the insert wins next time.
     for _ in range(10):
-        invitation = (await uow.session.scalars(insert)).first()
-        if invitation is not None:
-            return _queue(uow, invitation)
-        existing = (await uow.session.scalars(pending)).first()
+        inserted = await uow.one(_INSERT, **values)
+        if inserted is not None:
+            return _queue(uow, _record(inserted))
+        existing = await uow.one(_PENDING, tenant_id=tenant_id, email=email)
         if existing is not None:
             return _record(existing)
     raise RuntimeError("could not insert or find the pending invitation")
 
 
-def _queue(uow: UnitOfWork, invitation: Invitation) -> InvitationRecord:
-    invitation_id = InvitationId(invitation.id)
-    uow.nudge("invitation.updated", invitation_id)
+def _queue(uow: UnitOfWork, invitation: InvitationRecord) -> InvitationRecord:
+    uow.nudge("invitation.updated", invitation.id)
     _dispatch_after_commit(uow, invitation.tenant_id, answer_unavailable=True)
-    return _record(invitation)
+    return invitation
 
 
 def _dispatch_after_commit(
@@ -149,37 +153,43 @@ async def record_unavailable(uow: UnitOfWork, invitation_id: UUID) -> None:
     )
 
 
-async def list_invitations(session: AsyncSession, tenant_id: TenantId) -> list[InvitationRecord]:
-    rows = await session.scalars(
-        select(Invitation)
-        .where(Invitation.tenant_id == tenant_id)
-        .order_by(Invitation.created_at.desc(), Invitation.id)
-        .limit(MAX_LIST)
+_INVITATIONS = prepare(
+    text(
+        "SELECT * FROM invitations WHERE tenant_id = :tenant_id"
+        " ORDER BY created_at DESC, id LIMIT :limit"
+    ).columns(*Invitation.__table__.c)
+)
+
+
+async def list_invitations(db: Db, tenant_id: TenantId) -> list[InvitationRecord]:
+    return [_record(r) for r in await db.all(_INVITATIONS, tenant_id=tenant_id, limit=MAX_LIST)]
+
+
+_TAKE_PENDING = prepare(
+    text(
+        "WITH taken AS (UPDATE invitations SET token_hash = :token_hash"
+        " WHERE id = :invitation_id AND status = 'PENDING' RETURNING tenant_id, email)"
+        " SELECT taken.tenant_id, taken.email, tenants.name AS tenant_name"
+        " FROM taken JOIN tenants ON tenants.id = taken.tenant_id"
     )
-    return [_record(i) for i in rows]
+)
 
 
 async def take_pending(uow: UnitOfWork, invitation_id: InvitationId) -> Outgoing | None:
     """The invitation to send, with a fresh one-time token (only its hash is stored)."""
     token = secrets.token_urlsafe(32)
-    row = (
-        await uow.session.execute(
-            update(Invitation)
-            .where(
-                Invitation.id == invitation_id, Invitation.status == InvitationStatus.PENDING.value
-            )
-            .values(token_hash=hashlib.sha256(token.encode()).digest())
-            .returning(Invitation.tenant_id, Invitation.email)
-        )
-    ).first()
+    row = await uow.one(
+        _TAKE_PENDING,
+        invitation_id=invitation_id,
+        token_hash=hashlib.sha256(token.encode()).digest(),
+    )
     if row is None:
         return None
-    name = await uow.session.scalar(select(Tenant.name).where(Tenant.id == row.tenant_id))
     return Outgoing(
         id=invitation_id,
-        tenant_id=TenantId(row.tenant_id),
-        email=row.email,
-        tenant_name=name or "",
+        tenant_id=TenantId(row["tenant_id"]),
+        email=row["email"],
+        tenant_name=row["tenant_name"] or "",
         token=token,
     )
 
@@ -197,15 +207,28 @@ def compose(outgoing: Outgoing, *, sender: str, public_url: str) -> EmailMessage
     return message
 
 
-async def record_attempt(uow: UnitOfWork, invitation_id: InvitationId, *, error: str) -> None:
-    tenant = await uow.session.scalar(
-        update(Invitation)
-        .where(Invitation.id == invitation_id, Invitation.status == InvitationStatus.PENDING.value)
-        .values(attempts=Invitation.attempts + 1, last_error=error, updated_at=func.now())
-        .returning(Invitation.tenant_id)
+_RECORD_ATTEMPT = prepare(
+    text(
+        "UPDATE invitations SET attempts = attempts + 1, last_error = :error, updated_at = now()"
+        " WHERE id = :invitation_id AND status = 'PENDING' RETURNING tenant_id"
     )
-    if tenant is not None:
-        uow.nudge("invitation.updated", invitation_id, tenant_id=tenant)
+)
+# SENT or FAILED, only from PENDING; a SENT one counts its attempt and its time.
+_FINISH = prepare(
+    text(
+        "UPDATE invitations SET status = CAST(:status AS text), updated_at = now(),"
+        " sent_at = CASE WHEN CAST(:status AS text) = 'SENT' THEN now() ELSE sent_at END,"
+        " attempts = attempts + CAST(CAST(:status AS text) = 'SENT' AS int),"
+        " last_error = coalesce(CAST(:error AS text), last_error)"
+        " WHERE id = :invitation_id AND status = 'PENDING' RETURNING tenant_id"
+    )
+)
+
+
+async def record_attempt(uow: UnitOfWork, invitation_id: InvitationId, *, error: str) -> None:
+    row = await uow.one(_RECORD_ATTEMPT, invitation_id=invitation_id, error=error)
+    if row is not None:
+        uow.nudge("invitation.updated", invitation_id, tenant_id=row["tenant_id"])
 
 
 async def finish(
@@ -218,20 +241,10 @@ async def finish(
 ) -> bool:
     """SENT or FAILED, only from PENDING: a redelivered job finds nothing to do. Its slot in the
     tenant's jobs cap is free then (`dispatch`: admit the next waiting one after the commit)."""
-    values: dict[str, Any] = {"status": status.value, "updated_at": func.now()}
-    if status is InvitationStatus.SENT:
-        values["sent_at"] = func.now()
-        values["attempts"] = Invitation.attempts + 1
-    if error is not None:
-        values["last_error"] = error
-    tenant = await uow.session.scalar(
-        update(Invitation)
-        .where(Invitation.id == invitation_id, Invitation.status == InvitationStatus.PENDING.value)
-        .values(**values)
-        .returning(Invitation.tenant_id)
-    )
-    if tenant is None:
+    row = await uow.one(_FINISH, invitation_id=invitation_id, status=status.value, error=error)
+    if row is None:
         return False
+    tenant = row["tenant_id"]
     uow.nudge("invitation.updated", invitation_id, tenant_id=tenant)
     if dispatch:
         _dispatch_after_commit(uow, tenant)
@@ -239,18 +252,20 @@ async def finish(
 
 
 EXPIRE_AFTER_DAYS = 7
-_EXPIRE = text(
-    """UPDATE invitations SET status = 'EXPIRED', updated_at = now() WHERE id IN (
-         SELECT id FROM invitations WHERE status IN ('PENDING', 'FAILED')
-           AND created_at < now() - make_interval(days => :days)
-         LIMIT :batch FOR UPDATE SKIP LOCKED)
-       RETURNING id, tenant_id"""
+_EXPIRE = prepare(
+    text(
+        """UPDATE invitations SET status = 'EXPIRED', updated_at = now() WHERE id IN (
+             SELECT id FROM invitations WHERE status IN ('PENDING', 'FAILED')
+               AND created_at < now() - make_interval(days => :days)
+             LIMIT :batch FOR UPDATE SKIP LOCKED)
+           RETURNING id, tenant_id"""
+    )
 )
 
 
 async def expire_batch(uow: UnitOfWork, *, batch: int = 500) -> int:
     """PENDING or FAILED invitations older than 7 days become EXPIRED (one batch)."""
-    rows = (await uow.session.execute(_EXPIRE, {"days": EXPIRE_AFTER_DAYS, "batch": batch})).all()
-    for invitation_id, tenant_id in rows:
-        uow.nudge("invitation.updated", invitation_id, tenant_id=tenant_id)
+    rows = await uow.all(_EXPIRE, days=EXPIRE_AFTER_DAYS, batch=batch)
+    for row in rows:
+        uow.nudge("invitation.updated", row["id"], tenant_id=row["tenant_id"])
     return len(rows)

@@ -30,7 +30,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import ReplayStatus, Run, RunReplay, RunStatus
-from outlive.db.tx import UnitOfWork
+from outlive.db.models.base import columns_of
+from outlive.db.raw import prepare
+from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import RunId, TenantId
 from outlive.services import runs
@@ -68,22 +70,22 @@ class ReplayRecord:
         return self.started + self.skipped
 
 
-def _record(r: RunReplay) -> ReplayRecord:
+def _record(r: Mapping[str, Any]) -> ReplayRecord:
     return ReplayRecord(
-        id=r.id,
-        status=ReplayStatus(r.status),
-        statuses=[RunStatus(s) for s in r.statuses],
-        agent=r.agent,
-        since=r.since,
-        rate=r.rate,
-        total=r.total,
-        started=r.started,
-        skipped=r.skipped,
-        waiting_for_run_id=r.waiting_for_run_id,
-        last_error=r.last_error,
-        created_at=r.created_at,
-        updated_at=r.updated_at,
-        finished_at=r.finished_at,
+        id=r["id"],
+        status=ReplayStatus(r["status"]),
+        statuses=[RunStatus(s) for s in r["statuses"]],
+        agent=r["agent"],
+        since=r["since"],
+        rate=r["rate"],
+        total=r["total"],
+        started=r["started"],
+        skipped=r["skipped"],
+        waiting_for_run_id=r["waiting_for_run_id"],
+        last_error=r["last_error"],
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        finished_at=r["finished_at"],
     )
 
 
@@ -95,7 +97,7 @@ async def retry_run(
 ) -> runs.StartedRun:
     """A new run with `run_id`'s agent and input, or the agent's active run handed back."""
     tenant_id = TenantId(uow.require_tenant())
-    source = await runs.get_run(uow.session, tenant_id, run_id)
+    source = await runs.read_run(uow, tenant_id, run_id)
     if source is None:
         raise NotFound(f"run {run_id} not found")
     params = validate(source.agent, source.input)
@@ -196,7 +198,7 @@ async def _insert_replay(session: AsyncSession, values: dict[str, Any]) -> Repla
         .returning(RunReplay)
     )
     row = (await session.scalars(stmt)).first()
-    return _record(row) if row is not None else None
+    return _record(columns_of(row)) if row is not None else None
 
 
 def _queue_tick(uow: UnitOfWork, replay_id: UUID, *, tick: int, delay_s: float) -> None:
@@ -252,7 +254,7 @@ async def advance_replay(
     uow.nudge("replay.updated", row.id)
     await uow.session.flush()
     await uow.session.refresh(row)
-    return _record(row)
+    return _record(columns_of(row))
 
 
 async def _start_batch(
@@ -329,33 +331,32 @@ async def cancel_replay(uow: UnitOfWork, replay_id: UUID) -> ReplayRecord:
         )
         .values(status=ReplayStatus.CANCELLED.value, finished_at=func.now(), updated_at=func.now())
     )
-    found = await get_replay(uow.session, TenantId(tenant_id), replay_id)
+    found = await get_replay(uow, TenantId(tenant_id), replay_id)
     if found is None:
         raise NotFound(f"replay {replay_id} not found")
     uow.nudge("replay.updated", replay_id)
     return found
 
 
-async def get_replay(
-    session: AsyncSession, tenant_id: TenantId, replay_id: UUID
-) -> ReplayRecord | None:
-    row = await session.scalar(
-        select(RunReplay)
-        .where(RunReplay.id == replay_id, RunReplay.tenant_id == tenant_id)
-        .execution_options(populate_existing=True)
+_REPLAY = prepare(
+    text("SELECT * FROM run_replays WHERE id = :replay_id AND tenant_id = :tenant_id").columns(
+        *RunReplay.__table__.c
     )
+)
+_REPLAYS = prepare(
+    text(
+        "SELECT * FROM run_replays WHERE tenant_id = :tenant_id"
+        " ORDER BY created_at DESC, id LIMIT :first"
+    ).columns(*RunReplay.__table__.c)
+)
+
+
+async def get_replay(db: Db, tenant_id: TenantId, replay_id: UUID) -> ReplayRecord | None:
+    row = await db.one(_REPLAY, replay_id=replay_id, tenant_id=tenant_id)
     return _record(row) if row is not None else None
 
 
-async def list_replays(
-    session: AsyncSession, tenant_id: TenantId, *, first: int
-) -> list[ReplayRecord]:
+async def list_replays(db: Db, tenant_id: TenantId, *, first: int) -> list[ReplayRecord]:
     if not 0 <= first <= MAX_REPLAYS_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_REPLAYS_PAGE}")
-    rows = await session.scalars(
-        select(RunReplay)
-        .where(RunReplay.tenant_id == tenant_id)
-        .order_by(RunReplay.created_at.desc(), RunReplay.id)
-        .limit(first)
-    )
-    return [_record(r) for r in rows]
+    return [_record(r) for r in await db.all(_REPLAYS, tenant_id=tenant_id, first=first)]

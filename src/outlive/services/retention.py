@@ -10,35 +10,40 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from outlive.db.raw import Statement, prepare
 from outlive.db.tx import Sessions
 
 BATCH = 500
 
-_PRUNE_RUNS = text(
-    """DELETE FROM runs WHERE id IN (
+_PRUNE_RUNS = prepare(
+    text(
+        """DELETE FROM runs WHERE id IN (
          SELECT id FROM runs WHERE status NOT IN ('QUEUED', 'RUNNING')
            AND finished_at < now() - make_interval(days => :days)
          LIMIT :batch FOR UPDATE SKIP LOCKED)"""
+    )
 )
-_PRUNE_DELIVERIES = text(
-    """DELETE FROM webhook_deliveries WHERE id IN (
+_PRUNE_DELIVERIES = prepare(
+    text(
+        """DELETE FROM webhook_deliveries WHERE id IN (
          SELECT id FROM webhook_deliveries WHERE status <> 'PENDING'
            AND created_at < now() - make_interval(days => :days)
          LIMIT :batch FOR UPDATE SKIP LOCKED)"""
+    )
 )
-_PRUNE_REJECTED = text(
-    """DELETE FROM rejected_jobs WHERE id IN (
+_PRUNE_REJECTED = prepare(
+    text(
+        """DELETE FROM rejected_jobs WHERE id IN (
          SELECT id FROM rejected_jobs WHERE received_at < now() - make_interval(days => :days)
          LIMIT :batch FOR UPDATE SKIP LOCKED)"""
+    )
 )
 
 
-async def _prune(sessions: Sessions, statement: object, days: int, batch: int) -> int:
+async def _prune(sessions: Sessions, statement: Statement, days: int, batch: int) -> int:
     total = 0
-    while True:
-        async with sessions.unit() as uow:
-            result = await uow.session.execute(statement, {"days": days, "batch": batch})  # type: ignore[call-overload]
-        deleted = int(result.rowcount or 0)
+    while True:  # each batch is one statement: atomic on its own, committed at once
+        deleted = await sessions.execute(statement, days=days, batch=batch)
         total += deleted
         if deleted < batch:
             return total

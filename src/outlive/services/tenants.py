@@ -9,11 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select, text, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import text
 
-from outlive.db.models import ApiToken, Tenant, User
 from outlive.db.raw import prepare
 from outlive.db.tx import Sessions, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
@@ -69,6 +66,28 @@ def check_slug(slug: str) -> str:
     return slug
 
 
+# Idempotent: the tenant and the user are created when missing, then read back (in a statement
+# of its own: a row a concurrent insert committed meanwhile is visible to the next snapshot only).
+_INSERT_TENANT = prepare(
+    text("INSERT INTO tenants (slug, name) VALUES (:slug, :slug) ON CONFLICT (slug) DO NOTHING")
+)
+_TENANT = prepare(text("SELECT id, slug, name FROM tenants WHERE slug = :slug"))
+_INSERT_USER = prepare(
+    text(
+        "INSERT INTO users (tenant_id, email) VALUES (:tenant_id, :email)"
+        " ON CONFLICT (tenant_id, email) DO NOTHING"
+    )
+)
+_USER = prepare(text("SELECT id, email FROM users WHERE tenant_id = :tenant_id AND email = :email"))
+_INSERT_TOKEN = prepare(
+    text(
+        "INSERT INTO api_tokens (tenant_id, user_id, token_hash, expires_at)"
+        " VALUES (:tenant_id, :user_id, :token_hash, now() + CAST(:expires_in AS interval))"
+        " RETURNING id, expires_at"
+    )
+)
+
+
 async def create_token(
     uow: UnitOfWork, *, tenant_slug: str, email: str, expires_in: timedelta | None = None
 ) -> tuple[Principal, str]:
@@ -77,36 +96,26 @@ async def create_token(
     slug, email = check_slug(tenant_slug), check_email(email)
     if expires_in is not None and expires_in <= timedelta(0):
         raise BadUserInput("a token's lifetime must be positive")
-    session = uow.session
-    await session.execute(
-        pg_insert(Tenant)
-        .values(slug=slug, name=slug)
-        .on_conflict_do_nothing(index_elements=["slug"])
-    )
-    tenant = (await session.execute(select(Tenant).where(Tenant.slug == slug))).scalar_one()
-    await session.execute(
-        pg_insert(User)
-        .values(tenant_id=tenant.id, email=email)
-        .on_conflict_do_nothing(index_elements=["tenant_id", "email"])
-    )
-    user = (
-        await session.execute(select(User).where(User.tenant_id == tenant.id, User.email == email))
-    ).scalar_one()
+    await uow.execute(_INSERT_TENANT, slug=slug)
+    tenant = await uow.one(_TENANT, slug=slug)
+    assert tenant is not None  # noqa: S101 (inserted, or there already)
+    await uow.execute(_INSERT_USER, tenant_id=tenant["id"], email=email)
+    user = await uow.one(_USER, tenant_id=tenant["id"], email=email)
+    assert user is not None  # noqa: S101 (inserted, or there already)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken(
-        tenant_id=tenant.id,
-        user_id=user.id,
+    row = await uow.one(
+        _INSERT_TOKEN,
+        tenant_id=tenant["id"],
+        user_id=user["id"],
         token_hash=hash_token(token),
-        expires_at=None if expires_in is None else func.now() + expires_in,
+        expires_in=expires_in,
     )
-    session.add(row)
-    await session.flush()
-    await session.refresh(row, ["expires_at"])
+    assert row is not None  # noqa: S101 (an INSERT … RETURNING returns its row)
     principal = Principal(
-        user=UserRecord(id=UserId(user.id), email=user.email),
-        tenant=TenantRecord(id=TenantId(tenant.id), slug=tenant.slug, name=tenant.name),
-        token_id=TokenId(row.id),
-        expires_at=row.expires_at,
+        user=UserRecord(id=UserId(user["id"]), email=user["email"]),
+        tenant=TenantRecord(id=TenantId(tenant["id"]), slug=tenant["slug"], name=tenant["name"]),
+        token_id=TokenId(row["id"]),
+        expires_at=row["expires_at"],
     )
     return principal, token
 
@@ -132,7 +141,7 @@ async def authenticate(sessions: Sessions, token: str) -> Principal | None:
     indexed lookup)."""
     if not is_token_shaped(token):
         return None
-    row = await sessions.fetchrow(_AUTHENTICATE, token_hash=hash_token(token))
+    row = await sessions.one(_AUTHENTICATE, token_hash=hash_token(token))
     if row is None:
         return None
     return Principal(
@@ -154,6 +163,19 @@ class TenantLimits:
     max_inflight_jobs: int | None
 
 
+# Only the caps named in a change are written (NULL: back to the deployment's default).
+_SET_LIMITS = prepare(
+    text(
+        "UPDATE tenants SET"
+        " max_running_runs = CASE WHEN CAST(:set_runs AS boolean)"
+        " THEN CAST(:runs AS int) ELSE max_running_runs END,"
+        " max_inflight_jobs = CASE WHEN CAST(:set_jobs AS boolean)"
+        " THEN CAST(:jobs AS int) ELSE max_inflight_jobs END"
+        " WHERE slug = :slug RETURNING id, slug, max_running_runs, max_inflight_jobs"
+    )
+)
+
+
 async def set_limits(
     uow: UnitOfWork, *, tenant_slug: str, changes: Mapping[str, int | None]
 ) -> TenantLimits:
@@ -164,24 +186,16 @@ async def set_limits(
         if value is not None and value < 1:
             raise BadUserInput(f"{name.replace('_', '-')} is a whole number of at least 1")
     slug = check_slug(tenant_slug)
-    values: dict[str, object] = {**changes} or {"slug": slug}  # no change: read them back
-    row = (
-        await uow.session.execute(
-            update(Tenant)
-            .where(Tenant.slug == slug)
-            .values(**values)
-            .returning(Tenant.id, Tenant.slug, Tenant.max_running_runs, Tenant.max_inflight_jobs)
-        )
-    ).first()
+    row = await uow.one(
+        _SET_LIMITS,
+        slug=slug,
+        set_runs="max_running_runs" in changes,
+        runs=changes.get("max_running_runs"),
+        set_jobs="max_inflight_jobs" in changes,
+        jobs=changes.get("max_inflight_jobs"),
+    )
     if row is None:
         raise NotFound(f"no tenant {tenant_slug!r}")
-    return TenantLimits(TenantId(row.id), row.slug, row.max_running_runs, row.max_inflight_jobs)
-
-
-async def list_limits(session: AsyncSession) -> list[TenantLimits]:
-    rows = await session.execute(
-        select(Tenant.id, Tenant.slug, Tenant.max_running_runs, Tenant.max_inflight_jobs).order_by(
-            Tenant.slug
-        )
+    return TenantLimits(
+        TenantId(row["id"]), row["slug"], row["max_running_runs"], row["max_inflight_jobs"]
     )
-    return [TenantLimits(TenantId(r.id), r.slug, r[2], r[3]) for r in rows]

@@ -13,15 +13,15 @@ for longer than the announcement takes to arrive.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import Select, func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import ARRAY, Uuid, bindparam, text
 
-from outlive.db.models import ApiToken, Tenant, User
-from outlive.db.tx import Sessions, UnitOfWork
+from outlive.db.raw import prepare
+from outlive.db.tx import Db, Sessions, UnitOfWork
 from outlive.ids import TokenId
 from outlive.services.tenants import Principal, authenticate, hash_token, is_token_shaped
 
@@ -40,44 +40,45 @@ class TokenRecord:
     revoked_at: datetime | None
 
 
-def _tokens() -> Select[ApiToken, str, str]:
-    return (
-        select(ApiToken, Tenant.slug, User.email)
-        .join(Tenant, Tenant.id == ApiToken.tenant_id)
-        .join(User, User.id == ApiToken.user_id)
+_TOKENS = (
+    "SELECT t.id, t.created_at, t.expires_at, t.revoked_at, s.slug AS tenant, u.email AS user"
+    " FROM api_tokens t JOIN tenants s ON s.id = t.tenant_id JOIN users u ON u.id = t.user_id"
+)
+_ALL_TOKENS = prepare(
+    text(
+        f"{_TOKENS} WHERE (CAST(:tenant_slug AS text) IS NULL OR s.slug = :tenant_slug)"
+        " ORDER BY t.created_at, t.id"
     )
+)
 
 
-def _record(token: ApiToken, slug: str, email: str) -> TokenRecord:
-    return TokenRecord(
-        id=TokenId(token.id),
-        tenant=slug,
-        user=email,
-        created_at=token.created_at,
-        expires_at=token.expires_at,
-        revoked_at=token.revoked_at,
-    )
-
-
-async def list_tokens(
-    session: AsyncSession, *, tenant_slug: str | None = None
-) -> list[TokenRecord]:
+async def list_tokens(db: Db, *, tenant_slug: str | None = None) -> list[TokenRecord]:
     """Every token (of one tenant, when given), oldest first."""
-    stmt = _tokens().order_by(ApiToken.created_at, ApiToken.id)
-    if tenant_slug is not None:
-        stmt = stmt.where(Tenant.slug == tenant_slug)
-    return [_record(t, slug, email) for t, slug, email in (await session.execute(stmt)).all()]
+    return [_record(r) for r in await db.all(_ALL_TOKENS, tenant_slug=tenant_slug)]
+
+
+def _record(r: Mapping[str, Any]) -> TokenRecord:
+    return TokenRecord(
+        id=TokenId(r["id"]),
+        tenant=r["tenant"],
+        user=r["user"],
+        created_at=r["created_at"],
+        expires_at=r["expires_at"],
+        revoked_at=r["revoked_at"],
+    )
+
+
+_REVOKE = prepare(
+    text("UPDATE api_tokens SET revoked_at = now() WHERE id = :token_id AND revoked_at IS NULL")
+)
+_TOKEN = prepare(text(f"{_TOKENS} WHERE t.id = :token_id"))
 
 
 async def revoke_token(uow: UnitOfWork, token_id: TokenId) -> TokenRecord | None:
     """Set `revoked_at` (once: revoking again keeps the first time); None for an unknown id."""
-    await uow.session.execute(
-        update(ApiToken)
-        .where(ApiToken.id == token_id, ApiToken.revoked_at.is_(None))
-        .values(revoked_at=func.now())
-    )
-    row = (await uow.session.execute(_tokens().where(ApiToken.id == token_id))).first()
-    return None if row is None else _record(row[0], row[1], row[2])
+    await uow.execute(_REVOKE, token_id=token_id)
+    row = await uow.one(_TOKEN, token_id=token_id)
+    return None if row is None else _record(row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,22 +167,16 @@ class PrincipalCache:
         self._by_token.clear()
 
 
-_VALID = (
-    select(ApiToken.id)
-    .where(ApiToken.revoked_at.is_(None))
-    .where((ApiToken.expires_at.is_(None)) | (ApiToken.expires_at > func.now()))
+_VALID = prepare(
+    text(
+        "SELECT id FROM api_tokens WHERE id = ANY(:token_ids) AND revoked_at IS NULL"
+        " AND (expires_at IS NULL OR expires_at > now())"
+    ).bindparams(bindparam("token_ids", type_=ARRAY(Uuid())))
 )
 
 
-async def still_valid(session: AsyncSession, token_ids: Collection[TokenId]) -> set[TokenId]:
+async def still_valid(db: Db, token_ids: Collection[TokenId]) -> set[TokenId]:
     """Those of `token_ids` that still work (not revoked, not expired, not deleted)."""
     if not token_ids:
         return set()
-    rows = await session.scalars(_VALID.where(ApiToken.id.in_(list(token_ids))))
-    return {TokenId(i) for i in rows}
-
-
-async def valid_tokens(sessions: Sessions, token_ids: Collection[TokenId]) -> set[TokenId]:
-    """`still_valid`, in a read of its own (the socket registry's periodic re-check)."""
-    async with sessions.read() as session:
-        return await still_valid(session, token_ids)
+    return {TokenId(r["id"]) for r in await db.all(_VALID, token_ids=list(token_ids))}

@@ -8,23 +8,24 @@ counts the days after the last rolled-up one (today, at least) live from `runs`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import func, select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import text
 
-from outlive.db.models import UsageRollup
-from outlive.db.tx import UnitOfWork
+from outlive.db.raw import prepare
+from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import BadUserInput
 from outlive.ids import TenantId
 
 ROLLUP_DAYS = 7
 MAX_DAYS = 366
 
-_ROLL_UP_DAY = text(
-    """
+_ROLL_UP_DAY = prepare(
+    text(
+        """
     WITH fresh AS (
         SELECT tenant_id, agent, status, count(*) AS count FROM runs
         WHERE created_at >= CAST(:day AS date) AT TIME ZONE 'UTC'
@@ -38,17 +39,29 @@ _ROLL_UP_DAY = text(
     SELECT tenant_id, :day, agent, status, count FROM fresh
     ON CONFLICT (tenant_id, day, agent, status) DO UPDATE SET count = EXCLUDED.count
     """
+    )
 )
-_ROLLED = text(
-    """SELECT to_char(day, 'YYYY-MM-DD') AS day, agent, status, count FROM usage_daily
-       WHERE tenant_id = :tenant_id AND day >= :since AND day <= :until"""
+_MARK_ROLLED = prepare(
+    text(
+        "INSERT INTO usage_rollups (day) VALUES (:day)"
+        " ON CONFLICT (day) DO UPDATE SET rolled_at = now()"
+    )
 )
-_LIVE = text(
-    """SELECT to_char((created_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS day, agent, status,
-              count(*) AS count
-       FROM runs
-       WHERE tenant_id = :tenant_id AND created_at >= CAST(:since AS date) AT TIME ZONE 'UTC'
-       GROUP BY 1, 2, 3"""
+_ROLLED_UNTIL = prepare(text("SELECT max(day) AS day FROM usage_rollups"))
+_ROLLED = prepare(
+    text(
+        """SELECT to_char(day, 'YYYY-MM-DD') AS day, agent, status, count FROM usage_daily
+           WHERE tenant_id = :tenant_id AND day >= :since AND day <= :until"""
+    )
+)
+_LIVE = prepare(
+    text(
+        """SELECT to_char((created_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS day, agent,
+                  status, count(*) AS count
+           FROM runs
+           WHERE tenant_id = :tenant_id AND created_at >= CAST(:since AS date) AT TIME ZONE 'UTC'
+           GROUP BY 1, 2, 3"""
+    )
 )
 
 
@@ -66,12 +79,8 @@ def utc_today() -> date:
 
 async def roll_up_day(uow: UnitOfWork, day: date) -> None:
     """Recompute one finished UTC day; idempotent."""
-    await uow.session.execute(_ROLL_UP_DAY, {"day": day})
-    await uow.session.execute(
-        pg_insert(UsageRollup)
-        .values(day=day)
-        .on_conflict_do_update(index_elements=["day"], set_={"rolled_at": func.now()})
-    )
+    await uow.execute(_ROLL_UP_DAY, day=day)
+    await uow.execute(_MARK_ROLLED, day=day)
 
 
 def days_to_roll_up(today: date, retention_days: int) -> list[date]:
@@ -80,23 +89,26 @@ def days_to_roll_up(today: date, retention_days: int) -> list[date]:
     return [today - timedelta(days=n) for n in range(span, 0, -1)]
 
 
+def _day(row: Mapping[str, Any]) -> UsageDay:
+    return UsageDay(day=row["day"], agent=row["agent"], status=row["status"], count=row["count"])
+
+
 async def usage(
-    session: AsyncSession, tenant_id: TenantId, *, days: int, today: date | None = None
+    db: Db, tenant_id: TenantId, *, days: int, today: date | None = None
 ) -> list[UsageDay]:
     if not 1 <= days <= MAX_DAYS:
         raise BadUserInput(f"days must be between 1 and {MAX_DAYS}")
     today = today or utc_today()
     since = today - timedelta(days=days - 1)
-    rolled_until = await session.scalar(select(func.max(UsageRollup.day)))
+    rolled = await db.one(_ROLLED_UNTIL)
+    rolled_until = None if rolled is None else rolled["day"]
     rows: list[UsageDay] = []
     live_since = since
     if rolled_until is not None and rolled_until >= since:
-        found = await session.execute(
-            _ROLLED, {"tenant_id": tenant_id, "since": since, "until": rolled_until}
-        )
-        rows += [UsageDay(*r) for r in found]
+        found = await db.all(_ROLLED, tenant_id=tenant_id, since=since, until=rolled_until)
+        rows += [_day(r) for r in found]
         live_since = rolled_until + timedelta(days=1)
     if live_since <= today:
-        found = await session.execute(_LIVE, {"tenant_id": tenant_id, "since": live_since})
-        rows += [UsageDay(*r) for r in found]
+        found = await db.all(_LIVE, tenant_id=tenant_id, since=live_since)
+        rows += [_day(r) for r in found]
     return sorted(rows, key=lambda u: (u.day, u.agent, u.status), reverse=False)

@@ -28,8 +28,7 @@ from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import TenantId
 from outlive.services.ports import InstanceState, RunInstances
-from outlive.services.runs import RunRecord, requeue_lost, settle_run
-from outlive.workflows.steps import MAX_LOST_ATTEMPTS
+from outlive.services.runs import MAX_LOST_ATTEMPTS, RunRecord, requeue_lost, settle_run
 
 log = logging.getLogger(__name__)
 

@@ -43,15 +43,18 @@ from outlive.db.tx import Sessions
 from outlive.errors import RetryableFault, RunCancelled, RunSuperseded
 from outlive.ids import RunId, TenantId
 from outlive.services.runs import (
+    MAX_ATTEMPTS,
+    MAX_LOST_ATTEMPTS,
     RunRecord,
     append_event,
+    claim_run,
     heartbeat,
     lease_left,
     read_run,
+    requeue_run,
     settle_run,
 )
 from outlive.telemetry.logs import ExpectedRetry
-from outlive.workflows.steps import MAX_ATTEMPTS, MAX_LOST_ATTEMPTS, claim_run, requeue_run
 
 log = logging.getLogger(__name__)
 

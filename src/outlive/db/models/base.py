@@ -34,3 +34,9 @@ def uuid_pk() -> Mapped[UUID]:
 
 def now_default() -> Mapped[datetime]:
     return mapped_column(server_default=func.now())
+
+
+def columns_of(row: Base) -> dict[str, Any]:
+    """A loaded ORM object as a mapping by column name: what `Db.one` returns for its table,
+    so one record builder serves both."""
+    return {c.key: getattr(row, c.key) for c in row.__table__.columns}

@@ -45,8 +45,7 @@ def create_client(
 
 async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
     delivery_id = DeliveryId(payload.delivery_id)
-    async with deps.sessions.read() as session:
-        outgoing = await webhooks.pending_delivery(session, delivery_id)
+    outgoing = await webhooks.pending_delivery(deps.sessions, delivery_id)
     if outgoing is None:
         return  # already delivered, given up, or its endpoint was deleted
     timeout = deps.settings.webhook_timeout_s

@@ -24,21 +24,19 @@ import hmac
 import json
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ARRAY, Uuid, cast, delete, func, select, true, update
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
-
-from outlive.db.models import DeliveryStatus, Tenant, WebhookDelivery, WebhookEndpoint
-from outlive.db.tx import UnitOfWork
+from outlive.db.models import DeliveryStatus
+from outlive.db.tx import Db, Unit, UnitOfWork
 from outlive.errors import BadUserInput, NotFound, QueueUnavailable
 from outlive.ids import DeliveryId, EndpointId, TenantId
 from outlive.services.destinations import check_url_shape, resolve_public
+from outlive.services.webhooks import queries
+from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE as SETTLED_DELIVERIES_CTE
 
 log = logging.getLogger(__name__)
 
@@ -132,37 +130,27 @@ async def create_endpoint(
     chosen = check_events(events)
     await resolve_public(url, allow_private=allow_private)
     # Creates of one tenant take turns from here to the commit: the count cannot go stale.
-    await uow.session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update())
-    count = await uow.session.scalar(
-        select(func.count())
-        .select_from(WebhookEndpoint)
-        .where(WebhookEndpoint.tenant_id == tenant_id)
-    )
-    if (count or 0) >= max_endpoints:
+    await uow.execute(queries.LOCK_TENANT, tenant_id=tenant_id)
+    count = await uow.one(queries.COUNT_ENDPOINTS, tenant_id=tenant_id)
+    if count is not None and count["n"] >= max_endpoints:
         raise BadUserInput(f"a tenant has at most {max_endpoints} webhook endpoints")
     secret = new_secret()
-    endpoint = WebhookEndpoint(tenant_id=tenant_id, url=url, secret=secret, events=chosen)
-    uow.session.add(endpoint)
-    await uow.session.flush()
-    return _endpoint(endpoint), secret
+    row = await uow.one(
+        queries.INSERT_ENDPOINT, tenant_id=tenant_id, url=url, secret=secret, events=chosen
+    )
+    assert row is not None  # noqa: S101 (an INSERT … RETURNING returns its row)
+    return _endpoint(row), secret
 
 
 async def delete_endpoint(uow: UnitOfWork, endpoint_id: EndpointId) -> bool:
-    result = await uow.session.execute(
-        delete(WebhookEndpoint)
-        .where(WebhookEndpoint.id == endpoint_id, WebhookEndpoint.tenant_id == uow.require_tenant())
-        .returning(WebhookEndpoint.id)
+    deleted = await uow.execute(
+        queries.DELETE_ENDPOINT, endpoint_id=endpoint_id, tenant_id=uow.require_tenant()
     )
-    return result.first() is not None
+    return deleted > 0
 
 
-async def list_endpoints(session: AsyncSession, tenant_id: TenantId) -> list[EndpointRecord]:
-    rows = await session.scalars(
-        select(WebhookEndpoint)
-        .where(WebhookEndpoint.tenant_id == tenant_id)
-        .order_by(WebhookEndpoint.created_at.desc(), WebhookEndpoint.id)
-    )
-    return [_endpoint(e) for e in rows]
+async def list_endpoints(db: Db, tenant_id: TenantId) -> list[EndpointRecord]:
+    return [_endpoint(row) for row in await db.all(queries.ENDPOINTS, tenant_id=tenant_id)]
 
 
 def check_deliveries_page(first: int) -> None:
@@ -170,85 +158,51 @@ def check_deliveries_page(first: int) -> None:
         raise BadUserInput(f"first must be between 0 and {MAX_DELIVERIES_PAGE}")
 
 
-async def list_deliveries(
-    session: AsyncSession, tenant_id: TenantId, endpoint_id: EndpointId, *, first: int
-) -> list[DeliveryRecord]:
-    found = await list_deliveries_of_endpoints(session, tenant_id, [endpoint_id], first=first)
-    return found[endpoint_id]
-
-
 async def list_deliveries_of_endpoints(
-    session: AsyncSession, tenant_id: TenantId, endpoint_ids: Sequence[EndpointId], *, first: int
+    db: Db, tenant_id: TenantId, endpoint_ids: Sequence[EndpointId], *, first: int
 ) -> dict[EndpointId, list[DeliveryRecord]]:
     """Each endpoint's newest `first` deliveries (one statement for all of them), scoped to the
     tenant: another tenant's endpoint id has none."""
     check_deliveries_page(first)
-    ids = (
-        func.unnest(cast(list(dict.fromkeys(endpoint_ids)), ARRAY(Uuid())))
-        .table_valued("id")
-        .render_derived()
-    )
-    newest = (
-        select(WebhookDelivery)
-        .where(WebhookDelivery.endpoint_id == ids.c.id, WebhookDelivery.tenant_id == tenant_id)
-        .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id)
-        .limit(first)
-        .lateral()
-    )
-    rows = await session.execute(
-        select(aliased(WebhookDelivery, newest)).select_from(ids).join(newest, true())
+    rows = await db.all(
+        queries.DELIVERIES_OF_ENDPOINTS,
+        endpoint_ids=list(dict.fromkeys(endpoint_ids)),
+        tenant_id=tenant_id,
+        first=first,
     )
     found: dict[EndpointId, list[DeliveryRecord]] = {e: [] for e in endpoint_ids}
-    for (delivery,) in rows:
-        found[EndpointId(delivery.endpoint_id)].append(_delivery(delivery))
+    for row in rows:
+        found[EndpointId(row["endpoint_id"])].append(_delivery(row))
     return found
 
 
-def _endpoint(e: WebhookEndpoint) -> EndpointRecord:
+def _endpoint(e: Mapping[str, Any]) -> EndpointRecord:
     return EndpointRecord(
-        id=EndpointId(e.id), url=e.url, events=list(e.events), created_at=e.created_at
+        id=EndpointId(e["id"]), url=e["url"], events=list(e["events"]), created_at=e["created_at"]
     )
 
 
-def _delivery(d: WebhookDelivery) -> DeliveryRecord:
+def _delivery(d: Mapping[str, Any]) -> DeliveryRecord:
     return DeliveryRecord(
-        id=DeliveryId(d.id),
-        endpoint_id=EndpointId(d.endpoint_id),
-        event_type=d.event_type,
-        status=DeliveryStatus(d.status),
-        attempts=d.attempts,
-        response_status=d.response_status,
-        last_error=d.last_error,
-        created_at=d.created_at,
-        delivered_at=d.delivered_at,
-        updated_at=d.updated_at,
-        tenant_id=TenantId(d.tenant_id),
-        dispatched_at=d.dispatched_at,
+        id=DeliveryId(d["id"]),
+        endpoint_id=EndpointId(d["endpoint_id"]),
+        event_type=d["event_type"],
+        status=DeliveryStatus(d["status"]),
+        attempts=d["attempts"],
+        response_status=d["response_status"],
+        last_error=d["last_error"],
+        created_at=d["created_at"],
+        delivered_at=d["delivered_at"],
+        updated_at=d["updated_at"],
+        tenant_id=TenantId(d["tenant_id"]),
+        dispatched_at=d["dispatched_at"],
     )
 
 
 # --- deliveries -------------------------------------------------------------------------------
 
 
-# One row per subscribed endpoint, written by the settling statement itself (a CTE over `moved`,
-# the settled run; see `services.runs.RunMove`): a settle and its deliveries commit together, in
-# one round trip. The body is what the job signs and POSTs, unchanged.
-SETTLED_DELIVERIES_CTE = """delivered AS (
-    INSERT INTO webhook_deliveries (endpoint_id, tenant_id, run_id, event_type, body)
-    SELECT e.id, m.tenant_id, m.id, m.event_type,
-           jsonb_build_object(
-               'type', m.event_type,
-               'timestamp', (to_jsonb(now() AT TIME ZONE 'UTC') #>> '{}') || '+00\\:00',
-               'data', jsonb_build_object(
-                   'runId', CAST(m.id AS text), 'agent', m.agent, 'status', m.status))
-    FROM (SELECT *, 'run.' || lower(status) AS event_type FROM moved) m
-    JOIN webhook_endpoints e ON e.tenant_id = m.tenant_id
-    WHERE m.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-      AND (cardinality(e.events) = 0 OR m.event_type = ANY(e.events))
-    RETURNING id)"""
-
-
-def announce_deliveries(uow: UnitOfWork, tenant_id: TenantId, delivery_ids: Sequence[UUID]) -> int:
+def announce_deliveries(uow: Unit, tenant_id: TenantId, delivery_ids: Sequence[UUID]) -> int:
     """After a settle wrote `delivery_ids` (waiting for the tenant's jobs cap): the tenant's
     waiting deliveries are admitted after the commit, each a `webhook.deliver.v1` job keyed by
     the delivery. The PENDING row is the outbox: a row whose job was never sent (the queue down,
@@ -261,7 +215,7 @@ def announce_deliveries(uow: UnitOfWork, tenant_id: TenantId, delivery_ids: Sequ
     return len(delivery_ids)
 
 
-def _dispatch_after_commit(uow: UnitOfWork, tenant_id: UUID) -> None:
+def _dispatch_after_commit(uow: Unit, tenant_id: UUID) -> None:
     admission = uow.sessions.admission
     if admission is None:
         raise RuntimeError("no admission is wired: deliveries are never sent inline")
@@ -275,31 +229,16 @@ def _dispatch_after_commit(uow: UnitOfWork, tenant_id: UUID) -> None:
     uow.after_commit(dispatch)
 
 
-async def pending_delivery(session: AsyncSession, delivery_id: DeliveryId) -> Outgoing | None:
-    row = (
-        await session.execute(
-            select(
-                WebhookDelivery.id,
-                WebhookDelivery.tenant_id,
-                WebhookEndpoint.url,
-                WebhookEndpoint.secret,
-                WebhookDelivery.body,
-            )
-            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
-            .where(
-                WebhookDelivery.id == delivery_id,
-                WebhookDelivery.status == DeliveryStatus.PENDING.value,
-            )
-        )
-    ).first()
+async def pending_delivery(db: Db, delivery_id: DeliveryId) -> Outgoing | None:
+    row = await db.one(queries.PENDING_DELIVERY, delivery_id=delivery_id)
     if row is None:
         return None
-    body = json.dumps(row.body, separators=(",", ":")).encode()
+    body = json.dumps(row["body"], separators=(",", ":")).encode()
     return Outgoing(
-        id=DeliveryId(row.id),
-        tenant_id=TenantId(row.tenant_id),
-        url=row.url,
-        secret=row.secret,
+        id=DeliveryId(row["id"]),
+        tenant_id=TenantId(row["tenant_id"]),
+        url=row["url"],
+        secret=row["secret"],
         body=body,
     )
 
@@ -312,22 +251,14 @@ async def record_attempt(
     error: str | None,
 ) -> None:
     """A try that did not succeed; the row stays PENDING for the next one."""
-    tenant = await uow.session.scalar(
-        update(WebhookDelivery)
-        .where(
-            WebhookDelivery.id == delivery_id,
-            WebhookDelivery.status == DeliveryStatus.PENDING.value,
-        )
-        .values(
-            attempts=WebhookDelivery.attempts + 1,
-            response_status=response_status,
-            last_error=error,
-            updated_at=func.now(),
-        )
-        .returning(WebhookDelivery.tenant_id)
+    row = await uow.one(
+        queries.RECORD_ATTEMPT,
+        delivery_id=delivery_id,
+        response_status=response_status,
+        error=error,
     )
-    if tenant is not None:
-        uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant)
+    if row is not None:
+        uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=row["tenant_id"])
 
 
 async def finish_delivery(
@@ -340,26 +271,17 @@ async def finish_delivery(
     count_attempt: bool = False,
 ) -> bool:
     """DELIVERED or FAILED, only from PENDING: a redelivered job finds nothing to do."""
-    values: dict[str, Any] = {"status": status.value, "updated_at": func.now()}
-    if count_attempt:
-        values["attempts"] = WebhookDelivery.attempts + 1
-    if response_status is not None:
-        values["response_status"] = response_status
-    if error is not None:
-        values["last_error"] = error
-    if status is DeliveryStatus.DELIVERED:
-        values["delivered_at"] = func.now()
-    tenant = await uow.session.scalar(
-        update(WebhookDelivery)
-        .where(
-            WebhookDelivery.id == delivery_id,
-            WebhookDelivery.status == DeliveryStatus.PENDING.value,
-        )
-        .values(**values)
-        .returning(WebhookDelivery.tenant_id)
+    row = await uow.one(
+        queries.FINISH_DELIVERY,
+        delivery_id=delivery_id,
+        status=status.value,
+        count_attempt=count_attempt,
+        response_status=response_status,
+        error=error,
     )
-    if tenant is None:
+    if row is None:
         return False
+    tenant = row["tenant_id"]
     uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant)
     _dispatch_after_commit(uow, tenant)  # its slot is free for the tenant's next delivery
     return True
@@ -368,18 +290,12 @@ async def finish_delivery(
 # --- redelivery (redeliverWebhook) -------------------------------------------------------------
 
 
-async def delivery_endpoint(
-    session: AsyncSession, tenant_id: TenantId, delivery_id: DeliveryId
-) -> EndpointId:
+async def delivery_endpoint(db: Db, tenant_id: TenantId, delivery_id: DeliveryId) -> EndpointId:
     """The endpoint of the tenant's delivery (redeliveries are rate-limited per endpoint)."""
-    found = await session.scalar(
-        select(WebhookDelivery.endpoint_id).where(
-            WebhookDelivery.id == delivery_id, WebhookDelivery.tenant_id == tenant_id
-        )
-    )
+    found = await db.one(queries.DELIVERY_ENDPOINT, tenant_id=tenant_id, delivery_id=delivery_id)
     if found is None:
         raise NotFound(f"webhook delivery {delivery_id} not found")
-    return EndpointId(found)
+    return EndpointId(found["endpoint_id"])
 
 
 async def redeliver(uow: UnitOfWork, delivery_id: DeliveryId) -> DeliveryRecord:
@@ -388,29 +304,11 @@ async def redeliver(uow: UnitOfWork, delivery_id: DeliveryId) -> DeliveryRecord:
     Its history stays: `attempts` keeps counting, `lastError` is replaced by the next try's. A
     PENDING delivery is already on its way and comes back unchanged, with no second job."""
     tenant_id = uow.require_tenant()
-    moved = await uow.session.scalar(
-        update(WebhookDelivery)
-        .where(
-            WebhookDelivery.id == delivery_id,
-            WebhookDelivery.tenant_id == tenant_id,
-            WebhookDelivery.status != DeliveryStatus.PENDING.value,
-        )
-        .values(
-            status=DeliveryStatus.PENDING.value,
-            delivered_at=None,
-            dispatched_at=None,  # waiting again: admitted under the tenant's jobs cap
-            updated_at=func.now(),
-        )
-        .returning(WebhookDelivery)
-    )
+    moved = await uow.one(queries.REDELIVER, delivery_id=delivery_id, tenant_id=tenant_id)
     if moved is not None:
-        announce_deliveries(uow, TenantId(tenant_id), [moved.id])
+        announce_deliveries(uow, TenantId(tenant_id), [moved["id"]])
         return _delivery(moved)
-    found = await uow.session.scalar(
-        select(WebhookDelivery).where(
-            WebhookDelivery.id == delivery_id, WebhookDelivery.tenant_id == tenant_id
-        )
-    )
+    found = await uow.one(queries.DELIVERY, delivery_id=delivery_id, tenant_id=tenant_id)
     if found is None:
         raise NotFound(f"webhook delivery {delivery_id} not found")
     return _delivery(found)

@@ -1,0 +1,216 @@
+"""Moving a run: the claim, heartbeats, timeline events, requeues and settles.
+
+The row is the claim, and the claim's lease lives in the row. A claim takes a run only when it is
+QUEUED (and admitted), or RUNNING with an expired lease (`lease_expires_at`): the attempt that
+holds a run extends its lease with every heartbeat and every timeline event, so a second delivery
+of the same run cannot claim it while the first is alive, whatever the queue does. Taking over an
+expired lease counts a lost attempt (`lost_attempts`) and writes a `lost` event before the
+`claimed` one. A retried step re-claims instead of fighting a lock, a settled row is never
+claimed again, and a live attempt is never claimed from under itself.
+
+Every write here is one statement of `queries` carrying the active-status predicate, and the
+writes of one attempt carry its `attempt` (the fencing token): a superseded attempt finds nothing
+to update, and gets None back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from outlive.db.models import RunStatus
+from outlive.db.tx import Unit
+from outlive.errors import NotFound
+from outlive.ids import RunId, TenantId
+from outlive.services import webhooks
+from outlive.services.runs import queries
+from outlive.services.runs.queries import Move
+from outlive.services.runs.reads import read_run
+from outlive.services.runs.records import SETTLED_STATUSES, RunRecord, as_json, to_record
+from outlive.telemetry import logs, metrics
+
+MAX_ATTEMPTS = 3  # execute has two retries
+MAX_LOST_ATTEMPTS = 3  # a run whose worker dies this many times fails: it may be what kills it
+
+
+def dispatch_after_commit(uow: Unit, tenant_id: TenantId) -> None:
+    """After the commit, admit the tenant's waiting runs up to its cap (and enqueue them)."""
+    admission = uow.sessions.admission
+    if admission is None:
+        raise RuntimeError("no admission is wired: a waiting run is never started inline")
+
+    async def dispatch() -> None:
+        await admission.dispatch_runs(tenant_id)
+
+    uow.after_commit(dispatch)
+
+
+async def move_run(uow: Unit, move: Move, **params: Any) -> RunRecord | None:
+    """Execute `move` for `params["run_id"]`; the moved run, or None when the predicate matched
+    nothing. Nudges `run.event` (and `run.updated` when the move changes the run)."""
+    row = await uow.one(move.statement, **params)
+    if row is None:
+        return None
+    return _announce(uow, row, changes_run=move.changes_run, may_settle=move.may_settle)
+
+
+def _announce(
+    uow: Unit, row: Mapping[str, Any], *, changes_run: bool, may_settle: bool
+) -> RunRecord:
+    run = to_record(row)
+    logs.bind(tenant_id=run.tenant_id, run_id=run.id, agent=run.agent)
+    if run.status in SETTLED_STATUSES:
+        metrics.RUNS_SETTLED.labels(run.agent, run.status.value).inc()
+    if changes_run:
+        uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
+    uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
+    if may_settle:
+        webhooks.announce_deliveries(uow, run.tenant_id, row["delivery_ids"] or ())
+        admission = uow.sessions.admission
+        if (
+            not run.is_active
+            and run.dispatched_at is not None
+            and admission is not None
+            and admission.runs_capped(row["tenant_max_running"])
+        ):  # it held one of its tenant's slots: the next waiting run may have it
+            dispatch_after_commit(uow, run.tenant_id)
+    return run
+
+
+async def claim_run(uow: Unit, run_id: RunId, *, lease_s: float) -> RunRecord | None:
+    """Take the run for a new attempt holding a lease of `lease_s`; None means it was cancelled
+    or settled before this one, or another attempt holds it under a live lease. The unit's
+    tenant becomes the run's."""
+    row = await uow.one(queries.CLAIM, run_id=run_id, lease=lease_s)
+    if row is None:
+        return None
+    run = _announce(uow, row, changes_run=True, may_settle=False)
+    uow.tenant_id = run.tenant_id
+    return run
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """What a heartbeat found: the attempt still holds the run; whether a cancel was asked."""
+
+    cancel_requested: bool
+
+
+async def heartbeat(uow: Unit, run_id: RunId, *, attempt: int, lease_s: float) -> Beat | None:
+    """Extend `attempt`'s lease; None when it no longer holds the run (settled or taken over)."""
+    row = await uow.one(queries.HEARTBEAT, run_id=run_id, attempt=attempt, lease=lease_s)
+    return None if row is None else Beat(cancel_requested=row["cancel_requested_at"] is not None)
+
+
+async def settle_run(
+    uow: Unit,
+    run_id: RunId,
+    status: RunStatus,
+    *,
+    output: Any = None,
+    error: str | None = None,
+    attempt: int | None = None,
+    stale_before_s: float | None = None,
+    lost_before_s: float | None = None,
+    event_data: Mapping[str, Any] | None = None,
+) -> RunRecord | None:
+    """The terminal write. Returns None when the predicate found nothing to settle.
+
+    `attempt` fences the write on that attempt; `stale_before_s` only settles a row that has not
+    been updated for that long and holds no live lease (reconcile: a lost instance);
+    `lost_before_s` (with `attempt`) only settles a RUNNING run whose lease expired that long ago
+    (reconcile: a lost worker)."""
+    if status not in SETTLED_STATUSES:
+        raise ValueError(f"{status} is not a settled status")
+    data = dict(event_data or {})
+    if error is not None:
+        data.setdefault("error", error)
+    params: dict[str, Any] = {
+        "run_id": run_id,
+        "status": status.value,
+        "output": as_json(output),
+        "error": error,
+        "data": json.dumps(data),
+    }
+    move = queries.SETTLE
+    if attempt is not None and lost_before_s is not None:
+        move, params["attempt"], params["grace"] = queries.SETTLE_LOST, attempt, lost_before_s
+    elif attempt is not None:
+        move, params["attempt"] = queries.SETTLE_ATTEMPT, attempt
+    elif stale_before_s is not None:
+        move, params["grace"] = queries.SETTLE_STALE, stale_before_s
+    return await move_run(uow, move, **params)
+
+
+async def requeue_lost(uow: Unit, run: RunRecord, *, grace_s: float) -> RunRecord | None:
+    """A RUNNING run whose lease expired more than `grace_s` ago: its worker was lost and nothing
+    re-delivered it. Back to QUEUED with a `lost` event, the attempt counted as lost; None when
+    the run moved meanwhile."""
+    return await move_run(
+        uow,
+        queries.LOST,
+        run_id=run.id,
+        attempt=run.attempt,
+        grace=grace_s,
+        data=json.dumps({"attempt": run.attempt, "reason": "its lease expired; re-enqueued"}),
+    )
+
+
+async def requeue_run(
+    uow: Unit,
+    run: RunRecord,
+    *,
+    event: str,
+    data: dict[str, Any],
+    give_back_attempt: bool = False,
+) -> RunRecord | None:
+    """RUNNING → QUEUED for this attempt: a scheduled retry, or a release at a graceful stop.
+
+    While QUEUED a cancel settles the run at once. `give_back_attempt` undoes this attempt's
+    count (a worker that is shutting down did not use up one of the run's retries).
+    """
+    return await move_run(
+        uow,
+        queries.RELEASE if give_back_attempt else queries.REQUEUE,
+        run_id=run.id,
+        attempt=run.attempt,
+        type=event,
+        data=json.dumps({"attempt": run.attempt, **data}),
+    )
+
+
+async def cancel_run(uow: Unit, run_id: RunId) -> RunRecord:
+    """QUEUED settles CANCELLED at once; RUNNING gets `cancel_requested_at`. Idempotent."""
+    tenant_id = TenantId(uow.require_tenant())
+    run = await move_run(uow, queries.CANCEL, run_id=run_id, tenant_id=tenant_id)
+    if run is not None:
+        return run
+    current = await read_run(uow, tenant_id, run_id)
+    if current is None:
+        raise NotFound(f"run {run_id} not found")
+    return current
+
+
+async def append_event(
+    uow: Unit,
+    run_id: RunId,
+    type: str,
+    data: Mapping[str, Any],
+    *,
+    attempt: int,
+    lease_s: float,
+) -> RunRecord | None:
+    """Append to an active run's timeline on behalf of `attempt`, extending its lease: the run as
+    it is now (its `event_seq` is the new event's seq), or None when `attempt` no longer holds
+    the run."""
+    return await move_run(
+        uow,
+        queries.APPEND,
+        run_id=run_id,
+        attempt=attempt,
+        lease=lease_s,
+        type=type,
+        data=json.dumps(dict(data)),
+    )

@@ -1,0 +1,206 @@
+"""Every statement of the runs slice, built once at import: prepared `Statement` constants.
+
+Every statement that moves a run (`Move`) carries the active-status predicate (`ACTIVE`), with
+literal values, never bind parameters: the planner must see that it implies the partial unique
+index's predicate (for ON CONFLICT and for using the index), including in the generic plans of
+prepared statements. Writes made on behalf of one attempt also carry `attempt = :attempt`, the
+fencing token.
+
+Timeline events are appended in the same statement that bumps `runs.event_seq` (a data-modifying
+CTE), which keeps `seq` gap-free under concurrent emitters and makes "settle + its timeline event"
+one atomic write. The SQL below is assembled from this module's constants only, at import; every
+value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import ARRAY, Uuid, bindparam, column, text
+
+from outlive.db.models import Run, RunEvent
+from outlive.db.raw import Statement, prepare
+from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE
+
+ACTIVE = "status IN ('QUEUED', 'RUNNING')"
+RUN_COLUMNS = tuple(Run.__table__.c)
+LEASE_EXPIRED = "coalesce(lease_expires_at, '-infinity') < now()"
+# The lease of the attempt holding a RUNNING run, extended by its heartbeats and its events.
+_LEASE = "lease_expires_at = now() + make_interval(secs => :lease), heartbeat_at = now()"
+
+# --- starting and reading ---------------------------------------------------------------------
+
+# Admitted at once when its tenant's cap is at least the number of agents (it can never be
+# exceeded then: one active run per agent); otherwise written waiting for a dispatch.
+INSERT_RUN = prepare(
+    text(
+        "INSERT INTO runs (tenant_id, agent, input, retried_from_id, dispatched_at)"
+        " VALUES (:tenant_id, :agent, CAST(:input AS jsonb), :retried_from_id, CASE WHEN coalesce("
+        "(SELECT max_running_runs FROM tenants WHERE id = :tenant_id), :default_cap) >= :agents"
+        " THEN now() END)"
+        f" ON CONFLICT (tenant_id, agent) WHERE {ACTIVE} DO NOTHING RETURNING *"
+    ).columns(*RUN_COLUMNS)
+)
+ACTIVE_RUN = prepare(
+    text(
+        f"SELECT * FROM runs WHERE tenant_id = :tenant_id AND agent = :agent AND {ACTIVE}"
+    ).columns(*RUN_COLUMNS)
+)
+GET_RUN = prepare(
+    text("SELECT * FROM runs WHERE id = :run_id AND tenant_id = :tenant_id").columns(*RUN_COLUMNS)
+)
+LEASE_LEFT = prepare(
+    text(
+        "SELECT status, dispatched_at, extract(epoch FROM lease_expires_at - now()) AS left_s"
+        " FROM runs WHERE id = :run_id"
+    )
+)
+RUNS_PAGE = prepare(
+    text(
+        "SELECT * FROM runs WHERE tenant_id = :tenant_id"
+        " AND (CAST(:after_at AS timestamptz) IS NULL"
+        " OR (created_at, id) < (CAST(:after_at AS timestamptz), CAST(:after_id AS uuid)))"
+        " AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
+        " AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))"
+        " ORDER BY created_at DESC, id DESC LIMIT :limit"
+    ).columns(*RUN_COLUMNS)
+)
+EVENTS = prepare(
+    text(
+        "SELECT seq, type, data, at FROM run_events WHERE run_id = :run_id AND seq > :after"
+        " ORDER BY seq LIMIT :first"
+    ).columns(RunEvent.seq, RunEvent.type, RunEvent.data, RunEvent.at)
+)
+# Each run's events in one statement, however many runs (`services.timelines`).
+EVENTS_OF_RUNS = prepare(
+    text(
+        "SELECT e.run_id, e.seq, e.type, e.data, e.at"
+        " FROM unnest(:run_ids) AS r(id)"
+        " CROSS JOIN LATERAL (SELECT run_id, seq, type, data, at FROM run_events"
+        "   WHERE run_id = r.id AND seq > :after ORDER BY seq LIMIT :first) e"
+    )
+    .bindparams(bindparam("run_ids", type_=ARRAY(Uuid())))
+    .columns(RunEvent.run_id, RunEvent.seq, RunEvent.type, RunEvent.data, RunEvent.at)
+)
+
+# --- moving a run: every write below carries the predicate -------------------------------------
+
+
+@dataclass(frozen=True)
+class Move:
+    """A conditional UPDATE of one run and its timeline event, as one prepared statement (built
+    by `move`, at import). `changes_run`: the run's visible state changes (nudge `run.updated`);
+    `may_settle`: it can settle the run, so it also writes the settle's webhook deliveries and
+    returns `delivery_ids` and `tenant_max_running`."""
+
+    statement: Statement
+    changes_run: bool
+    may_settle: bool
+
+
+def move(
+    sets: str,
+    where: str = "",
+    *,
+    event_type: str = ":type",
+    event_data: str = "CAST(:data AS jsonb)",
+    changes_run: bool = True,
+    may_settle: bool = False,
+) -> Move:
+    """`sets` and `where` are SQL over `runs`; `event_type` and `event_data` SQL over the updated
+    row. The statement always carries `id = :run_id AND status IN ('QUEUED', 'RUNNING')`."""
+    sets = ", ".join(p for p in (sets, "event_seq = event_seq + 1, updated_at = now()") if p)
+    where = f"id = :run_id AND {ACTIVE}" + (f" AND {where}" if where else "")
+    deliveries, delivery_ids, columns = "", "", RUN_COLUMNS
+    if may_settle:
+        deliveries = f",\n{SETTLED_DELIVERIES_CTE}"
+        delivery_ids = (
+            ", ARRAY(SELECT id FROM delivered) AS delivery_ids, (SELECT max_running_runs"
+            " FROM tenants WHERE id = moved.tenant_id) AS tenant_max_running"
+        )
+        columns = (*RUN_COLUMNS, column("delivery_ids"), column("tenant_max_running"))
+    sql = f"""WITH moved AS (UPDATE runs SET {sets} WHERE {where} RETURNING *),
+        appended AS (INSERT INTO run_events (run_id, seq, type, data)
+                     SELECT id, event_seq, {event_type}, {event_data} FROM moved)
+        {deliveries}
+        SELECT moved.*{delivery_ids} FROM moved"""
+    return Move(prepare(text(sql).columns(*columns)), changes_run, may_settle)
+
+
+_SETTLE = (
+    "status = :status, output = CAST(:output AS jsonb), error = :error, finished_at = now(), "
+    "lease_expires_at = NULL"
+)
+_LOST_LONG_AGO = (
+    "status = 'RUNNING' AND attempt = :attempt"
+    " AND coalesce(lease_expires_at, '-infinity') < now() - make_interval(secs => :grace)"
+)
+_SETTLED_EVENT = "lower(status)"
+SETTLE = move(_SETTLE, event_type=_SETTLED_EVENT, may_settle=True)
+SETTLE_ATTEMPT = move(_SETTLE, "attempt = :attempt", event_type=_SETTLED_EVENT, may_settle=True)
+SETTLE_STALE = move(  # an instance lost (reconcile): never a run whose attempt is alive
+    _SETTLE,
+    "updated_at < now() - make_interval(secs => :grace)"
+    f" AND (status = 'QUEUED' OR {LEASE_EXPIRED})",
+    event_type=_SETTLED_EVENT,
+    may_settle=True,
+)
+SETTLE_LOST = move(_SETTLE, _LOST_LONG_AGO, event_type=_SETTLED_EVENT, may_settle=True)
+LOST = move(  # a worker lost long ago (reconcile): back to QUEUED, the attempt counted as lost
+    "status = 'QUEUED', lease_expires_at = NULL, lost_attempts = lost_attempts + 1",
+    _LOST_LONG_AGO,
+    event_type="'lost'",
+)
+CANCEL = move(
+    "status = CASE WHEN status = 'QUEUED' THEN 'CANCELLED' ELSE status END, "
+    "finished_at = CASE WHEN status = 'QUEUED' THEN now() ELSE finished_at END, "
+    "cancel_requested_at = coalesce(cancel_requested_at, now())",
+    "tenant_id = :tenant_id AND (status = 'QUEUED' OR cancel_requested_at IS NULL)",
+    event_type="CASE WHEN status = 'CANCELLED' THEN 'cancelled' ELSE 'cancel_requested' END",
+    event_data="'{}'::jsonb",
+    may_settle=True,  # a QUEUED run settles CANCELLED at once
+)
+APPEND = move(_LEASE, "attempt = :attempt", changes_run=False)
+REQUEUE = move(
+    "status = 'QUEUED', lease_expires_at = NULL", "status = 'RUNNING' AND attempt = :attempt"
+)
+RELEASE = move(
+    "status = 'QUEUED', attempt = attempt - 1, lease_expires_at = NULL",
+    "status = 'RUNNING' AND attempt = :attempt",
+)
+
+# The claim: QUEUED, or RUNNING with an expired lease (its worker was lost). `prior` locks the row
+# first, so `was` is the status the UPDATE really replaced, also when a concurrent claim won and
+# the UPDATE re-checks its predicate on the newer row. Taking over a lost attempt counts it and
+# writes `lost` just before `claimed`, in the same statement.
+_LOST_REASON = "its worker stopped heartbeating and the lease expired"
+CLAIM = prepare(
+    text(
+        f"""WITH prior AS (SELECT id, status AS was FROM runs WHERE id = :run_id FOR UPDATE),
+        moved AS (
+            UPDATE runs SET status = 'RUNNING', attempt = attempt + 1,
+                started_at = coalesce(started_at, now()), {_LEASE},
+                lost_attempts = lost_attempts + CAST(prior.was = 'RUNNING' AS int),
+                event_seq = event_seq + 1 + CAST(prior.was = 'RUNNING' AS int), updated_at = now()
+            FROM prior
+            WHERE runs.id = prior.id
+              AND ((runs.status = 'QUEUED' AND runs.dispatched_at IS NOT NULL)
+                   OR (runs.status = 'RUNNING' AND {LEASE_EXPIRED}))
+            RETURNING runs.*, prior.was),
+        appended AS (
+            INSERT INTO run_events (run_id, seq, type, data)
+            SELECT id, event_seq - 1, 'lost',
+                   jsonb_build_object('attempt', attempt - 1, 'reason', '{_LOST_REASON}')
+            FROM moved WHERE was = 'RUNNING'
+            UNION ALL
+            SELECT id, event_seq, 'claimed', jsonb_build_object('attempt', attempt) FROM moved)
+        SELECT moved.* FROM moved"""
+    ).columns(*RUN_COLUMNS, column("was"))
+)
+# A heartbeat: the attempt still holds the run; its lease is extended. No event, no nudge.
+HEARTBEAT = prepare(
+    text(
+        f"UPDATE runs SET {_LEASE} WHERE id = :run_id AND status = 'RUNNING'"
+        " AND attempt = :attempt RETURNING cancel_requested_at"
+    )
+)

@@ -1,0 +1,94 @@
+"""Reading runs: one run, a page of them, one run's timeline, a lease; each one statement."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from outlive.db.models import ACTIVE_STATUSES, RunStatus
+from outlive.db.tx import Db
+from outlive.errors import BadUserInput
+from outlive.ids import RunId, TenantId
+from outlive.services.runs import queries
+from outlive.services.runs.records import EventRecord, RunPage, RunRecord, to_event, to_record
+
+MAX_PAGE = 100
+MAX_EVENTS_PAGE = 1000
+
+
+async def read_run(db: Db, tenant_id: TenantId, run_id: RunId) -> RunRecord | None:
+    """The tenant's run, or None (another tenant's run reads as missing)."""
+    row = await db.one(queries.GET_RUN, run_id=run_id, tenant_id=tenant_id)
+    return to_record(row) if row is not None else None
+
+
+async def lease_left(db: Db, run_id: RunId) -> float | None:
+    """For a delivery that could not claim the run: None when the run is settled (or gone), or
+    waiting for a slot (its admission enqueues it again); otherwise the seconds left on the
+    lease of the attempt holding it (0 when QUEUED)."""
+    row = await db.one(queries.LEASE_LEFT, run_id=run_id)
+    if row is None or row["status"] not in ACTIVE_STATUSES:
+        return None
+    if row["status"] == RunStatus.QUEUED and row["dispatched_at"] is None:
+        return None
+    return float(row["left_s"] or 0.0)
+
+
+def encode_cursor(run: RunRecord) -> str:
+    raw = f"{run.created_at.isoformat()}|{run.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        at, _, run_id = raw.partition("|")
+        return datetime.fromisoformat(at), UUID(run_id)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise BadUserInput(f"{cursor!r} is not a valid cursor") from None
+
+
+async def read_runs(
+    db: Db,
+    tenant_id: TenantId,
+    *,
+    first: int,
+    after: str | None = None,
+    statuses: Sequence[RunStatus] | None = None,
+    agent: str | None = None,
+) -> RunPage:
+    """A page of the tenant's runs, newest first, keyset-paginated on (created_at, id)."""
+    if not 0 <= first <= MAX_PAGE:
+        raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
+    at, run_id = decode_cursor(after) if after is not None else (None, None)
+    rows = await db.all(
+        queries.RUNS_PAGE,
+        tenant_id=tenant_id,
+        after_at=at,
+        after_id=run_id,
+        statuses=[s.value for s in statuses] if statuses else None,
+        agent=agent,
+        limit=first + 1,
+    )
+    runs = [to_record(row) for row in rows]
+    page = runs[:first]
+    return RunPage(
+        runs=page, cursors=[encode_cursor(r) for r in page], has_next_page=len(runs) > first
+    )
+
+
+def check_events_page(first: int) -> None:
+    if not 0 <= first <= MAX_EVENTS_PAGE:
+        raise BadUserInput(f"first must be between 0 and {MAX_EVENTS_PAGE}")
+
+
+async def list_events(
+    db: Db, run_id: RunId, *, after: int = 0, first: int = 100
+) -> list[EventRecord]:
+    """One run's timeline: seq > `after`, ascending, at most `first`."""
+    check_events_page(first)
+    rows = await db.all(queries.EVENTS, run_id=run_id, after=after, first=first)
+    return [to_event(row) for row in rows]

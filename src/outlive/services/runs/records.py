@@ -1,0 +1,104 @@
+"""What the runs slice hands out: frozen records built from result rows, by column name."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from outlive.db.models import ACTIVE_STATUSES, RunStatus
+from outlive.ids import RunId, TenantId
+from outlive.services.ids import parse_uuid
+
+SETTLED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: RunId
+    tenant_id: TenantId
+    agent: str
+    status: RunStatus
+    attempt: int
+    input: dict[str, Any]
+    output: Any
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested_at: datetime | None
+    event_seq: int = 0
+    lease_expires_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    lost_attempts: int = 0
+    dispatched_at: datetime | None = None
+    retried_from_id: RunId | None = None
+
+    @property
+    def is_waiting(self) -> bool:
+        """QUEUED and not admitted yet: waiting for a slot under its tenant's cap."""
+        return self.status == RunStatus.QUEUED and self.dispatched_at is None
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    seq: int
+    type: str
+    data: dict[str, Any]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StartedRun:
+    run: RunRecord
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    runs: list[RunRecord]
+    cursors: list[str]
+    has_next_page: bool
+
+
+def to_record(m: Mapping[Any, Any]) -> RunRecord:
+    return RunRecord(
+        id=RunId(m["id"]),
+        tenant_id=TenantId(m["tenant_id"]),
+        agent=m["agent"],
+        status=RunStatus(m["status"]),
+        attempt=m["attempt"],
+        input=m["input"],
+        output=m["output"],
+        error=m["error"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+        cancel_requested_at=m["cancel_requested_at"],
+        event_seq=m["event_seq"],
+        lease_expires_at=m["lease_expires_at"],
+        heartbeat_at=m["heartbeat_at"],
+        lost_attempts=m["lost_attempts"],
+        dispatched_at=m["dispatched_at"],
+        retried_from_id=m["retried_from_id"],
+    )
+
+
+def to_event(m: Mapping[Any, Any]) -> EventRecord:
+    return EventRecord(seq=m["seq"], type=m["type"], data=m["data"], at=m["at"])
+
+
+def as_json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def parse_run_id(value: str) -> RunId:
+    return RunId(parse_uuid(value, what="run"))

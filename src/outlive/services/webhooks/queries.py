@@ -1,0 +1,112 @@
+"""Every statement of the webhooks slice, built once at import."""
+
+from __future__ import annotations
+
+from sqlalchemy import ARRAY, String, Uuid, bindparam, text
+
+from outlive.db.models import WebhookDelivery, WebhookEndpoint
+from outlive.db.raw import prepare
+
+ENDPOINTS = prepare(
+    text(
+        "SELECT id, url, events, created_at FROM webhook_endpoints WHERE tenant_id = :tenant_id"
+        " ORDER BY created_at DESC, id"
+    ).columns(*(WebhookEndpoint.__table__.c[n] for n in ("id", "url", "events", "created_at")))
+)
+DELIVERY_COLUMNS = (
+    "id, endpoint_id, event_type, status, attempts, response_status, last_error, created_at,"
+    " delivered_at, updated_at, tenant_id, dispatched_at"
+)
+_DELIVERY_COLUMNS_OF = tuple(
+    WebhookDelivery.__table__.c[n.strip()] for n in DELIVERY_COLUMNS.split(",")
+)
+# Each endpoint's newest deliveries, scoped to the tenant, in one statement however many.
+DELIVERIES_OF_ENDPOINTS = prepare(
+    text(
+        "SELECT d.* FROM unnest(:endpoint_ids) AS e(id) CROSS JOIN LATERAL ("
+        f"SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries"
+        " WHERE endpoint_id = e.id AND tenant_id = :tenant_id"
+        " ORDER BY created_at DESC, id LIMIT :first) d"
+    )
+    .bindparams(bindparam("endpoint_ids", type_=ARRAY(Uuid())))
+    .columns(*_DELIVERY_COLUMNS_OF)
+)
+PENDING_DELIVERY = prepare(
+    text(
+        "SELECT d.id, d.tenant_id, e.url, e.secret, d.body FROM webhook_deliveries d"
+        " JOIN webhook_endpoints e ON e.id = d.endpoint_id"
+        " WHERE d.id = :delivery_id AND d.status = 'PENDING'"
+    ).columns(WebhookDelivery.body)
+)
+DELIVERY = prepare(
+    text(
+        f"SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries WHERE id = :delivery_id"
+        " AND tenant_id = :tenant_id"
+    ).columns(*_DELIVERY_COLUMNS_OF)
+)
+# Delivered or failed, back to PENDING and waiting (admitted again under the tenant's jobs cap).
+REDELIVER = prepare(
+    text(
+        "UPDATE webhook_deliveries SET status = 'PENDING', delivered_at = NULL,"
+        " dispatched_at = NULL, updated_at = now()"
+        " WHERE id = :delivery_id AND tenant_id = :tenant_id AND status <> 'PENDING'"
+        f" RETURNING {DELIVERY_COLUMNS}"
+    ).columns(*_DELIVERY_COLUMNS_OF)
+)
+RECORD_ATTEMPT = prepare(
+    text(
+        "UPDATE webhook_deliveries SET attempts = attempts + 1,"
+        " response_status = :response_status, last_error = :error, updated_at = now()"
+        " WHERE id = :delivery_id AND status = 'PENDING' RETURNING tenant_id"
+    )
+)
+# DELIVERED or FAILED, only from PENDING; NULLs keep what the row has.
+FINISH_DELIVERY = prepare(
+    text(
+        "UPDATE webhook_deliveries SET status = CAST(:status AS text), updated_at = now(),"
+        " attempts = attempts + CAST(CAST(:count_attempt AS boolean) AS int),"
+        " response_status = coalesce(CAST(:response_status AS int), response_status),"
+        " last_error = coalesce(CAST(:error AS text), last_error),"
+        " delivered_at = CASE WHEN CAST(:status AS text) = 'DELIVERED' THEN now()"
+        " ELSE delivered_at END"
+        " WHERE id = :delivery_id AND status = 'PENDING' RETURNING tenant_id"
+    )
+)
+LOCK_TENANT = prepare(text("SELECT id FROM tenants WHERE id = :tenant_id FOR UPDATE"))
+COUNT_ENDPOINTS = prepare(
+    text("SELECT count(*) AS n FROM webhook_endpoints WHERE tenant_id = :tenant_id")
+)
+INSERT_ENDPOINT = prepare(
+    text(
+        "INSERT INTO webhook_endpoints (tenant_id, url, secret, events)"
+        " VALUES (:tenant_id, :url, :secret, :events) RETURNING id, url, events, created_at"
+    ).bindparams(bindparam("events", type_=ARRAY(String())))
+)
+DELETE_ENDPOINT = prepare(
+    text("DELETE FROM webhook_endpoints WHERE id = :endpoint_id AND tenant_id = :tenant_id")
+)
+
+
+# One row per subscribed endpoint, written by the settling statement itself (a CTE over `moved`,
+# the settled run; see `services.runs.RunMove`): a settle and its deliveries commit together, in
+# one round trip. The body is what the job signs and POSTs, unchanged.
+SETTLED_DELIVERIES_CTE = """delivered AS (
+    INSERT INTO webhook_deliveries (endpoint_id, tenant_id, run_id, event_type, body)
+    SELECT e.id, m.tenant_id, m.id, m.event_type,
+           jsonb_build_object(
+               'type', m.event_type,
+               'timestamp', (to_jsonb(now() AT TIME ZONE 'UTC') #>> '{}') || '+00\\:00',
+               'data', jsonb_build_object(
+                   'runId', CAST(m.id AS text), 'agent', m.agent, 'status', m.status))
+    FROM (SELECT *, 'run.' || lower(status) AS event_type FROM moved) m
+    JOIN webhook_endpoints e ON e.tenant_id = m.tenant_id
+    WHERE m.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+      AND (cardinality(e.events) = 0 OR m.event_type = ANY(e.events))
+    RETURNING id)"""
+
+DELIVERY_ENDPOINT = prepare(
+    text(
+        "SELECT endpoint_id FROM webhook_deliveries WHERE id = :delivery_id"
+        " AND tenant_id = :tenant_id"
+    )
+)

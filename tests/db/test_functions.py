@@ -1,0 +1,67 @@
+"""The PL/pgSQL functions in `src/outlive/db/functions` are the ones the migrations install.
+
+Each file is installed into a scratch schema (in a transaction that is rolled back), and
+PostgreSQL's own rendering of it (`pg_get_functiondef`) is compared with that of the live
+function in the migrated database, whitespace runs folded: a file edited without a migration
+that installs the new text (or a migration that drifts from its file) fails here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from outlive.db import functions
+from tests.support import Servers
+
+SCRATCH = "outlive_function_check"
+DEFINITION = """SELECT p.proname AS name, pg_get_functiondef(p.oid) AS definition
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = $1 AND p.proname LIKE 'outlive\\_%'"""
+
+
+def _folded(definition: str, schema: str) -> str:
+    return re.sub(r"\s+", " ", definition.replace(f"{schema}.", "")).strip()
+
+
+async def _definitions(connection: asyncpg.Connection, schema: str) -> dict[str, str]:
+    rows = await connection.fetch(DEFINITION, schema)
+    return {row["name"]: _folded(row["definition"], schema) for row in rows}
+
+
+@pytest.fixture
+async def connection(servers: Servers) -> AsyncIterator[asyncpg.Connection]:
+    url = make_url(servers.database_url).set(drivername="postgresql")
+    connection = await asyncpg.connect(url.render_as_string(hide_password=False))
+    yield connection
+    await connection.close()
+
+
+async def test_every_live_function_matches_its_source_file(
+    connection: asyncpg.Connection,
+) -> None:
+    live = await _definitions(connection, "public")
+    transaction = connection.transaction()
+    await transaction.start()
+    try:
+        await connection.execute(f"CREATE SCHEMA {SCRATCH}")
+        await connection.execute(f"SET LOCAL search_path = {SCRATCH}, public")
+        for name in functions.names():
+            await connection.execute(functions.source(name))
+        from_files = await _definitions(connection, SCRATCH)
+    finally:
+        await transaction.rollback()
+    assert sorted(from_files) == functions.names()  # each file defines the function it names
+    assert sorted(live) == sorted(from_files), "a live function without a file, or the reverse"
+    for name, definition in from_files.items():
+        assert live[name] == definition, f"{name}: the migrated function differs from {name}.sql"
+
+
+def test_a_changed_body_is_noticed() -> None:
+    runs = _folded(functions.source("outlive_dispatch_runs"), "public")
+    assert _folded(functions.source("outlive_dispatch_runs") + "\n\n", "public") == runs
+    assert _folded(functions.source("outlive_dispatch_runs").replace("cap", "lid"), "x") != runs
