@@ -36,6 +36,7 @@ from outlive.jobs.handlers.webhook_deliver_v1 import create_client as webhook_cl
 from outlive.jobs.mailer import create_mailer
 from outlive.jobs.producer import CONSUME_TASK, SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
+from outlive.jobs.relay import RelayLoop, build_relay
 from outlive.jobs.run_instances import SaqRunInstances, run_workflow
 from outlive.jobs.telemetry import (
     MeteredTransport,
@@ -74,6 +75,7 @@ class WorkerHost:
         self.job_deps: JobDeps | None = None
         self.sampler: Sampler | None = None
         self._metrics_server: Any = None
+        self.relay: RelayLoop | None = None
 
     async def start(self) -> None:
         database_url, redis_url = self.settings.require_services()
@@ -153,6 +155,15 @@ class WorkerHost:
             sessions=sessions, settings=self.settings, redis=redis
         )
         self.workers += [runs_worker, jobs_worker]
+        # The relay (`services.relay`): hands the queue whatever PostgreSQL says is due.
+        self.relay = build_relay(
+            self.settings,
+            sessions,
+            SaqRunInstances(runs_queue, self.settings),
+            redis,
+            database_url=database_url,
+        )
+        self.relay.start()
         for worker in self.workers:
             worker.SIGNALS = []  # the embedding process owns the signals
             await worker.queue.connect()
@@ -166,6 +177,8 @@ class WorkerHost:
             log.info("metrics on http://%s:%s/metrics", self.settings.metrics_host, port)
 
     async def stop(self) -> None:
+        if self.relay is not None:
+            await self.relay.stop()
         await asyncio.gather(*(w.stop() for w in self.workers), return_exceptions=True)
         if self.sampler is not None:
             await self.sampler.stop()

@@ -7,13 +7,14 @@ from typing import Any
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
+from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
 from outlive.errors import Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
 from outlive.resolvers.loaders import Loaders
 from outlive.resolvers.sockets import OpenSocket, SocketRegistry
-from outlive.services import admission, outbox, timelines, webhooks
+from outlive.services import admission, outbox, relay, timelines, webhooks
 from outlive.services.ports import RunInstances
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.runs import EventRecord, RunRecord
@@ -81,7 +82,10 @@ class Context:
         return found
 
     async def waiting_reason(self, run: RunRecord) -> str | None:
-        """Why a run waits for a slot under its tenant's cap, and where it is in line."""
+        """Why a run waits for a slot under its tenant's cap, and where it is in line; or that
+        the queue could not be reached to hand it over (the relay hands it once it is back)."""
+        if run.status is RunStatus.QUEUED and run.handoff_failed_at is not None:
+            return relay.WAITING_FOR_QUEUE
         sessions = self.services.sessions
         if not run.is_waiting or sessions.admission is None:
             return None

@@ -45,7 +45,7 @@ from outlive.db.raw import Statement, prepare
 from outlive.db.tx import Sessions, UnitOfWork
 from outlive.errors import BadUserInput, NotFound, QueueUnavailable
 from outlive.ids import RunId, TenantId
-from outlive.services import webhooks
+from outlive.services import relay, webhooks
 from outlive.services.ids import parse_uuid
 from outlive.services.ports import RunInstances
 from outlive.telemetry import logs, metrics
@@ -80,6 +80,7 @@ class RunRecord:
     lost_attempts: int = 0
     dispatched_at: datetime | None = None
     retried_from_id: RunId | None = None
+    handoff_failed_at: datetime | None = None  # the queue could not take it; the relay will
 
     @property
     def is_waiting(self) -> bool:
@@ -99,9 +100,9 @@ class EventRecord:
     at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StartedRun:
-    run: RunRecord
+    run: RunRecord  # replaced after the commit when the queue could not take the run
     created: bool
 
 
@@ -133,6 +134,7 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         lost_attempts=m["lost_attempts"],
         dispatched_at=m["dispatched_at"],
         retried_from_id=m["retried_from_id"],
+        handoff_failed_at=m["handoff_failed_at"],
     )
 
 
@@ -166,12 +168,13 @@ async def start_run(
     if created:
         metrics.RUNS_STARTED.labels(run.agent).inc()
         uow.nudge("run.created", run.id)
+    started = StartedRun(run=run, created=created)
     if run.is_waiting:
         dispatch_after_commit(uow, tenant_id)
     elif created:
 
         async def start_instance() -> None:
-            await _start_instance(uow, instances, run)
+            started.run = await _start_instance(uow, instances, run)
 
         uow.after_commit(start_instance)
     elif _may_have_lost_its_instance(run):
@@ -183,7 +186,7 @@ async def start_run(
                 log.warning("run %s: cannot re-enqueue it, the queue is unreachable", run.id)
 
         uow.after_commit(repair_instance)
-    return StartedRun(run=run, created=created)
+    return started
 
 
 def dispatch_after_commit(uow: UnitOfWork, tenant_id: TenantId) -> None:
@@ -253,19 +256,16 @@ async def _insert_or_get_active(
     raise RuntimeError(f"could not insert or find the active {agent!r} run")
 
 
-async def _start_instance(uow: UnitOfWork, instances: RunInstances, run: RunRecord) -> None:
+async def _start_instance(uow: UnitOfWork, instances: RunInstances, run: RunRecord) -> RunRecord:
+    """The fast path; when the queue cannot take the run, it stays QUEUED and goes to the relay
+    (`services.relay`), which hands it once the queue is back. The run as it is now."""
     try:
         await instances.start(run.id)
     except QueueUnavailable as exc:
-        # The row must say what happened: settle it, which also frees the active slot.
-        async with uow.sessions.unit(run.tenant_id) as follow_up:
-            await settle_run(
-                follow_up,
-                run.id,
-                RunStatus.FAILED,
-                error=f"queue unavailable: the run could not be handed off ({exc.message})",
-            )
-        raise
+        log.warning("run %s goes to the relay: %s", run.id, exc.message)
+        rows = await relay.handoff_failed_runs(uow.sessions, [run.id])
+        return to_record(rows[0]) if rows else run
+    return run
 
 
 # --- reading --------------------------------------------------------------------------------
