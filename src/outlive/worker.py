@@ -159,8 +159,9 @@ class WorkerHost:
         self.relay = build_relay(
             self.settings,
             sessions,
-            SaqRunInstances(runs_queue, self.settings),
             redis,
+            runs_queue=runs_queue,
+            jobs_queue=jobs_queue,
             database_url=database_url,
         )
         self.relay.start()

@@ -20,12 +20,14 @@ from typing import Any
 import asyncpg
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from saq.queue.redis import RedisQueue
 
 from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
-from outlive.services.ports import RunInstances
-from outlive.services.relay import CHANNEL, Relay
+from outlive.jobs.producer import SaqJobProducer
+from outlive.jobs.run_instances import SaqRunInstances
+from outlive.services.relay import CHANNEL, QUEUE_TIMEOUT_S, Relay
 
 log = logging.getLogger(__name__)
 
@@ -129,16 +131,19 @@ class RelayLoop:
 def build_relay(
     settings: Settings,
     sessions: Sessions,
-    instances: RunInstances,
     redis: Redis,
     *,
+    runs_queue: RedisQueue,
+    jobs_queue: RedisQueue,
     database_url: str,
 ) -> RelayLoop:
     """The relay a worker runs (started with `start()`, stopped with `stop()`)."""
+    relaxed = settings.model_copy(update={"queue_timeout_s": QUEUE_TIMEOUT_S})
     relay = Relay(
         sessions,
-        instances,
-        RedisQueueMarker(redis, timeout_s=settings.queue_timeout_s),
+        SaqRunInstances(runs_queue, relaxed),
+        SaqJobProducer(jobs_queue, relaxed),
+        RedisQueueMarker(redis, timeout_s=QUEUE_TIMEOUT_S),
         batch=settings.relay_batch,
         recheck_s=settings.relay_recheck_s,
         default_runs_cap=settings.tenant_max_running_runs,

@@ -47,7 +47,7 @@ from uuid import UUID
 from sqlalchemy import text
 
 from outlive.db.raw import prepare
-from outlive.db.tx import Sessions
+from outlive.db.tx import JobProducer, Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId
 from outlive.services import outbox
@@ -59,6 +59,8 @@ CHANNEL = "outlive_relay"  # NOTIFY'd by a trigger whenever a row becomes due no
 FIRST_LOOK_S = 10.0  # `RELAY_FIRST_LOOK` of the models: a waiting row this old missed a dispatch
 RETRY_S = 1.0  # a row whose hand-off failed is due again this much later
 MAX_TENANTS = 100  # tenants whose missed dispatch one scan makes up for
+CHUNK = 50  # enqueues sent at once (saq's own limit is 50 operations in flight per queue)
+QUEUE_TIMEOUT_S = 10.0  # the relay's enqueues are off the request path: a longer deadline
 WINDOW = 4  # a pass looks at this many times its batch of the oldest due rows, for fairness
 
 # (kind, table, the status whose admitted rows are handed). Literal values: the partial indexes.
@@ -274,6 +276,7 @@ class Relay:
         self,
         sessions: Sessions,
         instances: RunInstances,
+        jobs: JobProducer,
         marker: QueueMarker,
         *,
         batch: int,
@@ -283,6 +286,7 @@ class Relay:
     ) -> None:
         self._sessions = sessions
         self._instances = instances
+        self._jobs = jobs
         self._marker = marker
         self.batch = batch
         self.recheck_s = recheck_s
@@ -316,11 +320,14 @@ class Relay:
     async def _hand(self, taken: list[Taken]) -> None:
         runs = [RunId(t.id) for t in taken if t.kind == "run"]
         jobs = [(t.kind, t.id) for t in taken if t.kind != "run"]
-        producer = self._sessions.jobs
+        producer = self._jobs
         try:
-            await asyncio.gather(*(self._instances.start(run_id) for run_id in runs))
-            if jobs and producer is not None:
-                await producer.send([outbox.job(producer, kind, row_id) for kind, row_id in jobs])
+            for at in range(0, len(runs), CHUNK):
+                chunk = runs[at : at + CHUNK]
+                await asyncio.gather(*(self._instances.start(run_id) for run_id in chunk))
+            for at in range(0, len(jobs), CHUNK):
+                chunk_jobs = jobs[at : at + CHUNK]
+                await producer.send([outbox.job(producer, k, row_id) for k, row_id in chunk_jobs])
         except QueueUnavailable:
             for kind, statement in _RETRY_LATER.items():
                 ids = [t.id for t in taken if t.kind == kind]
