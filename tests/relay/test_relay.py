@@ -184,21 +184,22 @@ async def _due_rows(sessions: Sessions, tenants: list[TenantHandle], per_tenant:
     return ids
 
 
-async def test_four_workers_relays_hand_each_due_row_once(
-    servers: Servers, sessions: Sessions
-) -> None:
-    settings = make_settings(servers, relay_batch=40, queue_timeout_s=10)
-    assert settings.database_url is not None
+async def test_four_workers_relays_hand_each_due_row_once(servers: Servers) -> None:
+    database_url = await servers.clone()  # nothing else is due there
+    settings = make_settings(servers, database_url=database_url, relay_batch=40, queue_timeout_s=10)
     assert settings.redis_url is not None
+    engine = create_engine(database_url)
+    sessions = create_sessions(engine)
     tenants = [await new_tenant(sessions, "relay") for _ in range(4)]
     due = await _due_rows(sessions, tenants, per_tenant=60)
+    await engine.dispose()
     redis = Redis.from_url(settings.redis_url)
     await redis.set(MARKER_KEY, "1")  # the queue has its data: only due rows are handed
 
     async def worker() -> list[Taken]:
-        engine = create_engine(settings.database_url or "")
+        engine = create_engine(database_url)
         own = create_sessions(engine)
-        await own.open_raw(settings.database_url or "", max_size=2)
+        await own.open_raw(database_url, max_size=2)
         runs_queue = create_queue(settings.redis_url or "", RUNS_QUEUE)
         jobs_queue = create_queue(settings.redis_url or "", JOBS_QUEUE)
         relay = Relay(

@@ -51,7 +51,7 @@ from outlive.db.tx import JobProducer, Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId
 from outlive.services import outbox
-from outlive.services.ports import RunInstances
+from outlive.services.ports import InstanceState, RunInstances
 
 log = logging.getLogger(__name__)
 
@@ -318,10 +318,10 @@ class Relay:
         return done
 
     async def _hand(self, taken: list[Taken]) -> None:
-        runs = [RunId(t.id) for t in taken if t.kind == "run"]
         jobs = [(t.kind, t.id) for t in taken if t.kind != "run"]
         producer = self._jobs
         try:
+            runs = await self._not_in_queue(taken)
             for at in range(0, len(runs), CHUNK):
                 chunk = runs[at : at + CHUNK]
                 await asyncio.gather(*(self._instances.start(run_id) for run_id in chunk))
@@ -338,6 +338,23 @@ class Relay:
         if recovered:
             await self._sessions.fetch(HANDED, ids=recovered)
             log.info("handed %d run(s) whose hand-off had failed", len(recovered))
+
+    async def _not_in_queue(self, taken: list[Taken]) -> list[RunId]:
+        """The runs to enqueue: every one whose hand-off failed, and of the others those the
+        queue has no live job for (one pipelined read for all, cheaper than an enqueue each,
+        which matters for a backlog of runs rechecked while they wait for a worker)."""
+        failed = [RunId(t.id) for t in taken if t.kind == "run" and t.failed]
+        rest = [RunId(t.id) for t in taken if t.kind == "run" and not t.failed]
+        if not rest:
+            return failed
+        try:
+            async with asyncio.timeout(QUEUE_TIMEOUT_S):
+                states = await self._instances.states(rest)
+        except TimeoutError as exc:
+            raise QueueUnavailable("the run queue did not answer") from exc
+        return failed + [
+            r for r, s in zip(rest, states, strict=True) if s is not InstanceState.ACTIVE
+        ]
 
     async def _make_up_missed_dispatches(self) -> int:
         admission = self._sessions.admission
