@@ -232,3 +232,45 @@ async def test_four_workers_relays_hand_each_due_row_once(servers: Servers) -> N
     assert await _job_count(settings.redis_url, RUNS_QUEUE) == len(due) // 2
     assert await _job_count(settings.redis_url, JOBS_QUEUE) == len(due) // 2
     await redis.aclose()
+
+
+async def test_work_whose_dispatch_was_missed_is_admitted_and_sent_by_the_workers(
+    servers: Servers,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    receiver: tuple[asyncio.Queue[bytes], str],
+) -> None:
+    """A process died between a commit and the dispatch after it: a run and a delivery wait for
+    a slot that is free, and nobody reads them."""
+    bodies, url = receiver
+    settings = make_settings(servers, relay_scan_s=0.5)
+    assert settings.redis_url is not None
+    async with Api.running(settings) as api:
+        await api.gql(CREATE, {"url": url}, token=tenant.token)
+    async with sessions.unit() as uow:
+        run_id = await uow.session.scalar(
+            text(
+                "INSERT INTO runs (tenant_id, agent, input, created_at) VALUES (:t, 'demo',"
+                " '{\"turns\": 1, \"delayMs\": 0}'::jsonb, now() - interval '30 seconds')"
+                " RETURNING id"
+            ),
+            {"t": tenant.id},
+        )
+        await uow.session.execute(
+            text(
+                "INSERT INTO webhook_deliveries (endpoint_id, tenant_id, event_type, body,"
+                " created_at) SELECT id, tenant_id, 'run.cancelled', '{\"missed\": true}'::jsonb,"
+                " now() - interval '30 seconds' FROM webhook_endpoints WHERE tenant_id = :t"
+            ),
+            {"t": tenant.id},
+        )
+    host = WorkerHost(settings, concurrency=4)
+    await host.start()
+    try:
+        body = await asyncio.wait_for(bodies.get(), 30)
+        assert b"missed" in body
+        async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+            done = await watch.until(str(run_id), settled, timeout=30)
+        assert done.status == "SUCCEEDED", done.error
+    finally:
+        await host.stop()
