@@ -107,7 +107,7 @@ async def flood(
     )
     queue = create_queue(env.redis_url, RUNS_QUEUE)
     instances = SaqRunInstances(
-        queue, Settings(database_url=env.database_url, redis_url=env.redis_url)
+        queue, Settings(database_url=env.database_url, redis_url=env.redis_url, queue_timeout_s=60)
     )
     admitted = await conn.fetch("SELECT outlive_dispatch_runs($1, 10) AS id", noisy)
     await asyncio.gather(*(instances.start(r["id"]) for r in admitted))

@@ -64,7 +64,9 @@ async def main() -> None:
     args = parser.parse_args()
     count = 500 if args.quick else 3000
     async with bench_env() as env:
-        settings = Settings(database_url=env.database_url, redis_url=env.redis_url)
+        settings = Settings(
+            database_url=env.database_url, redis_url=env.redis_url, queue_timeout_s=60
+        )
         engine = create_engine(env.database_url)
         sessions = create_sessions(engine)
         types = ENVELOPES.with_type("bench.noop.v1", Noop)

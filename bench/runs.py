@@ -108,7 +108,7 @@ async def start_run_figures(
     pool = await asyncpg.create_pool(env.database_url, min_size=8, max_size=32)
     queue = create_queue(env.redis_url, RUNS_QUEUE)
     instances = SaqRunInstances(
-        queue, Settings(database_url=env.database_url, redis_url=env.redis_url)
+        queue, Settings(database_url=env.database_url, redis_url=env.redis_url, queue_timeout_s=60)
     )
     port = free_port()
     results = []
@@ -228,7 +228,7 @@ async def end_to_end(
     conn = await asyncpg.connect(env.database_url)
     queue = create_queue(env.redis_url, RUNS_QUEUE)
     instances = SaqRunInstances(
-        queue, Settings(database_url=env.database_url, redis_url=env.redis_url)
+        queue, Settings(database_url=env.database_url, redis_url=env.redis_url, queue_timeout_s=60)
     )
     await reset(conn, queue)
     await conn.execute("DELETE FROM runs")

@@ -70,6 +70,16 @@ class Settings(BaseSettings):
         20, ge=1, description="webhook deliveries and emails of one tenant in the jobs queue"
     )
 
+    # The relay (`outlive.services.relay`): PostgreSQL is the truth, the queue a copy of it.
+    queue_timeout_s: float = Field(
+        0.5, gt=0, description="the longest an enqueue may take before the relay gets the row"
+    )
+    relay_scan_s: float = Field(2.0, gt=0, description="the relay's backstop scan, per worker")
+    relay_recheck_s: float = Field(
+        60.0, gt=0, description="how often a row still QUEUED/PENDING is handed again (a no-op)"
+    )
+    relay_batch: int = Field(200, ge=1, description="rows one relay pass hands at most")
+
     # Jobs queue (contract §2).
     job_retry_base_s: float = Field(30.0, ge=0)
     job_retry_max_s: float = Field(900.0, ge=0)

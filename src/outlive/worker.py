@@ -31,6 +31,7 @@ from outlive.jobs.deps import JobDeps
 from outlive.jobs.handlers import HANDLERS
 from outlive.jobs.mailer import create_mailer
 from outlive.jobs.producer import CONSUME_TASK
+from outlive.jobs.relay import RelayLoop, build_relay
 from outlive.jobs.run_instances import run_workflow
 from outlive.jobs.telemetry import instrumented_run_task
 from outlive.runtime import Queues, Runtime, open_runtime
@@ -60,6 +61,7 @@ class WorkerHost:
         self.concurrency = concurrency
         self.jobs_concurrency = jobs_concurrency
         self.deps: WorkerDeps | None = None
+        self.relay: RelayLoop | None = None
         self._stack = AsyncExitStack()
 
     async def start(self) -> None:
@@ -69,6 +71,7 @@ class WorkerHost:
             runtime = await self._stack.enter_async_context(open_runtime(self.settings, "worker"))
             self.deps = self._deps(runtime)
             await self._start_workers(runtime.require_queues(), self.deps)
+            self._start_relay(runtime)
         except BaseException:
             await self._stack.aclose()
             raise
@@ -122,6 +125,22 @@ class WorkerHost:
             worker.SIGNALS = []  # the embedding process owns the signals
             await worker.queue.connect()
             tasks.append(asyncio.create_task(worker.start(), name=f"saq-{worker.queue.name}"))
+
+    def _start_relay(self, runtime: Runtime) -> None:
+        """The relay (`services.relay`): hands the queue whatever PostgreSQL says is due. It
+        stops first, before the saq workers."""
+        queues = runtime.require_queues()
+        database_url, _ = self.settings.require_services()
+        self.relay = build_relay(
+            self.settings,
+            runtime.sessions,
+            queues.redis,
+            runs_queue=queues.runs,
+            jobs_queue=queues.jobs,
+            database_url=database_url,
+        )
+        self.relay.start()
+        self._stack.push_async_callback(self.relay.stop)
 
     async def stop(self) -> None:
         """Stop the saq workers (each finishing or releasing what it runs), then the runtime."""

@@ -143,7 +143,7 @@ async def test_an_unexpected_error_is_masked(
     assert "secret" not in error["message"]
 
 
-async def test_a_start_with_the_queue_down_is_queue_unavailable_and_the_row_says_so(
+async def test_a_start_with_the_queue_down_answers_queued_and_the_run_says_why_it_waits(
     tenant: TenantHandle, sessions: Sessions, servers: Any
 ) -> None:
     from tests.conftest import make_settings
@@ -157,12 +157,14 @@ async def test_a_start_with_the_queue_down_is_queue_unavailable_and_the_row_says
         await queue.redis.connection_pool.disconnect()
         queue.redis.connection_pool.connection_kwargs["port"] = _closed_port()
         response = await api.post(START, {"i": {"agent": "demo"}}, token=tenant.token)
-        (error,) = response.json()["errors"]
-        assert error["extensions"]["code"] == "QUEUE_UNAVAILABLE"
-        listed = await api.gql("{ runs { edges { node { status error } } } }", token=tenant.token)
+        assert "errors" not in response.json()  # PostgreSQL alone records the work (contract §3)
+        listed = await api.gql(
+            "{ runs { edges { node { status error waitingReason } } } }", token=tenant.token
+        )
     (edge,) = listed["runs"]["edges"]
-    assert edge["node"]["status"] == "FAILED"
-    assert edge["node"]["error"].startswith("queue unavailable")
+    assert edge["node"]["status"] == "QUEUED"
+    assert edge["node"]["error"] is None
+    assert "queue" in edge["node"]["waitingReason"]
     queue_check = create_queue(settings.redis_url or "", RUNS_QUEUE)
     assert await queue_check.count("queued") == 0
     await queue_check.disconnect()

@@ -34,15 +34,17 @@ class SaqJobProducer:
             # re-delivered by the sweep after this much silence, not after the whole timeout.
             "heartbeat": max(1, int(settings.run_heartbeat_s)),
         }
+        self._timeout_s = settings.queue_timeout_s  # a hung Redis holds no request longer
 
     def build(self, type: str, payload: Mapping[str, Any], *, key: str | None = None) -> Envelope:
         return self.types.build(type, payload, key=key)
 
     async def send(self, envelopes: Sequence[Envelope], *, delay_s: float = 0.0) -> None:
         try:
-            await asyncio.gather(*(self._send(e, delay_s) for e in envelopes))
-        except (RedisError, OSError) as exc:
-            raise QueueUnavailable(f"the jobs queue is unreachable: {exc}") from exc
+            async with asyncio.timeout(self._timeout_s):
+                await asyncio.gather(*(self._send(e, delay_s) for e in envelopes))
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise QueueUnavailable(f"the jobs queue is unreachable: {exc!r}") from exc
 
     async def _send(self, envelope: Envelope, delay_s: float) -> None:
         options = self._options

@@ -22,6 +22,7 @@ Every saq option is set on purpose; saq's defaults (a 10 s timeout, one attempt)
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -56,14 +57,18 @@ class SaqRunInstances:
             "retry_delay": 0.0,
             "retry_backoff": False,
         }
+        self._timeout_s = settings.queue_timeout_s  # a hung Redis holds no request longer
 
     async def start(self, run_id: RunId) -> None:
         """Enqueue the instance; a no-op while one is queued, scheduled or executing (the job key
         is the run id), so a repair can always call it."""
         try:
-            await self.queue.enqueue(RUN_TASK, key=str(run_id), run_id=str(run_id), **self._options)
-        except (RedisError, OSError) as exc:
-            raise QueueUnavailable(f"the run queue is unreachable: {exc}") from exc
+            async with asyncio.timeout(self._timeout_s):
+                await self.queue.enqueue(
+                    RUN_TASK, key=str(run_id), run_id=str(run_id), **self._options
+                )
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise QueueUnavailable(f"the run queue is unreachable: {exc!r}") from exc
 
     async def states(self, run_ids: Sequence[RunId]) -> list[InstanceState]:
         """ACTIVE: in saq's incomplete set (queued, scheduled or executing). A job outside it

@@ -31,11 +31,12 @@ from uuid import UUID
 from sqlalchemy import text
 
 from outlive.config import Settings
+from outlive.db.models import RunStatus
 from outlive.db.raw import prepare
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId, TenantId
-from outlive.services import invitations, outbox
+from outlive.services import outbox, relay
 from outlive.services.ports import RunInstances
 
 log = logging.getLogger(__name__)
@@ -43,18 +44,6 @@ log = logging.getLogger(__name__)
 _DISPATCH_RUNS = prepare(text("SELECT outlive_dispatch_runs(:tenant_id, :default_cap) AS id"))
 _DISPATCH_JOBS = prepare(
     text("SELECT kind, id FROM outlive_dispatch_jobs(:tenant_id, :default_cap)")
-)
-_UNDISPATCH_RUNS = prepare(
-    text(
-        "UPDATE runs SET dispatched_at = NULL"
-        " WHERE id = ANY(:ids) AND status = 'QUEUED' AND attempt = 0"
-    )
-)
-_UNDISPATCH_DELIVERIES = prepare(
-    text(
-        "UPDATE webhook_deliveries SET dispatched_at = NULL"
-        " WHERE id = ANY(:ids) AND status = 'PENDING'"
-    )
 )
 
 
@@ -88,8 +77,9 @@ class TenantAdmission:
 
     async def dispatch_runs(self, tenant_id: UUID) -> list[RunId]:
         """Admit the tenant's waiting runs up to its cap and enqueue them. Should the queue be
-        unreachable, the runs it could not take go back to waiting (a later dispatch, or the next
-        read, admits them again): a Redis outage delays a waiting run, it never fails one."""
+        unreachable, the runs it could not take stay admitted and go to the relay
+        (`services.relay`), which hands them once the queue is back: a Redis outage delays a
+        run, it never fails one."""
         rows = await self._sessions.all(
             _DISPATCH_RUNS, tenant_id=tenant_id, default_cap=self.limits.max_running_runs
         )
@@ -99,16 +89,15 @@ class TenantAdmission:
                 await self._instances.start(run_id)
             except QueueUnavailable:
                 left = admitted[done:]
-                log.warning("%d admitted run(s) wait again: the queue is unreachable", len(left))
-                await self._sessions.execute(_UNDISPATCH_RUNS, ids=left)
-                return admitted[:done]
+                log.warning("%d admitted run(s) go to the relay: no queue", len(left))
+                await relay.handoff_failed_runs(self._sessions, left)
+                return admitted
         return admitted
 
     async def dispatch_jobs(self, tenant_id: UUID) -> list[tuple[str, UUID]]:
         """Admit the tenant's waiting deliveries and emails up to its cap and enqueue them. When
-        the queue is unreachable, the deliveries go back to waiting (each is its own outbox) and
-        the invitations are recorded FAILED (`QueueUnavailable` is raised, as `inviteMember`
-        answers it)."""
+        the queue is unreachable, they stay admitted and PENDING and go to the relay, which
+        hands them once the queue is back (nothing is failed, nothing raised)."""
         rows = await self._sessions.all(
             _DISPATCH_JOBS, tenant_id=tenant_id, default_cap=self.limits.max_inflight_jobs
         )
@@ -119,18 +108,9 @@ class TenantAdmission:
         try:
             await jobs.send([outbox.job(jobs, kind, row_id) for kind, row_id in admitted])
         except QueueUnavailable:
-            await self._requeue_failed(TenantId(tenant_id), admitted)
-            raise
+            log.warning("%d admitted job(s) go to the relay: no queue", len(admitted))
+            await relay.handoff_failed_jobs(self._sessions, admitted)
         return admitted
-
-    async def _requeue_failed(self, tenant_id: TenantId, admitted: list[tuple[str, UUID]]) -> None:
-        deliveries = [row_id for kind, row_id in admitted if kind == "webhook"]
-        if deliveries:
-            await self._sessions.execute(_UNDISPATCH_DELIVERIES, ids=deliveries)
-        for kind, row_id in admitted:
-            if kind == "invitation":
-                async with self._sessions.unit(tenant_id) as uow:
-                    await invitations.record_unavailable(uow, row_id)
 
 
 _POSITION = prepare(
@@ -168,10 +148,18 @@ class WaitingRun(Protocol):
     def id(self) -> RunId: ...
     @property
     def created_at(self) -> Any: ...
+    @property
+    def handoff_failed_at(self) -> Any: ...
+    @property
+    def status(self) -> RunStatus: ...
 
 
 async def waiting_reason_of(sessions: Sessions, run: WaitingRun) -> str | None:
-    """`waiting_reason` of a run still waiting under its tenant's cap; None for any other run."""
+    """Why a QUEUED run is not running yet: the queue could not be reached to hand it over (the
+    relay hands it once it is back), or where it is in line under its tenant's cap. None for
+    any other run."""
+    if run.status is RunStatus.QUEUED and run.handoff_failed_at is not None:
+        return relay.WAITING_FOR_QUEUE
     if not run.is_waiting or sessions.admission is None:
         return None
     return await waiting_reason(

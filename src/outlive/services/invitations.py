@@ -126,7 +126,8 @@ def _dispatch_after_commit(
     uow: UnitOfWork, tenant_id: UUID, *, answer_unavailable: bool = False
 ) -> None:
     """Admit the tenant's waiting emails (and deliveries) after the commit. An unreachable queue
-    records the admitted invitations FAILED; `inviteMember` answers it (`QUEUE_UNAVAILABLE`)."""
+    fails nothing: the admitted rows stay PENDING and the relay (`services.relay`) sends them once
+    it is back, so `dispatch_jobs` no longer raises and `inviteMember` answers normally."""
     admission = uow.sessions.admission
     if admission is None:
         raise RuntimeError("no admission is wired: invitations are never sent inline")

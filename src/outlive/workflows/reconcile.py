@@ -12,8 +12,10 @@ predicate of the write it makes, so a row a worker touched meanwhile is left alo
   requested settles CANCELLED instead, and one that has lost its worker `MAX_LOST_ATTEMPTS`
   times settles FAILED, saying so.
 - **a lost instance** (contract §7): a QUEUED run (or a RUNNING one with no live lease) whose
-  instance the engine no longer has, or has finished while the row is still active, is settled
-  FAILED with an error naming the lost instance. A run still waiting for a slot under its
+  instance the engine no longer has, or has finished while the row is still active, is handed
+  to the queue again (the row is the truth, the queue only a copy: Redis restarted empty,
+  flushed or failed over), and runs; it is never failed for it. The relay in every worker
+  (`services.relay`) does the same without a read. A run still waiting for a slot under its
   tenant's cap has no instance yet, by design: it is not lost, and its tenant's waiting runs are
   dispatched instead (should a dispatch have been missed, a read makes up for it).
 """
@@ -27,6 +29,7 @@ from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import TenantId
+from outlive.services import relay
 from outlive.services.ports import InstanceState, RunInstances
 from outlive.services.runs import MAX_LOST_ATTEMPTS, RunRecord, requeue_lost, settle_run
 
@@ -66,9 +69,7 @@ async def reconcile_runs(
         states = await instances.states([r.id for r in stale])
         for run, state in zip(stale, states, strict=True):
             if state is not InstanceState.ACTIVE:
-                done = await _settle_lost_instance(sessions, run, state, grace_s=grace_s)
-                if done is not None:
-                    repaired[run.id] = done
+                await _hand_again(sessions, instances, run, state)
     return [repaired.get(r.id, r) for r in runs]
 
 
@@ -117,13 +118,13 @@ def _gave_up(run: RunRecord, lost: int) -> str:
     )
 
 
-async def _settle_lost_instance(
-    sessions: Sessions, run: RunRecord, state: InstanceState, *, grace_s: float
-) -> RunRecord | None:
-    error = (
-        f"workflow instance {run.id} lost: the engine has no record of it"
-        if state is InstanceState.MISSING
-        else f"workflow instance {run.id} lost: it finished without settling the run"
-    )
-    async with sessions.unit(run.tenant_id) as uow:
-        return await settle_run(uow, run.id, RunStatus.FAILED, error=error, stale_before_s=grace_s)
+async def _hand_again(
+    sessions: Sessions, instances: RunInstances, run: RunRecord, state: InstanceState
+) -> None:
+    """Rebuild a lost instance: enqueue the run again (a no-op should one have appeared since);
+    an unreachable queue leaves the run to the relay."""
+    log.warning("run %s: its instance is %s; handing it to the queue again", run.id, state.value)
+    try:
+        await instances.start(run.id)
+    except QueueUnavailable:
+        await relay.handoff_failed_runs(sessions, [run.id])

@@ -10,6 +10,7 @@ from sqlalchemy import CheckConstraint, ForeignKey, Index, LargeBinary, String, 
 from sqlalchemy.orm import Mapped, mapped_column
 
 from outlive.db.models.base import Base, now_default, uuid_pk
+from outlive.db.models.runs import RELAY_FIRST_LOOK
 
 
 class InvitationStatus(enum.StrEnum):
@@ -36,6 +37,17 @@ class Invitation(Base):
             "id",
             postgresql_where=text("status = 'PENDING'"),
         ),
+        Index(
+            "ix_invitations_relay",
+            "relay_after",
+            postgresql_where=text("status = 'PENDING' AND dispatched_at IS NOT NULL"),
+        ),
+        Index(
+            "ix_invitations_waiting",
+            "tenant_id",
+            "created_at",
+            postgresql_where=text("status = 'PENDING' AND dispatched_at IS NULL"),
+        ),
         # One PENDING invitation per (tenant, email): inviting again hands it back.
         Index(
             "uq_invitations_pending_email",
@@ -58,3 +70,4 @@ class Invitation(Base):
     updated_at: Mapped[datetime] = now_default()
     sent_at: Mapped[datetime | None]
     dispatched_at: Mapped[datetime | None]  # admitted under the tenant's jobs cap
+    relay_after: Mapped[datetime] = mapped_column(server_default=text(RELAY_FIRST_LOOK))

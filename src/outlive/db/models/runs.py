@@ -31,6 +31,8 @@ class RunStatus(enum.StrEnum):
 
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+# The relay's first look at a row: the fast path (the enqueue after its commit) handed it by then.
+RELAY_FIRST_LOOK = "now() + interval '10 seconds'"
 _STATUS_LIST = ", ".join(f"'{s.value}'" for s in RunStatus)
 
 
@@ -57,6 +59,11 @@ class Run(Base):
             "ix_runs_in_flight",
             "tenant_id",
             postgresql_where=text("status IN ('QUEUED', 'RUNNING') AND dispatched_at IS NOT NULL"),
+        ),
+        Index(  # the relay's scan (see `outlive.services.relay`): one probe when idle
+            "ix_runs_relay",
+            "relay_after",
+            postgresql_where=text("status = 'QUEUED' AND dispatched_at IS NOT NULL"),
         ),
         Index(
             "ix_runs_settled_finished_at",
@@ -89,6 +96,10 @@ class Run(Base):
 
     # The run this one retried (retryRun, a replay); not a foreign key: retention may prune it.
     retried_from_id: Mapped[UUID | None]
+    # When the relay should next make sure the run's job is in the queue (`outlive.services.relay`)
+    relay_after: Mapped[datetime] = mapped_column(server_default=text(RELAY_FIRST_LOOK))
+    # The queue could not be reached to hand the run over; cleared when the relay hands it.
+    handoff_failed_at: Mapped[datetime | None]
 
 
 class RunEvent(Base):

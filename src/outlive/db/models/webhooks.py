@@ -12,6 +12,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
 from outlive.db.models.base import Base, now_default, uuid_pk
+from outlive.db.models.runs import RELAY_FIRST_LOOK
 
 
 class DeliveryStatus(enum.StrEnum):
@@ -46,6 +47,17 @@ class WebhookDelivery(Base):
             "id",
             postgresql_where=text("status = 'PENDING'"),
         ),
+        Index(
+            "ix_webhook_deliveries_relay",
+            "relay_after",
+            postgresql_where=text("status = 'PENDING' AND dispatched_at IS NOT NULL"),
+        ),
+        Index(
+            "ix_webhook_deliveries_waiting",
+            "tenant_id",
+            "created_at",
+            postgresql_where=text("status = 'PENDING' AND dispatched_at IS NULL"),
+        ),
     )
 
     id: Mapped[UUID] = uuid_pk()
@@ -64,3 +76,4 @@ class WebhookDelivery(Base):
     updated_at: Mapped[datetime] = now_default()
     delivered_at: Mapped[datetime | None]
     dispatched_at: Mapped[datetime | None]  # admitted under the tenant's jobs cap
+    relay_after: Mapped[datetime] = mapped_column(server_default=text(RELAY_FIRST_LOOK))

@@ -36,6 +36,7 @@ class RunRecord:
     lost_attempts: int = 0
     dispatched_at: datetime | None = None
     retried_from_id: RunId | None = None
+    handoff_failed_at: datetime | None = None  # the queue could not take it; the relay will
 
     @property
     def is_waiting(self) -> bool:
@@ -55,9 +56,9 @@ class EventRecord:
     at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StartedRun:
-    run: RunRecord
+    run: RunRecord  # replaced after the commit when the queue could not take the run
     created: bool
 
 
@@ -89,6 +90,7 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         lost_attempts=m["lost_attempts"],
         dispatched_at=m["dispatched_at"],
         retried_from_id=m["retried_from_id"],
+        handoff_failed_at=m["handoff_failed_at"],
     )
 
 

@@ -12,9 +12,10 @@ from outlive.db.models import RunStatus
 from outlive.db.tx import Unit
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId, TenantId
+from outlive.services import relay
 from outlive.services.ports import RunInstances
 from outlive.services.runs import queries
-from outlive.services.runs.moves import dispatch_after_commit, settle_run
+from outlive.services.runs.moves import dispatch_after_commit
 from outlive.services.runs.records import RunRecord, StartedRun, to_record
 from outlive.telemetry import metrics
 
@@ -41,12 +42,13 @@ async def start_run(
     if created:
         metrics.RUNS_STARTED.labels(run.agent).inc()
         uow.nudge("run.created", run.id)
+    started = StartedRun(run=run, created=created)
     if run.is_waiting:
         dispatch_after_commit(uow, tenant_id)
     elif created:
 
         async def start_instance() -> None:
-            await _start_instance(uow, instances, run)
+            started.run = await _start_instance(uow, instances, run)
 
         uow.after_commit(start_instance)
     elif _may_have_lost_its_instance(run):
@@ -58,7 +60,7 @@ async def start_run(
                 log.warning("run %s: cannot re-enqueue it, the queue is unreachable", run.id)
 
         uow.after_commit(repair_instance)
-    return StartedRun(run=run, created=created)
+    return started
 
 
 def _may_have_lost_its_instance(run: RunRecord) -> bool:
@@ -94,16 +96,13 @@ async def _insert_or_get_active(
     raise RuntimeError(f"could not insert or find the active {agent!r} run")
 
 
-async def _start_instance(uow: Unit, instances: RunInstances, run: RunRecord) -> None:
+async def _start_instance(uow: Unit, instances: RunInstances, run: RunRecord) -> RunRecord:
+    """The fast path; when the queue cannot take the run, it stays QUEUED and goes to the relay
+    (`services.relay`), which hands it once the queue is back. The run as it is now."""
     try:
         await instances.start(run.id)
     except QueueUnavailable as exc:
-        # The row must say what happened: settle it, which also frees the active slot.
-        async with uow.sessions.unit(run.tenant_id) as follow_up:
-            await settle_run(
-                follow_up,
-                run.id,
-                RunStatus.FAILED,
-                error=f"queue unavailable: the run could not be handed off ({exc.message})",
-            )
-        raise
+        log.warning("run %s goes to the relay: %s", run.id, exc.message)
+        rows = await relay.handoff_failed_runs(uow.sessions, [run.id])
+        return to_record(rows[0]) if rows else run
+    return run

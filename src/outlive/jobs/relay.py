@@ -1,0 +1,153 @@
+"""The relay in a worker: when to make a pass (`outlive.services.relay` says what a pass does).
+
+A pass is made when PostgreSQL announces that a row became due now (LISTEN `outlive_relay`: a
+trigger NOTIFYs it when a hand-off failed, or when the queue lost its data), and every
+`OUTLIVE_RELAY_SCAN_S` as the backstop (a process killed between its commit and its enqueue, a
+missed dispatch). A pass that took a whole batch is followed by another at once. While the queue
+is unreachable the loop retries on its own, a quarter of a second and doubling up to 2 s, so the
+work is handed within seconds of Redis coming back; it listens to nothing meanwhile.
+
+Behind PgBouncer in transaction mode LISTEN cannot work, so the loop only scans there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import asyncpg
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from saq.queue.redis import RedisQueue
+
+from outlive.config import Settings
+from outlive.db.tx import Sessions
+from outlive.errors import QueueUnavailable
+from outlive.jobs.producer import SaqJobProducer
+from outlive.jobs.run_instances import SaqRunInstances
+from outlive.services.relay import CHANNEL, QUEUE_TIMEOUT_S, Relay
+
+log = logging.getLogger(__name__)
+
+MARKER_KEY = "outlive:queue-marker"
+BACKOFF_MIN_S = 0.25
+BACKOFF_MAX_S = 2.0
+
+
+class RedisQueueMarker:
+    """The queue's marker: a key that only a loss of the queue's data removes."""
+
+    def __init__(self, redis: Redis, *, timeout_s: float) -> None:
+        self._redis = redis
+        self._timeout_s = timeout_s
+
+    async def renew(self) -> bool:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                created = await self._redis.set(MARKER_KEY, "1", nx=True)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise QueueUnavailable(f"the queue is unreachable: {exc!r}") from exc
+        return bool(created)
+
+
+class RelayLoop:
+    def __init__(self, relay: Relay, *, scan_s: float, listen_url: str | None) -> None:
+        self.relay = relay
+        self.scan_s = scan_s
+        self._listen_url = listen_url
+        self._listener: asyncpg.Connection | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.passes = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name="outlive-relay")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = BACKOFF_MIN_S
+        next_scan = loop.time()
+        while True:
+            scan = loop.time() >= next_scan
+            if scan:
+                next_scan = loop.time() + self.scan_s
+                await self._listen()
+            self._wake.clear()  # a row made due during the pass makes the next one start at once
+            try:
+                done = await self.relay.run_pass(scan=scan)
+            except QueueUnavailable as exc:
+                if backoff == BACKOFF_MIN_S:
+                    log.warning("relay: %s; retrying until it is back", exc.message)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                next_scan = loop.time()  # once it is back, scan for what was missed meanwhile
+                continue
+            except Exception as exc:  # noqa: BLE001 (PostgreSQL away: the next scan tries again)
+                log.warning("relay pass failed (%r); next scan in %ss", exc, self.scan_s)
+                await asyncio.sleep(self.scan_s)
+                continue
+            if backoff > BACKOFF_MIN_S:
+                log.info("relay: the queue is back")
+            backoff = BACKOFF_MIN_S
+            self.passes += 1
+            if done.full:
+                await asyncio.sleep(0)
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, next_scan - loop.time())):
+                    await self._wake.wait()
+
+    async def _listen(self) -> None:
+        """(Re)connect the LISTEN connection when it is missing; a failure only means waking up
+        on the scan alone until the next try."""
+        if self._listen_url is None:
+            return
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        try:
+            self._listener = await asyncpg.connect(
+                self._listen_url, server_settings={"application_name": "outlive-relay"}
+            )
+            await self._listener.add_listener(CHANNEL, self._notified)
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("relay: cannot LISTEN (%r); scanning every %ss", exc, self.scan_s)
+            self._listener = None
+
+    def _notified(self, *_: Any) -> None:
+        self._wake.set()
+
+
+def build_relay(
+    settings: Settings,
+    sessions: Sessions,
+    redis: Redis,
+    *,
+    runs_queue: RedisQueue,
+    jobs_queue: RedisQueue,
+    database_url: str,
+) -> RelayLoop:
+    """The relay a worker runs (started with `start()`, stopped with `stop()`)."""
+    relaxed = settings.model_copy(update={"queue_timeout_s": QUEUE_TIMEOUT_S})
+    relay = Relay(
+        sessions,
+        SaqRunInstances(runs_queue, relaxed),
+        SaqJobProducer(jobs_queue, relaxed),
+        RedisQueueMarker(redis, timeout_s=QUEUE_TIMEOUT_S),
+        batch=settings.relay_batch,
+        recheck_s=settings.relay_recheck_s,
+        default_runs_cap=settings.tenant_max_running_runs,
+        default_jobs_cap=settings.tenant_max_inflight_jobs,
+    )
+    listen_url = None if settings.db_pgbouncer else database_url
+    return RelayLoop(relay, scan_s=settings.relay_scan_s, listen_url=listen_url)

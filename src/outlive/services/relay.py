@@ -1,0 +1,375 @@
+"""The relay: PostgreSQL says what is due, the relay makes sure the queue holds it.
+
+PostgreSQL is the only truth; the queue (saq on Redis) is a copy of the part of it that is due.
+A mutation needs PostgreSQL only: it commits its row and then, as the fast path, enqueues the
+row's job itself. Every QUEUED run and PENDING delivery or invitation that its tenant's admission
+let in (`dispatched_at` set) carries `relay_after`: when the relay should next make sure that the
+row's job is in the queue. It is 10 s after admission (by then the fast path has handed it), then
+every `OUTLIVE_RELAY_RECHECK_S` while the row stays QUEUED or PENDING, and `now()` as soon as a
+hand-off failed (`handoff_failed_runs`, `handoff_failed_jobs`: the queue was unreachable or did
+not answer within `OUTLIVE_QUEUE_TIMEOUT_S`).
+
+A relay runs in every worker (`outlive.jobs.relay` drives it). One pass:
+
+1. renews a marker key in the queue's Redis; a missing marker means the queue lost its data (a
+   FLUSHDB, a restart without persistence, a failover) or is new, and every row the relay may
+   hand becomes due at once;
+2. on the slow scan only, finds tenants whose waiting rows (`dispatched_at` NULL) are older than
+   the first look while a slot is free, and calls their dispatch function: a dispatch missed
+   because a process died between its commit and its dispatch is made up for, and the function
+   still decides what is admitted (a run waiting for a slot is never "due");
+3. takes up to `OUTLIVE_RELAY_BATCH` due rows in one statement (`FOR UPDATE SKIP LOCKED`, fair
+   across tenants: the oldest due rows, each tenant's first before anyone's second), moving each
+   one's `relay_after` to the next recheck before it hands it, so any number of relays hand each
+   due row once;
+4. enqueues them, keyed by the row (the run id, or the envelope id derived from the row): saq's
+   enqueue is a no-op while a job with that key is queued, scheduled or running, and creates it
+   when it is missing or finished. So handing a row whose job is alive costs nothing, and a row
+   whose job vanished is queued again. An unreachable queue puts the rows back, due a second
+   later.
+
+Nothing is settled, claimed or admitted here: the relay only hands over what PostgreSQL says is
+due. It is not a sweeper cron repairing what nobody looks at: it copies due rows from the truth
+to the queue, the way a transactional outbox relay does, and reconcile-on-read still repairs what
+is read (a lost worker, a lease).
+"""
+
+# ruff: noqa: S608  (SQL assembled from this module's constants only; values are bound)
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from uuid import UUID
+
+from sqlalchemy import text
+
+from outlive.db.raw import prepare
+from outlive.db.tx import JobProducer, Sessions
+from outlive.errors import QueueUnavailable
+from outlive.ids import RunId
+from outlive.services import outbox
+from outlive.services.ports import InstanceState, RunInstances
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "outlive_relay"  # NOTIFY'd by a trigger whenever a row becomes due now
+FIRST_LOOK_S = 10.0  # `RELAY_FIRST_LOOK` of the models: a waiting row this old missed a dispatch
+RETRY_S = 1.0  # a row whose hand-off failed is due again this much later
+MAX_TENANTS = 100  # tenants whose missed dispatch one scan makes up for
+CHUNK = 50  # enqueues sent at once (saq's own limit is 50 operations in flight per queue)
+QUEUE_TIMEOUT_S = 10.0  # the relay's enqueues are off the request path: a longer deadline
+WINDOW = 4  # a pass looks at this many times its batch of the oldest due rows, for fairness
+
+# (kind, table, the status whose admitted rows are handed). Literal values: the partial indexes.
+KINDS = (
+    ("run", "runs", "QUEUED"),
+    ("webhook", "webhook_deliveries", "PENDING"),
+    ("invitation", "invitations", "PENDING"),
+)
+RUN_TABLE = "runs"
+WAITING_FOR_QUEUE = (
+    "waiting for the queue: it could not be reached when the run was started; the run is handed"
+    " to it as soon as it is back"
+)
+
+
+class QueueMarker(Protocol):
+    """A key in the queue's Redis that says the queue still has its data."""
+
+    async def renew(self) -> bool:
+        """Set the marker; True when it was missing (the queue lost its data, or is new).
+        Raises `QueueUnavailable` when the queue cannot be reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    kind: str  # "run", or an `outbox.JOBS` kind
+    id: UUID
+    failed: bool  # its last hand-off had failed (runs: `handoff_failed_at`)
+
+
+@dataclass(slots=True)
+class Pass:
+    """What one pass did."""
+
+    taken: list[Taken] = field(default_factory=list)
+    full: bool = False  # it took a whole batch: more may be due
+    lost_queue: bool = False  # the marker was missing: every row was made due
+    dispatched: int = 0  # rows admitted by the dispatches it made up for
+
+
+# --- statements (SQL assembled from this module's constants only) -----------------------------
+
+
+def _take(kind: str, table: str, status: str) -> str:
+    failed = "u.handoff_failed_at IS NOT NULL" if table == RUN_TABLE else "false"
+    return f"""
+    {kind}_due AS (
+        SELECT id, tenant_id, relay_after FROM {table}
+         WHERE status = '{status}' AND dispatched_at IS NOT NULL AND relay_after <= now()
+         ORDER BY relay_after LIMIT :window),
+    {kind}_fair AS (
+        SELECT id FROM (SELECT id, relay_after, row_number() OVER (
+                               PARTITION BY tenant_id ORDER BY relay_after) AS turn
+                          FROM {kind}_due) d
+         ORDER BY turn, relay_after LIMIT :batch),
+    {kind}_locked AS (
+        SELECT t.id FROM {table} t JOIN {kind}_fair f ON f.id = t.id
+         WHERE t.status = '{status}' AND t.dispatched_at IS NOT NULL AND t.relay_after <= now()
+         FOR UPDATE OF t SKIP LOCKED),
+    {kind}_taken AS (
+        UPDATE {table} u SET relay_after = now() + make_interval(secs => :recheck)
+          FROM {kind}_locked l WHERE u.id = l.id
+        RETURNING '{kind}'::text AS kind, u.id, {failed} AS failed)"""
+
+
+TAKE = prepare(
+    text(
+        "WITH"
+        + ",".join(_take(*k) for k in KINDS)
+        + "\n"
+        + " UNION ALL ".join(f"SELECT kind, id, failed FROM {k}_taken" for k, _, _ in KINDS)
+    )
+)
+
+_MARK_DUE = ",".join(
+    f"""
+    {kind}_due AS (UPDATE {table} SET relay_after = now()
+                    WHERE status = '{status}' AND dispatched_at IS NOT NULL
+                      AND relay_after > now() RETURNING 1)"""
+    for kind, table, status in KINDS
+)
+MARK_ALL_DUE = prepare(
+    text(
+        f"WITH {_MARK_DUE}\nSELECT "
+        + " + ".join(f"(SELECT count(*) FROM {k}_due)" for k, _, _ in KINDS)
+        + " AS n"
+    )
+)
+
+RUNS_HANDOFF_FAILED = prepare(
+    text(
+        "UPDATE runs SET relay_after = now(), handoff_failed_at = now()"
+        " WHERE id = ANY(:ids) AND status = 'QUEUED' AND dispatched_at IS NOT NULL RETURNING *"
+    )
+)
+_JOBS_HANDOFF_FAILED = {
+    kind: prepare(
+        text(
+            f"UPDATE {table} SET relay_after = now()"
+            f" WHERE id = ANY(:ids) AND status = '{status}' RETURNING id"
+        )
+    )
+    for kind, table, status in KINDS[1:]
+}
+_RETRY_LATER = {
+    kind: prepare(
+        text(
+            f"UPDATE {table} SET relay_after = now() + make_interval(secs => :delay)"
+            f" WHERE id = ANY(:ids) AND status = '{status}' RETURNING id"
+        )
+    )
+    for kind, table, status in KINDS
+}
+HANDED = prepare(
+    text(
+        "UPDATE runs SET handoff_failed_at = NULL"
+        " WHERE id = ANY(:ids) AND handoff_failed_at IS NOT NULL RETURNING id"
+    )
+)
+
+
+def _loose_scan(name: str, table: str, status: str) -> str:
+    """The distinct tenants of a table's waiting rows: one index probe per tenant."""
+    waiting = f"status = '{status}' AND dispatched_at IS NULL"
+    return f"""
+    {name} AS (
+        (SELECT tenant_id FROM {table} WHERE {waiting} ORDER BY tenant_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT x.tenant_id FROM {table} x WHERE x.{waiting.replace(" AND ", " AND x.")}
+                   AND x.tenant_id > {name}.tenant_id ORDER BY x.tenant_id LIMIT 1)
+          FROM {name} WHERE {name}.tenant_id IS NOT NULL)"""
+
+
+def _oldest_waiting(table: str, status: str) -> str:
+    return (
+        f"(SELECT min(x.created_at) FROM {table} x WHERE x.tenant_id = w.tenant_id"
+        f" AND x.status = '{status}' AND x.dispatched_at IS NULL)"
+    )
+
+
+def _admitted(table: str, statuses: str) -> str:
+    return (
+        f"(SELECT count(*) FROM {table} x WHERE x.tenant_id = w.tenant_id"
+        f" AND x.status IN ({statuses}) AND x.dispatched_at IS NOT NULL)"
+    )
+
+
+# Tenants with a run that waits for a slot since longer than the first look while a slot is free.
+MISSED_RUN_DISPATCHES = prepare(
+    text(
+        "WITH RECURSIVE"
+        + _loose_scan("waiting", "runs", "QUEUED")
+        + f"""
+        SELECT w.tenant_id FROM waiting w JOIN tenants t ON t.id = w.tenant_id
+         WHERE {_oldest_waiting("runs", "QUEUED")} < now() - make_interval(secs => :stale)
+           AND {_admitted("runs", "'QUEUED', 'RUNNING'")}
+               < coalesce(t.max_running_runs, :default_cap)
+         LIMIT :tenants"""
+    )
+)
+MISSED_JOB_DISPATCHES = prepare(
+    text(
+        "WITH RECURSIVE"
+        + _loose_scan("deliveries", "webhook_deliveries", "PENDING")
+        + ","
+        + _loose_scan("emails", "invitations", "PENDING")
+        + """,
+        waiting AS (SELECT tenant_id FROM deliveries WHERE tenant_id IS NOT NULL
+                    UNION SELECT tenant_id FROM emails WHERE tenant_id IS NOT NULL)"""
+        + f"""
+        SELECT w.tenant_id FROM waiting w JOIN tenants t ON t.id = w.tenant_id
+         WHERE least({_oldest_waiting("webhook_deliveries", "PENDING")},
+                     {_oldest_waiting("invitations", "PENDING")})
+               < now() - make_interval(secs => :stale)
+           AND {_admitted("webhook_deliveries", "'PENDING'")}
+               + {_admitted("invitations", "'PENDING'")}
+               < coalesce(t.max_inflight_jobs, :default_cap)
+         LIMIT :tenants"""
+    )
+)
+
+
+# --- the fast path's failures -------------------------------------------------------------------
+
+
+async def handoff_failed_runs(
+    sessions: Sessions, run_ids: Sequence[RunId]
+) -> list[Mapping[Any, Any]]:
+    """The queue could not take these runs: they stay QUEUED, due for the relay now (which its
+    trigger tells the relays at once), and `waitingReason` says so. Every column of each run that
+    is still QUEUED is returned."""
+    if not run_ids:
+        return []
+    return await sessions.all(RUNS_HANDOFF_FAILED, ids=list(run_ids))
+
+
+async def handoff_failed_jobs(sessions: Sessions, admitted: Sequence[tuple[str, UUID]]) -> None:
+    """The queue could not take these deliveries or invitations: they stay PENDING (admitted),
+    due for the relay now."""
+    for kind, statement in _JOBS_HANDOFF_FAILED.items():
+        ids = [row_id for k, row_id in admitted if k == kind]
+        if ids:
+            await sessions.all(statement, ids=ids)
+
+
+# --- the relay ----------------------------------------------------------------------------------
+
+
+class Relay:
+    """One worker's relay; `outlive.jobs.relay.RelayLoop` decides when it makes a pass."""
+
+    def __init__(
+        self,
+        sessions: Sessions,
+        instances: RunInstances,
+        jobs: JobProducer,
+        marker: QueueMarker,
+        *,
+        batch: int,
+        recheck_s: float,
+        default_runs_cap: int,
+        default_jobs_cap: int,
+    ) -> None:
+        self._sessions = sessions
+        self._instances = instances
+        self._jobs = jobs
+        self._marker = marker
+        self.batch = batch
+        self.recheck_s = recheck_s
+        self._caps = {"run": default_runs_cap, "job": default_jobs_cap}
+
+    async def run_pass(self, *, scan: bool = True) -> Pass:
+        """One pass (see the module's docstring). `scan`: also make up for missed dispatches.
+        Raises `QueueUnavailable` when the queue cannot be reached (nothing is lost: the rows it
+        took are due again a second later)."""
+        done = Pass()
+        if await self._marker.renew():
+            done.lost_queue = True
+            row = await self._sessions.one(MARK_ALL_DUE)
+            log.warning(
+                "the queue lost its data (or is new): %s row(s) are handed to it again",
+                row["n"] if row else 0,
+            )
+        if scan:
+            done.dispatched = await self._make_up_missed_dispatches()
+        rows = await self._sessions.all(
+            TAKE, window=self.batch * WINDOW, batch=self.batch, recheck=self.recheck_s
+        )
+        done.taken = [Taken(str(r["kind"]), UUID(str(r["id"])), bool(r["failed"])) for r in rows]
+        done.full = any(
+            sum(1 for t in done.taken if t.kind == kind) >= self.batch for kind, _, _ in KINDS
+        )
+        if done.taken:
+            await self._hand(done.taken)
+        return done
+
+    async def _hand(self, taken: list[Taken]) -> None:
+        jobs = [(t.kind, t.id) for t in taken if t.kind != "run"]
+        producer = self._jobs
+        try:
+            runs = await self._not_in_queue(taken)
+            for at in range(0, len(runs), CHUNK):
+                chunk = runs[at : at + CHUNK]
+                await asyncio.gather(*(self._instances.start(run_id) for run_id in chunk))
+            for at in range(0, len(jobs), CHUNK):
+                chunk_jobs = jobs[at : at + CHUNK]
+                await producer.send([outbox.job(producer, k, row_id) for k, row_id in chunk_jobs])
+        except QueueUnavailable:
+            for kind, statement in _RETRY_LATER.items():
+                ids = [t.id for t in taken if t.kind == kind]
+                if ids:
+                    await self._sessions.all(statement, ids=ids, delay=RETRY_S)
+            raise
+        recovered = [t.id for t in taken if t.failed]
+        if recovered:
+            await self._sessions.all(HANDED, ids=recovered)
+            log.info("handed %d run(s) whose hand-off had failed", len(recovered))
+
+    async def _not_in_queue(self, taken: list[Taken]) -> list[RunId]:
+        """The runs to enqueue: every one whose hand-off failed, and of the others those the
+        queue has no live job for (one pipelined read for all, cheaper than an enqueue each,
+        which matters for a backlog of runs rechecked while they wait for a worker)."""
+        failed = [RunId(t.id) for t in taken if t.kind == "run" and t.failed]
+        rest = [RunId(t.id) for t in taken if t.kind == "run" and not t.failed]
+        if not rest:
+            return failed
+        try:
+            async with asyncio.timeout(QUEUE_TIMEOUT_S):
+                states = await self._instances.states(rest)
+        except TimeoutError as exc:
+            raise QueueUnavailable("the run queue did not answer") from exc
+        return failed + [
+            r for r, s in zip(rest, states, strict=True) if s is not InstanceState.ACTIVE
+        ]
+
+    async def _make_up_missed_dispatches(self) -> int:
+        admission = self._sessions.admission
+        if admission is None:
+            return 0
+        admitted = 0
+        for statement, dispatch, cap in (
+            (MISSED_RUN_DISPATCHES, admission.dispatch_runs, self._caps["run"]),
+            (MISSED_JOB_DISPATCHES, admission.dispatch_jobs, self._caps["job"]),
+        ):
+            tenants = await self._sessions.all(
+                statement, stale=FIRST_LOOK_S, default_cap=cap, tenants=MAX_TENANTS
+            )
+            for row in tenants:
+                admitted += len(await dispatch(row["tenant_id"]))
+        if admitted:
+            log.info("admitted %d waiting row(s) whose dispatch was missed", admitted)
+        return admitted
