@@ -489,7 +489,12 @@ async def _drive(
     faulting = asyncio.Event()
     faulting.set()
     driving = asyncio.gather(*(c.drive(plan, faulting) for c in clients))
-    await faults.run()
+    try:
+        await faults.run()
+    except BaseException:
+        driving.cancel()
+        await asyncio.gather(driving, return_exceptions=True)
+        raise
     faulting.clear()
     try:
         async with asyncio.timeout(plan.settle_timeout_s):
