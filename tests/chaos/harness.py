@@ -231,6 +231,8 @@ class Fleet:
         return url
 
     async def close(self) -> None:
+        for starting in self._starting:  # a replacement still trying to come up: never mind
+            starting.cancel()
         await asyncio.gather(*self._starting, return_exceptions=True)
         for stack in list(self._stacks.values()):
             await stack.aclose()
