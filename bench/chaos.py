@@ -109,7 +109,8 @@ def fault_figures(report: Report) -> str:
         ("mutations: not 503 while PG down", report.mutation_errors_pg_down, "target 0"),
         ("slowest mutations", "; ".join(report.slowest_mutations()), "answered after"),
     ]
-    for kind, values in report.handover_s.items():
+    for kind in dict.fromkeys([*report.handover_s, *report.never_handed_over]):
+        values = report.handover_s.get(kind, [])
         p99 = report.percentile(0.99, values)
         lost = report.never_handed_over.get(kind, 0)
         rows.append((f"handover after {kind} p99", _s(p99), f"{len(values)} items, {lost} never"))
