@@ -8,8 +8,9 @@ Redis server (AOF, appendfsync always) of the run's own. 20 tenants each start `
 after another (3 turns of 300 ms, every 4th with one retryable fault), at least 15 each and until
 the faults end, with one webhook endpoint each. For 120 s a random worker is SIGKILLed every 3 to
 7 s and replaced, one API process is SIGKILLed and restarted, and Redis is SIGKILLed and restarted.
-Then every run and delivery is read through the API until settled, and the database is checked
-(the scenario and its checks are tests/chaos/harness.py, shared with CI's smaller run).
+Then every run is read through the API until settled, every webhook is awaited at the receiver
+(no delivery is ever read), and the database is checked (the scenario is tests/chaos/harness.py,
+its faults schedule.py, its invariants checks.py, shared with CI's smaller run).
 
 Prints: runs, kills, stranded (target 0), concurrent attempts (target 0), failed (target 0: no
 run asks to fail), lost attempts, deliveries delivered and seen by the receiver, and the time
