@@ -53,6 +53,7 @@ from tests.support import loopback_server
 START = """mutation($i: StartRunInput!) { startRun(input: $i) { created run { id } } }"""
 READ = "query($id: ID!) { run(id: $id) { status } }"
 LIST = "{ runs(first: 100) { edges { node { id status } } } }"
+DELIVERIES = "{ webhookEndpoints { deliveries(first: 100) { id status } } }"
 ENDPOINT = "mutation($u: String!) { createWebhookEndpoint(url: $u) { endpoint { id } } }"
 PROBE_INPUT = {"turns": 1, "delayMs": 0}
 MUTATIONS = ("startRun", "createWebhookEndpoint")
@@ -88,6 +89,10 @@ class Plan:
     # False: a client learns its run settled from the webhook alone and nothing is read through
     # the API, so nothing repairs a lost run or delivery but the service's own machinery.
     read_runs: bool = True
+    # Issue 9's clients also read their deliveries until DELIVERED: a read enqueues again a
+    # PENDING delivery whose job was lost (a Redis that was down when its run settled). Without
+    # the relay nothing else does, so issue 9's run keeps that read; issue 17's never reads one.
+    read_deliveries: bool = False
 
 
 @dataclass(frozen=True)
@@ -373,6 +378,14 @@ class Client:
                 return time.time()
             await asyncio.sleep(0.25)  # a probe's period, whatever retryAfter says
 
+    async def all_delivered(self) -> bool:
+        data = await self.gql("deliveries", DELIVERIES)
+        return all(
+            d["status"] == "DELIVERED"
+            for endpoint in data["webhookEndpoints"]
+            for d in endpoint["deliveries"]
+        )
+
     async def all_settled(self) -> bool:
         data = await self.gql("runs", LIST)
         return all(e["node"]["status"] not in ("QUEUED", "RUNNING") for e in data["runs"]["edges"])
@@ -504,6 +517,9 @@ async def _drive(
             await driving
             for client in everyone if plan.read_runs else []:
                 while not await client.all_settled():
+                    await client.moves.wait(client.tenant_id)
+            for client in everyone if plan.read_deliveries else []:
+                while not await client.all_delivered():
                     await client.moves.wait(client.tenant_id)
             await webhooks.until_seen({run for c in everyone for run in c.started})
     except TimeoutError:
