@@ -21,6 +21,7 @@ the PostgreSQL fault, the time to the first successful mutation (`pg_recovery_s`
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -169,32 +170,31 @@ def _handover(
     runs: list[Any], events: dict[Any, list[Any]], webhooks: Webhooks, report: Report
 ) -> None:
     """For each Redis fault, from Redis answering again (`back`): every run created before and
-    unfinished at `back` must show life again (its next event, bar `failed`), and every webhook
-    owed by a run settled before `back` and not yet received must arrive. Items never handed
-    over are counted apart (`never_handed_over`)."""
-    for window in report.windows:
-        if window.kind not in REDIS:
-            continue
-        back = window.end
-        latencies = report.handover_s.setdefault(window.kind, [])
-        for run in runs:
-            if run["created_at"].timestamp() >= back:
+    unfinished at `back` must show life again (its next event, bar `failed`: a run settled
+    FAILED by a repair was lost, not handed over), and every webhook owed by a run settled
+    before `back` and not yet received must arrive. An item still waiting from an earlier
+    fault is counted there only; one that never moves is counted in `never_handed_over`."""
+    windows = sorted((w for w in report.windows if w.kind in REDIS), key=lambda w: w.end)
+    for run in runs:
+        lives = [e["at"].timestamp() for e in events[run["id"]] if e["type"] != "failed"]
+        arrived = webhooks.first_seen.get(str(run["id"]))
+        created = run["created_at"].timestamp()
+        finished = run["finished_at"].timestamp() if run["finished_at"] else math.inf
+        waiting_until = -math.inf  # counted at an earlier fault and still waiting until then
+        for window in windows:
+            back = window.end
+            if created >= back or waiting_until > back:
                 continue
-            finished = run["finished_at"]
-            if finished is None or finished.timestamp() > back:
-                after = [  # a run settled FAILED after the fault was lost, not handed over
-                    e["at"].timestamp()
-                    for e in events[run["id"]]
-                    if e["at"].timestamp() > back and e["type"] != "failed"
-                ]
-                moved = after[0] if after else None
+            if finished > back:
+                moved = next((t for t in lives if t > back), None)
+            elif arrived is not None and arrived <= back:
+                continue  # delivered before the fault was over: nothing was lost
             else:
-                moved = webhooks.first_seen.get(str(run["id"]))
-                if moved is not None and moved <= back:
-                    continue  # delivered before the fault was over: nothing was lost
+                moved = arrived
             if moved is None:
-                report.never_handed_over[window.kind] = (
-                    report.never_handed_over.get(window.kind, 0) + 1
-                )
+                never = report.never_handed_over
+                never[window.kind] = never.get(window.kind, 0) + 1
+                waiting_until = math.inf
             else:
-                latencies.append(moved - back)
+                report.handover_s.setdefault(window.kind, []).append(moved - back)
+                waiting_until = moved

@@ -118,7 +118,7 @@ class Faults:
 
     async def _api(self) -> None:
         await self.fleet.kill(self.rng.choice(self.fleet.apis))
-        await self.fleet.start("api")
+        await self.fleet.start("api", tries=5)
         self.report.api_kills += 1
 
     async def _redis_kill(self) -> None:

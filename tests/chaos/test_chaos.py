@@ -23,6 +23,7 @@ PLAN = Plan(
     fault_s=40,
     kill_every_s=(3, 6),
     settle_timeout_s=120,
+    read_deliveries=True,  # until the relay: a delivery lost with Redis waits for a read
 )
 
 # FLUSHALL, an empty Redis, a Redis frozen for 20 s, PostgreSQL SIGKILLed and down for 3 s, the
