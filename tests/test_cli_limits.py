@@ -27,7 +27,7 @@ async def test_a_limit_over_int32_is_refused_as_input(
         "tenant", "set-limits", "--tenant", slug, "--max-running-runs", "2147483647", env=env
     )
     assert top.returncode == 0, top.stderr
-    async with sessions.read() as session:
-        row = await session.scalar(select(Tenant).where(Tenant.id == tenant.id))
+    async with sessions.unit() as uow:
+        row = await uow.session.scalar(select(Tenant).where(Tenant.id == tenant.id))
     assert row is not None
     assert (row.max_running_runs, row.max_inflight_jobs) == (2147483647, None)

@@ -16,10 +16,10 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from sqlalchemy import select
 
+from outlive.db.engine import create_engine, create_sessions
 from outlive.db.models import Invitation, InvitationStatus
-from outlive.db.tx import Sessions
 from outlive.jobs.mailer import SmtpMailer
-from tests.conftest import make_settings
+from tests.conftest import make_settings, new_tenant
 from tests.support import Api, NudgeWatch, Servers, TenantHandle
 
 INVITE = "mutation($e: String!) { inviteMember(email: $e) { id email status } }"
@@ -65,14 +65,17 @@ def _code(response: Any) -> str:
 
 
 async def test_a_comma_in_an_address_never_adds_a_recipient(
-    servers: Servers,
-    jobs_world: Any,
-    sessions: Sessions,
-    tenant: TenantHandle,
-    recorder: tuple[Recorder, int],
+    servers: Servers, jobs_world: Any, recorder: tuple[Recorder, int]
 ) -> None:
+    """On a database of its own, so that the workers' relay has nothing else PENDING to mail."""
     inbox, port = recorder
-    settings = make_settings(servers, rate_invite="off", rate_invite_recipient="3/3600")
+    database_url = await servers.clone()
+    engine = create_engine(database_url)
+    sessions = create_sessions(engine)
+    tenant = await new_tenant(sessions, "mail")
+    settings = make_settings(
+        servers, database_url=database_url, rate_invite="off", rate_invite_recipient="3/3600"
+    )
     async with Api.running(settings) as api:
         for i in range(6):
             response = await api.post(INVITE, {"e": f"x{i},target@victim.test"}, token=tenant.token)
@@ -85,13 +88,14 @@ async def test_a_comma_in_an_address_never_adds_a_recipient(
             response = await api.post(INVITE, {"e": hostile}, token=tenant.token)
             assert _code(response) == "BAD_USER_INPUT"
         async with (
-            jobs_world(smtp_url=f"smtp://127.0.0.1:{port}") as world,
+            jobs_world(smtp_url=f"smtp://127.0.0.1:{port}", database_url=database_url) as world,
             NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch,
         ):
             await api.gql(INVITE, {"e": "Target@Victim.test"}, token=tenant.token)
             await watch.until_true(
                 lambda: _first_status(api, tenant, "SENT"), 30, "the one invitation SENT"
             )
+    await engine.dispose()
     assert inbox.rcpt == ["target@victim.test"]
     assert inbox.delivered == [["target@victim.test"]]
 
@@ -114,11 +118,17 @@ async def test_the_per_address_limit_counts_the_mailbox_not_its_spelling(
 
 
 async def test_a_stored_address_with_a_comma_is_failed_and_never_mailed(
-    jobs_world: Any, sessions: Sessions, tenant: TenantHandle, recorder: tuple[Recorder, int]
+    servers: Servers, jobs_world: Any, recorder: tuple[Recorder, int]
 ) -> None:
-    """A row written before the check was strict: the job parses the address again."""
+    """A row written before the check was strict: the job parses the address again. On a
+    database of its own: the workers' relay sends whatever else is PENDING, and the inbox must
+    see this row's mail alone (none)."""
     inbox, port = recorder
-    async with jobs_world(smtp_url=f"smtp://127.0.0.1:{port}") as world:
+    database_url = await servers.clone()
+    engine = create_engine(database_url)
+    sessions = create_sessions(engine)
+    tenant = await new_tenant(sessions, "mail")
+    async with jobs_world(smtp_url=f"smtp://127.0.0.1:{port}", database_url=database_url) as world:
         async with sessions.unit() as uow:
             row = Invitation(
                 tenant_id=tenant.id, email="x0,target@victim.test", token_hash=b"\0" * 32
@@ -133,14 +143,15 @@ async def test_a_stored_address_with_a_comma_is_failed_and_never_mailed(
             await admission.dispatch_jobs(tenant.id)
 
             async def failed() -> Invitation | None:
-                async with sessions.read() as session:
-                    found = await session.scalar(
+                async with sessions.unit() as uow:
+                    found = await uow.session.scalar(
                         select(Invitation).where(Invitation.id == invitation_id)
                     )
                 ok = found is not None and found.status == InvitationStatus.FAILED.value
                 return found if ok else None
 
             settled = await watch.until_true(failed, 30, "the invitation FAILED")
+    await engine.dispose()
     assert settled.last_error == "invalid address"
     assert inbox.rcpt == []
 

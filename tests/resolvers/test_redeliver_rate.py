@@ -39,8 +39,8 @@ async def _failed_deliveries(sessions: Sessions, tenant_id: UUID, count: int) ->
 
 
 async def _status(sessions: Sessions, delivery_id: str) -> str:
-    async with sessions.read() as session:
-        found = await session.scalar(
+    async with sessions.unit() as uow:
+        found = await uow.session.scalar(
             select(WebhookDelivery.status).where(WebhookDelivery.id == UUID(delivery_id))
         )
     return str(found)

@@ -30,8 +30,8 @@ def _code(response: Any) -> str:
 
 
 async def _runs(sessions: Sessions, tenant: TenantHandle) -> int:
-    async with sessions.read() as session:
-        found = await session.scalar(
+    async with sessions.unit() as uow:
+        found = await uow.session.scalar(
             select(func.count()).select_from(Run).where(Run.tenant_id == tenant.id)
         )
     return int(found or 0)

@@ -60,8 +60,8 @@ def format_tokens(records: list[tokens.TokenRecord]) -> list[str]:
 
 
 async def list_tokens(settings: Settings, tenant: str | None) -> list[str]:
-    async with open_runtime(settings, "cli") as runtime, runtime.sessions.read() as session:
-        records = await tokens.list_tokens(session, tenant_slug=tenant)
+    async with open_runtime(settings, "cli") as runtime:
+        records = await tokens.list_tokens(runtime.sessions, tenant_slug=tenant)
     return format_tokens(records)
 
 

@@ -419,9 +419,3 @@ class Sessions:
         await unit._after_commit_shielded()
         if unit._cancelled:
             raise asyncio.CancelledError()
-
-    @asynccontextmanager
-    async def read(self) -> AsyncIterator[Sessions]:
-        """TEMPORARY shim (resolvers still open one): the sessions themselves, a `Db`. Call
-        `one`/`all`/`execute` on `Sessions` instead; remove once no caller is left."""
-        yield self

@@ -16,8 +16,7 @@ Info = strawberry.Info[Context, None]
 async def list_invitations(info: Info) -> list[Invitation]:
     ctx = info.context
     s = ctx.services
-    async with s.sessions.read() as session:
-        found = await invitations.list_invitations(session, ctx.tenant_id)
+    found = await invitations.list_invitations(s.sessions, ctx.tenant_id)
     await outbox.requeue_stale(
         s.sessions, "invitation", found, grace_s=s.settings.reconcile_grace_s
     )

@@ -63,8 +63,9 @@ class Loaders:
     async def _load_events(self, keys: Sequence[EventsKey]) -> list[list[EventRecord]]:
         async def load(ids: list[RunId], page: tuple[int, int]) -> dict[RunId, list[EventRecord]]:
             after, first = page
-            async with self._sessions.read() as session:
-                return await timelines.list_events_of_runs(session, ids, after=after, first=first)
+            return await timelines.list_events_of_runs(
+                self._sessions, ids, after=after, first=first
+            )
 
         return await _by_shape([(run, (after, first)) for run, after, first in keys], load)
 
@@ -72,10 +73,9 @@ class Loaders:
         tenant_id = self._tenant_id()
 
         async def load(ids: list[EndpointId], first: int) -> dict[EndpointId, list[DeliveryRecord]]:
-            async with self._sessions.read() as session:
-                return await webhooks.list_deliveries_of_endpoints(
-                    session, tenant_id, ids, first=first
-                )
+            return await webhooks.list_deliveries_of_endpoints(
+                self._sessions, tenant_id, ids, first=first
+            )
 
         pages = await _by_shape(keys, load)
         await outbox.deliveries_with_repair(

@@ -77,15 +77,15 @@ async def cancel_run_replay(info: Info, id: strawberry.ID) -> RunReplay:
 
 async def run_replay(info: Info, id: strawberry.ID) -> RunReplay | None:
     ctx = info.context
-    async with ctx.services.sessions.read() as session:
-        found = await replays.get_replay(session, ctx.tenant_id, parse_uuid(id, what="replay"))
+    found = await replays.get_replay(
+        ctx.services.sessions, ctx.tenant_id, parse_uuid(id, what="replay")
+    )
     return RunReplay.of(found) if found is not None else None
 
 
 async def run_replays(info: Info, first: int | None = 20) -> list[RunReplay]:
     ctx = info.context
-    async with ctx.services.sessions.read() as session:
-        found = await replays.list_replays(
-            session, ctx.tenant_id, first=20 if first is None else first
-        )
+    found = await replays.list_replays(
+        ctx.services.sessions, ctx.tenant_id, first=20 if first is None else first
+    )
     return [RunReplay.of(r) for r in found]

@@ -13,6 +13,7 @@ Info = strawberry.Info[Context, None]
 
 async def usage(info: Info, days: int | None = 30) -> list[UsageDay]:
     ctx = info.context
-    async with ctx.services.sessions.read() as session:
-        found = await usage_service.usage(session, ctx.tenant_id, days=30 if days is None else days)
+    found = await usage_service.usage(
+        ctx.services.sessions, ctx.tenant_id, days=30 if days is None else days
+    )
     return [UsageDay.of(u) for u in found]

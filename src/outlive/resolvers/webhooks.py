@@ -20,8 +20,7 @@ Info = strawberry.Info[Context, None]
 
 async def webhook_endpoints(info: Info) -> list[WebhookEndpoint]:
     ctx = info.context
-    async with ctx.services.sessions.read() as session:
-        found = await webhooks.list_endpoints(session, ctx.tenant_id)
+    found = await webhooks.list_endpoints(ctx.services.sessions, ctx.tenant_id)
     return [WebhookEndpoint.of(e) for e in found]
 
 
