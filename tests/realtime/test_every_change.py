@@ -215,9 +215,10 @@ async def reconciled_on_read(w: World) -> Counter[Pair]:
     redis = Redis.from_url(w.settings.redis_url)
     await redis.flushdb()  # the workflow instance is lost
     await redis.aclose()
-    run = await w.run(run_id)  # this read settles it
-    assert run["status"] == "FAILED"
-    assert "lost" in run["error"]
+    run = await w.run(run_id)  # this read hands it to the queue again (contract §7)
+    assert run["status"] == "QUEUED"
+    await w.start_worker()
+    await w.until_run(run_id, settled)  # the rebuilt instance runs it: its nudges as usual
     return await w.expected_for_run(run_id)
 
 

@@ -23,12 +23,16 @@ BEGIN
              WHERE i.tenant_id = p_tenant AND i.status = 'PENDING' AND i.dispatched_at IS NULL
         ) w ORDER BY w.created_at, w.id LIMIT cap - held),
     webhooks AS (
-        UPDATE webhook_deliveries d SET dispatched_at = now() FROM chosen c
+        UPDATE webhook_deliveries d
+           SET dispatched_at = now(), relay_after = now() + interval '10 seconds'
+          FROM chosen c
          WHERE c.kind = 'webhook' AND d.id = c.id AND d.status = 'PENDING'
            AND d.dispatched_at IS NULL
         RETURNING 'webhook'::text, d.id),
     emails AS (
-        UPDATE invitations i SET dispatched_at = now() FROM chosen c
+        UPDATE invitations i
+           SET dispatched_at = now(), relay_after = now() + interval '10 seconds'
+          FROM chosen c
          WHERE c.kind = 'invitation' AND i.id = c.id AND i.status = 'PENDING'
            AND i.dispatched_at IS NULL
         RETURNING 'invitation'::text, i.id)

@@ -11,7 +11,7 @@ BEGIN
      WHERE r.tenant_id = p_tenant AND r.status IN ('QUEUED', 'RUNNING')
        AND r.dispatched_at IS NOT NULL;
     RETURN QUERY
-    UPDATE runs u SET dispatched_at = now()
+    UPDATE runs u SET dispatched_at = now(), relay_after = now() + interval '10 seconds'
      WHERE u.id IN (SELECT w.id FROM runs w
                      WHERE w.tenant_id = p_tenant AND w.status = 'QUEUED'
                        AND w.dispatched_at IS NULL
