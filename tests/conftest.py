@@ -29,6 +29,7 @@ from outlive.db.engine import create_engine, create_sessions
 from outlive.db.tx import Sessions
 from outlive.embedded import embedded_postgres, embedded_redis
 from outlive.services.tenants import Principal, create_token
+from tests.slow import mark_slow
 from tests.support import Api, Servers, TenantHandle
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -196,3 +197,8 @@ async def worker(settings: Settings) -> AsyncIterator[Any]:
 
 
 __all__ = ["Principal", "make_settings", "new_tenant"]
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks it adds
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_slow(config, items)
