@@ -1,8 +1,10 @@
 """One GraphQL operation over HTTP, observed: its route, its metrics, its span, its log line.
 
 `observe_operation` (and `observe_refused`) is the only place that counts
-(`outlive_graphql_operations_total`, labelled with the `Route` taken), times (`outlive_graphql_operation_duration_seconds`) and traces (a server
-span continuing the caller's `traceparent`) an operation, and logs its route at debug level.
+(`outlive_graphql_operations_total`, labelled with the `Route` taken), times
+(`outlive_graphql_operation_duration_seconds`) and traces (a server span continuing the caller's
+`traceparent`) an operation, and logs its route at debug level. Only an operation that validated
+is labelled with its declared name; a refused request is `invalid`.
 
 `Route` is the one list of ways an operation over HTTP is answered; `http.choose_route` picks
 one. The other transport is the socket: strawberry executes its subscriptions
