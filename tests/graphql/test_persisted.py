@@ -137,5 +137,6 @@ async def test_the_execution_header_reveals_no_count(api: Api, tenant: TenantHan
         seen.append(response.headers["outlive-execution"])
     assert len(set(seen)) == 3
     for value in seen:
-        assert len(value) == 16 and not value.isdigit()
+        assert len(value) == 16
+        assert not value.isdigit()
         int(value, 16)

@@ -65,7 +65,8 @@ def test_a_document_over_the_byte_limit_is_never_kept() -> None:
     documents = _documents(max_bytes=1 << 30)
     long = "{ agents { name } } #" + "x" * (64 * 1024)
     prepared = documents.prepare(long, OWNER)
-    assert prepared.document is None and prepared.errors
+    assert prepared.document is None
+    assert prepared.errors
     assert documents.prepare(long, OWNER) is not prepared  # not kept
     assert documents.persisted(prepared.digest, OWNER) is None
 

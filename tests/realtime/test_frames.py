@@ -192,7 +192,8 @@ async def test_a_syntax_error_is_an_error_frame(
         broken = "subscription { nudges { type " + "(" * 200
         await sock.send({"type": "subscribe", "id": "1", "payload": {"query": broken}})
         error = await sock.receive()
-        assert error["type"] == "error" and error["id"] == "1"
+        assert error["type"] == "error"
+        assert error["id"] == "1"
         assert error["payload"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
         await sock.subscribe(id="1")  # the id is free again, the socket still open
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
@@ -209,14 +210,16 @@ async def test_a_close_reason_fits_in_a_control_frame(
         await sock.send({"type": "subscribe", "id": long_id, "payload": {"query": PLAIN}})
         code, reason = await sock.closed()
     assert code == 4409
-    assert reason.startswith("Subscriber for é") and len(reason.encode()) <= 123
+    assert reason.startswith("Subscriber for é")
+    assert len(reason.encode()) <= 123
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
 
 def test_close_reasons_are_cut_on_a_character_boundary() -> None:
     assert close_reason("short") == "short"
     cut = close_reason("€" * 100)
-    assert len(cut.encode()) <= MAX_CLOSE_REASON_BYTES and cut.endswith("...")
+    assert len(cut.encode()) <= MAX_CLOSE_REASON_BYTES
+    assert cut.endswith("...")
     assert cut.rstrip(".") == "€" * len(cut.rstrip("."))
 
 
@@ -226,10 +229,11 @@ async def test_a_subscription_over_the_byte_limit_is_refused_before_any_cache(
     """Issue 19, Medium 2, on the socket: a document over OUTLIVE_MAX_QUERY_BYTES closes the
     socket before strawberry parses it or `plain_selection` caches it."""
     _plain_selection.cache_clear()
-    async with serve(make_settings(servers, max_query_bytes=1024)) as served:
-        async with Socket.open(served.url, token=tenant.token) as sock:
-            padded = PLAIN + " #" + "x" * 1100
-            await sock.send({"type": "subscribe", "id": "1", "payload": {"query": padded}})
-            code, reason = await sock.closed()
-    assert code == 4400 and "1024 bytes" in reason
+    settings = make_settings(servers, max_query_bytes=1024)
+    async with serve(settings) as served, Socket.open(served.url, token=tenant.token) as sock:
+        padded = PLAIN + " #" + "x" * 1100
+        await sock.send({"type": "subscribe", "id": "1", "payload": {"query": padded}})
+        code, reason = await sock.closed()
+    assert code == 4400
+    assert "1024 bytes" in reason
     assert _plain_selection.cache_info().currsize == 0
