@@ -87,3 +87,18 @@ async def test_a_document_over_the_byte_limit_is_refused_before_any_cache(
         response = await api.client.post("/graphql", json=fits, headers=_auth(tenant))
         assert response.status_code == 200
         assert "errors" not in response.json()
+
+
+@pytest.mark.parametrize("query", ["{}", "query { agents { } }", "{ viewer { user { } } }"])
+async def test_an_empty_selection_set_is_invalid_not_a_500(
+    api: Api, tenant: TenantHandle, query: str
+) -> None:
+    """Found by tests/fuzz: graphql-core 3.3 parses `{}`, and strawberry's depth limiter failed
+    on it (max() of nothing), a plain-text 500."""
+    for response in (
+        await api.client.post("/graphql", json={"query": query}, headers=_auth(tenant)),
+        await api.client.get("/graphql", params={"query": query}, headers=_auth(tenant)),
+    ):
+        assert response.status_code == 200, response.text
+        (error,) = response.json()["errors"]
+        assert error["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"

@@ -237,3 +237,17 @@ async def test_a_subscription_over_the_byte_limit_is_refused_before_any_cache(
     assert code == 4400
     assert "1024 bytes" in reason
     assert _plain_selection.cache_info().currsize == 0
+
+
+async def test_an_empty_selection_set_is_an_error_frame(
+    served: Served, tenant: TenantHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by tests/fuzz: strawberry's depth limiter failed on `{ }` (graphql-core 3.3 parses
+    it)."""
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        query = "subscription { nudges { } }"
+        await sock.send({"type": "subscribe", "id": "1", "payload": {"query": query}})
+        error = await sock.receive()
+    assert error["type"] == "error"
+    assert error["payload"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
