@@ -148,7 +148,7 @@ def operations(draw: st.DrawFn, schema: GraphQLSchema) -> tuple[str, dict[str, A
         text = text[: draw(st.integers(0, len(text)))]
     elif corruption == 1:  # a character inserted
         at = draw(st.integers(0, len(text)))
-        text = text[:at] + draw(st.sampled_from(list("{}()$:!@#\"\\[]"))) + text[at:]
+        text = text[:at] + draw(st.sampled_from(list('{}()$:!@#"\\[]'))) + text[at:]
     return text, doc.variables
 
 

@@ -27,7 +27,11 @@ SCHEMA = served_schema(Settings.model_construct())._schema
 @budget(800)
 @given(operation=operations(SCHEMA), via_get=st.integers(0, 4))
 async def test_operations_from_the_schema(
-    api: Api, tenant: TenantHandle, errors: Errors, operation: tuple[str, dict[str, Any]], via_get: int
+    api: Api,
+    tenant: TenantHandle,
+    errors: Errors,
+    operation: tuple[str, dict[str, Any]],
+    via_get: int,
 ) -> None:
     document, variables = operation
     headers = {"Authorization": f"Bearer {tenant.token}"}

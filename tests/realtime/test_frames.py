@@ -251,3 +251,24 @@ async def test_an_empty_selection_set_is_an_error_frame(
     assert error["type"] == "error"
     assert error["payload"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"type": "complete", "id": ["1"]},
+        {"type": "complete", "id": {}},
+        {"type": "complete"},
+        {"type": "ping", "payload": [1]},
+        {"type": "pong", "payload": "x"},
+    ],
+)
+async def test_a_complete_or_ping_of_the_wrong_shape_closes_with_4400(
+    served: Served, tenant: TenantHandle, caplog: pytest.LogCaptureFixture, message: Any
+) -> None:
+    """Found by tests/fuzz: `complete` with a list for its id raised a TypeError (1006)."""
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        await sock.send(message)
+        code, _ = await sock.closed()
+    assert code == 4400
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

@@ -351,16 +351,12 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
         self.schema = cast(Any, SubscriptionsOnly(self.schema))
 
     async def handle_message(self, message: Any) -> None:
-        """A message that is not an object, or a `subscribe` of the wrong shape, closes the
-        socket with 4400 (strawberry expects a dict and would raise a TypeError)."""
-        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
-            await self.handle_invalid_message("a message must be a JSON object with a `type`")
+        """A message that is not an object, or one of the wrong shape, closes the socket with
+        4400 (strawberry expects a well-formed dict and would raise a TypeError)."""
+        problem = _message_problem(message, self.max_query_bytes)
+        if problem is not None:
+            await self.handle_invalid_message(problem)
             return
-        if message["type"] == "subscribe":
-            problem = _subscribe_problem(message, self.max_query_bytes)
-            if problem is not None:
-                await self.handle_invalid_message(problem)
-                return
         await super().handle_message(cast(Any, message))
 
     @property
@@ -445,11 +441,22 @@ _PAYLOAD_SHAPES = (
 )
 
 
-def _subscribe_problem(message: dict[str, Any], max_query_bytes: int) -> str | None:
-    """Why a `subscribe` message cannot be handled (its id, its payload's shape, a document over
-    `OUTLIVE_MAX_QUERY_BYTES`, refused before anything parses or caches it), or None."""
-    if not isinstance(message.get("id"), str) or not message["id"]:
-        return "subscribe: `id` must be a non-empty string"
+def _message_problem(message: object, max_query_bytes: int) -> str | None:
+    """Why a message cannot be handled, or None: not an object with a string `type`; an `id`
+    that is not a non-empty string (`subscribe`, `complete`); a `ping`/`pong` payload that is not
+    an object; a `subscribe` payload of the wrong shape or with a document over
+    `OUTLIVE_MAX_QUERY_BYTES` (refused before anything parses or caches it)."""
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        return "a message must be a JSON object with a string `type`"
+    kind = message["type"]
+    if kind in ("subscribe", "complete") and (
+        not isinstance(message.get("id"), str) or not message["id"]
+    ):
+        return f"{kind}: `id` must be a non-empty string"
+    if kind in ("ping", "pong") and not isinstance(message.get("payload"), dict | None):
+        return f"{kind}: `payload` must be an object"
+    if kind != "subscribe":
+        return None
     payload = message.get("payload")
     if not isinstance(payload, dict):
         return "subscribe: `payload` must be an object"
