@@ -58,7 +58,7 @@ def _scalar(draw: st.DrawFn, scalar: GraphQLScalarType) -> Any:
 
 def input_value(draw: st.DrawFn, type_: GraphQLInputType, depth: int = 0) -> Any:
     """A value for `type_`, right most of the time; wrong (any JSON) now and then."""
-    if draw(st.integers(0, 19)) == 0:
+    if draw(st.integers(0, 39)) == 0:
         return draw(JSON_VALUE)
     if isinstance(type_, GraphQLNonNull):
         return input_value(draw, type_.of_type, depth)
@@ -99,7 +99,7 @@ def _selection(
         part = _field(draw, schema, name, type_.fields[name], doc, depth)
         if part is not None:
             parts.append(part)
-    if draw(st.integers(0, 9)) == 0:
+    if draw(st.integers(0, 29)) == 0:
         parts.append(draw(NAMES))  # a field that may not exist
     return "{ " + (" ".join(parts) or "__typename") + " }"
 
@@ -134,16 +134,20 @@ def _field(
 @st.composite
 def operations(draw: st.DrawFn, schema: GraphQLSchema) -> tuple[str, dict[str, Any]]:
     """(document, variables): an operation of the schema, sometimes corrupted."""
-    roots = [("query", schema.query_type), ("mutation", schema.mutation_type)]
-    roots += [("subscription", schema.subscription_type)]
-    kind, root = draw(st.sampled_from([(k, r) for k, r in roots if r is not None]))
+    weighted = ["query"] * 6 + ["mutation"] * 3 + ["subscription"]
+    kind = draw(st.sampled_from(weighted))
+    root = {
+        "query": schema.query_type,
+        "mutation": schema.mutation_type,
+        "subscription": schema.subscription_type,
+    }[kind]
     doc = _Document()
     assert root is not None
     body = _selection(draw, schema, root, doc, 0)
     name = f" {draw(NAMES)}" if draw(st.booleans()) else ""
     head = f"{kind}{name}" + (f"({', '.join(doc.definitions)})" if doc.definitions else "")
     text = f"{head} {body}"
-    corruption = draw(st.integers(0, 9))
+    corruption = draw(st.integers(0, 19))
     if corruption == 0:  # cut short
         text = text[: draw(st.integers(0, len(text)))]
     elif corruption == 1:  # a character inserted

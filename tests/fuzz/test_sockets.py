@@ -49,7 +49,7 @@ async def outcome(sock: Socket) -> tuple[str, int | None]:
     return "closed", received.code if received is not None else 1006
 
 
-@budget(400)
+@budget(600)
 @given(frames=st.lists(FRAMES, min_size=1, max_size=4), init=st.booleans())
 async def test_random_frames(
     served: Served, tenant: TenantHandle, errors: Errors, frames: list[Any], init: bool
@@ -64,7 +64,7 @@ async def test_random_frames(
     assert code not in BROKEN, (state, code)
 
 
-@budget(300)
+@budget(400)
 @given(operation=operations(SCHEMA), id=st.text(min_size=1, max_size=300))
 async def test_subscribe_with_operations_from_the_schema(
     served: Served,
