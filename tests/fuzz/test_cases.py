@@ -118,7 +118,8 @@ async def test_r9_a_syntax_error_gets_an_error_frame(
     served: Served, tenant: TenantHandle, errors: Errors
 ) -> None:
     async with Socket.open(served.url, token=tenant.token) as sock:
-        await sock.send({"id": "1", "type": "subscribe", "payload": {"query": "subscription {"}})
+        query = "subscription { nudges { type } } " + "x" * 300  # a long "Unexpected Name"
+        await sock.send({"id": "1", "type": "subscribe", "payload": {"query": query}})
         frame = await sock.receive()
     assert frame["type"] == "error"
     assert frame["payload"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"

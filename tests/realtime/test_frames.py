@@ -189,7 +189,7 @@ async def test_a_syntax_error_is_an_error_frame(
 ) -> None:
     """The fuzzer's R9: a syntax error got only `complete` and an "Exception in worker task"."""
     async with Socket.open(served.url, token=tenant.token) as sock:
-        broken = "subscription { nudges { type " + "(" * 200
+        broken = "subscription { nudges { type } } " + "x" * 300  # a long "Unexpected Name"
         await sock.send({"type": "subscribe", "id": "1", "payload": {"query": broken}})
         error = await sock.receive()
         assert error["type"] == "error"
