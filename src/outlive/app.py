@@ -254,10 +254,15 @@ def app_from_environment() -> Starlette:
 
 
 def build_app(
-    settings: Settings, *, serve_web: bool = True, extra_lifespan: tuple[Hook, Hook] | None = None
+    settings: Settings,
+    *,
+    serve_web: bool = True,
+    extra_lifespan: tuple[Hook, Hook] | None = None,
+    metrics_listener: bool = True,
 ) -> Starlette:
     """The app; `extra_lifespan` (start, stop) runs inside its lifespan, as `outlive dev` does
-    with the embedded worker."""
+    with the embedded worker (whose runtime serves `OUTLIVE_METRICS_PORT` for the process then:
+    `metrics_listener=False`)."""
     settings.require_services()
     view = build_view(settings)
 
@@ -278,7 +283,7 @@ def build_app(
             app.state.runtime = runtime
             if settings.metrics and settings.metrics_token is not None:
                 app.state.metrics_token = settings.metrics_token.get_secret_value()
-            if settings.metrics and settings.metrics_port is not None:
+            if metrics_listener and settings.metrics and settings.metrics_port is not None:
                 stack.enter_context(_metrics_listener(settings))
             if extra_lifespan is not None:
                 await extra_lifespan[0]()
