@@ -164,7 +164,8 @@ class Documents:
             self._bytes -= _size(oldest)
 
     def _too_long(self, query: str) -> bool:
-        return len(query) > self._max_query_bytes or len(query.encode()) > self._max_query_bytes
+        limit = self._max_query_bytes
+        return len(query) > limit or len(query.encode("utf-8", "surrogatepass")) > limit
 
     def _prepare(self, query: str, digest: str) -> Prepared:
         if self._too_long(query):
