@@ -110,10 +110,11 @@ async def start_run_figures(
     instances = SaqRunInstances(
         queue, Settings(database_url=env.database_url, redis_url=env.redis_url, queue_timeout_s=60)
     )
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     results = []
-    metrics_url = f"http://127.0.0.1:{port}/metrics"
-    with outlive("api", "--port", str(port), "--workers", str(api_processes), env=env.vars()):
+    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"  # the API's own metrics listener
+    metrics_env = env.vars(OUTLIVE_METRICS_PORT=str(metrics_port), OUTLIVE_METRICS_HOST="127.0.0.1")
+    with outlive("api", "--port", str(port), "--workers", str(api_processes), env=metrics_env):
         await wait_http(f"http://127.0.0.1:{port}/healthz")
         if scraper is not None:
             scraper.add(metrics_url)

@@ -8,8 +8,10 @@ hands what the resolvers need to the GraphQL view.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -27,13 +29,16 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from outlive.config import Settings
 from outlive.graphql.http import Pipeline
 from outlive.graphql.schema import served_schema
-from outlive.realtime.sockets import NudgesTransportWS
+from outlive.jobs.telemetry import serve_metrics
+from outlive.realtime.sockets import NudgesTransportWS, OutliveWebSocketAdapter
 from outlive.resolvers.context import Context, Services
 from outlive.runtime import open_runtime
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.tenants import authenticate
 from outlive.telemetry import logs, metrics
 from outlive.web import graphiql_response, web_routes
+
+log = logging.getLogger(__name__)
 
 CONNECTION_INIT_TIMEOUT = timedelta(seconds=10)  # the defaults of OUTLIVE_WS_INIT_TIMEOUT_S
 MAX_OPERATIONS_PER_SOCKET = 5  # and OUTLIVE_WS_MAX_SUBSCRIPTIONS
@@ -72,6 +77,7 @@ class OutliveGraphQL(GraphQL[Context, None]):
     services: Services
     pipeline: Pipeline
     graphql_transport_ws_handler_class = NudgesTransportWS
+    websocket_adapter_class = OutliveWebSocketAdapter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -152,12 +158,11 @@ class OutliveApp(Starlette):
     graphql: OutliveGraphQL | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self.graphql is not None
-            and scope["type"] == "http"
-            and scope["path"] == "/graphql"
-            and scope["method"] in ("GET", "POST")
-        ):
+        if self.graphql is not None and scope["type"] == "http" and scope["path"] == "/graphql":
+            if scope["method"] not in ("GET", "POST"):  # the contract's shape, not Starlette's text
+                refused = _error("use GET or POST", "BAD_USER_INPUT", 405, Allow="GET, POST")
+                await refused(scope, receive, send)
+                return
             scope["app"] = self
             await self.graphql(scope, receive, send)
             return
@@ -187,7 +192,12 @@ Hook = Callable[[], Awaitable[None]]
 
 
 async def _metrics(request: Request) -> Response:
-    """Prometheus exposition (every process's, under `outlive api --workers N`)."""
+    """Prometheus exposition (every process's, under `outlive api --workers N`), for the bearer
+    of `OUTLIVE_METRICS_TOKEN` only (the route exists only when it is set)."""
+    expected = request.app.state.metrics_token
+    given = bearer(request.headers.get("authorization")) or ""
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        return _unauthenticated("missing or wrong metrics token")
     await request.app.state.runtime.sampler.sample()
     return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
 
@@ -211,6 +221,27 @@ async def _readyz(request: Request) -> Response:
     return JSONResponse({"ok": ok, **checks}, status_code=200 if ok else 503)
 
 
+@contextmanager
+def _metrics_listener(settings: Settings) -> Iterator[None]:
+    """`OUTLIVE_METRICS_PORT`: /metrics on a listener of its own, off the public port (a thread,
+    as on a worker). Under `outlive api --workers N` the first process to bind it serves it;
+    any process answers for all of them (multiprocess mode), so the others need not."""
+    assert settings.metrics_port is not None  # noqa: S101 (checked by the caller)
+    try:
+        server = serve_metrics(settings.metrics_port, settings.metrics_host)
+    except OSError:
+        if not metrics.is_multiprocess():
+            raise
+        log.info("metrics port %d served by another process of this server", settings.metrics_port)
+        yield
+        return
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def app_from_environment() -> Starlette:
     """The factory `outlive api --workers N` gives uvicorn: each process reads the environment."""
     settings = Settings()
@@ -223,16 +254,21 @@ def app_from_environment() -> Starlette:
 
 
 def build_app(
-    settings: Settings, *, serve_web: bool = True, extra_lifespan: tuple[Hook, Hook] | None = None
+    settings: Settings,
+    *,
+    serve_web: bool = True,
+    extra_lifespan: tuple[Hook, Hook] | None = None,
+    metrics_listener: bool = True,
 ) -> Starlette:
     """The app; `extra_lifespan` (start, stop) runs inside its lifespan, as `outlive dev` does
-    with the embedded worker."""
+    with the embedded worker (whose runtime serves `OUTLIVE_METRICS_PORT` for the process then:
+    `metrics_listener=False`)."""
     settings.require_services()
     view = build_view(settings)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with open_runtime(settings, "api") as runtime:
+        async with open_runtime(settings, "api") as runtime, AsyncExitStack() as stack:
             queues, realtime = runtime.require_queues(), runtime.require_realtime()
             view.services = Services(
                 sessions=runtime.sessions,
@@ -245,6 +281,10 @@ def build_app(
                 hub=realtime.hub if settings.realtime else None,
             )
             app.state.runtime = runtime
+            if settings.metrics and settings.metrics_token is not None:
+                app.state.metrics_token = settings.metrics_token.get_secret_value()
+            if metrics_listener and settings.metrics and settings.metrics_port is not None:
+                stack.enter_context(_metrics_listener(settings))
             if extra_lifespan is not None:
                 await extra_lifespan[0]()
             try:
@@ -281,7 +321,7 @@ def _routes(view: OutliveGraphQL, settings: Settings, *, serve_web: bool) -> lis
         Route("/graphql", view, methods=["GET", "POST"]),
         WebSocketRoute("/graphql", _CountedSockets(view)),
     ]
-    if settings.metrics:
+    if settings.metrics and settings.metrics_token is not None:  # else off the public port
         routes.append(Route("/metrics", _metrics))
     if serve_web:
         routes.extend(web_routes())

@@ -125,6 +125,9 @@ class Settings(BaseSettings):
     ws_max_per_tenant: int = Field(1000, ge=1, description="open sockets per tenant and process")
     ws_max_bytes: int = Field(64 * 1024, ge=1024, description="largest WebSocket message")
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="largest HTTP request body")
+    max_query_bytes: int = Field(
+        64 * 1024, ge=1024, description="largest GraphQL document, refused before any cache"
+    )
     max_query_cost: int = Field(20_000, ge=1, description="objects one operation may ask for")
     max_json_depth: int = Field(64, ge=2, description="deepest nesting in GraphQL variables")
     max_query_depth: int = Field(12, ge=2, description="deepest selection in a document")
@@ -169,9 +172,12 @@ class Settings(BaseSettings):
     )
     log_level: str = "INFO"
     log_libraries_level: str = Field("WARNING", description="pgserver, alembic, saq, httpx, …")
-    metrics: bool = Field(True, description="GET /metrics on API processes")
+    metrics: bool = Field(True, description="API processes export metrics")
     metrics_port: int | None = Field(
-        None, ge=1, le=65535, description="a worker serves /metrics on this port when set"
+        None, ge=1, le=65535, description="/metrics on this port of its own (API and worker)"
+    )
+    metrics_token: SecretStr | None = Field(
+        None, description="GET /metrics on the API's public port, with this bearer token"
     )
     metrics_host: str = "0.0.0.0"  # noqa: S104 (Prometheus scrapes workers over the network)
     metrics_sample_s: float = Field(5.0, gt=0, description="pool, queue and socket sampling")

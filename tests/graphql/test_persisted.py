@@ -106,3 +106,37 @@ async def test_persisted_queries_need_a_token_like_any_other(api: Api) -> None:
         "/graphql", json={"query": RUNS, "extensions": _extension(RUNS)}
     )
     assert response.status_code == 401
+
+
+async def test_a_hash_another_tenant_sent_is_not_found(
+    api: Api, tenant: TenantHandle, other_tenant: TenantHandle
+) -> None:
+    """Issue 19, Low 7: a hash reveals nothing of what other tenants run."""
+    query = RUNS + " # only A " + tenant.token[-8:]
+    variables = {"first": 1}
+    sent = await _post(api, tenant.token, query=query, variables=variables)
+    assert sent.json() == {"data": {"runs": {"edges": []}}}
+    by_b = await _post(api, other_tenant.token, variables=variables, extensions=_extension(query))
+    assert by_b.json()["errors"][0]["extensions"]["code"] == "PERSISTED_QUERY_NOT_FOUND"
+    by_a = await _post(api, tenant.token, variables=variables, extensions=_extension(query))
+    assert by_a.json() == sent.json()
+    # B registers it in turn (the same cache entry), then its hash is enough for B too
+    await _post(
+        api, other_tenant.token, query=query, variables=variables, extensions=_extension(query)
+    )
+    again = await _post(api, other_tenant.token, variables=variables, extensions=_extension(query))
+    assert again.json() == {"data": {"runs": {"edges": []}}}
+
+
+async def test_the_execution_header_reveals_no_count(api: Api, tenant: TenantHandle) -> None:
+    """Issue 19, Low 7: the header names the shared execution with a random id, not a
+    process-wide counter another tenant could read its neighbours' traffic from."""
+    seen = []
+    for _ in range(3):
+        response = await _post(api, tenant.token, query=RUNS, variables={"first": 1})
+        seen.append(response.headers["outlive-execution"])
+    assert len(set(seen)) == 3
+    for value in seen:
+        assert len(value) == 16
+        assert not value.isdigit()
+        int(value, 16)

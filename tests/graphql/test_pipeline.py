@@ -8,7 +8,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from outlive.config import Settings
-from outlive.graphql.documents import ENTRY_BYTES_PER_CHAR, Documents
+from outlive.graphql.documents import ENTRY_BYTES_PER_CHAR, OWNER_BYTES, Documents
 from outlive.graphql.limits import limit_rules
 from outlive.graphql.operations import Route
 from outlive.graphql.schema import served_schema
@@ -17,6 +17,7 @@ from tests.support import Api, TenantHandle
 RUNS = "query PlannedRuns { runs(first: 2) { edges { node { id } } } }"
 TIMELINE = 'query Timeline { run(id: "6d2c3b1a-0000-4000-8000-000000000000") { events { seq } } }'
 INVALID = "query Broken { runs(first: 2) { nope } }"
+OWNER = "tenant-a"  # who sent the documents' text
 
 
 def _documents(max_bytes: int) -> Documents:
@@ -32,23 +33,42 @@ def _documents(max_bytes: int) -> Documents:
 
 def test_the_document_cache_keeps_what_fits_in_its_bytes_least_recently_used_out() -> None:
     queries = [f"query Q{i} {{ agents {{ name }} }}" for i in range(4)]
-    entry = len(queries[0]) * ENTRY_BYTES_PER_CHAR
+    entry = len(queries[0]) * ENTRY_BYTES_PER_CHAR + OWNER_BYTES  # its text, tree and owner
     documents = _documents(max_bytes=3 * entry)
-    first = [documents.prepare(q) for q in queries[:3]]
-    assert documents.prepare(queries[0]) is first[0]  # kept, and now the most recent
-    documents.prepare(queries[3])  # over the budget: the least recently used (Q1) leaves
-    assert documents.persisted(first[1].digest) is None
-    assert documents.persisted(first[0].digest) is first[0]
-    assert documents.persisted(first[2].digest) is first[2]
-    assert documents.prepare(queries[1]) is not first[1]  # prepared again
+    first = [documents.prepare(q, OWNER) for q in queries[:3]]
+    assert documents.prepare(queries[0], OWNER) is first[0]  # kept, and now the most recent
+    documents.prepare(queries[3], OWNER)  # over the budget: the least recently used (Q1) leaves
+    assert documents.persisted(first[1].digest, OWNER) is None
+    assert documents.persisted(first[0].digest, OWNER) is first[0]
+    assert documents.persisted(first[2].digest, OWNER) is first[2]
+    assert documents.prepare(queries[1], OWNER) is not first[1]  # prepared again
 
 
 def test_an_invalid_document_is_cached_but_never_found_by_its_hash() -> None:
     documents = _documents(max_bytes=1 << 20)
-    broken = documents.prepare(INVALID)
+    broken = documents.prepare(INVALID, OWNER)
     assert broken.errors
-    assert documents.prepare(INVALID) is broken
-    assert documents.persisted(broken.digest) is None
+    assert documents.prepare(INVALID, OWNER) is broken
+    assert documents.persisted(broken.digest, OWNER) is None
+
+
+def test_a_hash_is_found_only_by_a_tenant_that_sent_its_text() -> None:
+    documents = _documents(max_bytes=1 << 20)
+    prepared = documents.prepare(RUNS, OWNER)
+    assert documents.persisted(prepared.digest, "tenant-b") is None
+    assert documents.persisted(prepared.digest, OWNER) is prepared
+    assert documents.prepare(RUNS, "tenant-b") is prepared  # one entry, now of both
+    assert documents.persisted(prepared.digest, "tenant-b") is prepared
+
+
+def test_a_document_over_the_byte_limit_is_never_kept() -> None:
+    documents = _documents(max_bytes=1 << 30)
+    long = "{ agents { name } } #" + "x" * (64 * 1024)
+    prepared = documents.prepare(long, OWNER)
+    assert prepared.document is None
+    assert prepared.errors
+    assert documents.prepare(long, OWNER) is not prepared  # not kept
+    assert documents.persisted(prepared.digest, OWNER) is None
 
 
 def _count(operation: str, route: Route) -> float:
@@ -77,9 +97,33 @@ async def test_each_operation_is_counted_under_the_route_it_took(
     cases = [
         ("PlannedRuns", RUNS, Route.PLAN),
         ("Timeline", TIMELINE, Route.EXECUTE_UNPLANNABLE),  # a field with a resolver
-        ("Broken", INVALID, Route.REFUSED),
     ]
     for name, query, route in cases:
         before = _count(name, route)
         await _post(api, tenant, query)
         assert _count(name, route) == before + 1, name
+
+
+def _invalid() -> float:
+    labels = {"operation": "invalid", "type": "unknown", "outcome": "error", "route": "refused"}
+    return REGISTRY.get_sample_value("outlive_graphql_operations_total", labels) or 0.0
+
+
+async def test_only_a_validated_operation_names_its_series(api: Api, tenant: TenantHandle) -> None:
+    """Issue 19, Low 6: names a client makes up (an unknown `operationName`, a document that
+    does not validate) are counted as `invalid`, never as a label of their own."""
+    before = _invalid()
+    headers = {"Authorization": f"Bearer {tenant.token}"}
+    for i in range(3):
+        made_up = {"query": "{ agents { name } }", "operationName": f"MadeUp{i}"}
+        response = await api.client.post("/graphql", json=made_up, headers=headers)
+        assert response.status_code == 400
+    await _post(api, tenant, INVALID)  # declares `Broken`, does not validate
+    assert _invalid() == before + 4
+    names = {
+        sample.labels["operation"]
+        for family in REGISTRY.collect()
+        if family.name == "outlive_graphql_operations"
+        for sample in family.samples
+    }
+    assert not {"MadeUp0", "MadeUp1", "MadeUp2", "Broken"} & names

@@ -11,9 +11,16 @@ import pytest
 
 from outlive.config import Settings
 from outlive.realtime.nudges import Nudge
-from outlive.realtime.sockets import PlainSelection, plain_selection
-from tests.realtime.clients import Served, Socket, publisher
-from tests.support import TenantHandle
+from outlive.realtime.sockets import (
+    MAX_CLOSE_REASON_BYTES,
+    PlainSelection,
+    _plain_selection,
+    close_reason,
+    plain_selection,
+)
+from tests.conftest import make_settings
+from tests.realtime.clients import PLAIN, Served, Socket, publisher, serve
+from tests.support import Servers, TenantHandle
 
 # (plain document, operationName, the same selection strawberry must execute itself)
 SELECTIONS = [
@@ -137,3 +144,131 @@ async def test_a_nudge_is_encoded_once_for_all_the_sockets_of_its_tenant(
                 await manager.__aexit__(None, None, None)
     assert len(frames) == 1
     assert encoded == [nudge]
+
+
+# --- malformed messages: a 4400 close or an `error` frame, never a dropped connection ----------
+
+
+@pytest.mark.parametrize("raw", ["null", "1", "[]", '""', '{"type": 5}'])
+async def test_a_message_that_is_not_an_object_closes_with_4400(
+    served: Served, tenant: TenantHandle, caplog: pytest.LogCaptureFixture, raw: str
+) -> None:
+    """The fuzzer's R7: strawberry indexed the message and raised a TypeError (1006)."""
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        await sock.ws.send(raw)
+        code, _ = await sock.closed()
+    assert code == 4400
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"id": "1", "type": "subscribe", "payload": []},
+        {"id": "1", "type": "subscribe", "payload": None},
+        {"id": "1", "type": "subscribe"},
+        {"id": ["1"], "type": "subscribe", "payload": {"query": PLAIN}},
+        {"id": "1", "type": "subscribe", "payload": {"query": 5}},
+        {"id": "1", "type": "subscribe", "payload": {"query": PLAIN, "variables": []}},
+        {"id": "1", "type": "subscribe", "payload": {"query": PLAIN, "operationName": 5}},
+    ],
+)
+async def test_a_subscribe_of_the_wrong_shape_closes_with_4400(
+    served: Served, tenant: TenantHandle, caplog: pytest.LogCaptureFixture, message: Any
+) -> None:
+    """The fuzzer's R8."""
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        await sock.send(message)
+        code, _ = await sock.closed()
+    assert code == 4400
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+async def test_a_syntax_error_is_an_error_frame(
+    served: Served, tenant: TenantHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fuzzer's R9: a syntax error got only `complete` and an "Exception in worker task"."""
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        broken = "subscription { nudges { type } } " + "x" * 300  # a long "Unexpected Name"
+        await sock.send({"type": "subscribe", "id": "1", "payload": {"query": broken}})
+        error = await sock.receive()
+        assert error["type"] == "error"
+        assert error["id"] == "1"
+        assert error["payload"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
+        await sock.subscribe(id="1")  # the id is free again, the socket still open
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+async def test_a_close_reason_fits_in_a_control_frame(
+    served: Served, tenant: TenantHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fuzzer's R10: a duplicate subscribe with a 300-character id made a 4409 reason longer
+    than a close frame carries."""
+    long_id = "é" * 300
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        await sock.subscribe(id=long_id)
+        await sock.send({"type": "subscribe", "id": long_id, "payload": {"query": PLAIN}})
+        code, reason = await sock.closed()
+    assert code == 4409
+    assert reason.startswith("Subscriber for é")
+    assert len(reason.encode()) <= 123
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_close_reasons_are_cut_on_a_character_boundary() -> None:
+    assert close_reason("short") == "short"
+    cut = close_reason("€" * 100)
+    assert len(cut.encode()) <= MAX_CLOSE_REASON_BYTES
+    assert cut.endswith("...")
+    assert cut.rstrip(".") == "€" * len(cut.rstrip("."))
+
+
+async def test_a_subscription_over_the_byte_limit_is_refused_before_any_cache(
+    servers: Servers, tenant: TenantHandle
+) -> None:
+    """Issue 19, Medium 2, on the socket: a document over OUTLIVE_MAX_QUERY_BYTES closes the
+    socket before strawberry parses it or `plain_selection` caches it."""
+    _plain_selection.cache_clear()
+    settings = make_settings(servers, max_query_bytes=1024)
+    async with serve(settings) as served, Socket.open(served.url, token=tenant.token) as sock:
+        padded = PLAIN + " #" + "x" * 1100
+        await sock.send({"type": "subscribe", "id": "1", "payload": {"query": padded}})
+        code, reason = await sock.closed()
+    assert code == 4400
+    assert "1024 bytes" in reason
+    assert _plain_selection.cache_info().currsize == 0
+
+
+async def test_an_empty_selection_set_is_an_error_frame(
+    served: Served, tenant: TenantHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by tests/fuzz: strawberry's depth limiter failed on `{ }` (graphql-core 3.3 parses
+    it)."""
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        query = "subscription { nudges { } }"
+        await sock.send({"type": "subscribe", "id": "1", "payload": {"query": query}})
+        error = await sock.receive()
+    assert error["type"] == "error"
+    assert error["payload"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"type": "complete", "id": ["1"]},
+        {"type": "complete", "id": {}},
+        {"type": "complete"},
+        {"type": "ping", "payload": [1]},
+        {"type": "pong", "payload": "x"},
+    ],
+)
+async def test_a_complete_or_ping_of_the_wrong_shape_closes_with_4400(
+    served: Served, tenant: TenantHandle, caplog: pytest.LogCaptureFixture, message: Any
+) -> None:
+    """Found by tests/fuzz: `complete` with a list for its id raised a TypeError (1006)."""
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        await sock.send(message)
+        code, _ = await sock.closed()
+    assert code == 4400
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

@@ -33,6 +33,16 @@ from tests.support import (
 
 pytestmark = pytest.mark.timeout(120)
 
+METRICS_TOKEN = "scrape-me-" + "x" * 16
+METRICS_AUTH = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+
+
+@pytest.fixture
+def settings(servers: Servers) -> Settings:
+    """/metrics on the public port, behind its bearer token (off it by default)."""
+    return make_settings(servers, metrics_token=METRICS_TOKEN)
+
+
 # Every family, with exactly its label names: what dashboards and alerts are written against.
 FAMILIES: dict[str, set[str]] = {
     "outlive_runs_started": {"agent"},
@@ -98,14 +108,14 @@ async def test_every_family_is_exported_with_bounded_labels_after_a_real_run(
 ) -> None:
     await api.gql(CREATE_ENDPOINT, {"url": hook_url}, token=tenant.token)
     assert settings.redis_url is not None
-    before = scrape((await api.client.get("/metrics")).text)
+    before = scrape((await api.client.get("/metrics", headers=METRICS_AUTH)).text)
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
         started = await api.start_run(tenant.token, "demo", {"turns": 2, "delayMs": 0})
         await watch.until(started["run"]["id"], settled)
         await api.gql("query Dashboard { runs(first: 5) { edges { cursor } } }", token=tenant.token)
 
         async def delivered() -> bool | None:
-            now = scrape((await api.client.get("/metrics")).text)
+            now = scrape((await api.client.get("/metrics", headers=METRICS_AUTH)).text)
             labels = {"type": "webhook.deliver.v1", "outcome": "succeeded"}
             done = value(now, "outlive_jobs_total", **labels) > value(
                 before, "outlive_jobs_total", **labels
@@ -113,7 +123,7 @@ async def test_every_family_is_exported_with_bounded_labels_after_a_real_run(
             return done or None
 
         await watch.until_true(delivered, 30, "the webhook job counted")
-    response = await api.client.get("/metrics")
+    response = await api.client.get("/metrics", headers=METRICS_AUTH)
     assert response.headers["content-type"].startswith("text/plain")
     found = scrape(response.text)
 
@@ -174,30 +184,66 @@ async def test_sockets_and_fanout_are_measured(settings: Settings, tenant: Tenan
         http = Api(client)
         async with Socket.open(served.url, token=tenant.token) as sock:
             await sock.subscribe()
-            found = scrape((await client.get("/metrics")).text)
+            found = scrape((await client.get("/metrics", headers=METRICS_AUTH)).text)
             assert value(found, "outlive_websocket_connections") == 1
             assert value(found, "outlive_nudge_subscribers") == 1
             before = value(found, "outlive_nudge_fanout_seconds_count")
             await http.start_run(tenant.token, "demo", {"turns": 1, "delayMs": 0})
             await sock.next_nudge(timeout=10)
-        found = scrape((await client.get("/metrics")).text)
+        found = scrape((await client.get("/metrics", headers=METRICS_AUTH)).text)
     assert value(found, "outlive_nudge_fanout_seconds_count") > before
 
 
 def test_operation_names_are_capped_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metrics, "_operations", set())
     monkeypatch.setattr(metrics, "MAX_OPERATION_LABELS", 3)
-    assert metrics.operation_label(None, "query Runs { runs { edges { cursor } } }") == (
-        "Runs",
-        "query",
-    )
-    assert metrics.operation_label("Start", "mutation Start { x }") == ("Start", "mutation")
-    assert metrics.operation_label(None, "{ viewer { user { id } } }") == ("anonymous", "query")
-    assert metrics.operation_label(None, "mutation($i: X) { y }") == ("anonymous", "mutation")
-    assert metrics.operation_label("bad name!", "query { x }") == ("other", "query")
-    assert metrics.operation_label("Third", None)[0] == "Third"
-    assert metrics.operation_label("Fourth", None)[0] == "other"  # the cap holds
-    assert metrics.operation_label("Runs", None)[0] == "Runs"  # known names still count
+    assert metrics.operation_label("Runs") == "Runs"
+    assert metrics.operation_label(None) == "anonymous"
+    assert metrics.operation_label("Start") == "Start"
+    assert metrics.operation_label("Third") == "Third"
+    assert metrics.operation_label("Fourth") == "other"  # the cap holds
+    assert metrics.operation_label("Runs") == "Runs"  # known names still count
+
+
+async def test_made_up_operation_names_use_no_label_budget(
+    api: Api, tenant: TenantHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19, Low 6: 200 failed requests with made-up `operationName`s used up the label
+    budget; only an operation that exists in its document and validated is named."""
+    monkeypatch.setattr(metrics, "_operations", set())
+    headers = {"Authorization": f"Bearer {tenant.token}"}
+    for i in range(metrics.MAX_OPERATION_LABELS + 5):
+        body = {"query": "query Real { agents { name } }", "operationName": f"Fake{i}"}
+        response = await api.client.post("/graphql", json=body, headers=headers)
+        assert response.status_code == 400
+    await api.gql("query Real { agents { name } }", token=tenant.token)
+    found = scrape((await api.client.get("/metrics", headers=METRICS_AUTH)).text)
+    names = {got["operation"] for _, got, _ in found["outlive_graphql_operations"]}
+    assert "Real" in names
+    assert not any(name.startswith("Fake") for name in names)
+    assert metrics._operations == {"Real"}
+
+
+async def test_metrics_are_off_the_public_port_unless_a_token_is_set(
+    servers: Servers, api: Api
+) -> None:
+    """Issue 19, Low 6: /metrics needed no token on the public port."""
+    async with Api.running(make_settings(servers)) as public:
+        assert (await public.client.get("/metrics")).status_code == 404
+    assert (await api.client.get("/metrics")).status_code == 401
+    wrong = {"Authorization": "Bearer not-the-token"}
+    assert (await api.client.get("/metrics", headers=wrong)).status_code == 401
+    assert (await api.client.get("/metrics", headers=METRICS_AUTH)).status_code == 200
+
+
+async def test_the_api_serves_metrics_on_its_own_port(servers: Servers) -> None:
+    port = free_port()
+    settings = make_settings(servers, metrics_port=port, metrics_host="127.0.0.1")
+    async with Api.running(settings) as api, httpx.AsyncClient() as client:
+        assert (await api.client.get("/metrics")).status_code == 404  # not on the public port
+        response = await client.get(f"http://127.0.0.1:{port}/metrics")
+    assert response.status_code == 200
+    assert "outlive_graphql_operations_total" in response.text
 
 
 async def test_a_worker_serves_metrics_on_its_port(servers: Servers) -> None:
@@ -223,11 +269,12 @@ async def test_api_workers_share_one_view_of_the_metrics(
 ) -> None:
     """`outlive api --workers 2`: whichever process answers /metrics, it counts the requests
     both processes served (multiprocess mode), not only its own."""
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     log = open(tmp_path / "api.log", "wb")  # noqa: ASYNC230, SIM115
-    process = spawn_outlive(
-        "api", "--port", str(port), "--workers", "2", env=service_env(settings), log=log
+    env = service_env(
+        settings, OUTLIVE_METRICS_PORT=str(metrics_port), OUTLIVE_METRICS_HOST="127.0.0.1"
     )
+    process = spawn_outlive("api", "--port", str(port), "--workers", "2", env=env, log=log)
     url = f"http://127.0.0.1:{port}"
     requests = 40
     try:
@@ -242,7 +289,7 @@ async def test_api_workers_share_one_view_of_the_metrics(
         totals = []
         for _ in range(6):
             async with httpx.AsyncClient() as client:
-                text = (await client.get(f"{url}/metrics")).text
+                text = (await client.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
             totals.append(
                 value(scrape(text), "outlive_graphql_operations_total", operation="Counted")
             )

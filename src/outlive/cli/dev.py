@@ -65,5 +65,6 @@ def _serve(settings: Settings, host: str, port: int, token: str) -> None:
         print(f"token: {token}")  # noqa: T201
         print(f"open {url}/#token={token}  (GraphiQL: {url}/graphql)", flush=True)  # noqa: T201
 
-    app = build_app(settings, extra_lifespan=(start, worker.stop))
+    # One process, one registry: the embedded worker serves OUTLIVE_METRICS_PORT for both.
+    app = build_app(settings, extra_lifespan=(start, worker.stop), metrics_listener=False)
     uvicorn.Server(uvicorn_config(app, host, port, settings, log_level="warning")).run()

@@ -27,8 +27,8 @@ it from everything the answer depends on (see `http.read_key`).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -50,7 +50,7 @@ class _Batch(Generic[V]):
     lingers: bool  # created during a burst: may wait for more of it
     last_join: float = 0.0
     size: int = 0
-    id: int = 0
+    id: str = ""
 
 
 @dataclass(eq=False)
@@ -64,7 +64,7 @@ class Shared(Generic[V]):
     """What a request gets: the value, and which execution made it (for the response header)."""
 
     value: V
-    execution: int
+    execution: str  # random: reveals nothing of how many ran before it
 
 
 @dataclass
@@ -76,7 +76,6 @@ class Coalescer(Generic[V]):
     max_wait_s: float = 0.0
     _lanes: dict[Hashable, _Lane[V]] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     async def run(self, key: Hashable, execute: Callable[[], Awaitable[V]]) -> Shared[V]:
         lane = self._lanes.get(key)
@@ -120,7 +119,7 @@ class Coalescer(Generic[V]):
                 batch.future.add_done_callback(_retrieve)
                 raise
         lane.running, lane.waiting = batch, None  # sealed: nobody joins it from here on
-        batch.id = next(self._ids)
+        batch.id = secrets.token_hex(8)
         # Retrieved here, so an exception nobody waits for any more is never logged as lost.
         batch.future.add_done_callback(_retrieve)
         try:

@@ -8,7 +8,11 @@ character), least recently used first out. Strawberry's own parser and validatio
 installed (`graphql.schema`): this is the only copy.
 
 Keyed by sha256, the cache is also the store of Automatic Persisted Queries (`persisted.py`): a
-document that validated is found by the hash a client sends instead of its text.
+document that validated is found by the hash a client sends instead of its text, by a tenant that
+sent its text before (each entry records its `owners`; another tenant is told
+`PersistedQueryNotFound`, so a hash reveals nothing of what other tenants run). A document longer
+than `OUTLIVE_MAX_QUERY_BYTES` never gets here (the pipeline refuses it first); nor is it kept
+when called directly.
 
 Each prepared document keeps what is computed once per operation: its cost plan (`limits`) and
 its compiled plan (`plans`), so nothing else needs a cache of its own.
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -50,11 +54,12 @@ from outlive.graphql.limits import CostPlan, cost_plan
 TENANT_FIELDS = frozenset(
     {"runs", "run", "agents", "webhookEndpoints", "invitations", "usage", "__typename"}
 )
-MAX_QUERY_CHARS = 64 * 1024
+MAX_QUERY_BYTES = 64 * 1024  # OUTLIVE_MAX_QUERY_BYTES: the pipeline refuses longer ones first
 DOCUMENT_CACHE_BYTES = 64 * 1024 * 1024
 # What an entry costs per character of its text: the text, and the syntax tree graphql-core
 # builds from it (measured with tracemalloc on the web app's documents: 53-90 bytes a char).
 ENTRY_BYTES_PER_CHAR = 128
+OWNER_BYTES = 128  # a tenant id in an entry's `owners` (a UUID and its slot in the set)
 
 
 class Scope(Enum):
@@ -82,6 +87,7 @@ class Prepared:
     fragments: Mapping[str, FragmentDefinitionNode] = field(default_factory=dict)
     costs: dict[str | None, CostPlan] = field(default_factory=dict)
     plans: dict[str | None, object] = field(default_factory=dict)  # see `http.choose_route`
+    owners: set[Hashable] = field(default_factory=set)  # who sent its text (`persisted`)
 
     def operation(self, name: str | None) -> Operation | None:
         return self.operations.get(name)
@@ -106,7 +112,9 @@ class Documents:
         rules: Iterable[Any],
         max_tokens: int,
         max_bytes: int = DOCUMENT_CACHE_BYTES,
+        max_query_bytes: int = MAX_QUERY_BYTES,
     ) -> None:
+        self._max_query_bytes = max_query_bytes
         self._schema = schema
         self._rules = [*specified_rules, *rules]
         self._max_tokens = max_tokens
@@ -114,36 +122,54 @@ class Documents:
         self._bytes = 0
         self._cache: OrderedDict[str, Prepared] = OrderedDict()
 
-    def prepare(self, query: str) -> Prepared:
-        """The document, prepared once and kept under its sha256."""
+    def prepare(self, query: str, owner: Hashable | None = None) -> Prepared:
+        """The document, prepared once and kept under its sha256; `owner` (a tenant) has now
+        sent its text, so may later send its hash alone (`persisted`)."""
         digest = sha256_hex(query)
         found = self._cache.get(digest)
         if found is not None:
             self._cache.move_to_end(digest)
+            self._own(found, owner)
             return found
         prepared = self._prepare(query, digest)
-        if len(query) <= MAX_QUERY_CHARS:
+        if not self._too_long(query):
+            self._own(prepared, owner)
             self._keep(prepared)
         return prepared
 
-    def persisted(self, digest: str) -> Prepared | None:
-        """A document that validated, by the sha256 of its text; None when not kept here."""
+    def persisted(self, digest: str, owner: Hashable) -> Prepared | None:
+        """A document that validated, by the sha256 of its text, for an owner that sent its text
+        before; None otherwise (not kept here, or only other tenants know it)."""
         found = self._cache.get(digest)
-        if found is None or found.errors:
+        if found is None or found.errors or owner not in found.owners:
             return None
         self._cache.move_to_end(digest)
         return found
 
+    def _own(self, prepared: Prepared, owner: Hashable | None) -> None:
+        if owner is not None and owner not in prepared.owners:
+            prepared.owners.add(owner)
+            if prepared.digest in self._cache:
+                self._bytes += OWNER_BYTES
+                self._evict()
+
     def _keep(self, prepared: Prepared) -> None:
         self._cache[prepared.digest] = prepared
         self._bytes += _size(prepared)
+        self._evict()
+
+    def _evict(self) -> None:
         while self._bytes > self._max_bytes and self._cache:
             _, oldest = self._cache.popitem(last=False)
             self._bytes -= _size(oldest)
 
+    def _too_long(self, query: str) -> bool:
+        limit = self._max_query_bytes
+        return len(query) > limit or len(query.encode("utf-8", "surrogatepass")) > limit
+
     def _prepare(self, query: str, digest: str) -> Prepared:
-        if len(query) > MAX_QUERY_CHARS:
-            too_long = GraphQLError(f"the document is longer than {MAX_QUERY_CHARS} characters")
+        if self._too_long(query):
+            too_long = GraphQLError(f"the document is over {self._max_query_bytes} bytes")
             return Prepared(query, digest, None, [too_long])
         try:
             document = parse(query, max_tokens=self._max_tokens)
@@ -163,7 +189,7 @@ class Documents:
 
 
 def _size(prepared: Prepared) -> int:
-    return len(prepared.query) * ENTRY_BYTES_PER_CHAR
+    return len(prepared.query) * ENTRY_BYTES_PER_CHAR + len(prepared.owners) * OWNER_BYTES
 
 
 def _operations(

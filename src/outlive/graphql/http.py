@@ -2,11 +2,13 @@
 
 Read `Pipeline.serve` top to bottom; it is the whole path:
 
-1. `read_request`: the body (counted as it arrives) or the query string, to one `Request`;
+1. `read_request`: the body (counted as it arrives) or the query string, to one `Request`; a
+   document over `OUTLIVE_MAX_QUERY_BYTES` is refused here, before any cache sees it;
 2. `persisted.request_document`: its document, from its text or its persisted-query hash, parsed
    and validated once per process (`documents.Documents`, the one cache);
-3. `observe_operation` (`operations.py`) counts, times and traces it, and logs its route;
-4. `_checked`: the operation it names, allowed for the method, valid;
+3. `_checked`: the operation it names, allowed for the method, valid (a refusal here is counted
+   as `invalid`: only a validated operation's declared name becomes a metrics label);
+4. `observe_operation` (`operations.py`) counts, times and traces it, and logs its route;
 5. `choose_route`: a compiled plan (`plans.py`) or graphql-core's `execute`;
 6. `_executed`: a query shares its execution with identical reads (`coalescing.py`, keyed by
    `read_key`); the execution first checks the limits (`_limited`: `limits.py`, variables
@@ -40,7 +42,7 @@ from outlive.graphql.documents import Documents, Operation, Prepared
 from outlive.graphql.documents import Scope as ReadScope
 from outlive.graphql.errors import INTERNAL_MESSAGE, coded, error_payload
 from outlive.graphql.limits import check_cost, check_variables, limit_rules
-from outlive.graphql.operations import Route, observe_operation
+from outlive.graphql.operations import Route, observe_operation, observe_refused
 from outlive.graphql.persisted import PersistedQueryNotFound, request_document
 from outlive.graphql.plans import Plan, Unplanned, compile_plan
 from outlive.resolvers.context import Context
@@ -71,7 +73,7 @@ class Answer:
     body: bytes
     route: Route = Route.REFUSED
     has_errors: bool = True
-    execution: int | None = None  # the shared execution that made it (coalesced reads)
+    execution: str | None = None  # the shared execution that made it (random; coalesced reads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +112,10 @@ class Pipeline:
         self.schema: GraphQLSchema = schema._schema
         self.settings = settings
         self.documents = Documents(
-            self.schema, rules=limit_rules(settings), max_tokens=settings.max_query_tokens
+            self.schema,
+            rules=limit_rules(settings),
+            max_tokens=settings.max_query_tokens,
+            max_query_bytes=settings.max_query_bytes,
         )
         self.coalescer: Coalescer[Answer] = Coalescer(
             linger_s=settings.read_linger_ms / 1000, max_wait_s=settings.read_max_wait_ms / 1000
@@ -119,11 +124,13 @@ class Pipeline:
     async def serve(self, scope: Scope, receive: Receive, send: Send, context: Context) -> None:
         """Answer one request: the whole path, step by step (see the module's docstring)."""
         try:
-            request = await read_request(scope, receive, self.settings.max_body_bytes)
-            prepared = self._document(request)  # parsed and validated once per process
+            request = await read_request(scope, receive, self.settings)
+            prepared = self._document(request, context)  # parsed and validated once per process
             name = request.operation_name
-            with observe_operation(name, prepared.query, request.traceparent) as seen:
-                operation = self._checked(request, prepared)  # known, allowed, valid
+            operation = self._checked(request, prepared)  # known, allowed, valid
+            declared, kind = operation.node.name, operation.type.value
+            label = declared.value if declared is not None else None
+            with observe_operation(label, kind, request.traceparent) as seen:
                 route, plan = choose_route(self, prepared, name)  # a plan, or graphql-core
                 work = Work(request, prepared, operation, route, plan)
                 answer = await self._executed(work, context)
@@ -132,12 +139,13 @@ class Pipeline:
             answer = refused.answer
         await send_answer(send, answer)  # coded errors, JSON encoded once (`_answer`)
 
-    def _document(self, request: Request) -> Prepared:
+    def _document(self, request: Request, context: Context) -> Prepared:
         try:
             prepared = request_document(
                 self.documents,
                 request.query,
                 request.extensions,
+                owner=context.require().tenant.id,  # a hash is found by its tenant only
                 persisted=self.settings.persisted_queries_max > 0,
             )
         except PersistedQueryNotFound:
@@ -165,8 +173,16 @@ class Pipeline:
         return answer
 
     def _checked(self, request: Request, prepared: Prepared) -> Operation:
-        """The operation, or `Refused`: a document that does not parse, an unknown operation,
-        one the method does not allow, one that does not validate."""
+        """The operation, or `Refused` (counted as `invalid`: no name the client chose becomes a
+        label): a document that does not parse, an unknown operation, one the method does not
+        allow, one that does not validate."""
+        try:
+            return self._operation(request, prepared)
+        except Refused:
+            observe_refused()
+            raise
+
+    def _operation(self, request: Request, prepared: Prepared) -> Operation:
         if prepared.document is None:
             raise refused_with(prepared.errors)
         operation = prepared.operation(request.operation_name)
@@ -178,8 +194,10 @@ class Pipeline:
                 if name is None
                 else f'Unknown operation named "{name}".',
             )
+        if operation.type is OperationType.SUBSCRIPTION:
+            raise refusal(400, "subscriptions are served over the WebSocket: use ws(s)://…/graphql")
         if operation.type not in _ALLOWED[request.method]:
-            plural = _PLURAL.get(operation.type, "subscriptions")
+            plural = _PLURAL[operation.type]
             raise refusal(400, f"{plural} are not allowed when using {request.method}")
         if prepared.errors:
             raise refused_with(prepared.errors)
@@ -291,9 +309,10 @@ def _canonical(variables: dict[str, Any]) -> bytes:
 # --- ASGI: the request in, the answer out ----------------------------------------------------
 
 
-async def read_request(scope: Scope, receive: Receive, max_body: int) -> Request:
-    """The request's one operation, or `Refused` (strawberry's messages for the same refusals)."""
-    method = scope["method"]
+async def read_request(scope: Scope, receive: Receive, settings: Settings) -> Request:
+    """The request's one operation, or `Refused` (strawberry's messages for the same refusals).
+    A document over `OUTLIVE_MAX_QUERY_BYTES` is refused here, before any cache sees its text."""
+    method, max_body = scope["method"], settings.max_body_bytes
     traceparent = _header(scope, b"traceparent").decode("latin-1") or None
     try:
         if method == "POST":
@@ -316,9 +335,15 @@ async def read_request(scope: Scope, receive: Receive, max_body: int) -> Request
         if not isinstance(fields[field], kind):
             raise refusal(400, f"The GraphQL operation's `{field}` must be {what}, if provided.")
     query, name = fields["query"], fields["operationName"]
+    if query and _too_long(query, settings.max_query_bytes):
+        raise refusal(413, f"the query is too large (at most {settings.max_query_bytes} bytes)")
     return Request(
         method, query or None, fields["variables"], name or None, fields["extensions"], traceparent
     )
+
+
+def _too_long(query: str, limit: int) -> bool:
+    return len(query) > limit or len(query.encode("utf-8", "surrogatepass")) > limit
 
 
 _SHAPES = (
@@ -358,6 +383,6 @@ async def send_answer(send: Send, answer: Answer) -> None:
         (b"content-length", str(len(answer.body)).encode()),
     ]
     if answer.execution is not None:
-        headers.append((EXECUTION_HEADER, str(answer.execution).encode()))
+        headers.append((EXECUTION_HEADER, answer.execution.encode()))
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body})

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphql import (
+    BREAK,
     ASTValidationRule,
     DocumentNode,
     ExecutionResult,
@@ -34,13 +35,16 @@ from graphql import (
     OperationDefinitionNode,
     SelectionSetNode,
     StringValueNode,
+    ValidationContext,
     ValidationRule,
     VariableNode,
+    Visitor,
     get_named_type,
     get_operation_ast,
     is_list_type,
     is_object_type,
     is_wrapping_type,
+    visit,
 )
 from graphql.type.definition import GraphQLNamedType, GraphQLObjectType, GraphQLOutputType
 from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter, SchemaExtension
@@ -186,7 +190,7 @@ def limit_rules(settings: Any) -> list[type[ASTValidationRule]]:
     """The validation rules every document meets, over HTTP and on the socket: depth, aliases, no
     NUL in a string literal. Built once per process: each limiter makes a new rule class."""
     return [
-        *QueryDepthLimiter(max_depth=settings.max_query_depth).validation_rules,
+        *map(_non_empty, QueryDepthLimiter(max_depth=settings.max_query_depth).validation_rules),
         *MaxAliasesLimiter(max_alias_count=settings.max_query_aliases).validation_rules,
         NoNulInStrings,
     ]
@@ -213,6 +217,38 @@ def check_variables(variables: Mapping[str, Any] | None, max_depth: int) -> None
                 if isinstance(key, str) and "\x00" in key:
                     raise BadUserInput("text must not contain NUL (\\u0000) characters")
                 stack.append((item, depth + 1))
+
+
+def _non_empty(rule: type[ASTValidationRule]) -> type[ASTValidationRule]:
+    """`rule` (strawberry's depth limiter, which measures the document when it is built and
+    fails on an empty selection set: graphql-core 3.3 parses `{}`), with a document holding an
+    empty selection set reported as invalid instead of measured."""
+
+    class NonEmpty(rule):  # type: ignore[valid-type, misc]
+        def __init__(self, context: ValidationContext) -> None:
+            empty = _empty_selection(context.document)
+            if empty is None:
+                super().__init__(context)
+                return
+            ASTValidationRule.__init__(self, context)
+            message = "a selection set must select at least one field"
+            self.report_error(GraphQLError(message, empty))
+
+    return NonEmpty
+
+
+def _empty_selection(document: DocumentNode) -> SelectionSetNode | None:
+    found: list[SelectionSetNode] = []
+
+    class Find(Visitor):
+        def enter_selection_set(self, node: SelectionSetNode, *_: Any) -> Any:
+            if not node.selections:
+                found.append(node)
+                return BREAK
+            return None
+
+    visit(document, Find())
+    return found[0] if found else None
 
 
 class NoNulInStrings(ValidationRule):

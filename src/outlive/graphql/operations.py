@@ -1,8 +1,10 @@
 """One GraphQL operation over HTTP, observed: its route, its metrics, its span, its log line.
 
-`observe_operation` is the only place that counts (`outlive_graphql_operations_total`, labelled
-with the `Route` taken), times (`outlive_graphql_operation_duration_seconds`) and traces (a server
-span continuing the caller's `traceparent`) an operation, and logs its route at debug level.
+`observe_operation` (and `observe_refused`) is the only place that counts
+(`outlive_graphql_operations_total`, labelled with the `Route` taken), times
+(`outlive_graphql_operation_duration_seconds`) and traces (a server span continuing the caller's
+`traceparent`) an operation, and logs its route at debug level. Only an operation that validated
+is labelled with its declared name; a refused request is `invalid`.
 
 `Route` is the one list of ways an operation over HTTP is answered; `http.choose_route` picks
 one. The other transport is the socket: strawberry executes its subscriptions
@@ -41,9 +43,18 @@ class Observed:
     ok: bool = False
 
 
+def observe_refused() -> None:
+    """A request refused before its operation was found valid (no document, a syntax or
+    validation error, an unknown operation, one the method does not allow): counted under
+    `invalid`, never under a name the client chose."""
+    operation = metrics.INVALID_OPERATION
+    metrics.GRAPHQL_OPERATIONS.labels(operation, "unknown", "error", Route.REFUSED.value).inc()
+
+
 @contextmanager
-def observe_operation(name: str | None, query: str, traceparent: str | None) -> Iterator[Observed]:
-    operation, kind = metrics.operation_label(name, query)
+def observe_operation(name: str | None, kind: str, traceparent: str | None) -> Iterator[Observed]:
+    """`name` and `kind`: the declared name and type of an operation that validated."""
+    operation = metrics.operation_label(name)
     observed = Observed()
     began = time.perf_counter()
     with tracing.span(

@@ -1,7 +1,9 @@
 """Automatic Persisted Queries (Apollo's `persistedQuery` extension, version 1).
 
 A client sends the sha256 of a document instead of its text; an unknown hash is answered
-`PersistedQueryNotFound` and the client sends the text with the hash once. There is no store of
+`PersistedQueryNotFound` and the client sends the text with the hash once. Per tenant: a hash is
+found only by a tenant that sent the document's text before (`Prepared.owners`); any other tenant
+is told `PersistedQueryNotFound`, exactly as if nobody had sent it. There is no store of
 its own: the document cache (`documents.Documents`) is keyed by the same sha256, so a document
 that validated is found by its hash for as long as the cache keeps it (an evicted one is asked
 for again, as the protocol expects). An invalid document is never found by its hash.
@@ -9,7 +11,7 @@ for again, as the protocol expects). An invalid document is never found by its h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from outlive.errors import BadUserInput
@@ -25,23 +27,24 @@ def request_document(
     query: str | None,
     extensions: Mapping[str, Any] | None,
     *,
+    owner: Hashable,
     persisted: bool = True,
 ) -> Prepared | None:
     """The request's document, from its text or from the hash it sends; None without either.
 
     Raises `BadUserInput` for a malformed extension or a hash that does not match the text,
     `PersistedQueryNotFound` for a hash not known here sent without the text (always, when
-    `persisted` is off)."""
+    `persisted` is off) or not sent by `owner` (a tenant) before."""
     extension = (extensions or {}).get("persistedQuery")
     if extension is None:
-        return None if query is None else documents.prepare(query)
+        return None if query is None else documents.prepare(query, owner)
     digest = _digest(extension)
     if query is None:
-        found = documents.persisted(digest) if persisted else None
+        found = documents.persisted(digest, owner) if persisted else None
         if found is None:
             raise PersistedQueryNotFound()
         return found
-    prepared = documents.prepare(query)
+    prepared = documents.prepare(query, owner)
     if prepared.digest != digest:
         raise BadUserInput("provided sha does not match query")
     return prepared

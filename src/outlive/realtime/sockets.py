@@ -67,6 +67,8 @@ from outlive.realtime.nudges import Nudge as NudgeRecord
 log = logging.getLogger(__name__)
 
 CLOSE_FORBIDDEN = 4403
+CLOSE_BAD_MESSAGE = 4400
+MAX_CLOSE_REASON_BYTES = 123  # a close frame is a control frame: 125 bytes, 2 of them the code
 CLOSE_TRY_AGAIN = 1013  # over the tenant's socket cap: the client backs off and retries
 
 Closer = Callable[[int, str], Awaitable[None]]
@@ -221,15 +223,32 @@ def _discard(index: dict[UUID, set[OpenSocket]], key: UUID, sock: OpenSocket) ->
             del index[key]
 
 
+def close_reason(reason: str) -> str:
+    """`reason` cut to what a close frame carries (`MAX_CLOSE_REASON_BYTES` of UTF-8, whole
+    characters): every close of a socket goes through here, whoever wrote the reason (an id a
+    client chose may be in it)."""
+    encoded = reason.encode("utf-8", "replace")
+    if len(encoded) <= MAX_CLOSE_REASON_BYTES:
+        return reason
+    return encoded[: MAX_CLOSE_REASON_BYTES - 3].decode("utf-8", "ignore") + "..."
+
+
+class OutliveWebSocketAdapter(ASGIWebSocketAdapter):
+    """Strawberry's adapter, with every close reason it is given cut by `close_reason`."""
+
+    async def close(self, code: int, reason: str) -> None:
+        await super().close(code, close_reason(reason))
+
+
 async def _close(sock: OpenSocket, reason: str) -> None:
     with suppress(Exception):  # already closed or gone: nothing to do
-        await sock.closer(CLOSE_FORBIDDEN, reason)
+        await sock.closer(CLOSE_FORBIDDEN, close_reason(reason))
 
 
 async def close_subscriber(websocket: Any, closed: SubscriberClosed) -> None:
     """Close a socket whose hub subscriber was closed (a stalled peer, the server stopping)."""
     with suppress(WebSocketDisconnect, RuntimeError, OSError):  # already gone
-        await websocket.close(code=closed.code, reason=closed.reason)
+        await websocket.close(code=closed.code, reason=close_reason(closed.reason))
 
 
 # --- the plain selection, encoded once -----------------------------------------------------------
@@ -265,12 +284,17 @@ class PlainSelection:
         )
 
 
-@lru_cache(maxsize=256)
 def plain_selection(query: str, operation_name: str | None) -> PlainSelection | None:
     """The selection when the document is exactly one plain `nudges` subscription; otherwise None
-    (strawberry then parses, validates and executes it, errors included)."""
+    (strawberry then parses, validates and executes it, errors included). Only short documents
+    reach the cache, so it holds at most 256 x `MAX_PLAIN_QUERY` characters."""
     if len(query) > MAX_PLAIN_QUERY:
         return None
+    return _plain_selection(query, operation_name)
+
+
+@lru_cache(maxsize=256)
+def _plain_selection(query: str, operation_name: str | None) -> PlainSelection | None:
     try:
         document = parse(query, no_location=True, max_tokens=500)
     except GraphQLError:
@@ -325,6 +349,23 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
         super().__init__(*args, **kwargs)
         self._fast: dict[str, tuple[Subscriber, PlainSelection]] = {}
         self.schema = cast(Any, SubscriptionsOnly(self.schema))
+
+    async def handle_message(self, message: Any) -> None:
+        """A message that is not an object, or one of the wrong shape, closes the socket with
+        4400 (strawberry expects a well-formed dict and would raise a TypeError)."""
+        problem = _message_problem(message, self.max_query_bytes)
+        if problem is not None:
+            await self.handle_invalid_message(problem)
+            return
+        await super().handle_message(cast(Any, message))
+
+    @property
+    def max_query_bytes(self) -> int:
+        return int(self.context.services.settings.max_query_bytes)
+
+    @staticmethod
+    def _get_pre_execution_close_reason(error: GraphQLError) -> str | None:
+        return None  # a syntax error is an `error` frame for its operation, as validation's
 
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         try:
@@ -390,6 +431,42 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
             pass  # the peer is gone; the handler's own loop sees it and cleans up
         finally:
             hub.remove(subscriber)
+
+
+_PAYLOAD_SHAPES = (
+    ("query", str, "a string"),
+    ("variables", dict | None, "an object or null"),
+    ("operationName", str | None, "a string or null"),
+    ("extensions", dict | None, "an object or null"),
+)
+
+
+def _message_problem(message: object, max_query_bytes: int) -> str | None:
+    """Why a message cannot be handled, or None: not an object with a string `type`; an `id`
+    that is not a non-empty string (`subscribe`, `complete`); a `ping`/`pong` payload that is not
+    an object; a `subscribe` payload of the wrong shape or with a document over
+    `OUTLIVE_MAX_QUERY_BYTES` (refused before anything parses or caches it)."""
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        return "a message must be a JSON object with a string `type`"
+    kind = message["type"]
+    if kind in ("subscribe", "complete") and (
+        not isinstance(message.get("id"), str) or not message["id"]
+    ):
+        return f"{kind}: `id` must be a non-empty string"
+    if kind in ("ping", "pong") and not isinstance(message.get("payload"), dict | None):
+        return f"{kind}: `payload` must be an object"
+    if kind != "subscribe":
+        return None
+    payload = message.get("payload")
+    if not isinstance(payload, dict):
+        return "subscribe: `payload` must be an object"
+    for field, kind, what in _PAYLOAD_SHAPES:
+        if not isinstance(payload.get(field), kind):
+            return f"subscribe: `payload.{field}` must be {what}"
+    query = payload["query"]
+    if len(query) > max_query_bytes or len(query.encode("utf-8", "replace")) > max_query_bytes:
+        return f"subscribe: the query is over {max_query_bytes} bytes"
+    return None
 
 
 class SubscriptionsOnly:

@@ -2,7 +2,8 @@
 
 Names follow Prometheus conventions: the `outlive_` prefix, `_total` on counters, `_seconds` on
 durations. Labels are bounded by construction: agents, job types, statuses, outcomes, queue and
-pool names, GraphQL operation names (capped, see `operation_label`); never a tenant, run or job id.
+pool names, GraphQL operation names (validated and capped, see `operation_label`); never a
+tenant, run or job id.
 
 With `PROMETHEUS_MULTIPROC_DIR` set (`outlive api --workers N` sets it for its processes), values
 live in files in that directory and `render()` aggregates every process of the server, so any
@@ -14,7 +15,6 @@ recent sample wins (`mostrecent`). Without it, each process serves its own.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -156,32 +156,27 @@ DB_POOL_LIMIT = Gauge(
 # --- operation names: bounded ----------------------------------------------------------------
 
 MAX_OPERATION_LABELS = 200
-_NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]{0,63}")
-_DECLARED = re.compile(r"\s*(query|mutation|subscription)\b\s*([_A-Za-z][_0-9A-Za-z]*)?")
+INVALID_OPERATION = (
+    "invalid"  # refused before an operation was found valid: no name of the client's
+)
 _operations: set[str] = set()
 _operations_lock = threading.Lock()
 
 
-def operation_label(name: str | None, query: str | None) -> tuple[str, str]:
-    """(operation, type) labels for a GraphQL request: the client's operation name (or the one
-    the document declares), `anonymous` without one. The first `MAX_OPERATION_LABELS` distinct
-    names get their own series in each process; later ones are counted as `other`, so a client
-    inventing names cannot grow the series without bound."""
-    kind = "query"
-    declared = _DECLARED.match(query or "")
-    if declared is not None:
-        kind = declared.group(1)
-        name = name or declared.group(2) or None
+def operation_label(name: str | None) -> str:
+    """The `operation` label of an operation that exists in its document and validated (the
+    pipeline labels nothing else: a refused request is `invalid`, whatever name it sends): its
+    declared name, `anonymous` without one. The first `MAX_OPERATION_LABELS` distinct names get
+    their own series in each process; later ones are counted as `other`, a backstop for tenants
+    sending many valid documents with distinct names."""
     if not name:
-        return "anonymous", kind
-    if _NAME.fullmatch(name) is None:
-        return "other", kind
+        return "anonymous"
     if name not in _operations:
         with _operations_lock:
             if len(_operations) >= MAX_OPERATION_LABELS:
-                return "other", kind
+                return "other"
             _operations.add(name)
-    return name, kind
+    return name
 
 
 def known_label(value: str, known: Iterable[str], other: str = "unknown") -> str:
