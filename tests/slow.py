@@ -16,6 +16,7 @@ SLOW_MODULES = (
     "tests/chaos/",
     "tests/relay/",
     "tests/db/test_cli_pgbouncer.py",
+    "tests/fuzz/",
     "tests/jobs/test_sweep.py",
     "tests/realtime/test_cleanup.py",
     "tests/realtime/test_every_change.py",
