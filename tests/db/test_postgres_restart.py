@@ -15,6 +15,7 @@ from outlive.db.engine import create_engine, create_sessions
 from outlive.db.tx import Sessions
 from tests.conftest import make_settings, new_tenant
 from tests.faults import OwnPostgres
+from tests.realtime.clients import Socket, serve
 from tests.support import Api, Servers
 
 START = """mutation($input: StartRunInput!) {
@@ -71,3 +72,19 @@ async def test_the_api_answers_503_while_postgres_is_down_and_recovers_on_its_ow
         assert after.json()["data"]["startRun"]["created"] is True, after.text
         assert (await api.post(RUNS, token=known.token)).status_code == 200
         assert (await api.client.get("/readyz")).status_code == 200
+
+
+async def test_a_socket_opened_while_postgres_is_down_is_told_to_try_again(
+    servers: Servers, postgres: OwnPostgres, own_sessions: Sessions
+) -> None:
+    settings = make_settings(servers, database_url=postgres.url)
+    tenant = await new_tenant(own_sessions)
+    init = {"type": "connection_init", "payload": {"authorization": f"Bearer {tenant.token}"}}
+    async with serve(settings) as served:
+        await postgres.kill()
+        async with Socket.open(served.url) as sock:
+            await sock.send(init)
+            assert (await sock.closed())[0] == 1013  # try again later, not 4403 (forbidden)
+        await postgres.start()
+        async with Socket.open(served.url, token=tenant.token) as sock:
+            await sock.subscribe()  # accepted: the same token works again
