@@ -44,7 +44,9 @@ _GONE = (
 
 
 def unreachable(error: BaseException) -> bool:
-    """True when `error` (or what it wraps) says PostgreSQL cannot be reached, by either driver."""
+    """True when `error` says PostgreSQL cannot be reached, by either driver: one of the errors
+    above, or a driver's error that wraps one. What another library raised (Redis's connection
+    error wrapping its own refused socket) is not looked into: it is not PostgreSQL's."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
@@ -57,6 +59,8 @@ def unreachable(error: BaseException) -> bool:
             return True
         if isinstance(current, sa_exc.TimeoutError | sa_exc.DisconnectionError):  # pool checkout
             return True
+        if not _from_a_driver(current):
+            return False
         wrapped = getattr(current, "orig", None)
         current = (
             wrapped
@@ -64,6 +68,11 @@ def unreachable(error: BaseException) -> bool:
             else current.__cause__ or current.__context__
         )
     return False
+
+
+def _from_a_driver(error: BaseException) -> bool:
+    module = type(error).__module__
+    return module.startswith(("asyncpg", "sqlalchemy"))
 
 
 @contextmanager
