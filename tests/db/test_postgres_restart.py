@@ -10,11 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from sqlalchemy import text
 
 from outlive.db.engine import create_engine, create_sessions
 from outlive.db.tx import Sessions
 from tests.conftest import make_settings, new_tenant
-from tests.faults import OwnPostgres
+from tests.faults import OwnPostgres, free_port
 from tests.realtime.clients import Socket, serve
 from tests.support import Api, Servers
 
@@ -88,3 +91,18 @@ async def test_a_socket_opened_while_postgres_is_down_is_told_to_try_again(
         await postgres.start()
         async with Socket.open(served.url, token=tenant.token) as sock:
             await sock.subscribe()  # accepted: the same token works again
+
+
+async def test_only_postgres_unreachable_is_service_unavailable(sessions: Sessions) -> None:
+    """Redis refusing a connection inside a unit is Redis's error, not a 503: the db layer only
+    looks into its drivers' errors."""
+    nobody = Redis(port=free_port())
+
+    async def unit_that_calls_redis() -> None:
+        async with sessions.unit() as uow:
+            await uow.execute(text("SELECT 1"))
+            await nobody.ping()
+
+    with pytest.raises(RedisConnectionError):
+        await unit_that_calls_redis()
+    await nobody.aclose()
