@@ -51,7 +51,7 @@ def unreachable(error: BaseException) -> bool:
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, _GONE):
+        if isinstance(current, _GONE) and not (current is error and _a_deadline(current)):
             return True
         if isinstance(current, asyncpg.InterfaceError) and "closed" in str(current):
             return True  # asyncpg's "connection is closed" / "pool is closed"
@@ -68,6 +68,13 @@ def unreachable(error: BaseException) -> bool:
             else current.__cause__ or current.__context__
         )
     return False
+
+
+def _a_deadline(error: BaseException) -> bool:
+    """A bare `TimeoutError` is an `asyncio.timeout` running out around anything in a unit (a
+    Redis call bounded by `OUTLIVE_QUEUE_TIMEOUT_S`): not PostgreSQL's unless a driver's error
+    carries it."""
+    return isinstance(error, TimeoutError)
 
 
 def _from_a_driver(error: BaseException) -> bool:
