@@ -27,6 +27,8 @@ from strawberry.exceptions import ConnectionRejectionError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from outlive.config import Settings
+from outlive.errors import ServiceUnavailable
+from outlive.graphql.errors import unavailable_payload
 from outlive.graphql.http import Pipeline
 from outlive.graphql.schema import served_schema
 from outlive.jobs.telemetry import serve_metrics
@@ -104,7 +106,11 @@ class OutliveGraphQL(GraphQL[Context, None]):
         if length is not None and length.isdigit() and int(length) > limit:
             return _too_large(limit)
         token = bearer(request.headers.get("authorization"))
-        principal = await self.services.authenticate(token) if token else None
+        try:
+            principal = await self.services.authenticate(token) if token else None
+        except ServiceUnavailable as exc:  # the token cannot be checked now: 503, not 401 or 500
+            headers = {"Retry-After": str(exc.retry_after)}
+            return JSONResponse(unavailable_payload(exc), status_code=503, headers=headers)
         if principal is None:
             return _unauthenticated("invalid bearer token" if token else "missing bearer token")
         scope.setdefault("state", {})["principal"] = principal

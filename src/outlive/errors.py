@@ -50,6 +50,23 @@ class QueueUnavailable(DomainError):
     code = "QUEUE_UNAVAILABLE"
 
 
+class ServiceUnavailable(DomainError):
+    """PostgreSQL cannot be reached (down, restarting, or every pooled connection busy past the
+    pool's timeout): nothing was changed; try again in `retry_after` seconds. Raised by the db
+    layer (`outlive.db.drivers.reaching`) in place of the drivers' connection failures, so that
+    nothing above it knows asyncpg's or SQLAlchemy's ways of saying so; HTTP 503."""
+
+    code = "SERVICE_UNAVAILABLE"
+
+    def __init__(self, message: str = "PostgreSQL cannot be reached", retry_after: int = 2) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def extensions(self) -> dict[str, object]:
+        return {"retryAfter": self.retry_after}
+
+
 class RetryableFault(Exception):
     """Raised by an agent for a fault that a later attempt can fix (429, 5xx, a timeout)."""
 

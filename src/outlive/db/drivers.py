@@ -3,21 +3,97 @@
 A prepared `Statement` runs on asyncpg directly (a pool or one of its connections) when no
 transaction is open; inside a transaction, it (or any SQLAlchemy statement) runs through the
 unit's SQLAlchemy session. Both return rows as mappings by column name.
+
+Either driver says "PostgreSQL cannot be reached" in its own ways (a refused or reset socket, a
+server shutting down or still in crash recovery, a connection closed under a query, SQLAlchemy's
+invalidated connection, a pool whose checkout timed out). `reaching` turns every one of them into
+`outlive.errors.ServiceUnavailable`, here and nowhere else: the statements below run inside it,
+and `outlive.db.tx` puts the units' connection, commit and rollback inside it too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import asyncpg
 from sqlalchemy import CursorResult, Executable
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.raw import Statement
+from outlive.errors import ServiceUnavailable
 
 Row = Mapping[str, Any]  # a result row by column name, whichever driver produced it
 Query = Statement | Executable  # a prepared constant, or any SQLAlchemy statement (session only)
+
+
+RETRY_AFTER_S = 2  # what a 503 tells the client: about the time a restarted PostgreSQL takes
+
+# asyncpg's ways of saying the server is gone or not there yet. Not the rest of SQLSTATE class 57
+# (a statement timeout is `QueryCanceledError`, an answer, not an outage).
+_GONE = (
+    OSError,  # refused, reset, unreachable; TimeoutError (a connect timeout) is one too
+    asyncpg.PostgresConnectionError,  # class 08, and a connection closed under a query
+    asyncpg.CannotConnectNowError,  # starting up, in crash recovery, shutting down
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.TooManyConnectionsError,
+)
+
+
+def unreachable(error: BaseException) -> bool:
+    """True when `error` says PostgreSQL cannot be reached, by either driver: one of the errors
+    above, or a driver's error that wraps one. What another library raised (Redis's connection
+    error wrapping its own refused socket) is not looked into: it is not PostgreSQL's."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, _GONE) and not (current is error and _a_deadline(current)):
+            return True
+        if isinstance(current, asyncpg.InterfaceError) and "closed" in str(current):
+            return True  # asyncpg's "connection is closed" / "pool is closed"
+        if isinstance(current, sa_exc.DBAPIError) and current.connection_invalidated:
+            return True
+        if isinstance(current, sa_exc.TimeoutError | sa_exc.DisconnectionError):  # pool checkout
+            return True
+        if not _from_a_driver(current):
+            return False
+        wrapped = getattr(current, "orig", None)
+        current = (
+            wrapped
+            if isinstance(wrapped, BaseException) and id(wrapped) not in seen
+            else current.__cause__ or current.__context__
+        )
+    return False
+
+
+def _a_deadline(error: BaseException) -> bool:
+    """A bare `TimeoutError` is an `asyncio.timeout` running out around anything in a unit (a
+    Redis call bounded by `OUTLIVE_QUEUE_TIMEOUT_S`): not PostgreSQL's unless a driver's error
+    carries it."""
+    return isinstance(error, TimeoutError)
+
+
+def _from_a_driver(error: BaseException) -> bool:
+    module = type(error).__module__
+    return module.startswith(("asyncpg", "sqlalchemy"))
+
+
+@contextmanager
+def reaching() -> Iterator[None]:
+    """The block's driver failures that mean "PostgreSQL cannot be reached" leave it as
+    `ServiceUnavailable` (the original as its cause); everything else passes unchanged."""
+    try:
+        yield
+    except ServiceUnavailable:
+        raise
+    except Exception as exc:
+        if unreachable(exc):
+            raise ServiceUnavailable(retry_after=RETRY_AFTER_S) from exc
+        raise
 
 
 def _rowcount(status: str) -> int:
@@ -27,22 +103,26 @@ def _rowcount(status: str) -> int:
 
 
 async def raw_one(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> Row | None:
-    row: Row | None = await on.fetchrow(st.sql, *st.args(params))
+    with reaching():
+        row: Row | None = await on.fetchrow(st.sql, *st.args(params))
     return row
 
 
 async def raw_all(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> list[Row]:
-    rows: list[Row] = await on.fetch(st.sql, *st.args(params))
+    with reaching():
+        rows: list[Row] = await on.fetch(st.sql, *st.args(params))
     return rows
 
 
 async def raw_execute(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> int:
-    return _rowcount(await on.execute(st.sql, *st.args(params)))
+    with reaching():
+        return _rowcount(await on.execute(st.sql, *st.args(params)))
 
 
 async def in_session(session: AsyncSession, query: Query, params: Mapping[str, Any]) -> Any:
     clause = query.clause if isinstance(query, Statement) else query
-    return await session.execute(clause, dict(params) if params else None)
+    with reaching():
+        return await session.execute(clause, dict(params) if params else None)
 
 
 async def session_one(session: AsyncSession, query: Query, params: Mapping[str, Any]) -> Row | None:

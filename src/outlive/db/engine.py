@@ -6,6 +6,13 @@ only caller outside tests, uses `create_engine_for`, `open_raw_pool` and `create
 asyncpg's statement cache and SQLAlchemy's prepared-statement cache, and names each prepared
 statement uniquely, so that no statement prepared on one server connection is looked for on
 another.
+
+After PostgreSQL restarts, every pooled connection is dead. asyncpg notices (it reads each socket
+all the time and marks a connection closed when the server goes away), and both pools drop such a
+connection when it is next taken: the raw pool by itself, SQLAlchemy's through `_drop_closed` (a
+local check, no round trip, unlike `pool_pre_ping`). So the first request after a restart gets a
+fresh connection and succeeds; while the server is down, the connect fails and the db layer
+answers `ServiceUnavailable`.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from typing import Any
 from uuid import uuid4
 
 import asyncpg
+from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
@@ -32,6 +41,14 @@ def _unique_statement_name() -> str:
     return f"__outlive_{uuid4().hex}__"
 
 
+def _drop_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """A pooled connection whose server went away is not handed out: SQLAlchemy's pool discards
+    it and connects again (`DisconnectionError` at checkout, up to three times)."""
+    driver = getattr(dbapi_connection, "driver_connection", None)
+    if driver is not None and driver.is_closed():
+        raise sa_exc.DisconnectionError("the pooled connection was closed by the server")
+
+
 def create_engine(
     database_url: str,
     *,
@@ -47,7 +64,7 @@ def create_engine(
             "prepared_statement_cache_size": 0,  # SQLAlchemy's, in its asyncpg dialect
             "prepared_statement_name_func": _unique_statement_name,
         }
-    return create_async_engine(
+    engine = create_async_engine(
         sqlalchemy_url(database_url),
         pool_size=pool_size,
         max_overflow=max_overflow,
@@ -61,6 +78,8 @@ def create_engine(
         # compiled cache covers the rest.
         connect_args=connect_args,
     )
+    event.listen(engine.sync_engine, "checkout", _drop_closed)
+    return engine
 
 
 def create_engine_for(

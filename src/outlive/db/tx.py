@@ -304,6 +304,17 @@ class UnitOfWork(Unit):
         return await drivers.session_execute(self.session, statement, params)
 
 
+async def _rolled_back(session: AsyncSession) -> None:
+    """Roll back after the unit's block raised. On a connection that is already gone the
+    rollback fails too: the block's own exception is what the caller must see, not that one."""
+    try:
+        await session.rollback()
+    except Exception as exc:
+        if not drivers.unreachable(exc):
+            raise
+        log.debug("rollback on a lost connection failed (the transaction is gone with it)")
+
+
 class Sessions:
     """The session factory every layer receives; built once by a composition root.
 
@@ -353,22 +364,25 @@ class Sessions:
         """One statement outside any unit of work (it commits itself): the first row or None."""
         if self.raw is not None and isinstance(statement, Statement):
             return await drivers.raw_one(self.raw, statement, params)
-        async with self.autocommit_maker() as session:
-            return await drivers.session_one(session, statement, params)
+        with drivers.reaching():
+            async with self.autocommit_maker() as session:
+                return await drivers.session_one(session, statement, params)
 
     async def all(self, statement: Query, /, **params: Any) -> list[Row]:
         """One statement outside any unit of work (it commits itself): every row."""
         if self.raw is not None and isinstance(statement, Statement):
             return await drivers.raw_all(self.raw, statement, params)
-        async with self.autocommit_maker() as session:
-            return await drivers.session_all(session, statement, params)
+        with drivers.reaching():
+            async with self.autocommit_maker() as session:
+                return await drivers.session_all(session, statement, params)
 
     async def execute(self, statement: Query, /, **params: Any) -> int:
         """One statement outside any unit of work (it commits itself): the rows it touched."""
         if self.raw is not None and isinstance(statement, Statement):
             return await drivers.raw_execute(self.raw, statement, params)
-        async with self.autocommit_maker() as session:
-            return await drivers.session_execute(session, statement, params)
+        with drivers.reaching():
+            async with self.autocommit_maker() as session:
+                return await drivers.session_execute(session, statement, params)
 
     @overload
     def unit(
@@ -391,31 +405,33 @@ class Sessions:
 
     @asynccontextmanager
     async def _transaction(self, tenant_id: UUID | None) -> AsyncIterator[UnitOfWork]:
-        async with self.maker() as session:
-            uow = UnitOfWork(session, tenant_id, self)
-            try:
-                yield uow
-            except BaseException:
-                await session.rollback()
-                raise
-            await session.commit()
+        with drivers.reaching():  # PostgreSQL unreachable anywhere in the unit: ServiceUnavailable
+            async with self.maker() as session:
+                uow = UnitOfWork(session, tenant_id, self)
+                try:
+                    yield uow
+                except BaseException:
+                    await _rolled_back(session)
+                    raise
+                await session.commit()
         await uow._after_commit_shielded()
 
     @asynccontextmanager
     async def _statements(self, tenant_id: UUID | None) -> AsyncIterator[StatementUnit]:
-        if self.raw is not None:
-            async with self.raw.acquire() as connection:
-                unit = StatementUnit(tenant_id, self, raw=connection)
-                yield unit  # each statement committed itself; an exception drops the side effects
-        else:
-            async with self.autocommit_maker() as session:
-                unit = StatementUnit(tenant_id, self, session=session)
-                try:
-                    yield unit
-                except BaseException:
-                    await session.rollback()
-                    raise
-                await session.commit()
+        with drivers.reaching():  # the pool's connect too: ServiceUnavailable when unreachable
+            if self.raw is not None:
+                async with self.raw.acquire() as connection:
+                    unit = StatementUnit(tenant_id, self, raw=connection)
+                    yield unit  # each statement committed itself; an exception drops the rest
+            else:
+                async with self.autocommit_maker() as session:
+                    unit = StatementUnit(tenant_id, self, session=session)
+                    try:
+                        yield unit
+                    except BaseException:
+                        await _rolled_back(session)
+                        raise
+                    await session.commit()
         await unit._after_commit_shielded()
         if unit._cancelled:
             raise asyncio.CancelledError()

@@ -1,6 +1,7 @@
 """Every GraphQL error leaves with one of the contract's codes; unexpected ones are masked.
 
-- a `DomainError` raised by a service: its own code and message;
+- a `DomainError` raised by a service: its own code and message; `ServiceUnavailable` (PostgreSQL
+  cannot be reached, raised by the db layer) also makes the answer an HTTP 503 (`status_of`);
 - a parse or validation error (including the depth, alias and token limits):
   `GRAPHQL_VALIDATION_FAILED`; a variable of the wrong shape: `BAD_USER_INPUT`;
 - anything else: "Internal server error." with `INTERNAL_SERVER_ERROR`, logged with its traceback
@@ -15,7 +16,7 @@ from graphql import GraphQLError
 from strawberry.extensions import MaskErrors
 from strawberry.schema.exceptions import InvalidOperationTypeError
 
-from outlive.errors import DomainError
+from outlive.errors import DomainError, ServiceUnavailable
 
 log = logging.getLogger("outlive.graphql")
 
@@ -25,6 +26,25 @@ INTERNAL_MESSAGE = "Internal server error."
 def error_payload(message: str, code: str) -> dict[str, object]:
     """The contract's error shape for a request refused outside execution."""
     return {"data": None, "errors": [{"message": message, "extensions": {"code": code}}]}
+
+
+def status_of(errors: list[GraphQLError] | None) -> int:
+    """The HTTP status of an executed operation's answer: 503 when an error says PostgreSQL
+    cannot be reached (the client retries after `retryAfter`), 200 otherwise."""
+    return 503 if any(unavailable(e) is not None for e in errors or ()) else 200
+
+
+def unavailable(error: BaseException | None) -> ServiceUnavailable | None:
+    """The `ServiceUnavailable` behind an error (a GraphQL error wraps what a resolver raised)."""
+    while isinstance(error, GraphQLError):
+        error = error.original_error
+    return error if isinstance(error, ServiceUnavailable) else None
+
+
+def unavailable_payload(error: ServiceUnavailable) -> dict[str, object]:
+    """The contract's error shape for `SERVICE_UNAVAILABLE` refused outside execution."""
+    extensions = {"code": error.code, **error.extensions}
+    return {"data": None, "errors": [{"message": error.message, "extensions": extensions}]}
 
 
 def _with_code(

@@ -40,7 +40,14 @@ from outlive.errors import BadUserInput
 from outlive.graphql.coalescing import Coalescer, SharedExecutionCancelled
 from outlive.graphql.documents import Documents, Operation, Prepared
 from outlive.graphql.documents import Scope as ReadScope
-from outlive.graphql.errors import INTERNAL_MESSAGE, coded, error_payload
+from outlive.graphql.errors import (
+    INTERNAL_MESSAGE,
+    coded,
+    error_payload,
+    status_of,
+    unavailable,
+    unavailable_payload,
+)
 from outlive.graphql.limits import check_cost, check_variables, limit_rules
 from outlive.graphql.operations import Route, observe_operation, observe_refused
 from outlive.graphql.persisted import PersistedQueryNotFound, request_document
@@ -167,7 +174,9 @@ class Pipeline:
             raise
         except SharedExecutionCancelled:
             raise refusal(503, "the server is stopping", "INTERNAL_SERVER_ERROR") from None
-        except Exception:
+        except Exception as exc:
+            if (down := unavailable(exc)) is not None:  # PostgreSQL unreachable: 503, retry
+                raise Refused(Answer(503, encode(unavailable_payload(down)))) from None
             log.exception("GraphQL operation failed outside its resolvers")
             raise refusal(500, INTERNAL_MESSAGE, "INTERNAL_SERVER_ERROR") from None
         return answer
@@ -277,7 +286,7 @@ def _answer(result: ExecutionResult, route: Route) -> Answer:
         payload["errors"] = [coded(e).formatted for e in result.errors]
     if result.extensions:
         payload["extensions"] = result.extensions
-    return Answer(200, encode(payload), route, bool(result.errors))
+    return Answer(status_of(result.errors), encode(payload), route, bool(result.errors))
 
 
 def encode(payload: dict[str, Any]) -> bytes:

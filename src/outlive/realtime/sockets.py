@@ -60,6 +60,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
 )
 from strawberry.types.graphql import OperationType as StrawberryOperation
 
+from outlive.errors import ServiceUnavailable
 from outlive.ids import TokenId
 from outlive.realtime.hub import Subscriber, SubscriberClosed
 from outlive.realtime.nudges import Nudge as NudgeRecord
@@ -69,7 +70,7 @@ log = logging.getLogger(__name__)
 CLOSE_FORBIDDEN = 4403
 CLOSE_BAD_MESSAGE = 4400
 MAX_CLOSE_REASON_BYTES = 123  # a close frame is a control frame: 125 bytes, 2 of them the code
-CLOSE_TRY_AGAIN = 1013  # over the tenant's socket cap: the client backs off and retries
+CLOSE_TRY_AGAIN = 1013  # over the tenant's socket cap, or PostgreSQL unreachable: back off, retry
 
 Closer = Callable[[int, str], Awaitable[None]]
 StillValid = Callable[[list[TokenId]], Awaitable[Collection[TokenId]]]
@@ -372,6 +373,8 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
             await super().handle_connection_init(message)
         except TooManySockets as exc:
             await self.websocket.close(code=CLOSE_TRY_AGAIN, reason=str(exc))
+        except ServiceUnavailable as exc:  # the token cannot be checked now: not "forbidden"
+            await self.websocket.close(code=CLOSE_TRY_AGAIN, reason=exc.message)
 
     async def shutdown(self) -> None:
         if self.context.socket is not None:  # first: its slot is free once it stops listening
@@ -383,8 +386,12 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
         token = self.context.token
         if token is None:
             return True  # not acknowledged yet: strawberry refuses the subscribe with 4401
-        if await self.context.services.authenticate(token) is not None:
-            return True
+        try:
+            if await self.context.services.authenticate(token) is not None:
+                return True
+        except ServiceUnavailable as exc:  # the token cannot be checked now: come back later
+            await self.websocket.close(code=CLOSE_TRY_AGAIN, reason=exc.message)
+            return False
         await self.websocket.close(code=CLOSE_FORBIDDEN, reason="token revoked or expired")
         return False
 

@@ -13,7 +13,8 @@ A relay runs in every worker (`outlive.jobs.relay` drives it). One pass:
 
 1. renews a marker key in the queue's Redis; a missing marker means the queue lost its data (a
    FLUSHDB, a restart without persistence, a failover) or is new, and every row the relay may
-   hand becomes due at once;
+   hand becomes due at once, and every RUNNING run's instance is enqueued again (its job went
+   too: it waits for the holder's lease, so a worker that dies later still has a successor);
 2. on the slow scan only, finds tenants whose waiting rows (`dispatched_at` NULL) are older than
    the first look while a slot is free, and calls their dispatch function: a dispatch missed
    because a process died between its commit and its dispatch is made up for, and the function
@@ -174,6 +175,7 @@ _RETRY_LATER = {
     )
     for kind, table, status in KINDS
 }
+RUNNING_RUNS = prepare(text("SELECT id FROM runs WHERE status = 'RUNNING'"))
 HANDED = prepare(
     text(
         "UPDATE runs SET handoff_failed_at = NULL"
@@ -304,6 +306,7 @@ class Relay:
                 "the queue lost its data (or is new): %s row(s) are handed to it again",
                 row["n"] if row else 0,
             )
+            await self._hand_running()
         if scan:
             done.dispatched = await self._make_up_missed_dispatches()
         rows = await self._sessions.all(
@@ -338,6 +341,18 @@ class Relay:
         if recovered:
             await self._sessions.all(HANDED, ids=recovered)
             log.info("handed %d run(s) whose hand-off had failed", len(recovered))
+
+    async def _hand_running(self) -> None:
+        """The queue lost its data: the jobs of RUNNING runs went with it, and a worker that dies
+        now would leave its run to nobody. Each RUNNING run's instance is enqueued again (a no-op
+        where its job survived): its delivery waits for the holder's lease (`RetryLater`, not
+        counted) and takes the run over only once that lease has expired."""
+        running = [RunId(r["id"]) for r in await self._sessions.all(RUNNING_RUNS)]
+        for at in range(0, len(running), CHUNK):
+            chunk = running[at : at + CHUNK]
+            await asyncio.gather(*(self._instances.start(run_id) for run_id in chunk))
+        if running:
+            log.warning("handed the instances of %d RUNNING run(s) again", len(running))
 
     async def _not_in_queue(self, taken: list[Taken]) -> list[RunId]:
         """The runs to enqueue: every one whose hand-off failed, and of the others those the

@@ -7,7 +7,9 @@ process: the principal cache below and the sockets opened with it. A revocation 
 announced on Redis after its commit; every API process evicts the token from its cache and closes
 its sockets. The cache is only used while that announcement channel is live (`is_live`), and it
 never stores a lookup that raced with a revocation, so it can never hand back a revoked token
-for longer than the announcement takes to arrive.
+for longer than the announcement takes to arrive. A lookup that cannot reach PostgreSQL raises
+`ServiceUnavailable` (the db layer's) and stores nothing: the API answers 503, never 401, and a
+socket's `connection_init` is closed with 1013 (try again), never 4403.
 """
 
 from __future__ import annotations

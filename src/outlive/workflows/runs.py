@@ -11,6 +11,14 @@ delivery of the run's instance. What happens to the attempt is decided here:
 - execute the agent under `OUTLIVE_RUN_TIMEOUT_S`, heartbeating meanwhile: every third of
   `OUTLIVE_RUN_HEARTBEAT_S` the row's lease is extended (and saq's job touched); a heartbeat that
   finds the run taken over or settled stops the attempt at once;
+- PostgreSQL unreachable (`ServiceUnavailable`): the attempt trusts no clock but its own
+  monotonic one, and only from the START of its last heartbeat that succeeded (the lease the
+  server granted runs from no earlier than that). When the next heartbeat could not be known to
+  have landed before that lease could expire, the agent is cancelled and the attempt ends
+  without settling: nobody else can claim the run before then, and once the lease has expired
+  the next delivery takes it over (a `lost` attempt). A claim or a terminal write that cannot
+  reach PostgreSQL is delivered again later, without using up one of saq's attempts; a terminal
+  write is retried for up to a lease first (it is fenced on the attempt, so a late one is safe);
 - success → SUCCEEDED; `RunCancelled` at a turn boundary → CANCELLED;
 - a retryable fault (or the timeout) with attempts left → back to QUEUED with a `retrying`
   event, and `RetryLater(delay)` tells the engine when to deliver the next attempt
@@ -29,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -40,7 +49,7 @@ from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
-from outlive.errors import RetryableFault, RunCancelled, RunSuperseded
+from outlive.errors import RetryableFault, RunCancelled, RunSuperseded, ServiceUnavailable
 from outlive.ids import RunId, TenantId
 from outlive.services.runs import (
     MAX_ATTEMPTS,
@@ -59,7 +68,9 @@ from outlive.telemetry.logs import ExpectedRetry
 log = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 1.0  # how often a sleeping agent looks for a cancel request
-HEARTBEATS_PER_LEASE = 3  # a lease survives two missed heartbeats
+HEARTBEATS_PER_LEASE = 3  # a heartbeat every third of the lease
+BEAT_TIMEOUT_SHARE = 0.5  # a heartbeat not done within half its period counts as failed
+SETTLE_RETRY_S = 0.5  # a terminal write that found PostgreSQL unreachable is tried again this often
 
 
 class RetryLater(ExpectedRetry):
@@ -149,6 +160,15 @@ class AttemptContext:
 
 
 async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> None:
+    try:
+        await _attempt(deps, run_id, control)
+    except ServiceUnavailable as exc:  # the row cannot be read or written now: come back later
+        log.warning("run %s: PostgreSQL cannot be reached; delivered again later", run_id)
+        raise RetryLater(exc.retry_after, "PostgreSQL cannot be reached", counts=False) from exc
+
+
+async def _attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> None:
+    claiming = time.monotonic()  # the lease runs from no earlier than this
     async with deps.sessions.unit(single_statement=True) as uow:
         run = await claim_run(uow, run_id, lease_s=deps.lease_s)
     if run is None:
@@ -168,7 +188,7 @@ async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl
     if agent is None:
         await _settle(deps, run, RunStatus.FAILED, error=f"agent {run.agent!r} is not installed")
         return
-    await _execute(deps, run, agent, control)
+    await _execute(deps, run, agent, control, since=claiming)
 
 
 async def _not_claimed(deps: WorkflowDeps, run_id: RunId) -> None:
@@ -184,8 +204,10 @@ async def _not_claimed(deps: WorkflowDeps, run_id: RunId) -> None:
     raise RetryLater(delay, "another attempt holds the run's lease", counts=False)
 
 
-async def _execute(deps: WorkflowDeps, run: RunRecord, agent: Any, control: AttemptControl) -> None:
-    lease = _Lease(deps, run, control)
+async def _execute(
+    deps: WorkflowDeps, run: RunRecord, agent: Any, control: AttemptControl, *, since: float
+) -> None:
+    lease = _Lease(deps, run, control, since=since)
     try:
         async with lease.kept():
             async with asyncio.timeout(deps.settings.run_timeout_s):
@@ -195,6 +217,9 @@ async def _execute(deps: WorkflowDeps, run: RunRecord, agent: Any, control: Atte
         await _settle(deps, run, RunStatus.CANCELLED)
     except RunSuperseded as exc:
         log.warning("run %s: %s; this attempt stops", run.id, exc)
+    except ServiceUnavailable:  # the agent's own write could not reach PostgreSQL
+        lease.expiring = True
+        raise  # `run_attempt`: delivered again later; the next attempt takes over the lease
     except (RetryableFault, TimeoutError) as fault:
         await _retry_or_fail(deps, run, fault)
     except asyncio.CancelledError:
@@ -202,6 +227,9 @@ async def _execute(deps: WorkflowDeps, run: RunRecord, agent: Any, control: Atte
             _uncancel()
             log.warning("run %s: attempt %s lost its lease; it stops", run.id, run.attempt)
             return
+        if lease.expiring:  # PostgreSQL unreachable: stopped before the lease could expire
+            _uncancel()
+            raise ServiceUnavailable("the attempt stopped: its lease could not be kept") from None
         if control.is_shutting_down():
             await asyncio.shield(_release(deps, run, control))
         raise
@@ -221,12 +249,20 @@ class _Lease:
     """Keeps an executing attempt's lease alive while the agent runs: in PostgreSQL (the truth: a
     live lease is what stops a second delivery from claiming the run) and in the engine (so that
     its sweep does not re-deliver a live attempt). A heartbeat that finds the run no longer held
-    by this attempt cancels the agent (`lost`): someone else owns the run now. The heartbeats stop
-    before the attempt settles, so they never race its own terminal write."""
+    by this attempt cancels the agent (`lost`): someone else owns the run now. When heartbeats
+    fail (PostgreSQL unreachable), the agent is cancelled (`expiring`) as soon as the next one
+    could not be known to land before the lease could expire, counted on the monotonic clock
+    from the start of the last heartbeat that succeeded (`since`): the server set the lease then
+    or later, so the attempt stops before anyone else may claim the run, whatever the clocks say.
+    The heartbeats stop before the attempt settles, so they never race its own terminal write."""
 
-    def __init__(self, deps: WorkflowDeps, run: RunRecord, control: AttemptControl) -> None:
+    def __init__(
+        self, deps: WorkflowDeps, run: RunRecord, control: AttemptControl, *, since: float
+    ) -> None:
         self._deps, self._run, self._control = deps, run, control
+        self.since = since  # monotonic: the start of the last heartbeat (or claim) that succeeded
         self.lost = False
+        self.expiring = False
 
     @asynccontextmanager
     async def kept(self) -> AsyncIterator[None]:
@@ -239,16 +275,34 @@ class _Lease:
 
     async def _keep(self, attempt: asyncio.Task[Any] | None) -> None:
         every_s = self._deps.lease_s / HEARTBEATS_PER_LEASE
+        timeout_s = every_s * BEAT_TIMEOUT_SHARE
         while not self.lost:
             await asyncio.sleep(every_s)
-            try:
-                await self._beat()
-            except Exception:
-                log.warning("run %s: heartbeat failed", self._run.id, exc_info=True)
+            # A hung heartbeat is left behind, not awaited: the clock below decides.
+            beat = asyncio.ensure_future(self._beat())
+            await asyncio.wait({beat}, timeout=timeout_s)
+            if not beat.done():
+                beat.add_done_callback(_consume)
+                log.warning("run %s: heartbeat took over %.1fs", self._run.id, timeout_s)
+            elif beat.exception() is not None:
+                log.warning("run %s: heartbeat failed: %r", self._run.id, beat.exception())
+            if self.lost:
+                break
+            if time.monotonic() + every_s + timeout_s >= self.since + self._deps.lease_s:
+                self.expiring = True
+                log.warning(
+                    "run %s: attempt %s could not heartbeat for %.1fs; it stops before its lease"
+                    " could expire",
+                    self._run.id,
+                    self._run.attempt,
+                    time.monotonic() - self.since,
+                )
+                break
         if attempt is not None:
             attempt.cancel()
 
     async def _beat(self) -> None:
+        started = time.monotonic()
         async with self._deps.sessions.unit(single_statement=True) as uow:
             beat = await heartbeat(
                 uow, self._run.id, attempt=self._run.attempt, lease_s=self._deps.lease_s
@@ -256,10 +310,16 @@ class _Lease:
         if beat is None:
             self.lost = True
             return
+        self.since = max(self.since, started)
         # The engine's heartbeat only keeps its sweep away; a Redis that hangs must not stall
         # the loop that keeps the lease (the truth) alive.
         async with asyncio.timeout(self._deps.lease_s / HEARTBEATS_PER_LEASE):
             await self._control.heartbeat()
+
+
+def _consume(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("a late heartbeat failed: %r", task.exception())
 
 
 async def _settle(
@@ -270,15 +330,21 @@ async def _settle(
     output: Any = None,
     error: str | None = None,
 ) -> None:
-    async with deps.sessions.unit(run.tenant_id, single_statement=True) as uow:
-        settled = await settle_run(
-            uow,
-            run.id,
-            status,
-            output=output,
-            error=error,
-            attempt=run.attempt,
-        )
+    """The terminal write, fenced on this attempt. PostgreSQL unreachable: tried again for up to
+    a lease (a late write is still fenced), then `ServiceUnavailable` (delivered again later)."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + deps.lease_s
+    while True:
+        try:
+            async with deps.sessions.unit(run.tenant_id, single_statement=True) as uow:
+                settled = await settle_run(
+                    uow, run.id, status, output=output, error=error, attempt=run.attempt
+                )
+            break
+        except ServiceUnavailable:
+            if loop.time() + SETTLE_RETRY_S > give_up:
+                raise
+            await asyncio.sleep(SETTLE_RETRY_S)  # a duration: PostgreSQL announces no return
     if settled is None:
         log.warning(
             "run %s: attempt %s could not settle %s (superseded)", run.id, run.attempt, status
