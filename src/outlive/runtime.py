@@ -52,8 +52,8 @@ from outlive.jobs.telemetry import (
 )
 from outlive.realtime.hub import Hub, hub_client_name
 from outlive.realtime.nudges import Publisher, channel_prefix
+from outlive.realtime.registry import SocketRegistry
 from outlive.realtime.revocations import control_channel, decode_revoked
-from outlive.realtime.sockets import SocketRegistry
 from outlive.services import tokens
 from outlive.services.admission import Limits, TenantAdmission
 from outlive.services.tokens import PrincipalCache

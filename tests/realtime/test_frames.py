@@ -11,13 +11,8 @@ import pytest
 
 from outlive.config import Settings
 from outlive.realtime.nudges import Nudge
-from outlive.realtime.sockets import (
-    MAX_CLOSE_REASON_BYTES,
-    PlainSelection,
-    _plain_selection,
-    close_reason,
-    plain_selection,
-)
+from outlive.realtime.registry import MAX_CLOSE_REASON_BYTES, close_reason
+from outlive.realtime.sockets import PlainSelection, _plain_selection, plain_selection
 from tests.conftest import make_settings
 from tests.realtime.clients import PLAIN, Served, Socket, publisher, serve
 from tests.support import Servers, TenantHandle

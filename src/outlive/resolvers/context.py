@@ -13,7 +13,7 @@ from outlive.db.tx import Sessions
 from outlive.errors import Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
-from outlive.realtime.sockets import OpenSocket, SocketRegistry
+from outlive.realtime.registry import OpenSocket, SocketRegistry
 from outlive.resolvers.loaders import Loaders
 from outlive.services import admission, timelines, webhooks
 from outlive.services.ports import RunInstances
