@@ -17,7 +17,7 @@ from typing import NoReturn
 from outlive.cli.common import KEEP, CliError, duration, limit, positive
 from outlive.cli.migrate import migrate
 from outlive.config import MissingServiceError, Settings
-from outlive.errors import DomainError
+from outlive.errors import DomainError, ServiceUnavailable
 
 __all__ = ["CliError", "main", "migrate"]
 
@@ -167,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         _fail(str(exc), exc.status)
     except MissingServiceError as exc:
         _fail(str(exc), 1)
+    except ServiceUnavailable as exc:  # a service that cannot be reached: 1, not bad input
+        _fail(exc.message, 1)
     except DomainError as exc:
         _fail(exc.message, 2)
     except KeyboardInterrupt:
