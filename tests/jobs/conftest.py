@@ -14,13 +14,15 @@ from saq.job import Job
 from saq.queue import Queue
 
 from outlive.config import Settings
+from outlive.db.engine import create_engine, create_sessions
+from outlive.db.tx import Sessions
 from outlive.jobs.envelopes import ENVELOPES, EnvelopeTypes, Payload
 from outlive.jobs.handlers import Handler
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, create_queue
 from outlive.worker import WorkerHost
-from tests.conftest import make_settings
-from tests.support import Servers
+from tests.conftest import make_settings, new_tenant
+from tests.support import Servers, TenantHandle
 
 
 @dataclass
@@ -67,6 +69,25 @@ class JobsWorld:
 
 
 JobsFactory = Callable[..., Awaitable[JobsWorld]]
+
+
+@dataclass
+class OwnDatabase:
+    url: str
+    sessions: Sessions
+    tenant: TenantHandle
+
+
+@pytest.fixture
+async def own_database(servers: Servers) -> AsyncIterator[OwnDatabase]:
+    """A fresh, migrated database of the test's own, with one tenant. The workers' relay hands
+    the queue whatever is PENDING in the database it serves: a test that counts what its handlers
+    or its inbox received must not share a database with the tests before it."""
+    url = await servers.clone()
+    engine = create_engine(url)
+    sessions = create_sessions(engine)
+    yield OwnDatabase(url, sessions, await new_tenant(sessions, "own"))
+    await engine.dispose()
 
 
 @pytest.fixture

@@ -12,13 +12,12 @@ import pytest
 from saq.job import Status
 from sqlalchemy import select
 
-from outlive.db.engine import create_engine, create_sessions
 from outlive.db.models import RejectedJob
 from outlive.db.tx import Sessions
 from outlive.jobs.envelopes import ENVELOPES, EnvelopeTypes, InvalidJob, Payload
 from outlive.jobs.producer import CONSUME_TASK
-from tests.jobs.conftest import Spy
-from tests.support import Servers, TenantHandle
+from tests.jobs.conftest import OwnDatabase, Spy
+from tests.support import TenantHandle
 
 
 async def consume_jobs(queue: Any) -> int:
@@ -81,13 +80,11 @@ def _poison(marker: str) -> list[dict[str, Any]]:
 
 
 async def test_poison_messages_are_recorded_acknowledged_and_never_reach_a_handler(
-    jobs_world: Any, servers: Servers
+    jobs_world: Any, own_database: OwnDatabase
 ) -> None:
     """On a database of its own: the workers' relay would hand the spies whatever else is
     PENDING in a shared one."""
-    database_url = await servers.clone()
-    engine = create_engine(database_url)
-    sessions = create_sessions(engine)
+    database_url, sessions = own_database.url, own_database.sessions
     deliver_spy, invite_spy = Spy(), Spy()
     async with jobs_world(database_url=database_url) as world:
         world.host.deps.jobs.handlers["webhook.deliver.v1"] = deliver_spy.handler()
@@ -112,7 +109,6 @@ async def test_poison_messages_are_recorded_acknowledged_and_never_reach_a_handl
         ["None", "nope.v1", "webhook.deliver.v1", "email.invitation.v1", "None"]
     )
     assert all(r.error and r.received_at for r in mine)
-    await engine.dispose()
 
 
 async def test_a_failing_handler_is_retried_on_the_exact_doubling_schedule(

@@ -16,10 +16,10 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from sqlalchemy import select
 
-from outlive.db.engine import create_engine, create_sessions
 from outlive.db.models import Invitation, InvitationStatus
 from outlive.jobs.mailer import SmtpMailer
-from tests.conftest import make_settings, new_tenant
+from tests.conftest import make_settings
+from tests.jobs.conftest import OwnDatabase
 from tests.support import Api, NudgeWatch, Servers, TenantHandle
 
 INVITE = "mutation($e: String!) { inviteMember(email: $e) { id email status } }"
@@ -65,14 +65,11 @@ def _code(response: Any) -> str:
 
 
 async def test_a_comma_in_an_address_never_adds_a_recipient(
-    servers: Servers, jobs_world: Any, recorder: tuple[Recorder, int]
+    servers: Servers, jobs_world: Any, recorder: tuple[Recorder, int], own_database: OwnDatabase
 ) -> None:
     """On a database of its own, so that the workers' relay has nothing else PENDING to mail."""
     inbox, port = recorder
-    database_url = await servers.clone()
-    engine = create_engine(database_url)
-    sessions = create_sessions(engine)
-    tenant = await new_tenant(sessions, "mail")
+    database_url, sessions, tenant = own_database.url, own_database.sessions, own_database.tenant
     settings = make_settings(
         servers, database_url=database_url, rate_invite="off", rate_invite_recipient="3/3600"
     )
@@ -95,7 +92,6 @@ async def test_a_comma_in_an_address_never_adds_a_recipient(
             await watch.until_true(
                 lambda: _first_status(api, tenant, "SENT"), 30, "the one invitation SENT"
             )
-    await engine.dispose()
     assert inbox.rcpt == ["target@victim.test"]
     assert inbox.delivered == [["target@victim.test"]]
 
@@ -118,16 +114,13 @@ async def test_the_per_address_limit_counts_the_mailbox_not_its_spelling(
 
 
 async def test_a_stored_address_with_a_comma_is_failed_and_never_mailed(
-    servers: Servers, jobs_world: Any, recorder: tuple[Recorder, int]
+    jobs_world: Any, recorder: tuple[Recorder, int], own_database: OwnDatabase
 ) -> None:
     """A row written before the check was strict: the job parses the address again. On a
     database of its own: the workers' relay sends whatever else is PENDING, and the inbox must
     see this row's mail alone (none)."""
     inbox, port = recorder
-    database_url = await servers.clone()
-    engine = create_engine(database_url)
-    sessions = create_sessions(engine)
-    tenant = await new_tenant(sessions, "mail")
+    database_url, sessions, tenant = own_database.url, own_database.sessions, own_database.tenant
     async with jobs_world(smtp_url=f"smtp://127.0.0.1:{port}", database_url=database_url) as world:
         async with sessions.unit() as uow:
             row = Invitation(
@@ -151,7 +144,6 @@ async def test_a_stored_address_with_a_comma_is_failed_and_never_mailed(
                 return found if ok else None
 
             settled = await watch.until_true(failed, 30, "the invitation FAILED")
-    await engine.dispose()
     assert settled.last_error == "invalid address"
     assert inbox.rcpt == []
 
