@@ -147,6 +147,14 @@ def settings(servers: Servers) -> Settings:
     return make_settings(servers)
 
 
+@pytest.fixture
+async def own_database_url(servers: Servers) -> str:
+    """A fresh, migrated database of the test's own. The workers' relay hands the queue whatever
+    is PENDING in the database it serves: a test that counts what its workers did (mails, webhook
+    deliveries, metrics, spans) must not share a database with the tests before it."""
+    return await servers.clone()
+
+
 @pytest.fixture(autouse=True)
 async def clean_redis(servers: Servers) -> None:
     """Every test starts with an empty queue (workers of earlier tests are stopped by then)."""

@@ -79,11 +79,9 @@ class OwnDatabase:
 
 
 @pytest.fixture
-async def own_database(servers: Servers) -> AsyncIterator[OwnDatabase]:
-    """A fresh, migrated database of the test's own, with one tenant. The workers' relay hands
-    the queue whatever is PENDING in the database it serves: a test that counts what its handlers
-    or its inbox received must not share a database with the tests before it."""
-    url = await servers.clone()
+async def own_database(own_database_url: str) -> AsyncIterator[OwnDatabase]:
+    """`own_database_url` (see tests/conftest.py) with its sessions and one tenant."""
+    url = own_database_url
     engine = create_engine(url)
     sessions = create_sessions(engine)
     yield OwnDatabase(url, sessions, await new_tenant(sessions, "own"))
