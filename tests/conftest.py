@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import secrets
 import socket
@@ -147,12 +148,12 @@ def settings(servers: Servers) -> Settings:
     return make_settings(servers)
 
 
-@pytest.fixture
-async def own_database_url(servers: Servers) -> str:
-    """A fresh, migrated database of the test's own. The workers' relay hands the queue whatever
-    is PENDING in the database it serves: a test that counts what its workers did (mails, webhook
-    deliveries, metrics, spans) must not share a database with the tests before it."""
-    return await servers.clone()
+async def with_own_database(servers: Servers) -> Servers:
+    """The servers with a fresh, migrated database of their own in place of the shared one. The
+    workers' relay hands the queue whatever is PENDING in the database it serves, so a test that
+    counts what its workers did (mails, deliveries, counters, spans) must not share a database
+    with the tests before it. A directory whose tests all do overrides `servers` with this."""
+    return dataclasses.replace(servers, database_url=await servers.clone())
 
 
 @pytest.fixture(autouse=True)

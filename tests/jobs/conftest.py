@@ -14,15 +14,19 @@ from saq.job import Job
 from saq.queue import Queue
 
 from outlive.config import Settings
-from outlive.db.engine import create_engine, create_sessions
-from outlive.db.tx import Sessions
 from outlive.jobs.envelopes import ENVELOPES, EnvelopeTypes, Payload
 from outlive.jobs.handlers import Handler
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, create_queue
 from outlive.worker import WorkerHost
-from tests.conftest import make_settings, new_tenant
-from tests.support import Servers, TenantHandle
+from tests.conftest import make_settings, with_own_database
+from tests.support import Servers
+
+
+@pytest.fixture
+async def servers(servers: Servers) -> Servers:
+    """Every test here runs on a database of its own (see `with_own_database`)."""
+    return await with_own_database(servers)
 
 
 @dataclass
@@ -69,23 +73,6 @@ class JobsWorld:
 
 
 JobsFactory = Callable[..., Awaitable[JobsWorld]]
-
-
-@dataclass
-class OwnDatabase:
-    url: str
-    sessions: Sessions
-    tenant: TenantHandle
-
-
-@pytest.fixture
-async def own_database(own_database_url: str) -> AsyncIterator[OwnDatabase]:
-    """`own_database_url` (see tests/conftest.py) with its sessions and one tenant."""
-    url = own_database_url
-    engine = create_engine(url)
-    sessions = create_sessions(engine)
-    yield OwnDatabase(url, sessions, await new_tenant(sessions, "own"))
-    await engine.dispose()
 
 
 @pytest.fixture

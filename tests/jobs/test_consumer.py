@@ -16,7 +16,7 @@ from outlive.db.models import RejectedJob
 from outlive.db.tx import Sessions
 from outlive.jobs.envelopes import ENVELOPES, EnvelopeTypes, InvalidJob, Payload
 from outlive.jobs.producer import CONSUME_TASK
-from tests.jobs.conftest import OwnDatabase, Spy
+from tests.jobs.conftest import Spy
 from tests.support import TenantHandle
 
 
@@ -80,13 +80,10 @@ def _poison(marker: str) -> list[dict[str, Any]]:
 
 
 async def test_poison_messages_are_recorded_acknowledged_and_never_reach_a_handler(
-    jobs_world: Any, own_database: OwnDatabase
+    jobs_world: Any, sessions: Sessions
 ) -> None:
-    """On a database of its own: the workers' relay would hand the spies whatever else is
-    PENDING in a shared one."""
-    database_url, sessions = own_database.url, own_database.sessions
     deliver_spy, invite_spy = Spy(), Spy()
-    async with jobs_world(database_url=database_url) as world:
+    async with jobs_world() as world:
         world.host.deps.jobs.handlers["webhook.deliver.v1"] = deliver_spy.handler()
         world.host.deps.jobs.handlers["email.invitation.v1"] = invite_spy.handler()
         marker = uuid.uuid4().hex

@@ -15,7 +15,6 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from outlive.db.tx import Sessions
 from tests.conftest import make_settings
-from tests.jobs.conftest import OwnDatabase
 from tests.support import Api, NudgeWatch, Servers, TenantHandle
 
 INVITATIONS = "{ invitations { id email status createdAt sentAt lastError } }"
@@ -57,21 +56,15 @@ async def _until_status(api: Api, watch: NudgeWatch, token: str, status: str) ->
 
 
 async def test_an_invitation_email_arrives_with_the_recipient_and_link(
-    servers: Servers, jobs_world: Any, own_database: OwnDatabase, smtp: Any
+    api: Api, jobs_world: Any, sessions: Sessions, tenant: TenantHandle, smtp: Any
 ) -> None:
-    """On a database of its own: the inbox must see this invitation's mail alone, and the workers'
-    relay mails whatever else is PENDING in the database it serves."""
     inbox, port = smtp
     inbox.refuse = 1  # the first try is refused: retried, then sent
-    sessions, tenant = own_database.sessions, own_database.tenant
-    settings = make_settings(servers, database_url=own_database.url)
     async with (
-        Api.running(settings) as api,
         jobs_world(
             smtp_url=f"smtp://127.0.0.1:{port}",
             job_retry_base_s=0.1,
             public_url="https://outlive.example",
-            database_url=own_database.url,
         ) as world,
         NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch,
     ):

@@ -17,9 +17,9 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from sqlalchemy import select
 
 from outlive.db.models import Invitation, InvitationStatus
+from outlive.db.tx import Sessions
 from outlive.jobs.mailer import SmtpMailer
 from tests.conftest import make_settings
-from tests.jobs.conftest import OwnDatabase
 from tests.support import Api, NudgeWatch, Servers, TenantHandle
 
 INVITE = "mutation($e: String!) { inviteMember(email: $e) { id email status } }"
@@ -65,14 +65,14 @@ def _code(response: Any) -> str:
 
 
 async def test_a_comma_in_an_address_never_adds_a_recipient(
-    servers: Servers, jobs_world: Any, recorder: tuple[Recorder, int], own_database: OwnDatabase
+    servers: Servers,
+    jobs_world: Any,
+    recorder: tuple[Recorder, int],
+    sessions: Sessions,
+    tenant: TenantHandle,
 ) -> None:
-    """On a database of its own, so that the workers' relay has nothing else PENDING to mail."""
     inbox, port = recorder
-    database_url, sessions, tenant = own_database.url, own_database.sessions, own_database.tenant
-    settings = make_settings(
-        servers, database_url=database_url, rate_invite="off", rate_invite_recipient="3/3600"
-    )
+    settings = make_settings(servers, rate_invite="off", rate_invite_recipient="3/3600")
     async with Api.running(settings) as api:
         for i in range(6):
             response = await api.post(INVITE, {"e": f"x{i},target@victim.test"}, token=tenant.token)
@@ -85,7 +85,7 @@ async def test_a_comma_in_an_address_never_adds_a_recipient(
             response = await api.post(INVITE, {"e": hostile}, token=tenant.token)
             assert _code(response) == "BAD_USER_INPUT"
         async with (
-            jobs_world(smtp_url=f"smtp://127.0.0.1:{port}", database_url=database_url) as world,
+            jobs_world(smtp_url=f"smtp://127.0.0.1:{port}") as world,
             NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch,
         ):
             await api.gql(INVITE, {"e": "Target@Victim.test"}, token=tenant.token)
@@ -114,14 +114,11 @@ async def test_the_per_address_limit_counts_the_mailbox_not_its_spelling(
 
 
 async def test_a_stored_address_with_a_comma_is_failed_and_never_mailed(
-    jobs_world: Any, recorder: tuple[Recorder, int], own_database: OwnDatabase
+    jobs_world: Any, recorder: tuple[Recorder, int], sessions: Sessions, tenant: TenantHandle
 ) -> None:
-    """A row written before the check was strict: the job parses the address again. On a
-    database of its own: the workers' relay sends whatever else is PENDING, and the inbox must
-    see this row's mail alone (none)."""
+    """A row written before the check was strict: the job parses the address again."""
     inbox, port = recorder
-    database_url, sessions, tenant = own_database.url, own_database.sessions, own_database.tenant
-    async with jobs_world(smtp_url=f"smtp://127.0.0.1:{port}", database_url=database_url) as world:
+    async with jobs_world(smtp_url=f"smtp://127.0.0.1:{port}") as world:
         async with sessions.unit() as uow:
             row = Invitation(
                 tenant_id=tenant.id, email="x0,target@victim.test", token_hash=b"\0" * 32

@@ -38,10 +38,9 @@ METRICS_AUTH = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 
 
 @pytest.fixture
-def settings(servers: Servers, own_database_url: str) -> Settings:
-    """/metrics on the public port, behind its bearer token (off it by default). On a database of
-    its own: the counters must grow by this test's run alone (see `own_database_url`)."""
-    return make_settings(servers, metrics_token=METRICS_TOKEN, database_url=own_database_url)
+def settings(servers: Servers) -> Settings:
+    """/metrics on the public port, behind its bearer token (off it by default)."""
+    return make_settings(servers, metrics_token=METRICS_TOKEN)
 
 
 # Every family, with exactly its label names: what dashboards and alerts are written against.
