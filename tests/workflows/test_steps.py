@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 from pydantic import BaseModel
 from sqlalchemy import text
 
@@ -57,6 +58,14 @@ async def deps_for(
         )
 
 
+def memo_hits() -> float:
+    return REGISTRY.get_sample_value("outlive_step_memo_hits_total", {"agent": "demo"}) or 0.0
+
+
+def steps_recorded() -> float:
+    return REGISTRY.get_sample_value("outlive_steps_recorded_total", {"agent": "demo"}) or 0.0
+
+
 async def journal_rows(sessions: Sessions, run_id: RunId) -> list[tuple[str, int, int, int]]:
     """(name, occurrence, seq, attempt) of every recorded step, in completion order."""
     rows = await sessions.all(
@@ -85,8 +94,10 @@ async def test_a_retryable_fault_at_step_4_does_not_call_steps_1_to_3_again(
 
     deps = deps_for(registry(agent))
     run_id = await start(sessions, tenant, {})
+    hits, recorded = memo_hits(), steps_recorded()
     assert await deliver(deps, run_id) == "retry"
     assert await deliver(deps, run_id) == "done"
+    assert (memo_hits() - hits, steps_recorded() - recorded) == (3, 6)
     run = await read(sessions, tenant, run_id)
     assert run.status == RunStatus.SUCCEEDED
     assert run.output == {"results": [10, 20, 30, 40, 50, 60]}

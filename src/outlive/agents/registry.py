@@ -55,7 +55,8 @@ class RunContext(Protocol):
     settings: Settings
 
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
-        """Append a timeline event now (durable before it returns); returns its `seq`."""
+        """Append a timeline event now (durable before it returns); returns its `seq`. Inside a
+        step's `fn`: buffered and written with the step (once), and 0 is returned."""
 
     async def checkpoint(self) -> None:
         """Between turns: raise `RunCancelled` if a cancel was requested, else return."""
