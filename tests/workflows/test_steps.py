@@ -337,3 +337,26 @@ async def test_run_steps_over_graphql_tenant_scoped_and_paged(
         with pytest.raises(GraphQLError) as bad:
             await api.gql(STEPS, {"id": run_id, "first": first}, token=tenant.token)
         assert bad.value.codes == ["BAD_USER_INPUT"]
+
+
+async def test_a_result_that_is_not_json_fails_the_run_naming_the_step(
+    deps_for: Callable[[AgentRegistry], WorkflowDeps], sessions: Sessions, tenant: TenantHandle
+) -> None:
+    ran: list[str] = []
+
+    def opaque() -> Any:
+        ran.append("opaque")
+        return object()
+
+    async def agent(ctx: RunContext, params: DemoInput) -> Any:
+        return await ctx.step("opaque handle", opaque)
+
+    run_id = await start(sessions, tenant, {})
+    assert await deliver(deps_for(registry(agent)), run_id) == "done"
+    run = await read(sessions, tenant, run_id)
+    assert (run.status, run.attempt) == (RunStatus.FAILED, 1)
+    assert (run.error or "").startswith(
+        "StepResultInvalid: step 'opaque handle' (occurrence 1) returned a value that is not JSON"
+    )
+    assert ran == ["opaque"]
+    assert await journal_rows(sessions, run_id) == []

@@ -170,12 +170,13 @@ def _result_adapter(fn: Callable[..., Any], name: str) -> TypeAdapter[Any]:
         return cached
     try:
         annotation = typing.get_type_hints(target).get("return", Any)
-    except Exception as exc:  # noqa: BLE001 (any failure to resolve says the same)
+        adapter: TypeAdapter[Any] = _ANY if annotation is Any else TypeAdapter(annotation)
+    except Exception as exc:  # noqa: BLE001 (unresolvable, or not a type pydantic can record)
         raise StepResultInvalid(
-            f"step {name!r}: cannot resolve the return annotation {raw!r} of its function"
-            f" ({exc!r}); use a type importable from the function's module"
+            f"step {name!r}: its function's return annotation {raw!r} cannot be resolved to a"
+            f" type pydantic records as JSON ({exc!r}); use a JSON-able type importable from"
+            " the function's module"
         ) from None
-    adapter: TypeAdapter[Any] = _ANY if annotation in (Any, None) else TypeAdapter(annotation)
     if key is not None and len(_ADAPTERS) < 10_000:
         _ADAPTERS[key] = adapter
     return adapter
