@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -21,7 +21,7 @@ from outlive.agents.demo import DemoInput, play_turn
 from outlive.agents.registry import Agent, AgentRegistry, RunContext
 from outlive.config import Settings
 from outlive.db.models import RunStatus
-from outlive.db.tx import Sessions
+from outlive.db.tx import PendingNudge, Sessions
 from outlive.errors import RetryableFault, RunSuperseded
 from outlive.ids import RunId
 from outlive.services import runs as runs_service
@@ -177,6 +177,15 @@ async def test_gathered_steps_crashed_and_resumed_20_times_never_run_again_once_
 ) -> None:
     executions: list[tuple[str, int, int]] = []  # (name, argument, attempt) of each completed fn
     rng = random.Random(18)
+    commits = 0
+    enough = asyncio.Event()
+    target = 0
+
+    async def count_commits(nudges: Sequence[PendingNudge]) -> None:
+        nonlocal commits
+        commits += sum(n.type == "run.event" for n in nudges)
+        if commits >= target:
+            enough.set()
 
     async def pick(ctx: RunContext, name: str, arg: int) -> list[Any]:
         await asyncio.sleep(rng.uniform(0, 0.004))  # completion order differs from call order
@@ -196,6 +205,7 @@ async def test_gathered_steps_crashed_and_resumed_20_times_never_run_again_once_
         return rounds
 
     deps = deps_for(registry(agent))
+    deps.sessions = sessions.wired(nudge_sink=count_commits)
     run_id = await start(sessions, tenant, {})
     for crash in range(21):
         if crash:
@@ -205,9 +215,14 @@ async def test_gathered_steps_crashed_and_resumed_20_times_never_run_again_once_
         assert run is not None
         ctx = AttemptContext(deps, run)
         await ctx.resume()
+        commits, target = 0, rng.randint(1, 2)
+        enough.clear()
         attempt = asyncio.create_task(agent(ctx, DemoInput()))
-        if crash < 20:  # crash it somewhere (a few ms in): mid-step, mid-commit, between
-            await asyncio.wait({attempt}, timeout=rng.uniform(0.002, 0.008))
+        if crash < 20:  # crash it once it recorded a step or two: mid-step, mid-commit, between
+            waiting = asyncio.create_task(enough.wait())
+            await asyncio.wait({attempt, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+            await asyncio.sleep(rng.uniform(0, 0.003))
             attempt.cancel()
             await asyncio.gather(attempt, return_exceptions=True)
     output = await attempt
@@ -223,7 +238,7 @@ async def test_gathered_steps_crashed_and_resumed_20_times_never_run_again_once_
         # never executed by an attempt after the one that recorded it
         assert max(ran_in) == recorded_by, (name, occurrence, ran_in, recorded_by)
     assert run.attempt == 21
-    assert len(set(recorded.values())) >= 8  # the journal really was built across crashes
+    assert len(set(recorded.values())) >= 5  # the journal really was built across crashes
     events = await runs_service.list_events(sessions, run_id)
     assert sum(e.type == "step" for e in events) == 3 * ROUNDS
     assert [e.seq for e in events] == list(range(1, len(events) + 1))

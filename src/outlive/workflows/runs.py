@@ -35,54 +35,36 @@ Every terminal write is fenced on this attempt: a superseded attempt changes not
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import time
-import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, overload
 
 import httpx
-from pydantic import TypeAdapter
-from pydantic_core import PydanticSerializationError
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
-from outlive.errors import (
-    RetryableFault,
-    RunCancelled,
-    RunSuperseded,
-    ServiceUnavailable,
-    StepResultInvalid,
-    StepTooLarge,
-)
+from outlive.errors import RetryableFault, RunCancelled, RunSuperseded, ServiceUnavailable
 from outlive.ids import RunId, TenantId
 from outlive.services.runs import (
     MAX_ATTEMPTS,
     MAX_LOST_ATTEMPTS,
-    MAX_STEP_BYTES,
-    MAX_STEP_NAME,
-    Journal,
     RunRecord,
     append_event,
     claim_run,
     heartbeat,
     lease_left,
-    load_journal,
     read_run,
-    record_step,
     requeue_run,
     settle_run,
 )
-from outlive.telemetry import metrics
 from outlive.telemetry.logs import ExpectedRetry
+from outlive.workflows.steps import StepJournal, buffered_events
 
 log = logging.getLogger(__name__)
 
@@ -132,54 +114,6 @@ class WorkflowDeps:
 
 
 T = TypeVar("T")
-_ANY: TypeAdapter[Any] = TypeAdapter(Any)
-_ADAPTERS: dict[tuple[Any, Any], TypeAdapter[Any]] = {}
-
-
-@dataclass(eq=False)
-class _Step:
-    """The durable step the current task is executing: `emit` buffers its events here, to be
-    written with the step's journal row (once, whatever the attempt)."""
-
-    owner: AttemptContext
-    name: str
-    events: list[dict[str, Any]] = field(default_factory=list)
-
-
-_IN_STEP: ContextVar[_Step | None] = ContextVar("outlive_in_step", default=None)
-
-
-def _result_adapter(fn: Callable[..., Any], name: str) -> TypeAdapter[Any]:
-    """How a step's value is recorded and given back: by the return annotation of `fn` (a
-    pydantic model comes back as that model; no annotation: plain JSON values). Cached per code
-    object and annotation, so a step written as a closure in a loop costs one lookup."""
-    target = fn
-    while isinstance(target, partial):
-        target = target.func
-    target = getattr(target, "__func__", target)
-    code = getattr(target, "__code__", None)
-    raw = getattr(target, "__annotations__", {}).get("return", inspect.Signature.empty)
-    if code is None or raw is inspect.Signature.empty:
-        return _ANY
-    try:
-        key = (code, raw)
-        cached = _ADAPTERS.get(key)
-    except TypeError:  # an unhashable annotation object: resolve it every time
-        key, cached = None, None
-    if cached is not None:
-        return cached
-    try:
-        annotation = typing.get_type_hints(target).get("return", Any)
-        adapter: TypeAdapter[Any] = _ANY if annotation is Any else TypeAdapter(annotation)
-    except Exception as exc:  # noqa: BLE001 (unresolvable, or not a type pydantic can record)
-        raise StepResultInvalid(
-            f"step {name!r}: its function's return annotation {raw!r} cannot be resolved to a"
-            f" type pydantic records as JSON ({exc!r}); use a JSON-able type importable from"
-            " the function's module"
-        ) from None
-    if key is not None and len(_ADAPTERS) < 10_000:
-        _ADAPTERS[key] = adapter
-    return adapter
 
 
 class AttemptContext:
@@ -191,18 +125,17 @@ class AttemptContext:
         self.attempt = run.attempt
         self.http = deps.http
         self.settings = deps.settings
-        self._agent = run.agent
         self._sessions = deps.sessions
         self._lease_s = deps.lease_s
         self._fresh: RunRecord | None = run  # the row as this attempt last wrote it
-        self._recorded_steps = run.step_seq  # steps in the journal when the attempt claimed
-        self._journal: Journal = {}
-        self._occurrences: dict[str, int] = {}
+        self._steps = StepJournal(deps.sessions, run, lease_s=deps.lease_s, recorded=self._moved)
+
+    def _moved(self, run: RunRecord) -> None:
+        self._fresh = run
 
     async def resume(self) -> None:
-        """Load the run's journal (one statement; none when it has no step yet)."""
-        if self._recorded_steps:
-            self._journal = await load_journal(self._sessions, self.run_id)
+        """Load the run's step journal (one statement; none when it has recorded no step)."""
+        await self._steps.load()
 
     @overload
     def step(
@@ -215,75 +148,17 @@ class AttemptContext:
     ) -> Awaitable[T]: ...
 
     def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        """A durable step: `fn(*args, **kwargs)` run once per run, its result recorded. The
-        occurrence is taken here, at the call, before anything is awaited: calls of one name
-        are numbered in program order, also under `asyncio.gather`."""
-        if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME:
-            raise ValueError(f"a step name is 1 to {MAX_STEP_NAME} characters")
-        if _IN_STEP.get() is not None:
-            raise RuntimeError(f"step {name!r} was called inside another step; steps do not nest")
-        occurrence = self._occurrences.get(name, 0) + 1
-        self._occurrences[name] = occurrence
-        return self._step(name, occurrence, fn, args, kwargs)
-
-    async def _step(
-        self,
-        name: str,
-        occurrence: int,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        adapter = _result_adapter(fn, name)
-        recorded = self._journal.get((name, occurrence))
-        if recorded is not None:
-            metrics.STEP_MEMO_HITS.labels(self._agent).inc()
-            return adapter.validate_json(recorded)
-        frame = _Step(self, name)
-        token = _IN_STEP.set(frame)
-        try:
-            value = fn(*args, **kwargs)
-            if inspect.isawaitable(value):
-                value = await value
-        finally:
-            _IN_STEP.reset(token)
-        try:
-            encoded = adapter.dump_json(value, by_alias=True)
-        except (PydanticSerializationError, ValueError, TypeError) as exc:
-            raise StepResultInvalid(
-                f"step {name!r} (occurrence {occurrence}) returned a value that is not JSON: {exc}"
-            ) from None
-        if len(encoded) > MAX_STEP_BYTES:
-            raise StepTooLarge(
-                f"step {name!r} (occurrence {occurrence}) returned {len(encoded)} bytes of JSON;"
-                f" a step's result is limited to {MAX_STEP_BYTES} bytes (256 KiB): store big"
-                " values elsewhere and return a reference"
-            )
-        result = encoded.decode()
-        async with self._sessions.unit(self.tenant_id, single_statement=True) as uow:
-            done = await record_step(
-                uow,
-                self.run_id,
-                attempt=self.attempt,
-                lease_s=self._lease_s,
-                name=name,
-                occurrence=occurrence,
-                result=result,
-                events=frame.events,
-            )
-        if done is None:
-            raise RunSuperseded(f"attempt {self.attempt} of run {self.run_id} no longer holds it")
-        self._fresh = done
-        metrics.STEPS_RECORDED.labels(self._agent).inc()
-        return adapter.validate_json(result)  # what a later attempt would get back
+        """A durable step (`workflows.steps`): `fn(*args, **kwargs)` run once per run, its
+        result recorded; the occurrence is taken here, at the call."""
+        return self._steps.call(name, fn, args, kwargs)
 
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
         if not type or len(type) > 64:
             raise ValueError("an event type is 1 to 64 characters")
-        frame = _IN_STEP.get()
-        if frame is not None and frame.owner is self:  # written with the step, once
+        buffered = buffered_events(self._steps)
+        if buffered is not None:  # inside a step: written with it, once
             json.dumps(dict(data))  # not JSON: the agent's bug, raised where it was made
-            frame.events.append({"type": type, "data": dict(data)})
+            buffered.append({"type": type, "data": dict(data)})
             return 0
         async with self._sessions.unit(self.tenant_id, single_statement=True) as uow:
             appended = await append_event(
