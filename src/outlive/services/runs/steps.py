@@ -40,9 +40,10 @@ async def record_step(
 ) -> RunRecord | None:
     """Record the step's `result` (JSON text) with `events` ({type, data}, emitted while it ran)
     and its `step` event, extending the attempt's lease: the run as it is now, or None when
-    `attempt` no longer holds the run (nothing was written). Nudges `run.event`."""
+    `attempt` no longer holds the run (nothing was written). Nudges `run.event` once per event
+    appended, as any other append does."""
     timeline = [*events, {"type": "step", "data": {"name": name, "occurrence": occurrence}}]
-    return await move_run(
+    run = await move_run(
         uow,
         queries.STEP_DONE,
         run_id=run_id,
@@ -53,6 +54,10 @@ async def record_step(
         result=result,
         events=json.dumps(timeline),
     )
+    if run is not None:  # one `run.event` per event appended (`move_run` sent the first)
+        for _ in timeline[1:]:
+            uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
+    return run
 
 
 async def load_journal(db: Db, run_id: RunId) -> Journal:
