@@ -32,6 +32,7 @@ SLOW_MODULES = (
     "tests/test_headers.py",
     "tests/workflows/test_crash.py",
     "tests/workflows/test_postgres_lost.py",
+    "tests/workflows/test_steps_crash.py",
 )
 SLOW_TESTS = (
     "tests/cron/test_dispatch.py::test_two_worker_processes_run_each_tick_exactly_once",

@@ -77,3 +77,13 @@ class RunCancelled(Exception):
 
 class RunSuperseded(Exception):
     """This attempt no longer holds the run: it settled, or a newer attempt claimed it."""
+
+
+class StepTooLarge(Exception):
+    """A durable step's result is over the journal's inline limit: nothing was recorded, and the
+    run fails without a retry (the same code would only produce the same value again)."""
+
+
+class StepResultInvalid(Exception):
+    """A durable step's result cannot be recorded as JSON (or its return annotation cannot be
+    resolved): nothing was recorded, and the run fails without a retry."""

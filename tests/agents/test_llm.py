@@ -163,3 +163,27 @@ async def test_an_unreachable_endpoint_is_a_retryable_fault(
     assert run.status == "FAILED"
     assert run.attempt == 3
     assert "unreachable" in (run.error or "")
+
+
+async def test_a_retry_mid_conversation_does_not_pay_for_the_earlier_replies_again(
+    api: Api,
+    llm_settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    model: tuple[FakeModel, str],
+) -> None:
+    fake, _ = model
+    fake.script = [(200, "Once upon", "length"), (503, "busy", ""), (200, " a time.", "stop")]
+    run, events = await _run(
+        api, llm_settings, sessions, tenant, {"prompt": "Tell a story", "maxTurns": 3}
+    )
+    assert run.status == "SUCCEEDED"
+    assert run.attempt == 2
+    assert run.output == {"reply": " a time.", "turns": 2}
+    assert len(fake.requests) == 3  # the first reply was not asked for again
+    assert fake.requests[2]["messages"][1] == {"role": "assistant", "content": "Once upon"}
+    assert [e.data["content"] for e in events if e.type == "message"] == ["Once upon", " a time."]
+    assert [e.data for e in events if e.type == "step"] == [
+        {"name": "reply", "occurrence": 1},
+        {"name": "reply", "occurrence": 2},
+    ]

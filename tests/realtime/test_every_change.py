@@ -46,7 +46,7 @@ TABLE = {
     # added with replayRuns (an addition to §5; clients that do not know it ignore it)
     "replay.updated": "a run replay was created, advanced, finished or cancelled",
 }
-AGENT_EVENTS = {"turn", "message"}  # appended by an agent: the run itself did not change
+AGENT_EVENTS = {"turn", "message", "step"}  # appended by an agent: the run itself did not change
 Pair = tuple[str, str | None]
 
 ENDPOINTS = "{ webhookEndpoints { deliveries { id status attempts } } }"

@@ -49,6 +49,8 @@ FAMILIES: dict[str, set[str]] = {
     "outlive_runs_settled": {"agent", "status"},
     "outlive_run_attempt_duration_seconds": {"agent", "outcome"},
     "outlive_run_queue_wait_seconds": set(),
+    "outlive_steps_recorded": {"agent"},
+    "outlive_step_memo_hits": {"agent"},
     "outlive_jobs": {"type", "outcome"},
     "outlive_job_duration_seconds": {"type"},
     "outlive_job_queue_wait_seconds": {"type"},
@@ -142,6 +144,7 @@ async def test_every_family_is_exported_with_bounded_labels_after_a_real_run(
 
     assert grew("outlive_runs_started_total", agent="demo") == 1
     assert grew("outlive_runs_settled_total", agent="demo", status="SUCCEEDED") == 1
+    assert grew("outlive_steps_recorded_total", agent="demo") == 2  # one per turn
     assert grew("outlive_run_attempt_duration_seconds_count", agent="demo", outcome="finished") == 1
     assert grew("outlive_run_queue_wait_seconds_count") == 1
     assert grew("outlive_jobs_total", type="webhook.deliver.v1", outcome="succeeded") == 1

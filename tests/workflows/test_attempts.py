@@ -58,7 +58,7 @@ async def test_a_run_that_recovers_on_its_third_attempt_succeeds(
     assert run.status == "SUCCEEDED"
     assert run.attempt == 3
     assert run.output == {"turns": 2}
-    assert [e.type for e in events][-4:] == ["claimed", "turn", "turn", "succeeded"]
+    assert [e.type for e in events][-6:] == ["claimed", "turn", "step", "turn", "step", "succeeded"]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
 
@@ -72,7 +72,7 @@ async def test_a_non_retryable_fault_fails_at_the_first_attempt(
     assert run.status == "FAILED"
     assert run.attempt == 1
     assert run.error == "DemoFailure: failing at turn 2 as asked"
-    assert [e.type for e in events] == ["claimed", "turn", "failed"]
+    assert [e.type for e in events] == ["claimed", "turn", "step", "failed"]
 
 
 async def test_the_execute_timeout_counts_as_a_retryable_fault(
@@ -113,5 +113,6 @@ async def test_cancelling_a_running_run_stops_it_before_its_next_turn(
     types = [e.type for e in events]
     assert types[-1] == "cancelled"
     assert types.count("turn") < 1000
-    # nothing after the request but, at most, the turn already under way, then the settle
-    assert len(types) - types.index("cancel_requested") <= 3
+    # nothing after the request but, at most, the turn already under way (its `turn` and `step`
+    # events), then the settle
+    assert len(types) - types.index("cancel_requested") <= 4

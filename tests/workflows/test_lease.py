@@ -119,8 +119,11 @@ async def test_two_deliveries_at_once_execute_the_run_once(
     assert [t for t, _ in await timeline(sessions, run_id)] == [
         "claimed",
         "turn",
+        "step",
         "turn",
+        "step",
         "turn",
+        "step",
         "succeeded",
     ]
 
@@ -183,7 +186,7 @@ async def test_lost_attempts_do_not_use_up_the_retries_of_a_run(
     assert (run.status, run.attempt, run.lost_attempts) == (RunStatus.SUCCEEDED, 4, 2)
     types = [t for t, _ in await timeline(sessions, run_id)]
     lost_twice = ["claimed", "lost", "claimed", "lost"]
-    assert types == [*lost_twice, "claimed", "retrying", "claimed", "turn", "succeeded"]
+    assert types == [*lost_twice, "claimed", "retrying", "claimed", "turn", "step", "succeeded"]
 
 
 async def test_a_run_that_keeps_losing_its_worker_fails_saying_so(

@@ -91,4 +91,4 @@ async def test_an_attempt_that_cannot_heartbeat_stops_before_its_lease_and_is_ta
     assert run is not None
     assert (run.status, run.attempt, run.lost_attempts) == (RunStatus.SUCCEEDED, 2, 1)
     types = [e.type for e in await runs_service.list_events(sessions, run_id)]
-    assert types == ["claimed", "lost", "claimed", "turn", "turn", "succeeded"]
+    assert types == ["claimed", "lost", "claimed", "turn", "step", "turn", "step", "succeeded"]

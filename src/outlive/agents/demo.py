@@ -1,4 +1,8 @@
-"""The `demo` agent (contract §6): turns of a sleep and a `turn` event, with knobs for failure."""
+"""The `demo` agent (contract §6): turns of a sleep and a `turn` event, with knobs for failure.
+
+Each turn is a durable step (`ctx.step("turn", ...)`): an attempt that follows a retry or a lost
+worker answers the turns already done from the journal and resumes at the first unfinished one,
+so each turn's `turn` event (emitted inside the step, written with it) appears exactly once."""
 
 from __future__ import annotations
 
@@ -26,16 +30,22 @@ class DemoFailure(Exception):
     """The failure `failAtTurn` asks for; not retryable."""
 
 
+async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int:
+    """One turn, run as a durable step: only when no earlier attempt recorded it."""
+    await ctx.checkpoint()
+    if turn == 1 and params.flaky_attempts and ctx.attempt <= params.flaky_attempts:
+        raise RetryableFault(f"flaky fault at turn 1, attempt {ctx.attempt}")
+    if params.fail_at_turn == turn:
+        raise DemoFailure(f"failing at turn {turn} as asked")
+    if params.delay_ms:
+        await ctx.sleep(params.delay_ms / 1000)
+    await ctx.emit("turn", {"turn": turn})
+    return turn
+
+
 async def run(ctx: RunContext, params: DemoInput) -> dict[str, Any]:
     for turn in range(1, params.turns + 1):
-        await ctx.checkpoint()
-        if turn == 1 and params.flaky_attempts and ctx.attempt <= params.flaky_attempts:
-            raise RetryableFault(f"flaky fault at turn 1, attempt {ctx.attempt}")
-        if params.fail_at_turn == turn:
-            raise DemoFailure(f"failing at turn {turn} as asked")
-        if params.delay_ms:
-            await ctx.sleep(params.delay_ms / 1000)
-        await ctx.emit("turn", {"turn": turn})
+        await ctx.step("turn", play_turn, ctx, params, turn)
     return {"turns": params.turns}
 
 

@@ -1,6 +1,8 @@
 """The `llm` agent (contract §6): a chat with an OpenAI-compatible endpoint.
 
-Each model reply becomes a `message` event. A reply cut off by the length limit is continued, up
+Each model call is a durable step (`ctx.step("reply", ...)`) and its reply a `message` event
+written with it: an attempt after a crash mid-conversation gets the earlier replies back from the
+journal instead of paying for them again. A reply cut off by the length limit is continued, up
 to `maxTurns` replies. 429, 5xx, transport errors and timeouts are retryable faults; any other
 non-2xx answer, or a missing configuration, fails the run at once.
 """
@@ -43,16 +45,22 @@ async def run(ctx: RunContext, params: LlmInput) -> dict[str, Any]:
     messages: list[dict[str, str]] = [{"role": "user", "content": params.prompt}]
     reply = ""
     turns = 0
-    for _ in range(params.max_turns):
+
+    async def ask() -> dict[str, Any]:
         await ctx.checkpoint()
         choice = await _complete(
             ctx.http, url, headers, settings.llm_model, messages, settings.llm_timeout_s
         )
-        reply = str(choice.get("message", {}).get("content") or "")
+        content = str(choice.get("message", {}).get("content") or "")
+        await ctx.emit("message", {"role": "assistant", "content": content})
+        return {"content": content, "finish_reason": choice.get("finish_reason")}
+
+    for _ in range(params.max_turns):
+        choice = await ctx.step("reply", ask)
+        reply = str(choice["content"])
         turns += 1
         messages.append({"role": "assistant", "content": reply})
-        await ctx.emit("message", {"role": "assistant", "content": reply})
-        if choice.get("finish_reason") != "length":
+        if choice["finish_reason"] != "length":
             break
         messages.append({"role": "user", "content": "Continue."})
     return {"reply": reply, "turns": turns}

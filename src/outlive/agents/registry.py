@@ -5,7 +5,9 @@ query returns and what `startRun` validates against before anything is written) 
 function `run(ctx, params) -> output`. The function talks to the world only through `ctx`:
 `await ctx.emit(type, data)` appends a durable timeline event, `await ctx.checkpoint()` (between
 turns) stops the run when a cancel was requested, `await ctx.sleep(s)` waits without blocking a
-cancel, and `raise RetryableFault(...)` asks for another
+cancel, `await ctx.step(name, fn, *args, **kwargs)` runs `fn` as a durable step (its result
+recorded; a later attempt of the run gets it back without calling `fn` again: see the README,
+"Writing a durable agent"), and `raise RetryableFault(...)` asks for another
 attempt. Any other exception settles the run FAILED at once.
 
 Agents are found through the entry-point group `outlive.agents`; the built-in `demo` and `llm`
@@ -23,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -40,6 +42,7 @@ ENTRY_POINT_GROUP = "outlive.agents"
 MAX_INPUT_BYTES = 64 * 1024
 
 P = TypeVar("P", bound=BaseModel)
+T = TypeVar("T")
 
 
 class RunContext(Protocol):
@@ -52,7 +55,8 @@ class RunContext(Protocol):
     settings: Settings
 
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
-        """Append a timeline event now (durable before it returns); returns its `seq`."""
+        """Append a timeline event now (durable before it returns); returns its `seq`. Inside a
+        step's `fn`: buffered and written with the step (once), and 0 is returned."""
 
     async def checkpoint(self) -> None:
         """Between turns: raise `RunCancelled` if a cancel was requested, else return."""
@@ -60,6 +64,26 @@ class RunContext(Protocol):
     async def sleep(self, seconds: float) -> None:
         """Sleep, looking at the run every second: a cancel request ends a long wait early
         (raising `RunCancelled`) instead of after it."""
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any
+    ) -> Awaitable[T]: ...
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> Awaitable[T]: ...
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """A durable step: `await ctx.step(name, fn, *args, **kwargs)` calls `fn` (sync or async)
+        and records its JSON result, keyed by (`name`, occurrence: the how-many-th call of that
+        name in this attempt, counted at the call). A later attempt of the run gets the recorded
+        value back without calling `fn`. The value is recorded and returned through `fn`'s
+        return annotation (a pydantic model comes back as that model; no annotation: plain JSON
+        values), the same on the first attempt as on later ones. At most 256 KiB of JSON
+        (`StepTooLarge`: the run fails). `emit` inside `fn` is written with the step, once. An
+        exception in `fn` records nothing and is handled as anywhere else in the run."""
 
 
 @dataclass(frozen=True)

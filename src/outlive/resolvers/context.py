@@ -18,7 +18,7 @@ from outlive.resolvers.loaders import Loaders
 from outlive.services import admission, timelines, webhooks
 from outlive.services.ports import RunInstances
 from outlive.services.ratelimits import RateLimiter
-from outlive.services.runs import EventRecord, RunRecord
+from outlive.services.runs import EventRecord, RunRecord, StepRecord, check_steps_page
 from outlive.services.tenants import Principal
 from outlive.services.tokens import PrincipalCache
 from outlive.services.webhooks import DeliveryRecord
@@ -89,3 +89,8 @@ class Context:
         timelines.check_events_page(first)
         self.require()
         return await self.loaders.events.load((run_id, after, first))
+
+    async def run_steps(self, run_id: RunId, *, after: int, first: int) -> list[StepRecord]:
+        check_steps_page(first)  # this field's error, not the whole batch's
+        self.require()
+        return await self.loaders.steps.load((run_id, after, first))

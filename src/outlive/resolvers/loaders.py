@@ -1,5 +1,5 @@
-"""Per-request DataLoaders: a page of runs asking for their events, or the endpoints asking for
-their deliveries, costs one statement per page shape instead of one per row (no N+1).
+"""Per-request DataLoaders: a page of runs asking for their events or steps, or the endpoints
+asking for their deliveries, costs one statement per page shape instead of one per row (no N+1).
 
 Keys carry the page arguments (`after`, `first`), so aliases with different pages batch into one
 statement per distinct shape. Deliveries are repaired as they are read
@@ -19,7 +19,7 @@ from strawberry.dataloader import DataLoader
 from outlive.db.tx import Sessions
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.services import outbox, timelines, webhooks
-from outlive.services.runs import EventRecord
+from outlive.services.runs import EventRecord, StepRecord, list_steps_of_runs
 from outlive.services.webhooks import DeliveryRecord
 
 EventsKey = tuple[RunId, int, int]  # (run, after, first)
@@ -56,6 +56,9 @@ class Loaders:
         self.events: DataLoader[EventsKey, list[EventRecord]] = DataLoader(
             self._load_events, cache=False
         )
+        self.steps: DataLoader[EventsKey, list[StepRecord]] = DataLoader(
+            self._load_steps, cache=False
+        )
         self.deliveries: DataLoader[DeliveriesKey, list[DeliveryRecord]] = DataLoader(
             self._load_deliveries, cache=False
         )
@@ -66,6 +69,13 @@ class Loaders:
             return await timelines.list_events_of_runs(
                 self._sessions, ids, after=after, first=first
             )
+
+        return await _by_shape([(run, (after, first)) for run, after, first in keys], load)
+
+    async def _load_steps(self, keys: Sequence[EventsKey]) -> list[list[StepRecord]]:
+        async def load(ids: list[RunId], page: tuple[int, int]) -> dict[RunId, list[StepRecord]]:
+            after, first = page
+            return await list_steps_of_runs(self._sessions, ids, after=after, first=first)
 
         return await _by_shape([(run, (after, first)) for run, after, first in keys], load)
 

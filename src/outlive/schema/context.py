@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from outlive.ids import EndpointId, RunId
-    from outlive.services.runs import EventRecord
+    from outlive.services.runs import EventRecord, StepRecord
     from outlive.services.webhooks import DeliveryRecord
 
 
@@ -16,3 +16,5 @@ class SchemaContext(Protocol):
     ) -> list[DeliveryRecord]: ...
 
     async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]: ...
+
+    async def run_steps(self, run_id: RunId, *, after: int, first: int) -> list[StepRecord]: ...

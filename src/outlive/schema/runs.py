@@ -10,7 +10,7 @@ from strawberry.scalars import JSON
 
 from outlive.db.models import RunStatus as DbRunStatus
 from outlive.schema.scalars import as_json
-from outlive.services.runs import EventRecord, RunPage, RunRecord
+from outlive.services.runs import EventRecord, RunPage, RunRecord, StepRecord
 
 RunStatus = strawberry.enum(DbRunStatus, name="RunStatus")
 
@@ -25,6 +25,27 @@ class RunEvent:
     @classmethod
     def of(cls, record: EventRecord) -> RunEvent:
         return cls(seq=record.seq, type=record.type, data=as_json(record.data), at=record.at)
+
+
+@strawberry.type(description="A completed durable step of a run (`ctx.step`).")
+class RunStep:
+    seq: int = strawberry.field(description="Its place in the run's completion order, from 1.")
+    name: str
+    occurrence: int = strawberry.field(
+        description="The how-many-th call of this name in the attempt that ran it, from 1."
+    )
+    attempt: int = strawberry.field(description="The attempt that ran and recorded it.")
+    completed_at: datetime
+
+    @classmethod
+    def of(cls, record: StepRecord) -> RunStep:
+        return cls(
+            seq=record.seq,
+            name=record.name,
+            occurrence=record.occurrence,
+            attempt=record.attempt,
+            completed_at=record.completed_at,
+        )
 
 
 @strawberry.type
@@ -66,6 +87,17 @@ class Run:
             self.record.id, after=after or 0, first=100 if first is None else first
         )
         return [RunEvent.of(e) for e in cast(list[EventRecord], events)]
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="Completed durable steps with seq > after, in completion order."
+    )
+    async def steps(
+        self, info: strawberry.Info[Any, Any], after: int | None = 0, first: int | None = 100
+    ) -> list[RunStep]:
+        steps = await info.context.run_steps(
+            self.record.id, after=after or 0, first=100 if first is None else first
+        )
+        return [RunStep.of(s) for s in cast(list[StepRecord], steps)]
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="While the run waits for a slot under its tenant's cap (QUEUED, not yet "

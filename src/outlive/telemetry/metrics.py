@@ -58,6 +58,16 @@ RUN_QUEUE_WAIT = Histogram(
     "From enqueueing a run's instance to its first attempt starting.",
     buckets=WAIT_S,
 )
+STEPS_RECORDED = Counter(
+    "outlive_steps_recorded",
+    "Durable steps (`ctx.step`) executed and recorded in the journal.",
+    ["agent"],
+)
+STEP_MEMO_HITS = Counter(
+    "outlive_step_memo_hits",
+    "Durable steps answered from the journal on a later attempt, without running them again.",
+    ["agent"],
+)
 
 # --- jobs queue -------------------------------------------------------------------------------
 

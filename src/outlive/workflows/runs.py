@@ -38,10 +38,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, overload
 
 import httpx
 
@@ -64,6 +64,7 @@ from outlive.services.runs import (
     settle_run,
 )
 from outlive.telemetry.logs import ExpectedRetry
+from outlive.workflows.steps import StepJournal, buffered_events
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,9 @@ class WorkflowDeps:
         return self.settings.run_heartbeat_s
 
 
+T = TypeVar("T")
+
+
 class AttemptContext:
     """The `RunContext` an agent receives; every write is fenced on this attempt."""
 
@@ -124,10 +128,38 @@ class AttemptContext:
         self._sessions = deps.sessions
         self._lease_s = deps.lease_s
         self._fresh: RunRecord | None = run  # the row as this attempt last wrote it
+        self._steps = StepJournal(deps.sessions, run, lease_s=deps.lease_s, recorded=self._moved)
+
+    def _moved(self, run: RunRecord) -> None:
+        self._fresh = run
+
+    async def resume(self) -> None:
+        """Load the run's step journal (one statement; none when it has recorded no step)."""
+        await self._steps.load()
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any
+    ) -> Awaitable[T]: ...
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> Awaitable[T]: ...
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """A durable step (`workflows.steps`): `fn(*args, **kwargs)` run once per run, its
+        result recorded; the occurrence is taken here, at the call."""
+        return self._steps.call(name, fn, args, kwargs)
 
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
         if not type or len(type) > 64:
             raise ValueError("an event type is 1 to 64 characters")
+        buffered = buffered_events(self._steps)
+        if buffered is not None:  # inside a step: written with it, once
+            json.dumps(dict(data))  # not JSON: the agent's bug, raised where it was made
+            buffered.append({"type": type, "data": dict(data)})
+            return 0
         async with self._sessions.unit(self.tenant_id, single_statement=True) as uow:
             appended = await append_event(
                 uow, self.run_id, type, data, attempt=self.attempt, lease_s=self._lease_s
@@ -211,7 +243,9 @@ async def _execute(
     try:
         async with lease.kept():
             async with asyncio.timeout(deps.settings.run_timeout_s):
-                output = await agent.run(AttemptContext(deps, run), agent.parse(run.input))
+                context = AttemptContext(deps, run)
+                await context.resume()
+                output = await agent.run(context, agent.parse(run.input))
         json.dumps(output)  # a result that is not JSON is the agent's bug, not a retry's
     except RunCancelled:
         await _settle(deps, run, RunStatus.CANCELLED)

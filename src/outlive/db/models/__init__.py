@@ -4,7 +4,7 @@ from outlive.db.models.base import Base
 from outlive.db.models.invitations import Invitation, InvitationStatus
 from outlive.db.models.jobs import RejectedJob
 from outlive.db.models.replays import ReplayStatus, RunReplay
-from outlive.db.models.runs import ACTIVE_STATUSES, Run, RunEvent, RunStatus
+from outlive.db.models.runs import ACTIVE_STATUSES, Run, RunEvent, RunStatus, RunStep
 from outlive.db.models.tenants import ApiToken, Tenant, User
 from outlive.db.models.usage import UsageDaily, UsageRollup
 from outlive.db.models.webhooks import DeliveryStatus, WebhookDelivery, WebhookEndpoint
@@ -22,6 +22,7 @@ __all__ = [
     "RunEvent",
     "RunReplay",
     "RunStatus",
+    "RunStep",
     "Tenant",
     "UsageDaily",
     "UsageRollup",

@@ -5,7 +5,8 @@
 its attempt until the lease expires without a heartbeat. The partial unique index over the active
 statuses is what makes "one active run per tenant and agent" true across every process.
 `event_seq` is the per-run counter that keeps timeline `seq` gap-free: it is bumped in the same
-statement that inserts the event, under the row lock, and rolls back with it.
+statement that inserts the event, under the row lock, and rolls back with it. `step_seq` does
+the same for the durable-step journal (`run_steps`): the completion order of its steps.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, String, text
+from sqlalchemy import CheckConstraint, ForeignKey, Index, String, UniqueConstraint, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -100,6 +101,8 @@ class Run(Base):
     relay_after: Mapped[datetime] = mapped_column(server_default=text(RELAY_FIRST_LOOK))
     # The queue could not be reached to hand the run over; cleared when the relay hands it.
     handoff_failed_at: Mapped[datetime | None]
+    # How many durable steps the run has completed (`run_steps.seq` of the last one).
+    step_seq: Mapped[int] = mapped_column(server_default=text("0"))
 
 
 class RunEvent(Base):
@@ -112,3 +115,23 @@ class RunEvent(Base):
     type: Mapped[str]
     data: Mapped[dict[str, Any]]
     at: Mapped[datetime] = now_default()
+
+
+class RunStep(Base):
+    """The durable-step journal (`ctx.step`): one row per completed step, keyed by its name and
+    its occurrence (the how-many-th call of that name in the attempt, in program order, from 1).
+    `result` is the step's JSON value, returned to any later attempt instead of running it
+    again; `seq` is its place in the run's completion order (from `runs.step_seq`)."""
+
+    __tablename__ = "run_steps"
+    __table_args__ = (UniqueConstraint("run_id", "seq"),)
+
+    run_id: Mapped[UUID] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(primary_key=True)
+    occurrence: Mapped[int] = mapped_column(primary_key=True)
+    seq: Mapped[int]
+    attempt: Mapped[int]
+    result: Mapped[Any] = mapped_column(JSONB)
+    completed_at: Mapped[datetime] = now_default()

@@ -1,8 +1,9 @@
 """Runs: the row is the claim, and the claim's lease lives in the row.
 
 A package of slices: `records` (what it hands out), `start` (insert or hand back the active
-run), `reads` (one run, a page, a timeline), `moves` (claim, heartbeat, events, requeue, settle,
-cancel: every write carries the one active-status predicate) and `queries` (every statement, as
+run), `reads` (one run, a page, a timeline), `steps` (the durable-step journal), `moves` (claim,
+heartbeat, events, requeue, settle, cancel: every write carries the one active-status
+predicate) and `queries` (every statement, as
 named constants built at import). The names below are the slice's public API:
 `from outlive.services.runs import X` keeps working whichever slice X lives in.
 """
@@ -38,27 +39,44 @@ from outlive.services.runs.records import (
     RunPage,
     RunRecord,
     StartedRun,
+    StepRecord,
     as_json,
     parse_run_id,
     to_record,
 )
 from outlive.services.runs.start import start_run
+from outlive.services.runs.steps import (
+    MAX_STEP_BYTES,
+    MAX_STEP_NAME,
+    MAX_STEPS_PAGE,
+    Journal,
+    check_steps_page,
+    list_steps_of_runs,
+    load_journal,
+    record_step,
+)
 
 __all__ = [
     "MAX_ATTEMPTS",
     "MAX_EVENTS_PAGE",
     "MAX_LOST_ATTEMPTS",
     "MAX_PAGE",
+    "MAX_STEPS_PAGE",
+    "MAX_STEP_BYTES",
+    "MAX_STEP_NAME",
     "SETTLED_STATUSES",
     "Beat",
     "EventRecord",
+    "Journal",
     "RunPage",
     "RunRecord",
     "StartedRun",
+    "StepRecord",
     "append_event",
     "as_json",
     "cancel_run",
     "check_events_page",
+    "check_steps_page",
     "claim_run",
     "decode_cursor",
     "dispatch_after_commit",
@@ -66,10 +84,13 @@ __all__ = [
     "heartbeat",
     "lease_left",
     "list_events",
+    "list_steps_of_runs",
+    "load_journal",
     "move_run",
     "parse_run_id",
     "read_run",
     "read_runs",
+    "record_step",
     "requeue_lost",
     "requeue_run",
     "settle_run",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import ARRAY, Uuid, bindparam, column, text
 
-from outlive.db.models import Run, RunEvent
+from outlive.db.models import Run, RunEvent, RunStep
 from outlive.db.raw import Statement, prepare
 from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE
 
@@ -202,5 +202,62 @@ HEARTBEAT = prepare(
     text(
         f"UPDATE runs SET {_LEASE} WHERE id = :run_id AND status = 'RUNNING'"
         " AND attempt = :attempt RETURNING cancel_requested_at"
+    )
+)
+
+# --- durable steps (`services.runs.steps`) ----------------------------------------------------
+
+# A step's completion, fenced like every write of an attempt but stricter (RUNNING, this
+# attempt): the journal row, its `seq` from `runs.step_seq`, and the events buffered while the
+# step ran followed by its `step` event (`:events`, a JSON array of {type, data}), with gap-free
+# seqs, in one statement. A superseded attempt matches nothing and records nothing.
+STEP_DONE = Move(
+    prepare(
+        text(
+            f"""WITH moved AS (
+                UPDATE runs SET step_seq = step_seq + 1,
+                    event_seq = event_seq + jsonb_array_length(CAST(:events AS jsonb)),
+                    {_LEASE}, updated_at = now()
+                WHERE id = :run_id AND {ACTIVE} AND status = 'RUNNING' AND attempt = :attempt
+                RETURNING *),
+            stepped AS (
+                INSERT INTO run_steps (run_id, name, occurrence, seq, attempt, result)
+                SELECT id, :name, :occurrence, step_seq, attempt, CAST(:result AS jsonb)
+                FROM moved),
+            appended AS (
+                INSERT INTO run_events (run_id, seq, type, data)
+                SELECT moved.id,
+                       moved.event_seq - jsonb_array_length(CAST(:events AS jsonb)) + e.ord,
+                       e.value->>'type', e.value->'data'
+                FROM moved,
+                     jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(value, ord))
+            SELECT moved.* FROM moved"""
+        ).columns(*RUN_COLUMNS)
+    ),
+    changes_run=False,
+    may_settle=False,
+)
+# The whole journal of a run, loaded once at the start of an attempt; results as JSON text,
+# decoded only when a step asks for one.
+JOURNAL = prepare(
+    text(
+        "SELECT name, occurrence, result::text AS result FROM run_steps WHERE run_id = :run_id"
+    ).columns(RunStep.name, RunStep.occurrence, column("result"))
+)
+STEPS_OF_RUNS = prepare(
+    text(
+        "SELECT s.run_id, s.seq, s.name, s.occurrence, s.attempt, s.completed_at"
+        " FROM unnest(:run_ids) AS r(id)"
+        " CROSS JOIN LATERAL (SELECT run_id, seq, name, occurrence, attempt, completed_at"
+        "   FROM run_steps WHERE run_id = r.id AND seq > :after ORDER BY seq LIMIT :first) s"
+    )
+    .bindparams(bindparam("run_ids", type_=ARRAY(Uuid())))
+    .columns(
+        RunStep.run_id,
+        RunStep.seq,
+        RunStep.name,
+        RunStep.occurrence,
+        RunStep.attempt,
+        RunStep.completed_at,
     )
 )

@@ -37,6 +37,7 @@ class RunRecord:
     dispatched_at: datetime | None = None
     retried_from_id: RunId | None = None
     handoff_failed_at: datetime | None = None  # the queue could not take it; the relay will
+    step_seq: int = 0  # durable steps completed so far (`run_steps`)
 
     @property
     def is_waiting(self) -> bool:
@@ -91,6 +92,28 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         dispatched_at=m["dispatched_at"],
         retried_from_id=m["retried_from_id"],
         handoff_failed_at=m["handoff_failed_at"],
+        step_seq=m.get("step_seq", 0),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A completed durable step, as `Run.steps` shows it (its result stays in the journal)."""
+
+    seq: int
+    name: str
+    occurrence: int
+    attempt: int
+    completed_at: datetime
+
+
+def to_step(m: Mapping[Any, Any]) -> StepRecord:
+    return StepRecord(
+        seq=m["seq"],
+        name=m["name"],
+        occurrence=m["occurrence"],
+        attempt=m["attempt"],
+        completed_at=m["completed_at"],
     )
 
 

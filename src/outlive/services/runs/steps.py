@@ -1,0 +1,86 @@
+"""The durable-step journal: record a completed step, load a run's journal, list its steps.
+
+A step (`ctx.step(name, fn)`, `outlive.workflows.runs`) is keyed by (run, name, occurrence). Its
+completion is one statement (`queries.STEP_DONE`), fenced on the attempt: the journal row, the
+events the step emitted while it ran, and its `step` event `{name, occurrence}`, all or nothing.
+A later attempt loads the whole journal in one statement (`load_journal`) and answers every
+step found there from memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from outlive.db.tx import Db, Unit
+from outlive.errors import BadUserInput
+from outlive.ids import RunId
+from outlive.services.runs import queries
+from outlive.services.runs.moves import move_run
+from outlive.services.runs.records import RunRecord, StepRecord, to_step
+
+MAX_STEP_BYTES = 256 * 1024  # a step's result, serialized: recorded inline in the journal
+MAX_STEP_NAME = 200
+MAX_STEPS_PAGE = 1000
+
+Journal = dict[tuple[str, int], str]  # (name, occurrence) -> the result, as JSON text
+
+
+async def record_step(
+    uow: Unit,
+    run_id: RunId,
+    *,
+    attempt: int,
+    lease_s: float,
+    name: str,
+    occurrence: int,
+    result: str,
+    events: Sequence[Mapping[str, Any]] = (),
+) -> RunRecord | None:
+    """Record the step's `result` (JSON text) with `events` ({type, data}, emitted while it ran)
+    and its `step` event, extending the attempt's lease: the run as it is now, or None when
+    `attempt` no longer holds the run (nothing was written). Nudges `run.event` once per event
+    appended, as any other append does."""
+    timeline = [*events, {"type": "step", "data": {"name": name, "occurrence": occurrence}}]
+    run = await move_run(
+        uow,
+        queries.STEP_DONE,
+        run_id=run_id,
+        attempt=attempt,
+        lease=lease_s,
+        name=name,
+        occurrence=occurrence,
+        result=result,
+        events=json.dumps(timeline),
+    )
+    if run is not None:  # one `run.event` per event appended (`move_run` sent the first)
+        for _ in timeline[1:]:
+            uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
+    return run
+
+
+async def load_journal(db: Db, run_id: RunId) -> Journal:
+    """Every step the run has recorded, in one statement."""
+    rows = await db.all(queries.JOURNAL, run_id=run_id)
+    return {(row["name"], row["occurrence"]): row["result"] for row in rows}
+
+
+def check_steps_page(first: int) -> None:
+    if not 0 <= first <= MAX_STEPS_PAGE:
+        raise BadUserInput(f"first must be between 0 and {MAX_STEPS_PAGE}")
+
+
+async def list_steps_of_runs(
+    db: Db, run_ids: Sequence[RunId], *, after: int, first: int
+) -> dict[RunId, list[StepRecord]]:
+    """Each run's completed steps with seq > `after`, in completion order, at most `first` each
+    (one statement). The runs were read tenant-scoped by the caller."""
+    check_steps_page(first)
+    found: dict[RunId, list[StepRecord]] = {run_id: [] for run_id in run_ids}
+    rows = await db.all(
+        queries.STEPS_OF_RUNS, run_ids=list(dict.fromkeys(run_ids)), after=after, first=first
+    )
+    for row in rows:
+        found[RunId(row["run_id"])].append(to_step(row))
+    return found

@@ -1,0 +1,188 @@
+"""Durable steps: one attempt's side of the run's step journal (`ctx.step`).
+
+`StepJournal` numbers the calls of each step name in program order (the occurrence, taken at
+the call, before anything is awaited, so loops and `asyncio.gather` are safe), answers a step
+the journal already holds from memory (the whole journal is loaded in one statement when the
+attempt starts; a memo hit costs no I/O), and otherwise runs `fn` and records its result, with
+the events `fn` emitted, in one statement fenced on the attempt (`services.runs.record_step`).
+
+How a value is recorded and given back is decided by `fn`'s return annotation, through a pydantic
+`TypeAdapter`: a model comes back as that model, no annotation as plain JSON values. The first
+attempt gets the value back decoded from what was recorded, exactly as a later attempt would.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_core import PydanticSerializationError
+
+from outlive.db.tx import Sessions
+from outlive.errors import RunSuperseded, StepResultInvalid, StepTooLarge
+from outlive.services.runs import (
+    MAX_STEP_BYTES,
+    MAX_STEP_NAME,
+    Journal,
+    RunRecord,
+    load_journal,
+    record_step,
+)
+from outlive.telemetry import metrics
+
+_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+_ADAPTERS: dict[tuple[Any, Any], TypeAdapter[Any]] = {}
+MAX_CACHED_ADAPTERS = 10_000
+
+
+@dataclass(eq=False)
+class _Frame:
+    """The durable step the current task is executing: `emit` buffers its events here, to be
+    written with the step's journal row (once, whatever the attempt)."""
+
+    journal: StepJournal
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+_IN_STEP: ContextVar[_Frame | None] = ContextVar("outlive_in_step", default=None)
+
+
+def buffered_events(journal: StepJournal) -> list[dict[str, Any]] | None:
+    """Inside one of `journal`'s steps: the list its events go to; None otherwise."""
+    frame = _IN_STEP.get()
+    return frame.events if frame is not None and frame.journal is journal else None
+
+
+def result_adapter(fn: Callable[..., Any], name: str) -> TypeAdapter[Any]:
+    """How a step's value is recorded and given back: by the return annotation of `fn`. Cached
+    per code object and annotation, so a step written as a closure in a loop costs one lookup."""
+    target = fn
+    while isinstance(target, partial):
+        target = target.func
+    target = getattr(target, "__func__", target)
+    code = getattr(target, "__code__", None)
+    raw = getattr(target, "__annotations__", {}).get("return", inspect.Signature.empty)
+    if code is None or raw is inspect.Signature.empty:
+        return _ANY
+    try:
+        key: tuple[Any, Any] | None = (code, raw)
+        cached = _ADAPTERS.get((code, raw))
+    except TypeError:  # an unhashable annotation object: resolve it every time
+        key, cached = None, None
+    if cached is not None:
+        return cached
+    try:
+        annotation = typing.get_type_hints(target).get("return", Any)
+        adapter: TypeAdapter[Any] = _ANY if annotation is Any else TypeAdapter(annotation)
+    except Exception as exc:  # noqa: BLE001 (unresolvable, or not a type pydantic can record)
+        raise StepResultInvalid(
+            f"step {name!r}: its function's return annotation {raw!r} cannot be resolved to a"
+            f" type pydantic records as JSON ({exc!r}); use a JSON-able type importable from"
+            " the function's module"
+        ) from None
+    if key is not None and len(_ADAPTERS) < MAX_CACHED_ADAPTERS:
+        _ADAPTERS[key] = adapter
+    return adapter
+
+
+class StepJournal:
+    """One attempt's steps. `recorded(run)` is told the run as each step's commit left it."""
+
+    def __init__(
+        self,
+        sessions: Sessions,
+        run: RunRecord,
+        *,
+        lease_s: float,
+        recorded: Callable[[RunRecord], None],
+    ) -> None:
+        self._sessions = sessions
+        self._run = run
+        self._lease_s = lease_s
+        self._recorded = recorded
+        self._journal: Journal = {}
+        self._occurrences: dict[str, int] = {}
+
+    async def load(self) -> None:
+        """The run's journal, in one statement (none when the run has recorded no step)."""
+        if self._run.step_seq:
+            self._journal = await load_journal(self._sessions, self._run.id)
+
+    def call(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """The step's awaitable; its occurrence is taken now, synchronously."""
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME:
+            raise ValueError(f"a step name is 1 to {MAX_STEP_NAME} characters")
+        if _IN_STEP.get() is not None:
+            raise RuntimeError(f"step {name!r} was called inside another step; steps do not nest")
+        occurrence = self._occurrences.get(name, 0) + 1
+        self._occurrences[name] = occurrence
+        return self._step(name, occurrence, fn, args, kwargs)
+
+    async def _step(
+        self,
+        name: str,
+        occurrence: int,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        adapter = result_adapter(fn, name)
+        recorded = self._journal.get((name, occurrence))
+        if recorded is not None:
+            metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
+            return adapter.validate_json(recorded)
+        frame = _Frame(self)
+        token = _IN_STEP.set(frame)
+        try:
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        finally:
+            _IN_STEP.reset(token)
+        result = _encode(adapter, value, name, occurrence)
+        await self._commit(name, occurrence, result, frame.events)
+        metrics.STEPS_RECORDED.labels(self._run.agent).inc()
+        return adapter.validate_json(result)  # what a later attempt would get back
+
+    async def _commit(
+        self, name: str, occurrence: int, result: str, events: list[dict[str, Any]]
+    ) -> None:
+        run = self._run
+        async with self._sessions.unit(run.tenant_id, single_statement=True) as uow:
+            done = await record_step(
+                uow,
+                run.id,
+                attempt=run.attempt,
+                lease_s=self._lease_s,
+                name=name,
+                occurrence=occurrence,
+                result=result,
+                events=events,
+            )
+        if done is None:
+            raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")
+        self._recorded(done)
+
+
+def _encode(adapter: TypeAdapter[Any], value: Any, name: str, occurrence: int) -> str:
+    try:
+        encoded = adapter.dump_json(value, by_alias=True)
+    except (PydanticSerializationError, ValueError, TypeError) as exc:
+        raise StepResultInvalid(
+            f"step {name!r} (occurrence {occurrence}) returned a value that is not JSON: {exc}"
+        ) from None
+    if len(encoded) > MAX_STEP_BYTES:
+        raise StepTooLarge(
+            f"step {name!r} (occurrence {occurrence}) returned {len(encoded)} bytes of JSON;"
+            f" a step's result is limited to {MAX_STEP_BYTES} bytes (256 KiB): store big values"
+            " elsewhere and return a reference"
+        )
+    return encoded.decode()

@@ -1,0 +1,139 @@
+"""Durable steps across a real SIGKILL: the worker process running a run is killed between two
+steps, another worker takes the run over, and no step the first one completed runs again
+(counted in a file outside both processes); the `demo` agent shows each `turn` exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+from sqlalchemy import text
+
+from outlive.config import Settings
+from outlive.db.tx import Sessions
+from outlive.ids import RunId
+from outlive.services import runs as runs_service
+from tests.conftest import make_settings
+from tests.support import (
+    Api,
+    NudgeWatch,
+    Servers,
+    TenantHandle,
+    service_env,
+    settled,
+    spawn_outlive,
+)
+
+pytestmark = pytest.mark.timeout(120)
+COUNTED = "tests.steps_agents:AGENT"
+
+
+@pytest.fixture
+def settings(servers: Servers) -> Settings:
+    """The API knows the `counted` agent too."""
+    return make_settings(servers, agent_modules=[COUNTED])
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+
+
+def start_worker(
+    settings: Settings, workers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> subprocess.Popen[bytes]:
+    log: IO[bytes] = (tmp_path / f"worker-{len(workers)}.log").open("wb")
+    # A short lease, so the take-over comes within seconds of the kill.
+    env = service_env(
+        settings,
+        OUTLIVE_RUN_HEARTBEAT_S="2",
+        OUTLIVE_RUN_SWEEP_S="1",
+        OUTLIVE_AGENT_MODULES=COUNTED,
+    )
+    with log:  # the child holds its own copy
+        process = spawn_outlive("worker", "--concurrency", "2", env=env, log=log)
+    workers.append(process)
+    return process
+
+
+async def kill(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGKILL)
+    await asyncio.to_thread(process.wait, 10)
+
+
+def step_events(events: list[runs_service.EventRecord]) -> int:
+    return sum(e.type == "step" for e in events)
+
+
+async def test_a_sigkill_between_steps_runs_no_completed_step_again(
+    api: Api,
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    workers: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    assert settings.redis_url is not None
+    counter = tmp_path / "executions.txt"
+    first = start_worker(settings, workers, tmp_path)
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+        input = {"steps": 6, "delayMs": 400, "counterFile": str(counter)}
+        run_id = (await api.start_run(tenant.token, "counted", input))["run"]["id"]
+        # killed just after its third step was recorded, 400 ms before the fourth is done
+        await watch.until_events(run_id, lambda es: step_events(es) >= 3, timeout=30)
+        await kill(first)
+        start_worker(settings, workers, tmp_path)
+        run = await watch.until(run_id, settled, timeout=60)
+    assert run.status == "SUCCEEDED"
+    assert run.output == {"squares": [1, 4, 9, 16, 25, 36]}
+    assert (run.attempt, run.lost_attempts) == (2, 1)
+    executions = [tuple(map(int, line.split())) for line in counter.read_text().splitlines()]
+    rows = await sessions.all(
+        text("SELECT occurrence, attempt FROM run_steps WHERE run_id = :id ORDER BY seq"),
+        id=RunId(run.id),
+    )
+    recorded = {r["occurrence"]: r["attempt"] for r in rows}
+    assert sorted(recorded) == [1, 2, 3, 4, 5, 6]
+    assert [recorded[i] for i in (1, 2, 3)] == [1, 1, 1]
+    for step, by in recorded.items():  # never executed by an attempt after its recording one
+        assert max(a for a, s in executions if s == step) == by, (step, executions)
+    assert sorted(s for a, s in executions if a == 2) == [
+        s for s in range(1, 7) if recorded[s] == 2
+    ]  # the second attempt ran exactly the steps the first had not recorded
+    events = await runs_service.list_events(sessions, RunId(run.id))
+    assert step_events(events) == 6
+
+
+async def test_the_demo_killed_after_turn_2_shows_each_turn_exactly_once(
+    api: Api,
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    workers: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    assert settings.redis_url is not None
+    first = start_worker(settings, workers, tmp_path)
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+        started = await api.start_run(tenant.token, "demo", {"turns": 6, "delayMs": 500})
+        run_id = started["run"]["id"]
+        await watch.until_events(run_id, lambda es: step_events(es) >= 2, timeout=30)
+        await kill(first)
+        start_worker(settings, workers, tmp_path)
+        run = await watch.until(run_id, settled, timeout=60)
+    assert run.status == "SUCCEEDED"
+    assert run.attempt == 2
+    events = await runs_service.list_events(sessions, RunId(run.id))
+    assert [e.data["turn"] for e in events if e.type == "turn"] == [1, 2, 3, 4, 5, 6]
+    assert [e.type for e in events].count("claimed") == 2
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
