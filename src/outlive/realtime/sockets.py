@@ -7,9 +7,9 @@ aliases or `__typename`, see `plain_selection`) answered without per-subscriber 
 whose payload every socket of the tenant shares, encoded once per nudge (`Delivery.encoded`),
 byte for byte what strawberry sends for that selection (tests/realtime compare them). Any other
 document (fragments, directives, variables, several operations) is strawberry's, executed per
-subscriber by the `nudges` resolver (`resolvers/nudges.py`). Both register with the hub
-synchronously (when the `subscribe` message is handled, or when the resolver starts) and
-unregister on every way out: `complete`, a client's close, a dropped connection, a server close.
+subscriber by the `nudges` resolver (`resolvers/nudges.py`). Both register with the hub when
+the `subscribe` message is handled (or when the resolver starts), wait until the tenant's Redis
+subscription is confirmed (the hub subscribes per served tenant), and unregister on every way out: `complete`, a client's close, a dropped connection, a server close.
 
 The socket carries subscriptions only (queries and mutations go over HTTP, where the body limit,
 rate limits and coalescing apply). Its token is re-checked on every `subscribe` (4403 once it
@@ -235,11 +235,14 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
         selection = plain_selection(operation.query, operation.operation_name)
         if selection is None:
             return
-        # The task has not started yet: registering here means that nothing published after this
-        # message was handled is missed (a client may rely on a ping sent after its subscribe).
+        # The task has not started yet: registering here, and waiting until Redis confirmed the
+        # tenant's subscription (the first socket of a tenant in this process subscribes), means
+        # that nothing published after this message was handled is missed (a client may rely on
+        # a ping sent after its subscribe: messages are handled one after the other).
         subscriber = hub.add(principal.tenant.id)
         self._fast[operation.id] = (subscriber, selection)
         operation.task.add_done_callback(lambda _: hub.remove(subscriber))
+        await hub.heard(principal.tenant.id)
 
     async def run_operation(self, operation: Operation[Any, None]) -> None:
         fast = self._fast.pop(operation.id, None)
