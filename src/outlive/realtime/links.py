@@ -57,6 +57,7 @@ class Link:
     ) -> None:
         self._redis = redis
         self.name = name
+        self._sharded = sharded
         self._sub, self._unsub = (
             ("SSUBSCRIBE", "SUNSUBSCRIBE") if sharded else ("SUBSCRIBE", "UNSUBSCRIBE")
         )
@@ -176,15 +177,27 @@ class Link:
             self._held.difference_update(remove)
             for channel in remove:
                 self._unsubscribing[channel] = self._unsubscribing.get(channel, 0) + 1
-            for chunk in _chunks(remove):
+            for chunk in self._batches(remove):
                 self.subscribe_commands += 1
                 await pubsub.execute_command(self._unsub, *chunk)
             self._held.update(add)
             for channel in add:
                 self._confirming[channel] = self._confirming.get(channel, 0) + 1
-            for chunk in _chunks(add):
+            for chunk in self._batches(add):
                 self.subscribe_commands += 1
                 await pubsub.execute_command(self._sub, *chunk)
+
+    def _batches(self, channels: list[str]) -> Iterable[list[str]]:
+        """`BATCH` channels a command; sharded, those of one hash slot only (a cluster refuses a
+        command whose channels are in several slots: CROSSSLOT)."""
+        if not self._sharded:
+            yield from _chunks(channels)
+            return
+        by_slot: dict[int, list[str]] = {}
+        for channel in channels:
+            by_slot.setdefault(key_slot(channel.encode()), []).append(channel)
+        for group in by_slot.values():
+            yield from _chunks(group)
 
     async def _listen(self, pubsub: Any) -> None:
         while True:

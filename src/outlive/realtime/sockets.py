@@ -9,7 +9,8 @@ byte for byte what strawberry sends for that selection (tests/realtime compare t
 document (fragments, directives, variables, several operations) is strawberry's, executed per
 subscriber by the `nudges` resolver (`resolvers/nudges.py`). Both register with the hub when
 the `subscribe` message is handled (or when the resolver starts), wait until the tenant's Redis
-subscription is confirmed (the hub subscribes per served tenant), and unregister on every way out: `complete`, a client's close, a dropped connection, a server close.
+subscription is confirmed (the hub subscribes per served tenant), and unregister on every way
+out: `complete`, a client's close, a dropped connection, a server close.
 
 The socket carries subscriptions only (queries and mutations go over HTTP, where the body limit,
 rate limits and coalescing apply). Its token is re-checked on every `subscribe` (4403 once it
