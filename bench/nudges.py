@@ -552,7 +552,11 @@ async def run(sizes: list[int], nudges: int, logs: Path, *, verbose: bool) -> li
         stack.push_async_callback(redis.aclose)
         api_port, floor_port = free_port(), free_port()
         # Thousands of sockets of one tenant on one process: past the production defaults.
-        limits = env.vars(OUTLIVE_WS_MAX_PER_TENANT="1000000", OUTLIVE_API_LIMIT_CONCURRENCY="0")
+        limits = env.vars(
+            OUTLIVE_WS_MAX_PER_TENANT="1000000",
+            OUTLIVE_API_LIMIT_CONCURRENCY="0",
+            OUTLIVE_WS_MAX_SOCKETS="0",
+        )
         api = stack.enter_context(
             outlive("api", "--port", str(api_port), env=limits, log=logs / "api.log")
         )
