@@ -33,9 +33,11 @@ async def next_of(subscriber: Subscriber) -> Nudge:
 
 
 @asynccontextmanager
-async def running(settings: Settings, **options: object) -> AsyncIterator[tuple[Hub, Redis]]:
+async def running(
+    settings: Settings, health_check_s: float = 30, **options: object
+) -> AsyncIterator[tuple[Hub, Redis]]:
     assert settings.redis_url is not None
-    redis = Redis.from_url(settings.redis_url)
+    redis = Redis.from_url(settings.redis_url, health_check_interval=health_check_s)
     hub = Hub(redis, prefix=channel_prefix(settings.redis_url), **options)  # type: ignore[arg-type]
     await hub.start()
     try:
@@ -94,6 +96,20 @@ async def test_the_channel_lingers_after_the_last_subscriber_then_goes(settings:
         hub.remove(hub.add(tenant))
         await until_numsub(redis, hub.channel(tenant), 0)
         assert hub.tenants == frozenset()
+
+
+async def test_a_subscription_after_an_idle_spell_keeps_the_connection(settings: Settings) -> None:
+    """redis-py health-checks an idle connection before a command, with a read of its own; the
+    link writes its commands without it (its reader is the only one), so no check breaks it."""
+    tenant = uuid.uuid4()
+    async with running(settings, health_check_s=0.2) as (hub, redis):
+        await asyncio.sleep(0.5)  # the thing under test is that timer: let it expire
+        subscriber = hub.add(tenant)
+        assert await hub.heard(tenant)
+        sent = nudge(tenant)
+        assert await redis.publish(hub.channel(tenant), sent.to_wire()) == 1
+        assert await next_of(subscriber) == sent
+        assert hub.main.connections == 1
 
 
 async def test_a_nudge_lost_while_unsubscribed_is_harmless_the_next_one_is_heard(

@@ -74,6 +74,7 @@ class Link:
         self._task: asyncio.Task[None] | None = None
         self._restoring = False
         self.ready = asyncio.Event()
+        self.connections = 0  # connections made (for tests: 1 unless one was lost)
         self.subscribe_commands = 0  # SUBSCRIBE/UNSUBSCRIBE commands sent (for tests and benches)
 
     # --- what the owner asks for -------------------------------------------------------------
@@ -132,6 +133,7 @@ class Link:
             pubsub = self._redis.pubsub()
             try:
                 await pubsub.connect()  # type: ignore[no-untyped-call]  # untyped in redis-py
+                self.connections += 1
                 self._held, self._confirming, self._unsubscribing = set(), {}, {}
                 self._restoring = connected_before
                 self._dirty.set()
@@ -141,9 +143,11 @@ class Link:
                     group.create_task(self._sync(pubsub))
                     group.create_task(self._listen(pubsub))
             except* (RedisError, OSError) as excs:
+                exc = excs.exceptions[0]
                 log.warning(
-                    "realtime: subscription lost (%r, %s); retrying in ~%.1fs",
-                    excs.exceptions[0],
+                    "realtime: subscription lost (%s: %s, %s); retrying in ~%.1fs",
+                    type(exc).__name__,
+                    exc,
                     self.name,
                     delay,
                 )
@@ -179,13 +183,13 @@ class Link:
                 self._unsubscribing[channel] = self._unsubscribing.get(channel, 0) + 1
             for chunk in self._batches(remove):
                 self.subscribe_commands += 1
-                await pubsub.execute_command(self._unsub, *chunk)
+                await _send(pubsub, self._unsub, *chunk)
             self._held.update(add)
             for channel in add:
                 self._confirming[channel] = self._confirming.get(channel, 0) + 1
             for chunk in self._batches(add):
                 self.subscribe_commands += 1
-                await pubsub.execute_command(self._sub, *chunk)
+                await _send(pubsub, self._sub, *chunk)
 
     def _batches(self, channels: list[str]) -> Iterable[list[str]]:
         """`BATCH` channels a command; sharded, those of one hash slot only (a cluster refuses a
@@ -203,7 +207,7 @@ class Link:
         while True:
             message = await pubsub.get_message(timeout=IDLE_PING_S)
             if message is None:
-                await pubsub.ping()  # an idle link that died raises here, and is re-made
+                await _send(pubsub, "PING")  # an idle link that died raises here, and is re-made
                 continue
             kind = message["type"]
             if kind in ("message", "smessage"):
@@ -237,6 +241,14 @@ class Link:
             self._wanted.discard(channel)
             if self._on_moved is not None:
                 self._on_moved(channel)
+
+
+async def _send(pubsub: Any, *command: str) -> None:
+    """Write a command on the pub/sub connection, reading nothing: its reply comes to `_listen`.
+    (redis-py's `PubSub.execute_command` runs a health check first, when the connection holds no
+    channel it knows of (ours are sent raw), and that check reads a reply: a read beside
+    `_listen`'s, which broke the link every `health_check_interval`.)"""
+    await pubsub.connection.send_command(*command, check_health=False)
 
 
 def _chunks(channels: list[str]) -> Iterable[list[str]]:
