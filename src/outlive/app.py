@@ -171,6 +171,7 @@ class OutliveApp(Starlette):
     cap is accepted and closed with 1013, and the client backs off). 0: no cap."""
 
     graphql: OutliveGraphQL | None = None
+    sockets: _CountedSockets | None = None
     max_requests = 0
     max_sockets = 0
     requests_in_flight = 0
@@ -201,6 +202,16 @@ class OutliveApp(Starlette):
             await super().__call__(scope, receive, send)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self.sockets is not None
+            and scope["type"] == "websocket"
+            and scope["path"] == "/graphql"
+        ):
+            # Straight to the view too: the router and the middleware stack each kept a few
+            # closures alive per open socket (~3 KiB of the ~32 measured with tracemalloc).
+            scope["app"] = self
+            await self.sockets(scope, receive, send)
+            return
         if self.graphql is not None and scope["type"] == "http" and scope["path"] == "/graphql":
             if scope["method"] not in ("GET", "POST"):  # the contract's shape, not Starlette's text
                 refused = _error("use GET or POST", "BAD_USER_INPUT", 405, Allow="GET, POST")
@@ -352,6 +363,7 @@ def build_app(
 
     app = OutliveApp(routes=_routes(view, settings, serve_web=serve_web), lifespan=lifespan)
     app.graphql = view
+    app.sockets = _CountedSockets(view)
     app.max_requests = settings.api_limit_concurrency
     app.max_sockets = settings.ws_max_sockets
     return app

@@ -198,6 +198,11 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         try:
             await super().handle_connection_init(message)
+            if self.connection_acknowledged and self.connection_init_timeout_task is not None:
+                # strawberry lets it sleep out the whole init timeout: a task, its frame and a
+                # timer per socket for 10 s, for nothing once the connection is acknowledged.
+                self.connection_init_timeout_task.cancel()
+                self.connection_init_timeout_task = None
         except TooManySockets as exc:
             await self.websocket.close(code=CLOSE_TRY_AGAIN, reason=str(exc))
         except ServiceUnavailable as exc:  # the token cannot be checked now: not "forbidden"
