@@ -15,13 +15,9 @@ with `OUTLIVE_NUDGES_SHARDED`, sharded pub/sub (`SSUBSCRIBE`, Redis >= 7) with o
 node that owns a subscribed tenant's slot, which is what works on Redis Cluster (`realtime.links`).
 
 A message is parsed once into a `Delivery` that every subscriber of its tenant shares (and that
-caches each encoding of it, so a frame is serialized once, not once per socket).
-
-A subscriber is a small coalescing buffer: it holds at most one pending delivery per (type, id) (a
-newer one replaces the older and goes to the back of the line), so a slow socket costs nothing per
-repeated nudge. A stalled one that falls more than `max_pending` distinct nudges behind is closed
-with 1013 (try again later) instead: memory never grows with a stalled client, and the client's
-reconnect refetches everything it shows, which no backlog could do better.
+caches each encoding of it, so a frame is serialized once, not once per socket), and offered to
+each subscriber (`realtime.subscribers`: a coalescing buffer, closed with 1013 when it falls too
+far behind; a socket's frame is sent from this loop, without a task per socket).
 
 A lost Redis connection is re-established with backoff. When it comes back, the subscribers of
 every tenant it carried are closed with 1012 (service restart): whatever was published in between
@@ -44,7 +40,6 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 from uuid import UUID
 
 from redis.asyncio import Redis
@@ -52,108 +47,38 @@ from redis.asyncio import Redis
 from outlive.realtime.gcfreeze import GcFreezer
 from outlive.realtime.links import Link, Sharded
 from outlive.realtime.nudges import Nudge
+from outlive.realtime.subscribers import (
+    CLOSE_RESTART,
+    CLOSE_TRY_AGAIN,
+    MAX_PENDING,
+    Delivery,
+    Subscriber,
+    SubscriberClosed,
+)
+
+__all__ = [  # the subscriber's names, re-exported: callers know them from here
+    "CLOSE_RESTART",
+    "CLOSE_TRY_AGAIN",
+    "MAX_PENDING",
+    "Delivery",
+    "Hub",
+    "Subscriber",
+    "SubscriberClosed",
+    "hub_client_name",
+]
 from outlive.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
-MAX_PENDING = 256
 LINGER_S = (
     30.0  # OUTLIVE_NUDGES_LINGER_S: a tenant's channel is kept this long after its last socket
 )
 HEARD_WAIT_S = 2.0  # a new subscriber waits at most this for its tenant's subscription
-CLOSE_RESTART = 1012  # service restart: reconnect and refetch
-CLOSE_TRY_AGAIN = 1013  # try again later: this socket fell behind
 
 
 def hub_client_name() -> str:
     """The name of a hub's Redis connection (`CLIENT LIST`): one per API process."""
     return f"outlive-hub-{socket.gethostname()}-{os.getpid()}"
-
-
-class SubscriberClosed(Exception):
-    """The socket should be closed with `code`: the client reconnects and refetches."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
-class Delivery:
-    """One received nudge, shared by every subscriber of its tenant."""
-
-    __slots__ = ("_encoded", "key", "nudge")
-
-    def __init__(self, nudge: Nudge) -> None:
-        self.nudge = nudge
-        self.key: tuple[str, UUID | None] = (nudge.type, nudge.id)
-        self._encoded: dict[Any, str] = {}
-
-    def encoded(self, key: Any, encode: Callable[[Nudge], str]) -> str:
-        """`encode(nudge)`, computed once per `key` for all subscribers."""
-        text = self._encoded.get(key)
-        if text is None:
-            text = self._encoded[key] = encode(self.nudge)
-        return text
-
-
-class Subscriber:
-    __slots__ = ("_closed", "_max_pending", "_pending", "_waiter", "tenant_id")
-
-    def __init__(self, tenant_id: UUID, max_pending: int = MAX_PENDING) -> None:
-        self.tenant_id = tenant_id
-        self._max_pending = max_pending
-        self._pending: dict[tuple[str, UUID | None], Delivery] = {}
-        self._waiter: asyncio.Future[None] | None = None
-        self._closed: SubscriberClosed | None = None
-
-    @property
-    def backlog(self) -> int:
-        return len(self._pending)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed is not None
-
-    def offer(self, delivery: Delivery) -> bool:
-        """Queue `delivery` (replacing a pending copy of the same type and id); False when this
-        subscriber is closed, now that it is too far behind, or before."""
-        if self._closed is not None:
-            return False
-        pending = self._pending
-        pending.pop(delivery.key, None)  # the newest copy goes to the back of the line
-        pending[delivery.key] = delivery
-        if len(pending) > self._max_pending:
-            self.close(CLOSE_TRY_AGAIN, "too far behind: reconnect and refetch")
-            return False
-        self._wake()
-        return True
-
-    def close(self, code: int, reason: str) -> None:
-        """Wake the consumer with `SubscriberClosed`; pending nudges are dropped."""
-        if self._closed is None:
-            self._closed = SubscriberClosed(code, reason)
-            self._pending.clear()
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def next(self) -> Delivery:
-        """The oldest pending delivery; raises `SubscriberClosed` once closed."""
-        while True:
-            if self._closed is not None:
-                raise self._closed
-            if self._pending:
-                key = next(iter(self._pending))
-                return self._pending.pop(key)
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
 
 
 class Hub:

@@ -19,12 +19,13 @@ stopped working); the registry closes it sooner on a revocation or at expiry.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, TypeGuard, cast
 
 from graphql import (
@@ -37,7 +38,6 @@ from graphql import (
 )
 from starlette.websockets import WebSocketDisconnect
 from strawberry.asgi import ASGIWebSocketAdapter
-from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
@@ -49,13 +49,13 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
 from strawberry.types.graphql import OperationType as StrawberryOperation
 
 from outlive.errors import ServiceUnavailable
-from outlive.realtime.hub import Subscriber, SubscriberClosed
 from outlive.realtime.nudges import Nudge as NudgeRecord
 from outlive.realtime.registry import (
     CLOSE_FORBIDDEN,
     TooManySockets,
     close_reason,
 )
+from outlive.realtime.subscribers import CLOSE_GONE, Delivery, Subscriber, SubscriberClosed
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,7 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._fast: dict[str, tuple[Subscriber, PlainSelection]] = {}
+        self._closers: set[asyncio.Task[None]] = set()
         self.schema = cast(Any, SubscriptionsOnly(self.schema))
 
     async def handle_message(self, message: Any) -> None:
@@ -246,33 +247,51 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
         # that nothing published after this message was handled is missed (a client may rely on
         # a ping sent after its subscribe: messages are handled one after the other).
         subscriber = hub.add(principal.tenant.id)
-        self._fast[operation.id] = (subscriber, selection)
-        operation.task.add_done_callback(lambda _: hub.remove(subscriber))
+        self._fast[operation.id] = (subscriber, selection)  # until `cleanup_operation`
         await hub.heard(principal.tenant.id)
 
     async def run_operation(self, operation: Operation[Any, None]) -> None:
-        fast = self._fast.pop(operation.id, None)
+        """The plain selection: attach the subscriber's sink and return (the hub sends each frame
+        from its fan-out loop, `Subscriber.attach`); anything else is strawberry's."""
+        fast = self._fast.get(operation.id)
         if fast is None:
             await super().run_operation(operation)  # refused there unless a subscription
             return
         subscriber, selection = fast
-        hub = self.context.services.hub
-        assert hub is not None  # noqa: S101 (checked when registered)
         websocket = self.websocket
         assert isinstance(websocket, ASGIWebSocketAdapter)  # noqa: S101 (the ASGI view's adapter)
+        send_text = websocket.ws.send_text
         head = selection.frame_head(operation.id)
-        try:
-            while True:
-                delivery = await subscriber.next()
-                body = delivery.encoded(selection, selection.encode)
-                await websocket.ws.send_text(head + body + "}}}")
-        except SubscriberClosed as closed:
-            hub.remove(subscriber)  # first: a stalled peer may never read the close
-            await close_subscriber(websocket.ws, closed)
-        except (WebSocketDisconnect, WebSocketDisconnected, RuntimeError, OSError):
-            pass  # the peer is gone; the handler's own loop sees it and cleans up
-        finally:
-            hub.remove(subscriber)
+
+        def sink(delivery: Delivery) -> Coroutine[Any, Any, None]:
+            return send_text(head + delivery.encoded(selection, selection.encode) + "}}}")
+
+        subscriber.attach(sink, partial(self._subscriber_closed, websocket.ws))
+        # This task ends here: strawberry keeps `operation.task` until the operation is cleaned
+        # up (it cancels, then awaits it), and a finished task still holds ~0.8 KiB. A finished
+        # future of this socket's stands in for it.
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        operation.task = cast(Any, done)
+
+    def _subscriber_closed(self, ws: Any, closed: SubscriberClosed) -> None:
+        """The hub closed the subscriber (1012, 1013): close the socket with that code, in the
+        background (the hub has unregistered it; a stalled peer may never read the close). A
+        failed send needs nothing: the handler's own loop sees the peer go."""
+        if closed.code == CLOSE_GONE:
+            return
+        task = asyncio.get_running_loop().create_task(close_subscriber(ws, closed))
+        self._closers.add(task)
+        task.add_done_callback(self._closers.discard)
+
+    async def cleanup_operation(self, operation_id: str) -> None:
+        fast = self._fast.pop(operation_id, None)
+        if fast is not None:
+            fast[0].detach()
+            hub = self.context.services.hub
+            if hub is not None:
+                hub.remove(fast[0])
+        await super().cleanup_operation(operation_id)
 
 
 _PAYLOAD_SHAPES = (
