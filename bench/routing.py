@@ -93,7 +93,7 @@ class HubProcess:
         while True:
             message = await pubsub.get_message(timeout=30)
             if message is not None and message["type"] == "pmessage":
-                self.pattern_received += 1
+                self._heard()
                 self.hub.dispatch(message["channel"].decode(), message["data"])
 
     async def _drain(self, subscriber: Subscriber) -> None:
@@ -102,14 +102,21 @@ class HubProcess:
             self.delivered += 1
             self._changed.set()
 
+    def _heard(self) -> None:
+        self.pattern_received += 1
+        self._changed.set()
+
     @property
     def received(self) -> int:
         return self.pattern_received if self.mode == "pattern" else self.hub.received
 
-    async def collect(self, expected: int) -> dict[str, Any]:
+    async def collect(self, expected: int, total: int) -> dict[str, Any]:
+        """Wait until the own tenants' nudges are delivered and, with a pattern (which hears
+        every nudge), until all `total` have arrived, so the count is not cut short."""
+        arrived = total if self.mode == "pattern" else expected
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(COLLECT_TIMEOUT_S):
-                while self.delivered < expected:
+                while self.delivered < expected or self.received < arrived:
                     self._changed.clear()
                     await self._changed.wait()
         return {
@@ -135,7 +142,7 @@ async def child() -> None:
             reply: dict[str, Any] = {"ok": True, "cpu_s": time.process_time()}
         else:
             assert process is not None  # noqa: S101 (started first)
-            reply = await process.collect(command["expected"])
+            reply = await process.collect(command["expected"], command["total"])
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
 
@@ -212,7 +219,10 @@ async def one_routing(
             if publisher.failures:
                 raise RuntimeError(f"{mode}: {publisher.failures} publish failures")
             replies = await asyncio.gather(
-                *(c.call(op="collect", expected=e) for c, e in zip(children, expected, strict=True))
+                *(
+                    c.call(op="collect", expected=e, total=nudges)
+                    for c, e in zip(children, expected, strict=True)
+                )
             )
     finally:
         if sharded is not None:

@@ -135,6 +135,7 @@ class OutliveGraphQL(GraphQL[Context, None]):
         """Authenticate `connection_init` (4403 when refused) and register the socket (its tenant's
         cap, revocation, expiry); `TooManySockets` when the tenant is at its cap."""
         params = context.connection_params or {}
+        context.connection_params = None  # read once: not kept for the socket's lifetime
         raw = params.get("authorization") or params.get("Authorization")
         token = bearer(raw) if isinstance(raw, str) else None
         services = self.services

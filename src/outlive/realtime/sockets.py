@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from dataclasses import dataclass
@@ -176,7 +177,7 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._fast: dict[str, tuple[Subscriber, PlainSelection]] = {}
-        self._closers: set[asyncio.Task[None]] = set()
+        self._closers: set[asyncio.Task[None]] | None = None  # made when first needed
         self.schema = cast(Any, SubscriptionsOnly(self.schema))
 
     async def handle_message(self, message: Any) -> None:
@@ -248,6 +249,7 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
         # a ping sent after its subscribe: messages are handled one after the other).
         subscriber = hub.add(principal.tenant.id)
         self._fast[operation.id] = (subscriber, selection)  # until `cleanup_operation`
+        operation.query = sys.intern(operation.query)  # one copy for every socket that sent it
         await hub.heard(principal.tenant.id)
 
     async def run_operation(self, operation: Operation[Any, None]) -> None:
@@ -281,6 +283,8 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
         if closed.code == CLOSE_GONE:
             return
         task = asyncio.get_running_loop().create_task(close_subscriber(ws, closed))
+        if self._closers is None:
+            self._closers = set()
         self._closers.add(task)
         task.add_done_callback(self._closers.discard)
 
