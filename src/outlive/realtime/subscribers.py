@@ -206,6 +206,9 @@ async def _resume(coro: Coroutine[Any, Any, None], step: Any) -> None:
                 # coroutine's own `await`), and awaiting it again while so marked raises.
                 step._asyncio_future_blocking = False
                 await step
+        except GeneratorExit:  # this driver is being closed (its loop is going away): so is it
+            coro.close()
+            raise
         except BaseException as exc:  # noqa: BLE001 (handed to the coroutine, as a task would)
             try:
                 step = coro.throw(exc)
