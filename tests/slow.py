@@ -20,6 +20,7 @@ SLOW_MODULES = (
     "tests/fuzz/",
     "tests/jobs/test_sweep.py",
     "tests/realtime/test_cleanup.py",
+    "tests/realtime/test_cluster.py",
     "tests/realtime/test_every_change.py",
     "tests/realtime/test_memory.py",
     "tests/realtime/test_processes.py",

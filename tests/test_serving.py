@@ -1,18 +1,19 @@
 """The server's own limits: a deadline for a request's headers, the largest WebSocket message
-(enforced before authentication), and a cap on connections."""
+(enforced before authentication), and the caps on in-flight requests and on open sockets,
+kept apart."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 import httpx
 
 from tests.conftest import make_settings
 from tests.realtime.clients import Served, Socket, serve
-from tests.support import Servers, TenantHandle
+from tests.support import Api, Servers, TenantHandle
 
 
 @contextlib.asynccontextmanager
@@ -71,17 +72,71 @@ async def test_a_websocket_message_over_the_limit_closes_the_socket_before_authe
         assert (await sock.receive())["type"] == "pong"
 
 
-async def test_past_the_concurrency_limit_the_server_answers_503(
+async def test_past_the_request_cap_the_server_answers_503_and_sockets_do_not_count(
     servers: Servers, tenant: TenantHandle
 ) -> None:
+    """`OUTLIVE_API_LIMIT_CONCURRENCY` caps in-flight HTTP requests, and only them."""
+    release = asyncio.Event()
+
+    async def slow_body() -> AsyncIterator[bytes]:
+        yield b'{"query": "{ __typename }"'
+        await release.wait()  # the request stays in flight until then
+        yield b"}"
+
+    settings = make_settings(servers, api_limit_concurrency=1, ws_max_sockets=10)
     async with (
-        serve(make_settings(servers, api_limit_concurrency=3)) as served,
+        serve(settings) as served,
         httpx.AsyncClient(base_url=served.url) as client,
+        httpx.AsyncClient(base_url=served.url) as other,
+        Socket.open(served.url, token=tenant.token) as one,
+        Socket.open(served.url, token=tenant.token) as two,
     ):
-        assert (await client.get("/healthz")).status_code == 200
-        async with (
-            Socket.open(served.url, token=tenant.token),
-            Socket.open(served.url, token=tenant.token),
-            httpx.AsyncClient(base_url=served.url) as fresh,  # a new connection: the third
-        ):
-            assert (await fresh.get("/healthz")).status_code == 503
+        await one.subscribe()
+        await two.subscribe()
+        assert (await client.get("/healthz")).status_code == 200  # two sockets: not counted
+        headers = {
+            "authorization": f"Bearer {tenant.token}",
+            "content-type": "application/json",
+        }
+        held = asyncio.create_task(client.post("/graphql", content=slow_body(), headers=headers))
+        await _until(lambda: served.app.requests_in_flight == 1)
+        busy = await other.get("/healthz")
+        assert busy.status_code == 503
+        assert busy.headers["retry-after"] == "1"
+        assert busy.json()["errors"][0]["extensions"]["code"] == "SERVICE_UNAVAILABLE"
+        release.set()
+        assert (await held).status_code == 200
+        assert (await other.get("/healthz")).status_code == 200
+
+
+async def test_with_the_socket_cap_reached_a_mutation_answers_and_one_more_socket_gets_1013(
+    servers: Servers, tenant: TenantHandle
+) -> None:
+    """`OUTLIVE_WS_MAX_SOCKETS` caps open sockets apart: a popular tenant's viewers never stop
+    its writes (the request cap is 2 too: counted together, the mutation would get a 503)."""
+    settings = make_settings(servers, api_limit_concurrency=2, ws_max_sockets=2)
+    async with (
+        serve(settings) as served,
+        Socket.open(served.url, token=tenant.token) as one,
+        Socket.open(served.url, token=tenant.token) as two,
+        httpx.AsyncClient(base_url=served.url, timeout=30) as client,
+    ):
+        http = Api(client)
+        await one.subscribe()
+        await two.subscribe()
+        started = await http.start_run(tenant.token, input={"turns": 1})
+        assert started["run"]["status"] == "QUEUED"
+        async with Socket.open(served.url) as third:
+            code, reason = await third.closed()
+        assert code == 1013
+        assert "too many sockets" in reason
+        assert served.app.sockets_open == 2
+        for sock in (one, two):  # the two under the cap are untouched, and nudged
+            assert (await sock.next_nudge())["id"] == started["run"]["id"]
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    """Poll a server-side counter (it has no event to await)."""
+    async with asyncio.timeout(10):
+        while not predicate():  # noqa: ASYNC110 (a counter of the server's: no event to await)
+            await asyncio.sleep(0.01)

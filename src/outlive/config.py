@@ -100,6 +100,15 @@ class Settings(BaseSettings):
 
     # Realtime.
     realtime: bool = True
+    nudges_linger_s: float = Field(
+        30.0, ge=0, description="a tenant's channel is kept this long after its last socket left"
+    )
+    nudges_sharded: bool = Field(
+        False, description="sharded pub/sub (SSUBSCRIBE/SPUBLISH, Redis >= 7; Redis Cluster)"
+    )
+    nudges_redis_url: str | None = Field(
+        None, description="the Redis (or Cluster node) that carries nudges; unset: REDIS_URL"
+    )
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # The read path (graphql/http.py).
@@ -135,7 +144,12 @@ class Settings(BaseSettings):
     max_query_tokens: int = Field(3000, ge=100, description="tokens in a document")
     ws_init_timeout_s: float = Field(10.0, gt=0, description="to send connection_init")
     ws_max_subscriptions: int = Field(5, ge=1, description="operations on one socket")
-    api_limit_concurrency: int = Field(10_000, ge=0, description="connections + tasks; 0: none")
+    api_limit_concurrency: int = Field(
+        10_000, ge=0, description="in-flight HTTP requests per process (503 past it); 0: none"
+    )
+    ws_max_sockets: int = Field(
+        10_000, ge=0, description="open WebSockets per process (1013 past it); 0: none"
+    )
     api_header_timeout_s: float = Field(10.0, gt=0, description="to receive a request's headers")
     api_max_header_bytes: int = Field(
         64 * 1024, ge=1024, description="a request line and headers, in bytes (431 past it)"

@@ -23,7 +23,7 @@ transaction), whatever the role.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
@@ -51,6 +51,7 @@ from outlive.jobs.telemetry import (
     stamp_traceparent,
 )
 from outlive.realtime.hub import Hub, hub_client_name
+from outlive.realtime.links import Sharded
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.realtime.registry import SocketRegistry
 from outlive.realtime.revocations import control_channel, decode_revoked
@@ -171,9 +172,25 @@ async def _open_queues(stack: AsyncExitStack, settings: Settings, redis_url: str
         stack.push_async_callback(_disconnect, queue)
     if tracing.is_enabled():
         runs.register_before_enqueue(stamp_traceparent)
-    publisher = Publisher(redis, prefix=channel_prefix(redis_url), enabled=settings.realtime)
+    sharded = await _open_sharded(stack, settings, redis_url, create_redis)
+    publisher = Publisher(
+        redis, prefix=channel_prefix(redis_url), enabled=settings.realtime, sharded=sharded
+    )
     stack.push_async_callback(publisher.drain)  # the deferred nudges, before Redis closes
     return Queues(redis, runs, jobs, publisher, SaqRunInstances(runs, settings))
+
+
+async def _open_sharded(
+    stack: AsyncExitStack, settings: Settings, redis_url: str, connect: Callable[[str], Redis]
+) -> Sharded | None:
+    """`OUTLIVE_NUDGES_SHARDED`: nudges on sharded pub/sub, on `OUTLIVE_NUDGES_REDIS_URL` (a
+    Redis Cluster node, or any Redis >= 7) or else `REDIS_URL`."""
+    if not settings.nudges_sharded or not settings.realtime:
+        return None
+    sharded = Sharded(settings.nudges_redis_url or redis_url, connect)
+    stack.push_async_callback(sharded.aclose)
+    await sharded.discover()
+    return sharded
 
 
 async def _disconnect(queue: RedisQueue) -> None:
@@ -217,7 +234,8 @@ async def _open_db(
 async def _open_realtime(
     stack: AsyncExitStack, settings: Settings, redis_url: str, sessions: Sessions
 ) -> Realtime:
-    """One Redis subscription per process: nudges (unless realtime is off) and revocations,
+    """The hub's Redis subscriptions: the served tenants' nudges (unless realtime is off) and
+    revocations,
     which evict the token from the principal cache and close its sockets. The cache is used
     only while that subscription is live."""
     redis = create_redis(redis_url, client_name=hub_client_name())
@@ -237,6 +255,11 @@ async def _open_realtime(
         auth.clear()
         sockets.recheck_soon()
 
+    name = hub_client_name()
+    sharded = None
+    if settings.nudges_sharded and settings.realtime:
+        url = settings.nudges_redis_url or redis_url
+        sharded = Sharded(url, lambda node_url: create_redis(node_url, client_name=name))
     hub = Hub(
         redis,
         prefix=channel_prefix(redis_url),
@@ -244,6 +267,8 @@ async def _open_realtime(
         control_channel=control_channel(redis_url),
         on_control=on_control,
         on_resubscribed=on_resubscribed,
+        linger_s=settings.nudges_linger_s,
+        sharded=sharded,
     )
     auth = PrincipalCache(settings.auth_cache_s, is_live=hub.is_live)
     await hub.start()  # waits (briefly) for the subscription: no missed first nudges

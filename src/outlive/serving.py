@@ -1,8 +1,8 @@
 """uvicorn, as the API runs it: limits that belong to the server rather than to the app.
 
 uvicorn has no deadline for a request's headers: a client sending one header line every few
-seconds holds its connection (and a slot of `limit_concurrency`) for as long as it likes, and a
-connection that sends nothing at all is never closed. `HeaderTimeoutProtocol` closes a
+seconds holds its connection (and a slot of uvicorn's `limit_concurrency`) for as long as it likes,
+and a connection that sends nothing at all is never closed. `HeaderTimeoutProtocol` closes a
 connection whose request line and headers have not all arrived within
 `OUTLIVE_API_HEADER_TIMEOUT_S` of its first byte (or of the connection, for the first request).
 
@@ -117,6 +117,17 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
+def connection_backstop(settings: Settings) -> int | None:
+    """uvicorn's `limit_concurrency` counts open connections (sockets, idle keep-alives) and
+    tasks together, so it is not the cap of either: the app caps in-flight HTTP requests
+    (`OUTLIVE_API_LIMIT_CONCURRENCY`) and open sockets (`OUTLIVE_WS_MAX_SOCKETS`) apart
+    (`app.OutliveApp`), and uvicorn keeps only a backstop on connections, their sum (None: no
+    backstop when either cap is off)."""
+    if not settings.api_limit_concurrency or not settings.ws_max_sockets:
+        return None
+    return settings.api_limit_concurrency + settings.ws_max_sockets
+
+
 def uvicorn_config(
     app: Any, host: str, port: int, settings: Settings | None = None, **overrides: Any
 ) -> Config:
@@ -128,7 +139,7 @@ def uvicorn_config(
         "ws_per_message_deflate": False,  # tiny frames: deflate would double per-socket memory
         "ws_ping_interval": 20,  # uvicorn's own pings: a dead peer is dropped within 40 s
         "ws_ping_timeout": 20,
-        "limit_concurrency": settings.api_limit_concurrency or None,
+        "limit_concurrency": connection_backstop(settings),
         "timeout_graceful_shutdown": 10,
         "log_level": "info",
         "access_log": False,

@@ -56,12 +56,13 @@ async def test_one_redis_subscription_per_process_whatever_the_sockets(
                 await sock.subscribe(id="2")
             clients = await redis.client_list()
         ours = [c for c in clients if c["name"].endswith(f"-{api.pid}")]
-        subscribed = [c for c in clients if c["name"].endswith(f"-{api.pid}") and c["psub"] != "0"]
+        subscribed = [c for c in clients if c["name"].endswith(f"-{api.pid}") and c["sub"] != "0"]
     await redis.aclose()
     assert len(ours) == 1
     assert len(subscribed) == 1
     assert ours[0]["name"].startswith("outlive-hub-")
-    assert ours[0]["psub"] == "1"
+    assert ours[0]["psub"] == "0"  # no pattern: a channel per served tenant
+    assert ours[0]["sub"] == "3"  # the two tenants' channels and the control channel
 
 
 async def test_sigterm_closes_every_socket_with_1012_and_exits_0(

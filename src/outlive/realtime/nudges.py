@@ -26,13 +26,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal, Protocol, cast, get_args
+from typing import TYPE_CHECKING, Literal, Protocol, cast, get_args
 from uuid import UUID
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from outlive.telemetry import metrics, tracing
+
+if TYPE_CHECKING:
+    from outlive.realtime.links import Sharded
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +123,17 @@ def channel_prefix(redis_url: str) -> str:
 class Publisher:
     """Publishes nudges on `<prefix><tenant id>`; a no-op (that says so) when realtime is off."""
 
-    def __init__(self, redis: Redis | None, *, prefix: str, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        redis: Redis | None,
+        *,
+        prefix: str,
+        enabled: bool = True,
+        sharded: Sharded | None = None,
+    ) -> None:
         self._redis = redis
         self._prefix = prefix
+        self._sharded = sharded
         self.enabled = enabled and redis is not None
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_failure_log = -FAILURE_LOG_EVERY_S
@@ -151,17 +162,39 @@ class Publisher:
         assert self._redis is not None  # noqa: S101 (checked by send)
         try:
             async with asyncio.timeout(PUBLISH_TIMEOUT_S):  # a Redis that hangs holds nothing up
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for nudge in nudges:
-                        pipe.publish(self.channel(nudge.tenant_id), nudge.to_wire())
-                    await pipe.execute()
-        except (RedisError, OSError, TimeoutError) as exc:
+                if self._sharded is None:
+                    async with self._redis.pipeline(transaction=False) as pipe:
+                        for nudge in nudges:
+                            pipe.publish(self.channel(nudge.tenant_id), nudge.to_wire())
+                        await pipe.execute()
+                else:
+                    await self._spublish(self._sharded, nudges)
+        except (RedisError, OSError, TimeoutError, LookupError) as exc:
             metrics.NUDGES_DROPPED.inc(len(nudges))
             self._log_failure(exc, len(nudges))
         else:
             self.sent += len(nudges)
             for nudge in nudges:
                 metrics.NUDGES_PUBLISHED.labels(nudge.type).inc()
+
+    async def _spublish(self, sharded: Sharded, nudges: Sequence[Nudge]) -> None:
+        """Sharded pub/sub: `SPUBLISH` each nudge to the node that owns its channel's slot, a
+        pipeline per node. A slot that moved (MOVED) marks the map stale, and the nudges fail."""
+        by_node: dict[str, list[Nudge]] = {}
+        for nudge in nudges:
+            node = sharded.shards.node_for(self.channel(nudge.tenant_id))
+            by_node.setdefault(node, []).append(nudge)
+        try:
+            for node, mine in by_node.items():
+                async with sharded.connect(node).pipeline(transaction=False) as pipe:
+                    for nudge in mine:
+                        pipe.execute_command(
+                            "SPUBLISH", self.channel(nudge.tenant_id), nudge.to_wire()
+                        )
+                    await pipe.execute()
+        except ResponseError:
+            sharded.stale()
+            raise
 
     async def publish(self, pending: Sequence[PendingNudge]) -> None:
         """The awaited sink (workers, jobs, cron): stamp now, send now."""

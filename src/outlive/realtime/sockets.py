@@ -7,9 +7,10 @@ aliases or `__typename`, see `plain_selection`) answered without per-subscriber 
 whose payload every socket of the tenant shares, encoded once per nudge (`Delivery.encoded`),
 byte for byte what strawberry sends for that selection (tests/realtime compare them). Any other
 document (fragments, directives, variables, several operations) is strawberry's, executed per
-subscriber by the `nudges` resolver (`resolvers/nudges.py`). Both register with the hub
-synchronously (when the `subscribe` message is handled, or when the resolver starts) and
-unregister on every way out: `complete`, a client's close, a dropped connection, a server close.
+subscriber by the `nudges` resolver (`resolvers/nudges.py`). Both register with the hub when
+the `subscribe` message is handled (or when the resolver starts), wait until the tenant's Redis
+subscription is confirmed (the hub subscribes per served tenant), and unregister on every way
+out: `complete`, a client's close, a dropped connection, a server close.
 
 The socket carries subscriptions only (queries and mutations go over HTTP, where the body limit,
 rate limits and coalescing apply). Its token is re-checked on every `subscribe` (4403 once it
@@ -18,12 +19,14 @@ stopped working); the registry closes it sooner on a revocation or at expiry.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, TypeGuard, cast
 
 from graphql import (
@@ -36,7 +39,6 @@ from graphql import (
 )
 from starlette.websockets import WebSocketDisconnect
 from strawberry.asgi import ASGIWebSocketAdapter
-from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
@@ -48,13 +50,13 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
 from strawberry.types.graphql import OperationType as StrawberryOperation
 
 from outlive.errors import ServiceUnavailable
-from outlive.realtime.hub import Subscriber, SubscriberClosed
 from outlive.realtime.nudges import Nudge as NudgeRecord
 from outlive.realtime.registry import (
     CLOSE_FORBIDDEN,
     TooManySockets,
     close_reason,
 )
+from outlive.realtime.subscribers import CLOSE_GONE, Delivery, Subscriber, SubscriberClosed
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +177,7 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._fast: dict[str, tuple[Subscriber, PlainSelection]] = {}
+        self._closers: set[asyncio.Task[None]] | None = None  # made when first needed
         self.schema = cast(Any, SubscriptionsOnly(self.schema))
 
     async def handle_message(self, message: Any) -> None:
@@ -197,6 +200,11 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         try:
             await super().handle_connection_init(message)
+            if self.connection_acknowledged and self.connection_init_timeout_task is not None:
+                # strawberry lets it sleep out the whole init timeout: a task, its frame and a
+                # timer per socket for 10 s, for nothing once the connection is acknowledged.
+                self.connection_init_timeout_task.cancel()
+                self.connection_init_timeout_task = None
         except TooManySockets as exc:
             await self.websocket.close(code=CLOSE_TRY_AGAIN, reason=str(exc))
         except ServiceUnavailable as exc:  # the token cannot be checked now: not "forbidden"
@@ -235,35 +243,59 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
         selection = plain_selection(operation.query, operation.operation_name)
         if selection is None:
             return
-        # The task has not started yet: registering here means that nothing published after this
-        # message was handled is missed (a client may rely on a ping sent after its subscribe).
+        # The task has not started yet: registering here, and waiting until Redis confirmed the
+        # tenant's subscription (the first socket of a tenant in this process subscribes), means
+        # that nothing published after this message was handled is missed (a client may rely on
+        # a ping sent after its subscribe: messages are handled one after the other).
         subscriber = hub.add(principal.tenant.id)
-        self._fast[operation.id] = (subscriber, selection)
-        operation.task.add_done_callback(lambda _: hub.remove(subscriber))
+        self._fast[operation.id] = (subscriber, selection)  # until `cleanup_operation`
+        operation.query = sys.intern(operation.query)  # one copy for every socket that sent it
+        await hub.heard(principal.tenant.id)
 
     async def run_operation(self, operation: Operation[Any, None]) -> None:
-        fast = self._fast.pop(operation.id, None)
+        """The plain selection: attach the subscriber's sink and return (the hub sends each frame
+        from its fan-out loop, `Subscriber.attach`); anything else is strawberry's."""
+        fast = self._fast.get(operation.id)
         if fast is None:
             await super().run_operation(operation)  # refused there unless a subscription
             return
         subscriber, selection = fast
-        hub = self.context.services.hub
-        assert hub is not None  # noqa: S101 (checked when registered)
         websocket = self.websocket
         assert isinstance(websocket, ASGIWebSocketAdapter)  # noqa: S101 (the ASGI view's adapter)
+        send_text = websocket.ws.send_text
         head = selection.frame_head(operation.id)
-        try:
-            while True:
-                delivery = await subscriber.next()
-                body = delivery.encoded(selection, selection.encode)
-                await websocket.ws.send_text(head + body + "}}}")
-        except SubscriberClosed as closed:
-            hub.remove(subscriber)  # first: a stalled peer may never read the close
-            await close_subscriber(websocket.ws, closed)
-        except (WebSocketDisconnect, WebSocketDisconnected, RuntimeError, OSError):
-            pass  # the peer is gone; the handler's own loop sees it and cleans up
-        finally:
-            hub.remove(subscriber)
+
+        def sink(delivery: Delivery) -> Coroutine[Any, Any, None]:
+            return send_text(head + delivery.encoded(selection, selection.encode) + "}}}")
+
+        subscriber.attach(sink, partial(self._subscriber_closed, websocket.ws))
+        # This task ends here: strawberry keeps `operation.task` until the operation is cleaned
+        # up (it cancels, then awaits it), and a finished task still holds ~0.8 KiB. A finished
+        # future of this socket's stands in for it.
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        operation.task = cast(Any, done)
+
+    def _subscriber_closed(self, ws: Any, closed: SubscriberClosed) -> None:
+        """The hub closed the subscriber (1012, 1013): close the socket with that code, in the
+        background (the hub has unregistered it; a stalled peer may never read the close). A
+        failed send needs nothing: the handler's own loop sees the peer go."""
+        if closed.code == CLOSE_GONE:
+            return
+        task = asyncio.get_running_loop().create_task(close_subscriber(ws, closed))
+        if self._closers is None:
+            self._closers = set()
+        self._closers.add(task)
+        task.add_done_callback(self._closers.discard)
+
+    async def cleanup_operation(self, operation_id: str) -> None:
+        fast = self._fast.pop(operation_id, None)
+        if fast is not None:
+            fast[0].detach()
+            hub = self.context.services.hub
+            if hub is not None:
+                hub.remove(fast[0])
+        await super().cleanup_operation(operation_id)
 
 
 _PAYLOAD_SHAPES = (

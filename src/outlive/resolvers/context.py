@@ -43,7 +43,7 @@ class Services:
         return await self.auth.authenticate(self.sessions, token)
 
 
-@dataclass
+@dataclass(slots=True)  # one per request and per open socket: no __dict__ each
 class Context:
     services: Services
     principal: Principal | None

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { type ConnectionEvent, type ConnectionState, isReconnectable, nextState } from "./connection";
+import { type ConnectionEvent, type ConnectionState, closeCode, isReconnectable, nextState } from "./connection";
 
 const run = (events: ConnectionEvent[], from: ConnectionState = "connecting") =>
   events.reduce(nextState, from);
@@ -48,6 +48,15 @@ describe("isReconnectable", () => {
   it("reconnects after a redeploy-shaped close", () => {
     expect(isReconnectable({ code: 1012, reason: "Service Restart" })).toBe(true);
     expect(isReconnectable({ code: 1001, reason: "Going Away" })).toBe(true);
+  });
+
+  it("backs off and retries a server that is full (1013, try again later)", () => {
+    // The server's socket cap, the tenant's, or a socket that fell behind: the close comes before
+    // connection_ack, so graphql-ws never resets its retry count and each wait grows (backoff.ts).
+    expect(isReconnectable({ code: 1013, reason: "too many sockets in this process: retry later" })).toBe(
+      true,
+    );
+    expect(closeCode({ code: 1013, reason: "" })).toBe(1013);
   });
 
   it("reconnects after a dropped network, a silent socket or a bare error", () => {

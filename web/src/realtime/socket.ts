@@ -5,6 +5,9 @@
  *   when the browser comes back online or the tab comes back into view;
  * - a close with 1012 (service restart) or 1001 (going away) is a reconnect like any other; only
  *   a refused token (4403) stops it (connection.ts);
+ * - a close with 1013 (try again later: the process's socket cap, the tenant's, a socket that fell
+ *   behind) is retried too, and backs off: it comes before `connection_ack`, and graphql-ws resets
+ *   its retry count only on an ack, so each wait is drawn from a window twice the last;
  * - keep-alive: a ping every 10 s; no pong within 5 s and the socket is dropped and redialled;
  * - on every (re)connect, `onConnected` runs: the app asks every active query again, so a nudge
  *   missed while the socket was down costs nothing.
