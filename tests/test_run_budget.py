@@ -1,4 +1,4 @@
-"""One run's cost, against the committed budget (`tests/budget.json`).
+"""One run's cost, against the committed budget (`tests/run_budget.json`).
 
 A run's whole life: `startRun` over the real app, its claim by the production saq runs worker,
 3 turns of `demo`, its settle, and the one webhook delivery that settle makes, to an endpoint on
@@ -22,8 +22,8 @@ count. (`pg_stat_database` was tried first: a backend reports its transactions w
 or ends, late and in batches, so the warm-up leaked into the count.)
 
 A number above the budget fails; one more than 10% below it fails too, so that the file is
-updated in the same commit (`OUTLIVE_BUDGET_WRITE=1 uv run pytest tests/test_budget.py` writes
-the measured numbers into it).
+updated in the same commit (`OUTLIVE_BUDGET_WRITE=1 uv run pytest tests/test_run_budget.py`
+writes the measured numbers into it).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from outlive.worker import WorkerHost
 from tests.faults import OwnPostgres, OwnRedis
 from tests.support import Api, loopback_server
 
-BUDGET = Path(__file__).with_name("budget.json")
+BUDGET = Path(__file__).with_name("run_budget.json")
 SHRINK = 0.9  # below 90% of the budget: update the file
 TURNS = 3
 CREATE_ENDPOINT = """mutation($url: String!) {
