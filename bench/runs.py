@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import secrets
 import statistics
 import sys
@@ -107,7 +108,7 @@ async def start_run_figures(
     quick: bool,
     api_processes: int,
     scraper: Scraper | None = None,
-) -> list[tuple[int, Figures, Figures, Figures]]:
+) -> list[tuple[int, Figures, Figures, Figures, float, float]]:
     conn = await asyncpg.connect(env.database_url)
     # 32: with two API processes holding their own pools, PostgreSQL's default 100 connections
     pool = await asyncpg.create_pool(env.database_url, min_size=8, max_size=32)
@@ -121,8 +122,10 @@ async def start_run_figures(
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"  # the API's own metrics listener
     metrics_env = env.vars(OUTLIVE_METRICS_PORT=str(metrics_port), OUTLIVE_METRICS_HOST="127.0.0.1")
     with (
-        outlive("api", "--port", str(port), "--workers", str(api_processes), env=metrics_env),
-        spawn(floor_argv, env=env.vars()),
+        outlive(
+            "api", "--port", str(port), "--workers", str(api_processes), env=metrics_env
+        ) as api_process,
+        spawn(floor_argv, env=env.vars()) as floor_process,
     ):
         await wait_http(f"http://127.0.0.1:{port}/healthz")
         await wait_http(f"http://127.0.0.1:{floor_port}/healthz")
@@ -164,23 +167,36 @@ async def start_run_figures(
                     raise RuntimeError(payload)
 
             api_rounds, floor_rounds, http_rounds = [], [], []
+            cpu = {"api": 0.0, "http": 0.0}
             for _ in range(2):  # alternate, so all see the same machine weather
                 await reset(conn, queue)
                 await load("warm", http_floor, warm, concurrency)
                 await reset(conn, queue)
+                began = tree_cpu_s(floor_process.pid)
                 http_rounds.append(await load("http floor", http_floor, count, concurrency))
+                cpu["http"] += tree_cpu_s(floor_process.pid) - began
                 await reset(conn, queue)
                 await load("warm", via_api, warm, concurrency)
                 await reset(conn, queue)
+                began = tree_cpu_s(api_process.pid)
                 api_rounds.append(await load("api", via_api, count, concurrency))
+                cpu["api"] += tree_cpu_s(api_process.pid) - began
                 await reset(conn, queue)
                 await load("warm", floor, warm, concurrency)
                 await reset(conn, queue)
                 floor_rounds.append(await load("floor", floor, count, concurrency))
             await client.close()
             await by_hand.close()
+            per_request = {k: v * 1000 / (2 * count) for k, v in cpu.items()}
             results.append(
-                (concurrency, _merge(api_rounds), _merge(http_rounds), _merge(floor_rounds))
+                (
+                    concurrency,
+                    _merge(api_rounds),
+                    _merge(http_rounds),
+                    _merge(floor_rounds),
+                    per_request["api"],
+                    per_request["http"],
+                )
             )
         if scraper is not None:
             scraper.remove(metrics_url)
@@ -312,13 +328,29 @@ async def end_to_end(
 Tenants = list[tuple[uuid.UUID, str]]
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its children (`--workers N`)."""
+    total, pending = 0.0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            with open(f"/proc/{current}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+            with open(f"/proc/{current}/task/{current}/children") as children:
+                pending += [int(c) for c in children.read().split()]
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 async def print_start_runs(
     env: Env, tenants: Tenants, quick: bool, scraper: Scraper | None
 ) -> None:
     rows = []
     for processes in API_PROCESSES:
         figures = await start_run_figures(env, tenants, quick, processes, scraper)
-        for concurrency, api, http, floor in figures:
+        for concurrency, api, http, floor, api_cpu, http_cpu in figures:
             rows.append(
                 [
                     processes,
@@ -333,6 +365,9 @@ async def print_start_runs(
                     f"{api.per_s:.0f}",
                     f"{http.per_s:.0f}",
                     f"{floor.per_s:.0f}",
+                    f"{api_cpu:.3f}",
+                    f"{http_cpu:.3f}",
+                    f"{api_cpu / http_cpu:.2f}x",
                 ]
             )
     print(
@@ -340,7 +375,8 @@ async def print_start_runs(
         " work) and the direct floor (asyncpg INSERT + saq enqueue, no HTTP)"
     )
     header = ["api procs", "conc", "p50 ms", "http p50", "vs http", "direct p50", "vs direct"]
-    print(table(rows, [*header, "p99 ms", "http p99", "req/s", "http/s", "direct/s"]))
+    more = ["p99 ms", "http p99", "req/s", "http/s", "direct/s", "cpu ms/req", "http cpu", "cpu"]
+    print(table(rows, [*header, *more]))
     print("target: p50 at most 1.5x the http floor at concurrency 1, 16 and 64 (one process):")
     for r in rows[:3]:
         ratio = float(str(r[4]).rstrip("x"))
