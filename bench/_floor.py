@@ -7,6 +7,11 @@
   for the SPA's `Runs` query, `__typename`s included, written with `json.dumps`;
 - `POST /start`: the token looked up, a run inserted (Outlive's INSERT), a nudge published on a
   Redis channel of the floor's own; `{"id": …}`;
+- `POST /start-run`: `startRun`'s work written by hand: the token looked up (Outlive's
+  authentication statement), the tenant's start-run rate limit taken (Outlive's `RateLimiter`,
+  the same Lua script), the run inserted (Outlive's `INSERT … ON CONFLICT`, admission included,
+  `RETURNING *`) and its saq job enqueued (Outlive's `SaqRunInstances.start`); `{"id", "created"}`.
+  It publishes no nudge: `startRun` defers its own past the answer;
 - `WS /graphql`: every message on that channel, sent as it is to every socket (a raw broadcast).
 """
 
@@ -35,6 +40,21 @@ RUNS_SQL = (
     "SELECT id, agent, status, attempt, input, output, error, created_at, started_at,"
     " finished_at, cancel_requested_at FROM runs WHERE tenant_id = $1"
     " ORDER BY created_at DESC, id DESC LIMIT $2"
+)
+AUTHENTICATE_SQL = (
+    "SELECT users.id AS user_id, users.email, tenants.id AS tenant_id, tenants.slug,"
+    " tenants.name, api_tokens.id AS token_id, api_tokens.expires_at FROM api_tokens"
+    " JOIN users ON users.id = api_tokens.user_id"
+    " JOIN tenants ON tenants.id = api_tokens.tenant_id"
+    " WHERE api_tokens.token_hash = $1 AND api_tokens.revoked_at IS NULL"
+    " AND (api_tokens.expires_at IS NULL OR api_tokens.expires_at > now())"
+)
+START_RUN_SQL = (
+    "INSERT INTO runs (tenant_id, agent, input, retried_from_id, dispatched_at)"
+    " VALUES ($1, $2, $3::jsonb, NULL, CASE WHEN coalesce("
+    "(SELECT max_running_runs FROM tenants WHERE id = $1), $4::int) >= $5::int"
+    " THEN now() END)"
+    " ON CONFLICT (tenant_id, agent) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING RETURNING *"
 )
 INSERT_SQL = (
     "INSERT INTO runs (tenant_id, agent, input) VALUES ($1, 'demo', $2::jsonb)"
@@ -112,6 +132,37 @@ def floor_app(database_url: str, redis_url: str) -> Any:
         await state["redis"].publish(FLOOR_CHANNEL, json.dumps(nudge))
         return JSONResponse({"id": str(run_id)})
 
+    async def start_run(request: Request) -> Response:
+        """`startRun`'s work by hand (see the module's docstring)."""
+        from outlive.errors import RateLimited
+        from outlive.services.ratelimits import start_run_bucket
+
+        token = request.headers.get("authorization", "").partition(" ")[2]
+        row = await state["pool"].fetchrow(
+            AUTHENTICATE_SQL, hashlib.sha256(token.encode()).digest()
+        )
+        if row is None:
+            return JSONResponse({"error": "unauthenticated"}, status_code=401)
+        body = json.loads(await request.body())
+        try:
+            await state["limiter"].take(
+                start_run_bucket(row["tenant_id"], state["rate"]), message="too many runs"
+            )
+        except RateLimited:
+            return JSONResponse({"error": "RATE_LIMITED"}, status_code=429)
+        run = await state["pool"].fetchrow(
+            START_RUN_SQL,
+            row["tenant_id"],
+            body["agent"],
+            json.dumps(body["input"]),
+            state["cap"],
+            state["agents"],
+        )
+        if run is None:
+            return JSONResponse({"created": False})
+        await state["instances"].start(run["id"])
+        return JSONResponse({"id": str(run["id"]), "status": run["status"], "created": True})
+
     async def socket(websocket: WebSocket) -> None:
         await websocket.accept(subprotocol="graphql-transport-ws")
         sockets.add(websocket)
@@ -141,6 +192,17 @@ def floor_app(database_url: str, redis_url: str) -> Any:
             database_url, min_size=4, max_size=20, init=_json_codecs
         )
         state["redis"] = redis = Redis.from_url(redis_url)
+        from outlive.config import Settings
+        from outlive.jobs.queues import RUNS_QUEUE, create_queue, create_redis
+        from outlive.jobs.run_instances import SaqRunInstances
+        from outlive.services.ratelimits import RateLimiter
+
+        settings = Settings(database_url=database_url, redis_url=redis_url)
+        limits = create_redis(redis_url)
+        queue = create_queue(redis_url, RUNS_QUEUE)
+        state["limiter"], state["rate"] = RateLimiter(limits), settings.rate_start_run
+        state["instances"] = SaqRunInstances(queue, settings)
+        state["cap"], state["agents"] = settings.tenant_max_running_runs, 1
         pubsub = redis.pubsub(ignore_subscribe_messages=True)
         await pubsub.subscribe(FLOOR_CHANNEL)
         task = asyncio.create_task(listen(pubsub))
@@ -152,6 +214,8 @@ def floor_app(database_url: str, redis_url: str) -> Any:
                 await task
             await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
             await redis.aclose()
+            await limits.aclose()
+            await queue.disconnect()
             await state["pool"].close()
 
     async def healthz(_: Request) -> Response:
@@ -161,6 +225,7 @@ def floor_app(database_url: str, redis_url: str) -> Any:
         Route("/healthz", healthz),
         Route("/runs", runs),
         Route("/start", start, methods=["POST"]),
+        Route("/start-run", start_run, methods=["POST"]),
         WebSocketRoute("/graphql", socket),
     ]
     return Starlette(routes=routes, lifespan=lifespan)

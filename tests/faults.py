@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 
 import asyncpg
@@ -229,9 +229,12 @@ class OwnPostgres:
     shared one. It runs with `fsync=off`: a killed process loses nothing the kernel already has,
     so that changes nothing here and spares the shared disk."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Mapping[str, str] | None = None) -> None:
         # Not under pytest's tmp_path: that is 0700 and root's, and the cluster may run as
         # another user (see `_postgres_user`).
+        self.settings = dict(settings or {})  # more `-c name=value` for the postmaster
+        self.output = bytearray()  # what the server logged once ready (`log_statement`, …)
+        self._grew = asyncio.Event()
         self.directory = Path(tempfile.mkdtemp(prefix="outlive-pg-"))
         self.port = free_port()
         self.user = _postgres_user()
@@ -247,9 +250,9 @@ class OwnPostgres:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def running(cls) -> AsyncIterator[OwnPostgres]:
+    async def running(cls, settings: Mapping[str, str] | None = None) -> AsyncIterator[OwnPostgres]:
         """initdb, start, create the database, migrate it; killed and removed afterwards."""
-        server = cls()
+        server = cls(settings)
         try:
             await server._init()
             await server.start()
@@ -294,6 +297,7 @@ class OwnPostgres:
             str(self.binaries / "postgres"),
             *("-D", str(self.directory / "data"), "-p", str(self.port), "-k", str(self.directory)),
             *("-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=300"),
+            *(arg for name, value in self.settings.items() for arg in ("-c", f"{name}={value}")),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             user=self.user,
@@ -306,7 +310,18 @@ class OwnPostgres:
                 lines.append(line)
                 if process.stdout.at_eof():
                     raise RuntimeError(f"postgres exited: {b''.join(lines).decode()}")
-        self._log = asyncio.create_task(OwnRedis._drain(process.stdout))
+        self._log = asyncio.create_task(self._keep(process.stdout))
+
+    async def _keep(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(CHUNK):
+            self.output += chunk
+            self._grew.set()
+
+    async def until_logged(self, text: bytes) -> None:
+        """Returns once the server has logged `text`."""
+        while text not in self.output:
+            self._grew.clear()
+            await self._grew.wait()
 
     async def kill(self) -> None:
         """SIGKILL the postmaster and its backends; returns once all are gone."""

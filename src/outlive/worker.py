@@ -69,14 +69,15 @@ class WorkerHost:
         what was opened."""
         try:
             runtime = await self._stack.enter_async_context(open_runtime(self.settings, "worker"))
-            self.deps = self._deps(runtime)
+            self.deps = self.deps_for(runtime)
             await self._start_workers(runtime.require_queues(), self.deps)
             self._start_relay(runtime)
         except BaseException:
             await self._stack.aclose()
             raise
 
-    def _deps(self, runtime: Runtime) -> WorkerDeps:
+    def deps_for(self, runtime: Runtime) -> WorkerDeps:
+        """What the tasks read under the saq context's `outlive` key, from the runtime."""
         queues, http = runtime.require_queues(), runtime.http
         assert http is not None  # noqa: S101 (the "worker" runtime has its clients)
         settings, sessions = self.settings, runtime.sessions
@@ -98,6 +99,15 @@ class WorkerHost:
         )
 
     async def _start_workers(self, queues: Queues, deps: WorkerDeps) -> None:
+        workers, tasks = self.saq_workers(queues, deps), list[asyncio.Task[None]]()
+        self._stack.push_async_callback(_stop_workers, workers, tasks)
+        for worker in workers:
+            await worker.queue.connect()
+            tasks.append(asyncio.create_task(worker.start(), name=f"saq-{worker.queue.name}"))
+
+    def saq_workers(self, queues: Queues, deps: WorkerDeps) -> list[Worker[Any]]:
+        """The runs worker and the jobs worker (with cron), not started: `start` runs them as
+        tasks; a test that counts one run's cost calls their `process()` itself."""
         timers = cast(
             PartialTimersDict, {"sweep": self.settings.run_sweep_s, "schedule": 1, "abort": 1}
         )
@@ -118,13 +128,10 @@ class WorkerHost:
             shutdown_grace_period_s=int(self.settings.shutdown_grace_s),  # short jobs finish
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
         )
-        workers, tasks = [runs_worker, jobs_worker], list[asyncio.Task[None]]()
-        self._stack.push_async_callback(_stop_workers, workers, tasks)
-        for worker in workers:
+        for worker in (runs_worker, jobs_worker):
             worker.context["outlive"] = deps
             worker.SIGNALS = []  # the embedding process owns the signals
-            await worker.queue.connect()
-            tasks.append(asyncio.create_task(worker.start(), name=f"saq-{worker.queue.name}"))
+        return [runs_worker, jobs_worker]
 
     def _start_relay(self, runtime: Runtime) -> None:
         """The relay (`services.relay`): hands the queue whatever PostgreSQL says is due. It
