@@ -1,6 +1,7 @@
 import { buildSchema, type DocumentNode, parse, validate } from "graphql";
 import { describe, expect, it } from "vitest";
 import * as invitations from "./documents/invitations";
+import * as replays from "./documents/replays";
 import * as runs from "./documents/runs";
 import * as usage from "./documents/usage";
 import * as viewer from "./documents/viewer";
@@ -16,7 +17,7 @@ const served = buildSchema(servedSdl);
 const isDocument = (v: unknown): v is DocumentNode =>
   typeof v === "object" && v !== null && (v as { kind?: string }).kind === "Document";
 
-const operations = Object.entries({ ...runs, ...viewer, ...webhooks, ...invitations, ...usage })
+const operations = Object.entries({ ...runs, ...viewer, ...webhooks, ...invitations, ...usage, ...replays })
   .filter(([, v]) => isDocument(v) && (v as DocumentNode).definitions.some((d) => d.kind === "OperationDefinition"))
   .map(([name, v]) => [name, v as DocumentNode] as const);
 
@@ -24,9 +25,9 @@ describe("the app's documents", () => {
   it("are all found", () => {
     expect(operations.map(([name]) => name).sort()).toEqual(
       [
-        "AGENTS", "CANCEL_RUN", "CREATE_WEBHOOK_ENDPOINT", "DELETE_WEBHOOK_ENDPOINT", "INVITATIONS",
-        "INVITE_MEMBER", "RUNS", "RUN_DETAIL", "RUN_TIMELINE", "START_RUN", "USAGE", "VIEWER",
-        "WEBHOOK_ENDPOINTS",
+        "AGENTS", "CANCEL_RUN", "CANCEL_RUN_REPLAY", "CREATE_WEBHOOK_ENDPOINT", "DELETE_WEBHOOK_ENDPOINT",
+        "INVITATIONS", "INVITE_MEMBER", "REDELIVER_WEBHOOK", "REPLAY_RUNS", "RETRY_RUN", "RUNS",
+        "RUN_DETAIL", "RUN_REPLAYS", "RUN_TIMELINE", "START_RUN", "USAGE", "VIEWER", "WEBHOOK_ENDPOINTS",
       ].sort(),
     );
   });

@@ -66,6 +66,7 @@ export type Route =
   | { name: "webhooks" }
   | { name: "invitations" }
   | { name: "usage" }
+  | { name: "replays" }
   | { name: "notFound" };
 
 export function matchRoute(path: string): Route {
@@ -77,5 +78,6 @@ export function matchRoute(path: string): Route {
   if (parts.length === 1 && parts[0] === "webhooks") return { name: "webhooks" };
   if (parts.length === 1 && parts[0] === "invitations") return { name: "invitations" };
   if (parts.length === 1 && parts[0] === "usage") return { name: "usage" };
+  if (parts.length === 1 && parts[0] === "replays") return { name: "replays" };
   return { name: "notFound" };
 }

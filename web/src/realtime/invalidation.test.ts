@@ -30,6 +30,7 @@ describe("keysForNudge", () => {
     expect(keysForNudge({ type: "webhook.delivery.updated", id: "d" })).toEqual([
       { kind: "webhooks" },
     ]);
+    expect(keysForNudge({ type: "replay.updated", id: "r" })).toEqual([{ kind: "replays" }]);
   });
 
   it("an unknown type concerns nothing", () => {
@@ -46,6 +47,7 @@ describe("keyOfQuery", () => {
     expect(keyOfQuery("Usage", { days: 30 })).toEqual({ kind: "usage" });
     expect(keyOfQuery("Invitations", {})).toEqual({ kind: "invitations" });
     expect(keyOfQuery("WebhookEndpoints", undefined)).toEqual({ kind: "webhooks" });
+    expect(keyOfQuery("RunReplays", { first: 20 })).toEqual({ kind: "replays" });
   });
 
   it("leaves the rest alone", () => {

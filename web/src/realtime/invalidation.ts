@@ -20,7 +20,8 @@ export type QueryKey =
   | { kind: "runEvents"; id: string } // one run's timeline
   | { kind: "usage" }
   | { kind: "invitations" }
-  | { kind: "webhooks" }; // endpoints and their deliveries
+  | { kind: "webhooks" } // endpoints and their deliveries
+  | { kind: "replays" }; // the bulk replays and their progress
 
 /**
  * The operation names of the app's documents (see `api/documents`): each is one kind of key. An
@@ -34,6 +35,7 @@ export const OPERATIONS = {
   Usage: "usage",
   Invitations: "invitations",
   WebhookEndpoints: "webhooks",
+  RunReplays: "replays",
 } as const satisfies Record<string, QueryKey["kind"]>;
 
 /** The keys a nudge concerns; an unknown type concerns nothing (a newer server, an older app). */
@@ -58,6 +60,10 @@ export function keysForNudge(nudge: NudgeLike): QueryKey[] {
     case "webhook.delivery.updated":
       // The id is a delivery's; deliveries are shown under their endpoints.
       return [{ kind: "webhooks" }];
+    case "replay.updated":
+      // A replay was made or moved on: the replays screen asks for its rows (and their counts)
+      // again. The runs it starts come as their own run.created nudges.
+      return [{ kind: "replays" }];
     default:
       return [];
   }
