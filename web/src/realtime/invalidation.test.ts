@@ -43,6 +43,7 @@ describe("keyOfQuery", () => {
   it("names each of the app's nudge-driven operations", () => {
     expect(keyOfQuery("Runs", { first: 20, status: ["RUNNING"] })).toEqual({ kind: "runs" });
     expect(keyOfQuery("RunDetail", { id: RUN })).toEqual({ kind: "run", id: RUN });
+    expect(keyOfQuery("RunWhy", { id: RUN })).toEqual({ kind: "run", id: RUN });
     expect(keyOfQuery("RunTimeline", { id: RUN, after: 0 })).toEqual({ kind: "runEvents", id: RUN });
     expect(keyOfQuery("Usage", { days: 30 })).toEqual({ kind: "usage" });
     expect(keyOfQuery("Invitations", {})).toEqual({ kind: "invitations" });

@@ -31,6 +31,7 @@ export type QueryKey =
 export const OPERATIONS = {
   Runs: "runs",
   RunDetail: "run",
+  RunWhy: "run",
   RunTimeline: "runEvents",
   Usage: "usage",
   Invitations: "invitations",

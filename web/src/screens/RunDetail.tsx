@@ -1,8 +1,8 @@
 import { useApolloClient, useMutation, useQuery } from "@apollo/client/react";
 import { useEffect, useRef } from "react";
-import { CANCEL_RUN, EVENTS_PAGE, RETRY_RUN, RUN_DETAIL, RUN_TIMELINE } from "../api/documents/runs";
+import { CANCEL_RUN, EVENTS_PAGE, RETRY_RUN, RUN_DETAIL, RUN_TIMELINE, RUN_WHY } from "../api/documents/runs";
 import { describeError } from "../api/errors";
-import type { RunDetailQuery } from "../api/generated";
+import type { RunFieldsFragment, RunWhyFieldsFragment } from "../api/generated";
 import { ACTIVE_STATUSES } from "../api/types";
 import { Link, navigate, useLocation } from "../app/router";
 import { lastSeq } from "../realtime/timeline";
@@ -10,12 +10,15 @@ import { CopyButton, ErrorNote, Json, JsonDetails, Loading, StatusBadge, useNow,
 import { compactJson, formatDuration, formatRelative, formatTime, shortId } from "../ui/format";
 import { type Band, buildWaterfall, END_WORDS, formatMs, type TimelineEvent, type Waterfall } from "../ui/waterfall";
 
-type DetailRun = NonNullable<RunDetailQuery["run"]>;
+/** The run as the page knows it: its fields, and why it is here once RunWhy has answered. */
+type DetailRun = RunFieldsFragment & Partial<RunWhyFieldsFragment>;
 
 /** One run: its fields (live on run.updated), its timeline (live on run.event), Cancel run. */
 export function RunDetail({ id }: { id: string }) {
   const { params } = useLocation();
   const { data, error, loading } = useQuery(RUN_DETAIL, { variables: { id } });
+  const why = useQuery(RUN_WHY, { variables: { id } });
+  const refetchWhy = why.refetch;
   const [cancelRun, cancelling] = useMutation(CANCEL_RUN);
   const [retryRun, retrying] = useMutation(RETRY_RUN);
   const run = data?.run;
@@ -33,6 +36,15 @@ export function RunDetail({ id }: { id: string }) {
   useEffect(() => {
     document.title = `Run ${shortId(id)} · Outlive`;
   }, [id]);
+  // Heartbeats extend the lease without a nudge (contract §5): when the lease on screen runs
+  // out, ask for the run again, so the page never says "ran out" of a lease that was extended.
+  const leaseExpiresAt = run?.status === "RUNNING" ? (why.data?.run?.leaseExpiresAt ?? null) : null;
+  useEffect(() => {
+    if (!leaseExpiresAt) return;
+    const wait = Math.max(new Date(leaseExpiresAt).getTime() - Date.now(), 0) + 500;
+    const timer = setTimeout(() => void refetchWhy().catch(() => undefined), Math.min(wait, 2 ** 31 - 1));
+    return () => clearTimeout(timer);
+  }, [leaseExpiresAt, refetchWhy]);
 
   if (error && !run) return <ErrorNote error={error} />;
   if (!data && loading) return <Loading />;
@@ -142,7 +154,7 @@ export function RunDetail({ id }: { id: string }) {
       )}
       {/* The run page is a list of panels: the steps list and the signal form (durable steps, a
           later phase) slot in here beside these. */}
-      <RunPanels run={run} />
+      <RunPanels run={{ ...run, ...(why.data?.run ?? {}) }} />
       <div className="columns">
         <div>
           <h2>Input</h2>
@@ -186,13 +198,15 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
       break;
     case "RUNNING": {
       lines.push(`Attempt ${run.attempt} is running.`);
-      if (run.heartbeatAt) lines.push(`Its worker was last heard from ${formatRelative(run.heartbeatAt, now)}.`);
+      if (run.heartbeatAt) {
+        lines.push(`Its worker was last heard from at ${formatTime(run.heartbeatAt)} (${formatRelative(run.heartbeatAt, now)}).`);
+      }
       if (run.leaseExpiresAt) {
         const left = new Date(run.leaseExpiresAt).getTime() - now;
         lines.push(
           left > 0
-            ? `Its lease runs out ${formatRelative(run.leaseExpiresAt, now)}: if the worker stops answering, another worker takes the run over then.`
-            : `Its lease ran out ${formatRelative(run.leaseExpiresAt, now)}: another worker will take the run over.`,
+            ? `Its lease runs out at ${formatTime(run.leaseExpiresAt)} unless the worker heartbeats first: if the worker stops answering, another worker takes the run over then.`
+            : `Its lease ran out at ${formatTime(run.leaseExpiresAt)} (${formatRelative(run.leaseExpiresAt, now)}) with no heartbeat: another worker takes the run over.`,
         );
       }
       if (run.cancelRequestedAt) lines.push("Cancel was requested: it stops before its next turn.");
@@ -222,7 +236,7 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
       lines.push(`Attempt ${band.attempt} hit a retryable fault${typeof error === "string" ? ` (${error})` : ""} and was retried.`);
     }
   }
-  if (run.lostAttempts > 0) {
+  if ((run.lostAttempts ?? 0) > 0) {
     lines.push(
       `${run.lostAttempts} attempt(s) lost their worker; they use up no retry, but a run fails after losing its worker 3 times.`,
     );

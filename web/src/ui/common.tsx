@@ -37,7 +37,7 @@ export function Loading({ children = "Loading…" }: { children?: ReactNode }) {
 
 export function Json({ value, label }: { value: unknown; label: string }) {
   return (
-    <pre className="json" aria-label={label} tabIndex={0}>
+    <pre className="json" role="region" aria-label={label} tabIndex={0}>
       {JSON.stringify(value, null, 2)}
     </pre>
   );
@@ -99,7 +99,8 @@ export function JsonDetails({ value, label, open = false }: { value: unknown; la
   const text = JSON.stringify(value) ?? "null";
   return (
     <details className="json-details" open={open}>
-      <summary aria-label={`${label}: show JSON`}>
+      <summary>
+        <span className="visually-hidden">{label}: </span>
         <span className="mono">{text.length > 80 ? `${text.slice(0, 80)}…` : text}</span>
       </summary>
       <Json value={value} label={label} />

@@ -44,7 +44,7 @@ export function formatRelative(iso: string | null | undefined, now: number = Dat
   const diff = t - now;
   const abs = Math.abs(diff);
   const say = (n: number, unit: string) => (diff < 0 ? `${n} ${unit} ago` : `in ${n} ${unit}`);
-  if (abs < 10_000) return "just now";
+  if (abs < 1_000) return "just now";
   if (abs < 60_000) return say(Math.round(abs / 1000), "s");
   if (abs < 3_600_000) return say(Math.round(abs / 60_000), "min");
   if (abs < 86_400_000) return say(Math.round(abs / 3_600_000), "h");

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { formatRelative } from "./format";
 import { buildWaterfall, formatMs } from "./waterfall";
 
 const T0 = "2026-01-01T00:00:00.000Z";
@@ -53,5 +54,17 @@ describe("formatMs", () => {
     expect(formatMs(1234)).toBe("1.2 s");
     expect(formatMs(125_000)).toBe("2 min 5 s");
     expect(formatMs(3_780_000)).toBe("1 h 3 min");
+  });
+});
+
+describe("formatRelative", () => {
+  const now = Date.parse(T0);
+  it("says how long ago or how soon", () => {
+    expect(formatRelative(at(-300), now)).toBe("just now");
+    expect(formatRelative(at(-3_000), now)).toBe("3 s ago");
+    expect(formatRelative(at(2_000), now)).toBe("in 2 s");
+    expect(formatRelative(at(-180_000), now)).toBe("3 min ago");
+    expect(formatRelative(at(-2 * 86_400_000), now)).toBe("2 d ago");
+    expect(formatRelative(null, now)).toBe("—");
   });
 });

@@ -10,6 +10,7 @@ export {
   RunDetailDocument as RUN_DETAIL,
   RunFieldsFragmentDoc as RUN_FIELDS,
   RunsDocument as RUNS,
+  RunWhyDocument as RUN_WHY,
   RunTimelineDocument as RUN_TIMELINE,
   StartRunDocument as START_RUN,
 } from "../generated";
