@@ -315,7 +315,9 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
         stack.worker = stack.start_worker()
 
 
-@pytest.mark.parametrize("path", ["/runs", "/replays", "/webhooks", "/runs/new", "/usage"])
+@pytest.mark.parametrize(
+    "path", ["/runs", "/replays", "/agents", "/webhooks", "/runs/new", "/usage"]
+)
 def test_360_px_wide_without_sideways_scrolling(
     contexts: Contexts, tenant: Tenant, sign_in: SignIn, stack: Stack, path: str
 ) -> None:
@@ -350,6 +352,7 @@ def test_every_screen_has_no_serious_accessibility_violation(
         (f"/runs/{done}", None),
         ("/runs/new", "Start a run"),
         ("/replays", "Replays"),
+        ("/agents", "Agents"),
         ("/webhooks", "Webhooks"),
         ("/invitations", "Invitations"),
         ("/usage", "Usage"),
@@ -363,6 +366,12 @@ def test_every_screen_has_no_serious_accessibility_violation(
         for theme in ("light", "dark"):
             page.emulate_media(color_scheme=theme)
             assert_accessible(page, f"{path} ({theme})")
+    # the agents screen counts the run above: one run in 24 h, all succeeded
+    page.goto("/agents")
+    demo = page.get_by_role("article", name="Agent demo")
+    expect(demo.get_by_test_id("stat-runs").first).to_have_text("1")
+    expect(demo.get_by_test_id("stat-success").first).to_have_text("100%")
+    expect(demo.get_by_test_id("stat-p50").first).to_have_text(re.compile(r"\d+(\.\d)? (ms|s)"))
     # the theme toggle overrides the OS and is kept
     page.emulate_media(color_scheme="light")
     toggle = page.get_by_role("button", name=re.compile(r"^Theme: "))

@@ -3,6 +3,7 @@ import { useEffect, useState, useSyncExternalStore } from "react";
 import { createClient } from "../api/client";
 import { VIEWER } from "../api/documents/viewer";
 import { getPendingSwitch, getToken, markTokenAccepted, onPendingSwitch, onTokenChange, setToken } from "../auth/token";
+import { Agents } from "../screens/Agents";
 import { Invitations } from "../screens/Invitations";
 import { Replays } from "../screens/Replays";
 import { RunDetail } from "../screens/RunDetail";
@@ -46,6 +47,7 @@ const NAV = [
   { to: "/runs", label: "Runs", match: ["runs", "run"] },
   { to: "/runs/new", label: "New run", match: ["startRun"] },
   { to: "/replays", label: "Replays", match: ["replays"] },
+  { to: "/agents", label: "Agents", match: ["agents"] },
   { to: "/webhooks", label: "Webhooks", match: ["webhooks"] },
   { to: "/invitations", label: "Invitations", match: ["invitations"] },
   { to: "/usage", label: "Usage", match: ["usage"] },
@@ -152,6 +154,8 @@ function Screen({ route }: { route: ReturnType<typeof matchRoute> }) {
       return <Usage />;
     case "replays":
       return <Replays />;
+    case "agents":
+      return <Agents />;
 
     case "notFound":
       return (

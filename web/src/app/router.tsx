@@ -67,6 +67,7 @@ export type Route =
   | { name: "invitations" }
   | { name: "usage" }
   | { name: "replays" }
+  | { name: "agents" }
   | { name: "notFound" };
 
 export function matchRoute(path: string): Route {
@@ -79,5 +80,6 @@ export function matchRoute(path: string): Route {
   if (parts.length === 1 && parts[0] === "invitations") return { name: "invitations" };
   if (parts.length === 1 && parts[0] === "usage") return { name: "usage" };
   if (parts.length === 1 && parts[0] === "replays") return { name: "replays" };
+  if (parts.length === 1 && parts[0] === "agents") return { name: "agents" };
   return { name: "notFound" };
 }

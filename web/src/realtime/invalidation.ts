@@ -34,6 +34,7 @@ export const OPERATIONS = {
   RunWhy: "run",
   RunTimeline: "runEvents",
   Usage: "usage",
+  AgentStats: "usage", // counts by outcome: changes when the usage does
   Invitations: "invitations",
   WebhookEndpoints: "webhooks",
   RunReplays: "replays",
