@@ -111,7 +111,7 @@ def test_replay_failed_runs_with_live_progress_then_cancel_one(
     assert seen[-1].startswith("3 of 3"), seen
     assert len({text.split(" processed")[0] for text in seen}) >= 3, seen
     assert page.evaluate("window.__noReload") is True
-    shoot(page, "replays", tmp_path, full_page=True)
+    shoot(page, "replays", tmp_path)
 
     # every replayed run links back to one of the sources
     runs = stack.gql(tenant, "{ runs(first: 20) { edges { node { id retriedFromId } } } }")
@@ -302,7 +302,9 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
         expect(payload).to_be_visible()
         expect(payload).to_contain_text('"turn": 1')
         assert_accessible(page, "run page (waterfall)")
-        shoot(page, "run-waterfall", tmp_path, full_page=True)
+        page.get_by_role("heading", name="Why it is here").scroll_into_view_if_needed()
+        page.evaluate("window.scrollBy(0, -16)")
+        shoot(page, "run-waterfall", tmp_path)
         data = stack.gql(
             tenant, "query($id: ID!) { run(id: $id) { lostAttempts } }", {"id": run_id}
         )

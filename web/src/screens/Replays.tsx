@@ -180,9 +180,8 @@ function ReplayForm() {
 }
 
 function describeFilter(replay: RunReplay): string {
-  const parts = [replay.statuses.map((s) => s.toLowerCase()).join(" or ")];
-  if (replay.agent) parts.push(`of ${replay.agent}`);
-  return `${parts.join(" ")} runs · ${replay.rate}/s`;
+  const which = replay.statuses.map((s) => s.toLowerCase()).join(" or ");
+  return `${which} runs${replay.agent ? ` of ${replay.agent}` : ""} · ${replay.rate}/s`;
 }
 
 function ReplayCard({ replay }: { replay: RunReplay }) {

@@ -58,7 +58,8 @@ export function useNow(ms = 15_000): number {
  * on hover (and for screen readers in `dateTime`).
  */
 export function When({ iso, relative = true }: { iso: string | null | undefined; relative?: boolean }) {
-  const now = useNow();
+  useNow(); // re-renders now and then; the time is read fresh at each render
+  const now = Date.now();
   if (!iso) return <span className="muted">—</span>;
   return (
     <time dateTime={iso} title={`${formatAbsolute(iso)} (${timeZone()})`} className="when">
