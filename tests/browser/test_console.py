@@ -8,6 +8,7 @@ are written for the README (from these real runs); otherwise nothing is written 
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import threading
@@ -383,3 +384,41 @@ def test_every_screen_has_no_serious_accessibility_violation(
     assert page.evaluate("document.documentElement.dataset.theme") == "dark"
     assert_accessible(page, "runs (dark by choice)")
     assert page.evaluate("localStorage.getItem('outlive.theme')") == "dark"
+
+
+def test_start_a_run_from_the_json_editor_and_copy_it_as_curl(
+    contexts: Contexts, tenant: Tenant, sign_in: SignIn, stack: Stack
+) -> None:
+    context = contexts.new()
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.base_url)
+    page = context.new_page()
+    sign_in(page, tenant, "/runs/new")
+    editor = page.get_by_label("Input as JSON")
+    expect(editor).to_have_value(re.compile(r'"turns": 3'))  # the schema's defaults, as JSON
+
+    editor.fill('{"turns": 2, "delayMs": 0}')
+    expect(page.get_by_label("Turns")).to_have_value("2")  # the form follows
+    page.get_by_label("Delay ms").fill("5")
+    expect(editor).to_have_value(re.compile(r'"delayMs": 5'))  # and the editor follows the form
+
+    editor.fill('{"turns": 0}')
+    expect(page.get_by_role("alert")).to_contain_text("Turns must be at least 1")
+    expect(page.get_by_role("button", name="Start run")).to_be_disabled()
+    editor.fill('{"turns": 2, "colour": "red"}')
+    expect(page.get_by_role("alert")).to_contain_text("Not in the agent's schema: colour.")
+    editor.fill('{"turns": 2, "delayMs": 0}')
+    expect(page.get_by_role("button", name="Start run")).to_be_enabled()
+    assert_accessible(page, "start a run (JSON editor)")
+
+    page.get_by_role("button", name="Copy as cURL").click()
+    expect(page.get_by_role("button", name="Copy as cURL")).to_have_text("Copied")
+    curl = page.evaluate("navigator.clipboard.readText()")
+    assert f"'{stack.base_url}/graphql'" in curl
+    assert "$OUTLIVE_TOKEN" in curl
+    assert tenant.token not in curl
+    body = json.loads(curl.split("--data '")[1].rstrip("'"))
+    assert body["variables"] == {"input": {"agent": "demo", "input": {"turns": 2, "delayMs": 0}}}
+
+    page.get_by_role("button", name="Start run").click()
+    expect(page.get_by_test_id("run-status")).to_have_text("SUCCEEDED", timeout=30_000)
+    expect(page.get_by_label("Output")).to_contain_text('"turns": 2')

@@ -11,6 +11,7 @@ import { describeError, isUnavailable } from "../api/errors";
 import type { WebhookDelivery, WebhookEndpoint } from "../api/types";
 import { CopyButton, ErrorNote, Loading, StatusBadge, When } from "../ui/common";
 import { formatTime } from "../ui/format";
+import { isLoopbackRefusal } from "../ui/destinations";
 
 /** Endpoints, their recent deliveries (live on webhook.delivery.updated), create and delete. */
 export function Webhooks() {
@@ -115,27 +116,6 @@ function CreateEndpoint({ onCreated }: { onCreated: (s: { url: string; secret: s
         </button>
       </div>
     </form>
-  );
-}
-
-/** A refused URL that names this machine or a private network: the hint about development. */
-export function isLoopbackRefusal(url: string, message: string): boolean {
-  if (!/not allowed/i.test(message)) return false;
-  let host = "";
-  try {
-    host = new URL(url.trim()).hostname.replace(/^\[|\]$/g, "");
-  } catch {
-    return false;
-  }
-  return (
-    host === "localhost" ||
-    host.endsWith(".localhost") ||
-    host === "::1" ||
-    /^127\./.test(host) ||
-    /^10\./.test(host) ||
-    /^192\.168\./.test(host) ||
-    /^172\.(1[6-9]|2\d|3[01])\./.test(host) ||
-    host === "0.0.0.0"
   );
 }
 

@@ -70,7 +70,7 @@ export function When({ iso, relative = true }: { iso: string | null | undefined;
 }
 
 /** Copies `value`; says so for a moment. */
-export function CopyButton({ value, label }: { value: string; label: string }) {
+export function CopyButton({ value, label, text = "Copy" }: { value: string; label: string; text?: string }) {
   const [copied, setCopied] = useState(false);
   useEffect(() => {
     if (!copied) return;
@@ -90,7 +90,7 @@ export function CopyButton({ value, label }: { value: string; label: string }) {
         )
       }
     >
-      {copied ? "Copied" : "Copy"}
+      {copied ? "Copied" : text}
     </button>
   );
 }
