@@ -32,6 +32,7 @@ export function StartRun() {
     if (parsed.ok) {
       setJsonText(JSON.stringify(parsed.input, null, 2));
       setJsonError(null);
+      setErrors({}); // fixed: the errors of the last try go
     }
   };
   const onJson = (text: string) => {
