@@ -245,6 +245,13 @@ def test_filters_are_kept_in_the_url(
     expect(when).to_contain_text(re.compile(r"ago|just now"))
     expect(when).to_have_attribute("title", re.compile(r"\d{4}.*\(.+\)"))
 
+    # a time range in the future: nothing; the range is in the URL as UTC
+    page.get_by_label("Created from").fill("2099-01-01T00:00")
+    expect(page).to_have_url(re.compile(r"from=2099-01-0"))
+    expect(page.get_by_text("No failed or cancelled runs in that time range.")).to_be_visible()
+    page.go_back()
+    expect(page.locator(f'tr[data-run-id="{failed}"]')).to_be_visible()
+
     # "/" focuses the id search; a whole id opens the run; "g r" comes back to the list
     page.get_by_role("heading", name="Runs").click()  # out of the Agent select (type-ahead)
     page.keyboard.press("/")

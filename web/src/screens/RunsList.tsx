@@ -2,53 +2,34 @@ import { useQuery } from "@apollo/client/react";
 import { type FormEvent, useEffect, useState } from "react";
 import { RUNS, RUNS_PAGE_SIZE } from "../api/documents/runs";
 import { AGENTS } from "../api/documents/viewer";
-import { RUN_STATUSES, type RunStatus } from "../api/types";
+import { RUN_STATUSES } from "../api/types";
 import { Link, navigate, useLocation } from "../app/router";
+import { filtersFromParams, isoOrNull, listUrl, type RunFilters, toLocalInput } from "./runFilters";
 import { CopyButton, ErrorNote, Loading, StatusBadge, When } from "../ui/common";
 import { formatDuration, shortId, timeZone } from "../ui/format";
-
-export interface RunFilters {
-  status: RunStatus[];
-  agent: string | null;
-  after: string | null;
-}
-
-/** The filters a URL holds: `?status=FAILED&status=CANCELLED&agent=demo&after=<cursor>`. */
-export function filtersFromParams(params: URLSearchParams): RunFilters {
-  const status = [...new Set(params.getAll("status").flatMap((v) => v.split(",")))].filter((s): s is RunStatus =>
-    RUN_STATUSES.includes(s as RunStatus),
-  );
-  return { status, agent: params.get("agent") || null, after: params.get("after") || null };
-}
-
-export function listUrl(filters: RunFilters): string {
-  const params = new URLSearchParams();
-  for (const s of filters.status) params.append("status", s);
-  if (filters.agent) params.set("agent", filters.agent);
-  if (filters.after) params.set("after", filters.after);
-  const query = params.toString();
-  return query ? `/runs?${query}` : "/runs";
-}
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 function emptyText(filters: RunFilters): string {
-  if (!filters.status.length && !filters.agent) return "No runs yet.";
+  if (!filters.status.length && !filters.agent && !filters.from && !filters.to) return "No runs yet.";
   const which = filters.status.map((s) => s.toLowerCase()).join(" or ");
-  return `No ${which ? `${which} ` : ""}runs${filters.agent ? ` of ${filters.agent}` : ""}.`;
+  const when = filters.from || filters.to ? " in that time range" : "";
+  return `No ${which ? `${which} ` : ""}runs${filters.agent ? ` of ${filters.agent}` : ""}${when}.`;
 }
 
 /** Newest first, filtered by status (several) and agent, paged by cursor; the URL holds it all. */
 export function RunsList() {
   const { params } = useLocation();
   const filters = filtersFromParams(params);
-  const { status, agent, after } = filters;
+  const { status, agent, after, from, to } = filters;
   const { data, error, loading } = useQuery(RUNS, {
     variables: {
       first: RUNS_PAGE_SIZE,
       after,
       status: status.length ? status : null,
       agent,
+      createdSince: from,
+      createdBefore: to,
     },
   });
   const agents = useQuery(AGENTS).data?.agents ?? [];
@@ -134,7 +115,25 @@ export function RunsList() {
             {agent && !agents.some((a) => a.name === agent) && <option value={agent}>{agent}</option>}
           </select>
         </div>
-        {(status.length > 0 || agent) && (
+        <div className="field">
+          <label htmlFor="runs-from">Created from</label>
+          <input
+            id="runs-from"
+            type="datetime-local"
+            value={toLocalInput(from)}
+            onChange={(e) => go({ from: isoOrNull(e.target.value) })}
+          />
+        </div>
+        <div className="field">
+          <label htmlFor="runs-to">Created before</label>
+          <input
+            id="runs-to"
+            type="datetime-local"
+            value={toLocalInput(to)}
+            onChange={(e) => go({ to: isoOrNull(e.target.value) })}
+          />
+        </div>
+        {(status.length > 0 || agent || from || to) && (
           <button type="button" className="quiet" onClick={() => navigate("/runs")}>
             Clear filters
           </button>

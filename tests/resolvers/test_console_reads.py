@@ -1,5 +1,6 @@
-"""`agentStats(hours)`: per agent, the tenant's runs created in the window, counted by outcome,
-with the median duration of the succeeded ones; another tenant's runs never count."""
+"""The reads the web console added: `agentStats(hours)` (per agent, the tenant's runs created in
+the window, counted by outcome, with the median duration of the succeeded ones; another tenant's
+runs never count) and the runs list's created-time range."""
 
 from __future__ import annotations
 
@@ -66,3 +67,31 @@ async def test_a_window_out_of_bounds_is_refused(api: Api, tenant: TenantHandle)
     for hours in (0, 745):
         response = await api.post(QUERY, {"h": hours}, token=tenant.token)
         assert response.json()["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+async def test_runs_filtered_by_a_created_time_range(
+    api: Api, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """`runs(createdSince, createdBefore)`: [since, before), newest first, with the other filters
+    and cursor paging; an empty or reversed range is refused."""
+    for age_h in (1, 5, 30):
+        await _run(api, sessions, tenant, "FAILED", 10, age_h=age_h)
+    query = (
+        "query($s: DateTime, $b: DateTime, $a: String) { runs(first: 1, after: $a,"
+        " createdSince: $s, createdBefore: $b, status: [FAILED]) { edges { node { createdAt } }"
+        " pageInfo { hasNextPage endCursor } } }"
+    )
+    async with sessions.unit() as uow:
+        row = await uow.one(text("SELECT now() - interval '10 hours' AS s, now() AS b"))
+    assert row is not None
+    since, before = row["s"].isoformat(), row["b"].isoformat()
+    first = (await api.gql(query, {"s": since, "b": before}, token=tenant.token))["runs"]
+    assert len(first["edges"]) == 1
+    assert first["pageInfo"]["hasNextPage"] is True
+    second = await api.gql(
+        query, {"s": since, "b": before, "a": first["pageInfo"]["endCursor"]}, token=tenant.token
+    )
+    assert len(second["runs"]["edges"]) == 1
+    assert second["runs"]["pageInfo"]["hasNextPage"] is False  # the 30 h old one is out
+    response = await api.post(query, {"s": before, "b": since}, token=tenant.token)
+    assert response.json()["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
