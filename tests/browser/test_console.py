@@ -326,7 +326,7 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
 
 
 @pytest.mark.parametrize(
-    "path", ["/runs", "/replays", "/agents", "/webhooks", "/runs/new", "/usage"]
+    "path", ["/runs", "/queue", "/replays", "/agents", "/webhooks", "/runs/new", "/usage"]
 )
 def test_360_px_wide_without_sideways_scrolling(
     contexts: Contexts, tenant: Tenant, sign_in: SignIn, stack: Stack, path: str
@@ -363,6 +363,7 @@ def test_every_screen_has_no_serious_accessibility_violation(
         ("/runs/new", "Start a run"),
         ("/replays", "Replays"),
         ("/agents", "Agents"),
+        ("/queue", "Queue"),
         ("/webhooks", "Webhooks"),
         ("/invitations", "Invitations"),
         ("/usage", "Usage"),
@@ -429,3 +430,26 @@ def test_start_a_run_from_the_json_editor_and_copy_it_as_curl(
     page.get_by_role("button", name="Start run").click()
     expect(page.get_by_test_id("run-status")).to_have_text("SUCCEEDED", timeout=30_000)
     expect(page.get_by_label("Output")).to_contain_text('"turns": 2')
+
+
+def test_the_queue_shows_waiting_runs_and_lets_them_go_live(
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
+) -> None:
+    """With no worker, a run waits in the queue; once a worker is back, it leaves the screen
+    without a reload (its run.updated makes the filtered list ask again)."""
+    assert stack.worker is not None
+    stack.worker.stop()
+    try:
+        sign_in(page, tenant, "/queue")
+        expect(page.get_by_text("Nothing is waiting.")).to_be_visible()
+        page.evaluate("window.__noReload = true")
+        run_id = stack.start_run(tenant, turns=1, delayMs=0)
+        row = page.locator(f'tr[data-run-id="{run_id}"]')
+        expect(row).to_be_visible()
+        expect(row).to_contain_text("waiting for a worker")
+        assert_accessible(page, "queue")
+    finally:
+        stack.worker = stack.start_worker()
+    expect(row).to_have_count(0, timeout=30_000)
+    expect(page.get_by_text("Nothing is waiting.")).to_be_visible()
+    assert page.evaluate("window.__noReload") is True

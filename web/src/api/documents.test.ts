@@ -27,7 +27,7 @@ describe("the app's documents", () => {
     expect(operations.map(([name]) => name).sort()).toEqual(
       [
         "AGENTS", "AGENT_STATS", "CANCEL_RUN", "CANCEL_RUN_REPLAY", "CREATE_WEBHOOK_ENDPOINT", "DELETE_WEBHOOK_ENDPOINT",
-        "INVITATIONS", "INVITE_MEMBER", "REDELIVER_WEBHOOK", "REPLAY_RUNS", "RETRY_RUN", "RUNS",
+        "INVITATIONS", "INVITE_MEMBER", "QUEUE", "REDELIVER_WEBHOOK", "REPLAY_RUNS", "RETRY_RUN", "RUNS",
         "RUN_DETAIL", "RUN_REPLAYS", "RUN_TIMELINE", "RUN_WHY", "START_RUN", "USAGE", "VIEWER", "WEBHOOK_ENDPOINTS",
       ].sort(),
     );

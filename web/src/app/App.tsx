@@ -5,6 +5,7 @@ import { VIEWER } from "../api/documents/viewer";
 import { getPendingSwitch, getToken, markTokenAccepted, onPendingSwitch, onTokenChange, setToken } from "../auth/token";
 import { Agents } from "../screens/Agents";
 import { Invitations } from "../screens/Invitations";
+import { Queue } from "../screens/Queue";
 import { Replays } from "../screens/Replays";
 import { RunDetail } from "../screens/RunDetail";
 import { RunsList } from "../screens/RunsList";
@@ -46,6 +47,7 @@ function SignedIn() {
 const NAV = [
   { to: "/runs", label: "Runs", match: ["runs", "run"] },
   { to: "/runs/new", label: "New run", match: ["startRun"] },
+  { to: "/queue", label: "Queue", match: ["queue"] },
   { to: "/replays", label: "Replays", match: ["replays"] },
   { to: "/agents", label: "Agents", match: ["agents"] },
   { to: "/webhooks", label: "Webhooks", match: ["webhooks"] },
@@ -156,6 +158,8 @@ function Screen({ route }: { route: ReturnType<typeof matchRoute> }) {
       return <Replays />;
     case "agents":
       return <Agents />;
+    case "queue":
+      return <Queue />;
 
     case "notFound":
       return (

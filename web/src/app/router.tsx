@@ -68,6 +68,7 @@ export type Route =
   | { name: "usage" }
   | { name: "replays" }
   | { name: "agents" }
+  | { name: "queue" }
   | { name: "notFound" };
 
 export function matchRoute(path: string): Route {
@@ -81,5 +82,6 @@ export function matchRoute(path: string): Route {
   if (parts.length === 1 && parts[0] === "usage") return { name: "usage" };
   if (parts.length === 1 && parts[0] === "replays") return { name: "replays" };
   if (parts.length === 1 && parts[0] === "agents") return { name: "agents" };
+  if (parts.length === 1 && parts[0] === "queue") return { name: "queue" };
   return { name: "notFound" };
 }

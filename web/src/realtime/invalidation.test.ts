@@ -49,6 +49,7 @@ describe("keyOfQuery", () => {
     expect(keyOfQuery("Invitations", {})).toEqual({ kind: "invitations" });
     expect(keyOfQuery("WebhookEndpoints", undefined)).toEqual({ kind: "webhooks" });
     expect(keyOfQuery("RunReplays", { first: 20 })).toEqual({ kind: "replays" });
+    expect(keyOfQuery("Queue", { first: 50 })).toEqual({ kind: "runs" });
   });
 
   it("leaves the rest alone", () => {

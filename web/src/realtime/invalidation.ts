@@ -30,6 +30,7 @@ export type QueryKey =
  */
 export const OPERATIONS = {
   Runs: "runs",
+  Queue: "runs", // a runs list filtered by status (QUEUED)
   RunDetail: "run",
   RunWhy: "run",
   RunTimeline: "runEvents",

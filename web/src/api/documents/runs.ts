@@ -9,6 +9,7 @@ export {
   RetryRunDocument as RETRY_RUN,
   RunDetailDocument as RUN_DETAIL,
   RunFieldsFragmentDoc as RUN_FIELDS,
+  QueueDocument as QUEUE,
   RunsDocument as RUNS,
   RunWhyDocument as RUN_WHY,
   RunTimelineDocument as RUN_TIMELINE,
