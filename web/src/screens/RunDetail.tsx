@@ -173,7 +173,7 @@ export function RunDetail({ id }: { id: string }) {
 function RunPanels({ run }: { run: DetailRun }) {
   const { data } = useQuery(RUN_TIMELINE, { variables: { id: run.id, after: 0 } });
   const events = data?.run?.events ?? [];
-  const now = useNow(1000);
+  const now = useNow(ACTIVE_STATUSES.includes(run.status) ? 1000 : 30_000); // a live band grows
   const waterfall = buildWaterfall(events, run, now);
   return (
     <div className="panels">
