@@ -202,6 +202,30 @@ def sign_in(stack: Stack) -> Callable[[Page, Tenant], None]:
     return go
 
 
+AXE = Path(__file__).resolve().parents[2] / "web" / "node_modules" / "axe-core" / "axe.min.js"
+AXE_RUN = """async () => {
+  const result = await window.axe.run(document, {resultTypes: ["violations"]});
+  return result.violations
+    .filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => {
+      const where = v.nodes.map((n) => n.target.join(" ")).slice(0, 3).join(", ");
+      return `${v.impact} ${v.id}: ${v.help} (${where})`;
+    });
+}"""
+
+
+def assert_accessible(page: Page, screen: str) -> None:
+    """axe-core (web's dev dependency, read from node_modules: works offline) on the page as it
+    is: no serious or critical violation. Evaluated over the DevTools protocol, so the page's
+    Content-Security-Policy does not apply to it."""
+    if not AXE.is_file():
+        _missing(f"axe-core not found at {AXE}: run `npm --prefix web ci`")
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.evaluate(AXE.read_text() + "\n;undefined")
+    violations = page.evaluate(AXE_RUN)
+    assert violations == [], f"{screen}: accessibility violations:\n" + "\n".join(violations)
+
+
 def connection(page: Page) -> Any:
     return page.get_by_role("status", name="Connection")
 

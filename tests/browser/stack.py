@@ -204,6 +204,8 @@ class Stack:
             "DATABASE_URL": self.database_url,
             "REDIS_URL": self.redis_url,
             "OUTLIVE_RUN_RETRY_DELAY_S": "0.2",
+            # the console's redeliver test posts to a receiver on this machine
+            "OUTLIVE_WEBHOOK_ALLOW_PRIVATE": "1",
             "PYTHONUNBUFFERED": "1",
         }
 
@@ -243,6 +245,17 @@ class Stack:
         if self.database_url:
             name = make_url(self.database_url).database
             run_async(self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+    def start_worker(self, name: str = "worker", **extra_env: str) -> LoggedProcess:
+        """Another `outlive worker` on the stack's database and Redis (`extra_env` on top)."""
+        proc = LoggedProcess(
+            name,
+            outlive_argv("worker", "--concurrency", "8"),
+            {**self.env, **extra_env},
+            self.workdir / f"{name}-{secrets.token_hex(3)}.log",
+        )
+        proc.wait_for_line(r"worker started", timeout=60)
+        return proc
 
     def start_api(self) -> None:
         """`outlive api` on the stack's port; returns once uvicorn says it is serving."""

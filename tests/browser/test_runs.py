@@ -110,7 +110,8 @@ def test_the_status_filter_follows_a_run(
     page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
 ) -> None:
     sign_in(page, tenant, "/runs")
-    page.get_by_label("Status").select_option("RUNNING")
+    status = page.get_by_role("group", name="Status")
+    status.get_by_role("checkbox", name="RUNNING").check()
     expect(page).to_have_url(re.compile(r"status=RUNNING"))
     expect(page.get_by_text("No running runs.")).to_be_visible()
 
@@ -120,7 +121,9 @@ def test_the_status_filter_follows_a_run(
     expect(row).to_have_count(0, timeout=30_000)  # … and leaves when it succeeds
     expect(page.get_by_text("No running runs.")).to_be_visible()
 
-    page.get_by_label("Status").select_option("SUCCEEDED")
+    status.get_by_role("checkbox", name="RUNNING").uncheck()
+    status.get_by_role("checkbox", name="SUCCEEDED").check()
+    expect(page).to_have_url(re.compile(r"\?status=SUCCEEDED$"))
     expect(page.locator(f'tr[data-run-id="{run_id}"]')).to_be_visible()
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Callable
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import connection
-from tests.browser.stack import Stack, Tenant
+from tests.browser.stack import Stack, Tenant, outlive_argv
 
 pytestmark = pytest.mark.browser
 
@@ -46,8 +47,24 @@ def test_signing_out_forgets_the_token(
     assert page.evaluate("localStorage.getItem('outlive.token')") is None
 
 
-def test_a_revoked_token_lands_on_the_sign_in_screen(page: Page) -> None:
-    page.goto("/#token=olv_revoked-or-never-issued")
+def test_a_never_valid_token_is_not_told_it_is_no_longer_accepted(page: Page) -> None:
+    page.goto("/#token=olv_never-issued")
+    expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+    expect(page.get_by_role("alert")).to_have_text(re.compile("did not accept that token"))
+
+
+def test_a_revoked_token_lands_on_the_sign_in_screen(
+    page: Page, stack: Stack, sign_in: Callable[..., None]
+) -> None:
+    tenant = stack.new_tenant()
+    sign_in(page, tenant)
+    listed = subprocess.run(
+        outlive_argv("token", "list"), env=stack.env, capture_output=True, text=True, check=True
+    )
+    [line] = [x for x in listed.stdout.splitlines() if tenant.slug in x]
+    subprocess.run(
+        outlive_argv("token", "revoke", line.split()[0]), env=stack.env, check=True, timeout=60
+    )
     expect(page.get_by_role("button", name="Sign in")).to_be_visible()
     expect(page.get_by_role("alert")).to_have_text(re.compile("no longer accepts"))
 

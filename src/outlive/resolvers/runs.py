@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from datetime import datetime
+from typing import Annotated, Any, cast
 
 import strawberry
 
@@ -43,6 +44,12 @@ async def runs(
     after: str | None = None,
     status: list[RunStatus] | None = None,
     agent: str | None = None,
+    created_since: Annotated[
+        datetime | None, strawberry.argument(description="Only runs created at or after this.")
+    ] = None,
+    created_before: Annotated[
+        datetime | None, strawberry.argument(description="Only runs created before this.")
+    ] = None,
 ) -> RunConnection:
     ctx = info.context
     page = await runs_service.read_runs(
@@ -52,6 +59,8 @@ async def runs(
         after=after,
         statuses=status,
         agent=agent,
+        since=created_since,
+        until=created_before,
     )
     page.runs[:] = await _reconciled(ctx, page.runs)
     return RunConnection.of(page)

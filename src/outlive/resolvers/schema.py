@@ -26,7 +26,7 @@ from outlive.schema.nudges import Nudge
 from outlive.schema.replays import RunReplay
 from outlive.schema.runs import Run, RunConnection, StartRunPayload
 from outlive.schema.tenants import Viewer
-from outlive.schema.usage import UsageDay
+from outlive.schema.usage import AgentStats, UsageDay
 from outlive.schema.webhooks import (
     CreateWebhookEndpointPayload,
     WebhookDelivery,
@@ -46,6 +46,11 @@ class Query:
     invitations: list[Invitation] = strawberry.field(resolver=invitation_fields.list_invitations)
     usage: list[UsageDay] = strawberry.field(
         resolver=usage_fields.usage, description="Runs per UTC day, agent and status."
+    )
+    agent_stats: list[AgentStats] = strawberry.field(
+        resolver=usage_fields.agent_stats,
+        description="Per agent with runs created in the last `hours` (1 to 744): counts by "
+        "outcome and the median duration of the succeeded ones.",
     )
     run_replay: RunReplay | None = strawberry.field(resolver=replay_fields.run_replay)
     run_replays: list[RunReplay] = strawberry.field(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import strawberry
 
 from outlive.resolvers.context import Context
-from outlive.schema.usage import UsageDay
+from outlive.schema.usage import AgentStats, UsageDay
 from outlive.services import usage as usage_service
 
 Info = strawberry.Info[Context, None]
@@ -17,3 +17,9 @@ async def usage(info: Info, days: int | None = 30) -> list[UsageDay]:
         ctx.services.sessions, ctx.tenant_id, days=30 if days is None else days
     )
     return [UsageDay.of(u) for u in found]
+
+
+async def agent_stats(info: Info, hours: int = 24) -> list[AgentStats]:
+    ctx = info.context
+    found = await usage_service.agent_stats(ctx.services.sessions, ctx.tenant_id, hours=hours)
+    return [AgentStats.of(a) for a in found]

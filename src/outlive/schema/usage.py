@@ -6,6 +6,7 @@ import strawberry
 
 from outlive.db.models import RunStatus as DbRunStatus
 from outlive.schema.runs import RunStatus
+from outlive.services.usage import AgentStats as AgentStatsRecord
 from outlive.services.usage import UsageDay as UsageRecord
 
 
@@ -19,3 +20,28 @@ class UsageDay:
     @classmethod
     def of(cls, u: UsageRecord) -> UsageDay:
         return cls(day=u.day, agent=u.agent, status=DbRunStatus(u.status), count=u.count)
+
+
+@strawberry.type(description="One agent's runs created in the last `hours` (agentStats).")
+class AgentStats:
+    agent: str
+    hours: int
+    runs: int = strawberry.field(description="Runs created in the window, any status.")
+    succeeded: int
+    failed: int
+    cancelled: int
+    p50_duration_ms: float | None = strawberry.field(
+        description="Median started-to-finished time of the window's succeeded runs, in ms."
+    )
+
+    @classmethod
+    def of(cls, a: AgentStatsRecord) -> AgentStats:
+        return cls(
+            agent=a.agent,
+            hours=a.hours,
+            runs=a.runs,
+            succeeded=a.succeeded,
+            failed=a.failed,
+            cancelled=a.cancelled,
+            p50_duration_ms=a.p50_duration_ms,
+        )

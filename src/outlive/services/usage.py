@@ -22,6 +22,7 @@ from outlive.ids import TenantId
 
 ROLLUP_DAYS = 7
 MAX_DAYS = 366
+MAX_STATS_HOURS = 31 * 24
 
 _ROLL_UP_DAY = prepare(
     text(
@@ -63,6 +64,53 @@ _LIVE = prepare(
            GROUP BY 1, 2, 3"""
     )
 )
+# Per agent, the runs created in the last `hours`: counts by outcome and the median duration
+# (started to finished) of the ones that succeeded. Served by the (tenant_id, created_at) index.
+_AGENT_STATS = prepare(
+    text(
+        """SELECT agent, count(*) AS runs,
+                  count(*) FILTER (WHERE status = 'SUCCEEDED') AS succeeded,
+                  count(*) FILTER (WHERE status = 'FAILED') AS failed,
+                  count(*) FILTER (WHERE status = 'CANCELLED') AS cancelled,
+                  percentile_cont(0.5) WITHIN GROUP (
+                      ORDER BY extract(epoch FROM finished_at - started_at) * 1000)
+                    FILTER (WHERE status = 'SUCCEEDED' AND started_at IS NOT NULL
+                            AND finished_at IS NOT NULL) AS p50_ms
+           FROM runs
+           WHERE tenant_id = :tenant_id AND created_at >= now() - make_interval(hours => :hours)
+           GROUP BY agent ORDER BY agent"""
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStats:
+    agent: str
+    hours: int
+    runs: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    p50_duration_ms: float | None
+
+
+async def agent_stats(db: Db, tenant_id: TenantId, *, hours: int) -> list[AgentStats]:
+    """The tenant's agents that have runs created in the last `hours` (1 to 744), by name."""
+    if not 1 <= hours <= MAX_STATS_HOURS:
+        raise BadUserInput(f"hours must be between 1 and {MAX_STATS_HOURS}")
+    rows = await db.all(_AGENT_STATS, tenant_id=tenant_id, hours=hours)
+    return [
+        AgentStats(
+            agent=r["agent"],
+            hours=hours,
+            runs=r["runs"],
+            succeeded=r["succeeded"],
+            failed=r["failed"],
+            cancelled=r["cancelled"],
+            p50_duration_ms=None if r["p50_ms"] is None else float(r["p50_ms"]),
+        )
+        for r in rows
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import { CombinedGraphQLErrors, ServerError } from "@apollo/client/errors";
 import { SetContextLink } from "@apollo/client/link/context";
 import { ErrorLink } from "@apollo/client/link/error";
 import { PersistedQueryLink } from "@apollo/client/link/persisted-queries";
-import { getToken, signOut } from "../auth/token";
+import { getToken, refusalMessage, signOut } from "../auth/token";
 import type { RunEvent } from "./types";
 
 /** Timeline events are immutable and numbered: pages merge by `seq`, in order, without gaps. */
@@ -89,7 +89,7 @@ export function createClient(): ApolloClient {
   });
   const signOutOnRefusal = new ErrorLink(({ error }) => {
     if (isUnauthenticated(error) && getToken()) {
-      signOut("The API no longer accepts that token. Sign in again.");
+      signOut(refusalMessage());
     }
   });
   const http = new HttpLink({ uri: "/graphql", credentials: "same-origin" });

@@ -1,6 +1,8 @@
 import { buildSchema, type DocumentNode, parse, validate } from "graphql";
 import { describe, expect, it } from "vitest";
+import * as agents from "./documents/agents";
 import * as invitations from "./documents/invitations";
+import * as replays from "./documents/replays";
 import * as runs from "./documents/runs";
 import * as usage from "./documents/usage";
 import * as viewer from "./documents/viewer";
@@ -16,7 +18,7 @@ const served = buildSchema(servedSdl);
 const isDocument = (v: unknown): v is DocumentNode =>
   typeof v === "object" && v !== null && (v as { kind?: string }).kind === "Document";
 
-const operations = Object.entries({ ...runs, ...viewer, ...webhooks, ...invitations, ...usage })
+const operations = Object.entries({ ...agents, ...runs, ...viewer, ...webhooks, ...invitations, ...usage, ...replays })
   .filter(([, v]) => isDocument(v) && (v as DocumentNode).definitions.some((d) => d.kind === "OperationDefinition"))
   .map(([name, v]) => [name, v as DocumentNode] as const);
 
@@ -24,9 +26,9 @@ describe("the app's documents", () => {
   it("are all found", () => {
     expect(operations.map(([name]) => name).sort()).toEqual(
       [
-        "AGENTS", "CANCEL_RUN", "CREATE_WEBHOOK_ENDPOINT", "DELETE_WEBHOOK_ENDPOINT", "INVITATIONS",
-        "INVITE_MEMBER", "RUNS", "RUN_DETAIL", "RUN_TIMELINE", "START_RUN", "USAGE", "VIEWER",
-        "WEBHOOK_ENDPOINTS",
+        "AGENTS", "AGENT_STATS", "CANCEL_RUN", "CANCEL_RUN_REPLAY", "CREATE_WEBHOOK_ENDPOINT", "DELETE_WEBHOOK_ENDPOINT",
+        "INVITATIONS", "INVITE_MEMBER", "QUEUE", "REDELIVER_WEBHOOK", "REPLAY_RUNS", "RETRY_RUN", "RUNS",
+        "RUN_DETAIL", "RUN_REPLAYS", "RUN_TIMELINE", "RUN_WHY", "START_RUN", "USAGE", "VIEWER", "WEBHOOK_ENDPOINTS",
       ].sort(),
     );
   });

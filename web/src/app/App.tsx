@@ -2,8 +2,11 @@ import { ApolloProvider, useQuery } from "@apollo/client/react";
 import { useEffect, useState, useSyncExternalStore } from "react";
 import { createClient } from "../api/client";
 import { VIEWER } from "../api/documents/viewer";
-import { getPendingSwitch, getToken, onPendingSwitch, onTokenChange, setToken } from "../auth/token";
+import { getPendingSwitch, getToken, markTokenAccepted, onPendingSwitch, onTokenChange, setToken } from "../auth/token";
+import { Agents } from "../screens/Agents";
 import { Invitations } from "../screens/Invitations";
+import { Queue } from "../screens/Queue";
+import { Replays } from "../screens/Replays";
 import { RunDetail } from "../screens/RunDetail";
 import { RunsList } from "../screens/RunsList";
 import { SignIn } from "../screens/SignIn";
@@ -12,8 +15,9 @@ import { SwitchTenant } from "../screens/SwitchTenant";
 import { Usage } from "../screens/Usage";
 import { Webhooks } from "../screens/Webhooks";
 import { ConnectionIndicator } from "../ui/ConnectionIndicator";
+import { applyTheme, listenForShortcuts, loadTheme, nextTheme, type Theme } from "../ui/shell";
 import { RealtimeProvider } from "./realtime";
-import { Link, matchRoute, useLocation } from "./router";
+import { Link, matchRoute, navigate, useLocation } from "./router";
 
 function useToken(): string | null {
   return useSyncExternalStore(onTokenChange, getToken);
@@ -43,6 +47,9 @@ function SignedIn() {
 const NAV = [
   { to: "/runs", label: "Runs", match: ["runs", "run"] },
   { to: "/runs/new", label: "New run", match: ["startRun"] },
+  { to: "/queue", label: "Queue", match: ["queue"] },
+  { to: "/replays", label: "Replays", match: ["replays"] },
+  { to: "/agents", label: "Agents", match: ["agents"] },
   { to: "/webhooks", label: "Webhooks", match: ["webhooks"] },
   { to: "/invitations", label: "Invitations", match: ["invitations"] },
   { to: "/usage", label: "Usage", match: ["usage"] },
@@ -53,6 +60,25 @@ function Shell() {
   const route = matchRoute(path);
   const { data } = useQuery(VIEWER);
   const viewer = data?.viewer;
+  useEffect(() => {
+    if (viewer) markTokenAccepted();
+  }, [viewer]);
+  useEffect(
+    () =>
+      listenForShortcuts((shortcut) => {
+        if (shortcut === "runs") {
+          navigate("/runs");
+          return;
+        }
+        const focus = () => document.getElementById("run-search")?.focus();
+        if (document.getElementById("run-search")) focus();
+        else {
+          navigate("/runs");
+          setTimeout(focus, 0);
+        }
+      }),
+    [],
+  );
 
   return (
     <div className="shell">
@@ -82,6 +108,7 @@ function Shell() {
               <span className="muted small"> {viewer.user.email}</span>
             </span>
           )}
+          <ThemeToggle />
           <button type="button" className="quiet" onClick={() => setToken(null)}>
             Sign out
           </button>
@@ -91,6 +118,25 @@ function Shell() {
         <Screen route={route} />
       </main>
     </div>
+  );
+}
+
+const THEME_WORDS: Record<Theme, string> = { system: "Theme: system", light: "Theme: light", dark: "Theme: dark" };
+
+/** Follows the OS until the person picks light or dark; the choice is kept. */
+function ThemeToggle() {
+  const [theme, setTheme] = useState<Theme>(loadTheme);
+  useEffect(() => applyTheme(theme), [theme]);
+  return (
+    <button
+      type="button"
+      className="quiet theme-toggle"
+      aria-label={`${THEME_WORDS[theme]} (change)`}
+      title="System, light or dark"
+      onClick={() => setTheme(nextTheme)}
+    >
+      {theme === "dark" ? "☾" : theme === "light" ? "☀" : "◐"} <span className="small">{theme}</span>
+    </button>
   );
 }
 
@@ -108,6 +154,13 @@ function Screen({ route }: { route: ReturnType<typeof matchRoute> }) {
       return <Invitations />;
     case "usage":
       return <Usage />;
+    case "replays":
+      return <Replays />;
+    case "agents":
+      return <Agents />;
+    case "queue":
+      return <Queue />;
+
     case "notFound":
       return (
         <section>

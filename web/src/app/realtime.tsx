@@ -1,6 +1,6 @@
 import type { ApolloClient } from "@apollo/client";
 import { createContext, type ReactNode, useContext, useEffect, useState, useSyncExternalStore } from "react";
-import { getToken, signOut } from "../auth/token";
+import { getToken, refusalMessage, signOut } from "../auth/token";
 import type { ConnectionState } from "../realtime/connection";
 import { Refresher, refreshOnFocus } from "../realtime/refresh";
 import { NudgeSocket, socketUrl } from "../realtime/socket";
@@ -22,7 +22,7 @@ export function RealtimeProvider({ client, children }: { client: ApolloClient; c
       token: getToken,
       onNudge: (nudge) => refresher.nudge(nudge),
       onConnected: () => refresher.all(),
-      onRefused: () => signOut("The API no longer accepts that token. Sign in again."),
+      onRefused: () => signOut(refusalMessage()),
     });
     return { socket, refresher };
   });

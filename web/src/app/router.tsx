@@ -66,6 +66,9 @@ export type Route =
   | { name: "webhooks" }
   | { name: "invitations" }
   | { name: "usage" }
+  | { name: "replays" }
+  | { name: "agents" }
+  | { name: "queue" }
   | { name: "notFound" };
 
 export function matchRoute(path: string): Route {
@@ -77,5 +80,8 @@ export function matchRoute(path: string): Route {
   if (parts.length === 1 && parts[0] === "webhooks") return { name: "webhooks" };
   if (parts.length === 1 && parts[0] === "invitations") return { name: "invitations" };
   if (parts.length === 1 && parts[0] === "usage") return { name: "usage" };
+  if (parts.length === 1 && parts[0] === "replays") return { name: "replays" };
+  if (parts.length === 1 && parts[0] === "agents") return { name: "agents" };
+  if (parts.length === 1 && parts[0] === "queue") return { name: "queue" };
   return { name: "notFound" };
 }

@@ -29,3 +29,16 @@ describe("decideLink", () => {
     expect(decideLink("", null)).toEqual({ action: "none" });
   });
 });
+
+describe("refusalMessage", () => {
+  it("a token never accepted is not told it is no longer accepted", async () => {
+    const { markTokenAccepted, refusalMessage, setToken } = await import("./token");
+    setToken("olv_never");
+    expect(refusalMessage()).toMatch(/did not accept/);
+    markTokenAccepted();
+    expect(refusalMessage()).toMatch(/no longer accepts/);
+    setToken("olv_other"); // a new token starts over
+    expect(refusalMessage()).toMatch(/did not accept/);
+    setToken(null);
+  });
+});

@@ -27,13 +27,39 @@ export function getToken(): string | null {
   return storage()?.getItem(TOKEN_KEY) ?? memoryToken;
 }
 
+export const ACCEPTED_KEY = "outlive.token.accepted";
+let memoryAccepted = false;
+
 export function setToken(token: string | null): void {
   const clean = token?.trim() || null;
-  memoryToken = clean;
   const store = storage();
+  if (clean !== getToken()) {
+    // A new token has not been accepted yet: until the API answers with it, a refusal is "did
+    // not accept", never "no longer accepts".
+    memoryAccepted = false;
+    store?.removeItem(ACCEPTED_KEY);
+  }
+  memoryToken = clean;
   if (clean) store?.setItem(TOKEN_KEY, clean);
   else store?.removeItem(TOKEN_KEY);
   for (const listener of listeners) listener(clean);
+}
+
+/** The API answered with the current token at least once (the app's Viewer query). */
+export function markTokenAccepted(): void {
+  memoryAccepted = true;
+  storage()?.setItem(ACCEPTED_KEY, "1");
+}
+
+export function wasTokenAccepted(): boolean {
+  return memoryAccepted || storage()?.getItem(ACCEPTED_KEY) === "1";
+}
+
+/** What to say when the API refuses the token: it once worked, or it never did. */
+export function refusalMessage(): string {
+  return wasTokenAccepted()
+    ? "The API no longer accepts that token. Sign in again."
+    : "The API did not accept that token. Check it and sign in again.";
 }
 
 let reason: string | null = null;

@@ -30,6 +30,7 @@ describe("keysForNudge", () => {
     expect(keysForNudge({ type: "webhook.delivery.updated", id: "d" })).toEqual([
       { kind: "webhooks" },
     ]);
+    expect(keysForNudge({ type: "replay.updated", id: "r" })).toEqual([{ kind: "replays" }]);
   });
 
   it("an unknown type concerns nothing", () => {
@@ -42,10 +43,13 @@ describe("keyOfQuery", () => {
   it("names each of the app's nudge-driven operations", () => {
     expect(keyOfQuery("Runs", { first: 20, status: ["RUNNING"] })).toEqual({ kind: "runs" });
     expect(keyOfQuery("RunDetail", { id: RUN })).toEqual({ kind: "run", id: RUN });
+    expect(keyOfQuery("RunWhy", { id: RUN })).toEqual({ kind: "run", id: RUN });
     expect(keyOfQuery("RunTimeline", { id: RUN, after: 0 })).toEqual({ kind: "runEvents", id: RUN });
     expect(keyOfQuery("Usage", { days: 30 })).toEqual({ kind: "usage" });
     expect(keyOfQuery("Invitations", {})).toEqual({ kind: "invitations" });
     expect(keyOfQuery("WebhookEndpoints", undefined)).toEqual({ kind: "webhooks" });
+    expect(keyOfQuery("RunReplays", { first: 20 })).toEqual({ kind: "replays" });
+    expect(keyOfQuery("Queue", { first: 50 })).toEqual({ kind: "runs" });
   });
 
   it("leaves the rest alone", () => {

@@ -20,7 +20,8 @@ export type QueryKey =
   | { kind: "runEvents"; id: string } // one run's timeline
   | { kind: "usage" }
   | { kind: "invitations" }
-  | { kind: "webhooks" }; // endpoints and their deliveries
+  | { kind: "webhooks" } // endpoints and their deliveries
+  | { kind: "replays" }; // the bulk replays and their progress
 
 /**
  * The operation names of the app's documents (see `api/documents`): each is one kind of key. An
@@ -29,11 +30,15 @@ export type QueryKey =
  */
 export const OPERATIONS = {
   Runs: "runs",
+  Queue: "runs", // a runs list filtered by status (QUEUED)
   RunDetail: "run",
+  RunWhy: "run",
   RunTimeline: "runEvents",
   Usage: "usage",
+  AgentStats: "usage", // counts by outcome: changes when the usage does
   Invitations: "invitations",
   WebhookEndpoints: "webhooks",
+  RunReplays: "replays",
 } as const satisfies Record<string, QueryKey["kind"]>;
 
 /** The keys a nudge concerns; an unknown type concerns nothing (a newer server, an older app). */
@@ -58,6 +63,10 @@ export function keysForNudge(nudge: NudgeLike): QueryKey[] {
     case "webhook.delivery.updated":
       // The id is a delivery's; deliveries are shown under their endpoints.
       return [{ kind: "webhooks" }];
+    case "replay.updated":
+      // A replay was made or moved on: the replays screen asks for its rows (and their counts)
+      // again. The runs it starts come as their own run.created nudges.
+      return [{ kind: "replays" }];
     default:
       return [];
   }

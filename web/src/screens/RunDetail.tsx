@@ -1,23 +1,50 @@
 import { useApolloClient, useMutation, useQuery } from "@apollo/client/react";
 import { useEffect, useRef } from "react";
-import { CANCEL_RUN, EVENTS_PAGE, RUN_DETAIL, RUN_TIMELINE } from "../api/documents/runs";
+import { CANCEL_RUN, EVENTS_PAGE, RETRY_RUN, RUN_DETAIL, RUN_TIMELINE, RUN_WHY } from "../api/documents/runs";
 import { describeError } from "../api/errors";
+import type { RunFieldsFragment, RunWhyFieldsFragment } from "../api/generated";
 import { ACTIVE_STATUSES } from "../api/types";
-import { Link, useLocation } from "../app/router";
+import { Link, navigate, useLocation } from "../app/router";
 import { lastSeq } from "../realtime/timeline";
-import { ErrorNote, Json, Loading, StatusBadge } from "../ui/common";
-import { compactJson, formatDuration, formatTime, shortId } from "../ui/format";
+import { CopyButton, ErrorNote, Json, JsonDetails, Loading, StatusBadge, useNow, When } from "../ui/common";
+import { compactJson, formatDuration, formatRelative, formatTime, shortId } from "../ui/format";
+import { type Band, buildWaterfall, END_WORDS, formatMs, type TimelineEvent, type Waterfall } from "../ui/waterfall";
+
+/** The run as the page knows it: its fields, and why it is here once RunWhy has answered. */
+type DetailRun = RunFieldsFragment & Partial<RunWhyFieldsFragment>;
 
 /** One run: its fields (live on run.updated), its timeline (live on run.event), Cancel run. */
 export function RunDetail({ id }: { id: string }) {
   const { params } = useLocation();
   const { data, error, loading } = useQuery(RUN_DETAIL, { variables: { id } });
+  const why = useQuery(RUN_WHY, { variables: { id } });
+  const refetchWhy = why.refetch;
   const [cancelRun, cancelling] = useMutation(CANCEL_RUN);
+  const [retryRun, retrying] = useMutation(RETRY_RUN);
   const run = data?.run;
+  const onRetry = async () => {
+    if (!run) return;
+    try {
+      const result = await retryRun({ variables: { id: run.id } });
+      const payload = result.data?.retryRun;
+      if (payload) navigate(`/runs/${payload.run.id}${payload.created ? "" : "?existing=1"}`);
+    } catch {
+      // shown below from `retrying.error`
+    }
+  };
 
   useEffect(() => {
     document.title = `Run ${shortId(id)} · Outlive`;
   }, [id]);
+  // Heartbeats extend the lease without a nudge (contract §5): when the lease on screen runs
+  // out, ask for the run again, so the page never says "ran out" of a lease that was extended.
+  const leaseExpiresAt = run?.status === "RUNNING" ? (why.data?.run?.leaseExpiresAt ?? null) : null;
+  useEffect(() => {
+    if (!leaseExpiresAt) return;
+    const wait = Math.max(new Date(leaseExpiresAt).getTime() - Date.now(), 0) + 500;
+    const timer = setTimeout(() => void refetchWhy().catch(() => undefined), Math.min(wait, 2 ** 31 - 1));
+    return () => clearTimeout(timer);
+  }, [leaseExpiresAt, refetchWhy]);
 
   if (error && !run) return <ErrorNote error={error} />;
   if (!data && loading) return <Loading />;
@@ -44,16 +71,22 @@ export function RunDetail({ id }: { id: string }) {
         <h1 id="run-heading">
           Run <span className="mono">{shortId(run.id)}</span> <span className="muted">· {run.agent}</span>
         </h1>
-        {active && (
-          <button
-            type="button"
-            className="danger"
-            disabled={cancelRequested || cancelling.loading}
-            onClick={() => void cancelRun({ variables: { id: run.id } }).catch(() => undefined)}
-          >
-            Cancel run
-          </button>
-        )}
+        <div className="toolbar">
+          {active ? (
+            <button
+              type="button"
+              className="danger"
+              disabled={cancelRequested || cancelling.loading}
+              onClick={() => void cancelRun({ variables: { id: run.id } }).catch(() => undefined)}
+            >
+              Cancel run
+            </button>
+          ) : (
+            <button type="button" className="primary" disabled={retrying.loading} onClick={() => void onRetry()}>
+              Retry
+            </button>
+          )}
+        </div>
       </div>
       {params.get("existing") && active && (
         <p className="note" role="note">
@@ -65,13 +98,20 @@ export function RunDetail({ id }: { id: string }) {
           {describeError(cancelling.error)}
         </p>
       )}
+      {retrying.error && (
+        <p className="note note-error" role="alert">
+          {describeError(retrying.error)}
+        </p>
+      )}
       {error && <ErrorNote error={error} />}
       <dl className="facts">
         <div>
           <dt>Status</dt>
           <dd>
             <StatusBadge status={run.status} testId="run-status" />
-            {cancelRequested && active && <span className="muted small"> cancel requested {formatTime(run.cancelRequestedAt)}</span>}
+            {cancelRequested && active && (
+              <span className="muted small fact-note"> cancel requested {formatTime(run.cancelRequestedAt)}</span>
+            )}
           </dd>
         </div>
         <div>
@@ -80,15 +120,21 @@ export function RunDetail({ id }: { id: string }) {
         </div>
         <div>
           <dt>Created</dt>
-          <dd title={run.createdAt}>{formatTime(run.createdAt)}</dd>
+          <dd>
+            <When iso={run.createdAt} />
+          </dd>
         </div>
         <div>
           <dt>Started</dt>
-          <dd title={run.startedAt ?? undefined}>{formatTime(run.startedAt)}</dd>
+          <dd>
+            <When iso={run.startedAt} />
+          </dd>
         </div>
         <div>
           <dt>Finished</dt>
-          <dd title={run.finishedAt ?? undefined}>{formatTime(run.finishedAt)}</dd>
+          <dd>
+            <When iso={run.finishedAt} />
+          </dd>
         </div>
         <div>
           <dt>Duration</dt>
@@ -96,7 +142,9 @@ export function RunDetail({ id }: { id: string }) {
         </div>
         <div className="wide">
           <dt>Id</dt>
-          <dd className="mono">{run.id}</dd>
+          <dd>
+            <span className="mono">{run.id}</span> <CopyButton value={run.id} label="Copy run id" />
+          </dd>
         </div>
       </dl>
       {run.error && (
@@ -104,6 +152,9 @@ export function RunDetail({ id }: { id: string }) {
           <strong>Error:</strong> {run.error}
         </div>
       )}
+      {/* The run page is a list of panels: the steps list and the signal form (durable steps, a
+          later phase) slot in here beside these. */}
+      <RunPanels run={{ ...run, ...(why.data?.run ?? {}) }} />
       <div className="columns">
         <div>
           <h2>Input</h2>
@@ -114,7 +165,182 @@ export function RunDetail({ id }: { id: string }) {
           {run.output === null ? <p className="muted">{active ? "Not yet." : "None."}</p> : <Json value={run.output} label="Output" />}
         </div>
       </div>
+    </section>
+  );
+}
+
+/** The panels under a run's facts: why it is here, then its waterfall and timeline. */
+function RunPanels({ run }: { run: DetailRun }) {
+  const { data } = useQuery(RUN_TIMELINE, { variables: { id: run.id, after: 0 } });
+  const events = data?.run?.events ?? [];
+  const now = useNow(ACTIVE_STATUSES.includes(run.status) ? 1000 : 30_000); // a live band grows
+  const waterfall = buildWaterfall(events, run, now);
+  return (
+    <div className="panels">
+      <WhyPanel run={run} waterfall={waterfall} now={now} />
+      <WaterfallPanel waterfall={waterfall} events={events} />
       <Timeline id={run.id} />
+    </div>
+  );
+}
+
+/** In words: why the run is where it is, from the fields the API gives and the timeline. */
+export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): string[] {
+  const lines: string[] = [];
+  if (run.retriedFromId) lines.push(`It retries run ${shortId(run.retriedFromId)}, with the same input.`);
+  switch (run.status) {
+    case "QUEUED":
+      lines.push(
+        run.waitingReason
+          ? `Waiting for a slot: ${run.waitingReason}.`
+          : `Queued ${formatRelative(run.createdAt, now)}, waiting for a worker to claim it.`,
+      );
+      break;
+    case "RUNNING": {
+      lines.push(`Attempt ${run.attempt} is running.`);
+      if (run.heartbeatAt) {
+        lines.push(`Its worker was last heard from at ${formatTime(run.heartbeatAt)} (${formatRelative(run.heartbeatAt, now)}).`);
+      }
+      if (run.leaseExpiresAt) {
+        const left = new Date(run.leaseExpiresAt).getTime() - now;
+        lines.push(
+          left > 0
+            ? `Its lease runs out at ${formatTime(run.leaseExpiresAt)} unless the worker heartbeats first: if the worker stops answering, another worker takes the run over then.`
+            : `Its lease ran out at ${formatTime(run.leaseExpiresAt)} (${formatRelative(run.leaseExpiresAt, now)}) with no heartbeat: another worker takes the run over.`,
+        );
+      }
+      if (run.cancelRequestedAt) lines.push("Cancel was requested: it stops before its next turn.");
+      break;
+    }
+    case "SUCCEEDED":
+      lines.push(`It succeeded ${formatRelative(run.finishedAt, now)} after ${run.attempt} attempt(s).`);
+      break;
+    case "FAILED":
+      lines.push(`It failed ${formatRelative(run.finishedAt, now)}${run.error ? `: ${run.error}` : "."}`);
+      break;
+    case "CANCELLED":
+      lines.push(`It was cancelled ${formatRelative(run.finishedAt, now)}.`);
+      break;
+    default:
+      // Newer statuses (WAITING, with durable steps) get their sentence in a later phase.
+      lines.push(`Its status is ${run.status}.`);
+  }
+  for (const band of waterfall.bands) {
+    if (band.end === "lost") {
+      const silent = band.alive ?? 0;
+      lines.push(
+        `Attempt ${band.attempt} lost its worker: silent after ${formatMs(silent)}, taken over ${formatMs(band.duration)} after it was claimed.`,
+      );
+    } else if (band.end === "retrying") {
+      const error = (band.endData as { error?: unknown } | null)?.error;
+      lines.push(`Attempt ${band.attempt} hit a retryable fault${typeof error === "string" ? ` (${error})` : ""} and was retried.`);
+    }
+  }
+  if ((run.lostAttempts ?? 0) > 0) {
+    lines.push(
+      `${run.lostAttempts} attempt(s) lost their worker; they use up no retry, but a run fails after losing its worker 3 times.`,
+    );
+  }
+  return lines;
+}
+
+function WhyPanel({ run, waterfall, now }: { run: DetailRun; waterfall: Waterfall; now: number }) {
+  const lines = whyLines(run, waterfall, now);
+  return (
+    <section className="panel" aria-labelledby="why-heading">
+      <h2 id="why-heading">Why it is here</h2>
+      <ul className="why" aria-label="Why it is here">
+        {lines.map((line) => (
+          <li key={line}>{line}</li>
+        ))}
+      </ul>
+      {run.retriedFromId && (
+        <p className="small">
+          <Link to={`/runs/${run.retriedFromId}`}>Open the run it retries</Link>
+        </p>
+      )}
+    </section>
+  );
+}
+
+function pct(value: number, span: number): string {
+  return `${Math.min(100, Math.max(0, (value / span) * 100)).toFixed(3)}%`;
+}
+
+function Bar({ offset, duration, span, className, alive }: { offset: number; duration: number; span: number; className: string; alive?: number | null }) {
+  const width = Math.max((duration / span) * 100, 0.6);
+  const aliveShare = alive != null && duration > 0 ? Math.min(100, (alive / duration) * 100) : null;
+  return (
+    <div className="track" aria-hidden="true">
+      <div
+        className={`bar-band ${className}`}
+        style={{
+          left: pct(offset, span),
+          width: `${Math.min(width, 100)}%`,
+          ...(aliveShare !== null ? { ["--alive" as string]: `${aliveShare}%` } : {}),
+        }}
+      />
+    </div>
+  );
+}
+
+function BandRow({ band, span }: { band: Band; span: number }) {
+  return (
+    <li className={`band band-${band.end}`} data-attempt={band.attempt} data-end={band.end}>
+      <div className="band-head">
+        <span className="band-name">Attempt {band.attempt}</span>
+        <span className={`badge badge-end-${band.end}`}>{END_WORDS[band.end]}</span>
+        <span className="muted small">
+          +{formatMs(band.offset)} · {formatMs(band.duration)}
+          {band.alive !== null && ` (silent after ${formatMs(band.alive)})`}
+        </span>
+      </div>
+      <Bar offset={band.offset} duration={band.duration} span={span} className={`bar-${band.end}`} alive={band.alive} />
+      {band.segments.length > 0 && (
+        <ol className="segments" aria-label={`Attempt ${band.attempt} turns`}>
+          {band.segments.map((seg) => (
+            <li key={seg.seq} className="segment" data-seq={seg.seq}>
+              <div className="band-head">
+                <span>{seg.label}</span>
+                <span className="muted small">
+                  +{formatMs(seg.offset)} · {formatMs(seg.duration)}
+                </span>
+              </div>
+              <Bar offset={seg.offset} duration={seg.duration} span={span} className="bar-segment" />
+              <JsonDetails value={seg.data} label={`${seg.label} data`} />
+            </li>
+          ))}
+        </ol>
+      )}
+      {band.endData !== null && band.end !== "succeeded" && <JsonDetails value={band.endData} label={`Attempt ${band.attempt} end`} />}
+    </li>
+  );
+}
+
+function WaterfallPanel({ waterfall, events }: { waterfall: Waterfall; events: readonly TimelineEvent[] }) {
+  return (
+    <section className="panel" aria-labelledby="waterfall-heading">
+      <h2 id="waterfall-heading">
+        Waterfall <span className="muted small">({formatMs(waterfall.span)} from creation)</span>
+      </h2>
+      {events.length === 0 && waterfall.bands.length === 0 ? (
+        <p className="muted">Not claimed yet.</p>
+      ) : (
+        <ol className="waterfall" aria-label="Waterfall">
+          {waterfall.queued !== null && (
+            <li className="band band-queued" data-end="queued">
+              <div className="band-head">
+                <span className="band-name">Queued</span>
+                <span className="muted small">+0 ms · {formatMs(waterfall.queued)}</span>
+              </div>
+              <Bar offset={0} duration={waterfall.queued} span={waterfall.span} className="bar-queued" />
+            </li>
+          )}
+          {waterfall.bands.map((band) => (
+            <BandRow key={`${band.attempt}-${band.offset}`} band={band} span={waterfall.span} />
+          ))}
+        </ol>
+      )}
     </section>
   );
 }

@@ -1,35 +1,54 @@
 import { useQuery } from "@apollo/client/react";
-import { useEffect } from "react";
+import { type FormEvent, useEffect, useState } from "react";
 import { RUNS, RUNS_PAGE_SIZE } from "../api/documents/runs";
-import { RUN_STATUSES, type RunStatus } from "../api/types";
+import { AGENTS } from "../api/documents/viewer";
+import { RUN_STATUSES } from "../api/types";
 import { Link, navigate, useLocation } from "../app/router";
-import { ErrorNote, Loading, StatusBadge } from "../ui/common";
-import { formatDuration, formatTime, shortId } from "../ui/format";
+import { filtersFromParams, isoOrNull, listUrl, type RunFilters, toLocalInput } from "./runFilters";
+import { CopyButton, ErrorNote, Loading, StatusBadge, When } from "../ui/common";
+import { formatDuration, shortId, timeZone } from "../ui/format";
 
-function listUrl(status: string | null, after: string | null): string {
-  const params = new URLSearchParams();
-  if (status) params.set("status", status);
-  if (after) params.set("after", after);
-  const query = params.toString();
-  return query ? `/runs?${query}` : "/runs";
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+function emptyText(filters: RunFilters): string {
+  if (!filters.status.length && !filters.agent && !filters.from && !filters.to) return "No runs yet.";
+  const which = filters.status.map((s) => s.toLowerCase()).join(" or ");
+  const when = filters.from || filters.to ? " in that time range" : "";
+  return `No ${which ? `${which} ` : ""}runs${filters.agent ? ` of ${filters.agent}` : ""}${when}.`;
 }
 
-/** Newest first, filtered by status, live: nudges and reconnects re-query it. */
+/** Newest first, filtered by status (several) and agent, paged by cursor; the URL holds it all. */
 export function RunsList() {
   const { params } = useLocation();
-  const status = params.get("status");
-  const after = params.get("after");
-  const validStatus = RUN_STATUSES.includes(status as RunStatus) ? (status as RunStatus) : null;
+  const filters = filtersFromParams(params);
+  const { status, agent, after, from, to } = filters;
   const { data, error, loading } = useQuery(RUNS, {
     variables: {
       first: RUNS_PAGE_SIZE,
-      after: after || null,
-      status: validStatus ? [validStatus] : null,
+      after,
+      status: status.length ? status : null,
+      agent,
+      createdSince: from,
+      createdBefore: to,
     },
   });
+  const agents = useQuery(AGENTS).data?.agents ?? [];
+  const [search, setSearch] = useState("");
+  const [searchError, setSearchError] = useState<string | null>(null);
   useEffect(() => {
     document.title = "Runs · Outlive";
   }, []);
+  const go = (change: Partial<RunFilters>) => navigate(listUrl({ ...filters, after: null, ...change }));
+  const onSearch = (event: FormEvent) => {
+    event.preventDefault();
+    const id = search.trim();
+    if (UUID.test(id)) {
+      setSearchError(null);
+      navigate(`/runs/${id.toLowerCase()}`);
+    } else {
+      setSearchError("Paste a whole run id (a UUID such as 0b6c1f4e-7f3e-4d0e-9a55-1d2b3c4d5e6f).");
+    }
+  };
   const edges = data?.runs.edges ?? [];
 
   return (
@@ -37,44 +56,110 @@ export function RunsList() {
       <div className="section-head">
         <h1 id="runs-heading">Runs</h1>
         <div className="toolbar">
-          <label className="inline">
-            Status
-            <select
-              name="status"
-              value={validStatus ?? ""}
-              onChange={(e) => navigate(listUrl(e.target.value || null, null))}
-            >
-              <option value="">All</option>
-              {RUN_STATUSES.map((s) => (
-                <option key={s} value={s}>
-                  {s.charAt(0) + s.slice(1).toLowerCase()}
-                </option>
-              ))}
-            </select>
-          </label>
+          <Link to={`/replays${agent ? `?agent=${encodeURIComponent(agent)}` : ""}`} className="button">
+            Replay failed runs…
+          </Link>
           <Link to="/runs/new" className="button primary">
             Start a run
           </Link>
         </div>
       </div>
+      <form className="filters" role="search" aria-label="Find a run" onSubmit={onSearch}>
+        <div className="field">
+          <label htmlFor="run-search">Run id</label>
+          <input
+            id="run-search"
+            type="search"
+            placeholder="Paste a run id"
+            value={search}
+            aria-invalid={searchError ? true : undefined}
+            aria-describedby={searchError ? "run-search-error" : undefined}
+            aria-keyshortcuts="/"
+            onChange={(e) => setSearch(e.target.value)}
+          />
+          {searchError && (
+            <p className="field-error" id="run-search-error">
+              {searchError}
+            </p>
+          )}
+        </div>
+        <button type="submit">Open</button>
+      </form>
+      <div className="filters">
+        <fieldset className="checks status-filter">
+          <legend>Status</legend>
+          {RUN_STATUSES.map((s) => (
+            <label key={s} className="check">
+              <input
+                type="checkbox"
+                name="status"
+                value={s}
+                checked={status.includes(s)}
+                onChange={(e) =>
+                  go({ status: e.target.checked ? [...status, s] : status.filter((x) => x !== s) })
+                }
+              />
+              <StatusBadge status={s} />
+            </label>
+          ))}
+        </fieldset>
+        <div className="field">
+          <label htmlFor="runs-agent">Agent</label>
+          <select id="runs-agent" value={agent ?? ""} onChange={(e) => go({ agent: e.target.value || null })}>
+            <option value="">Any agent</option>
+            {agents.map((a) => (
+              <option key={a.name} value={a.name}>
+                {a.name}
+              </option>
+            ))}
+            {agent && !agents.some((a) => a.name === agent) && <option value={agent}>{agent}</option>}
+          </select>
+        </div>
+        <div className="field">
+          <label htmlFor="runs-from">Created from</label>
+          <input
+            id="runs-from"
+            type="datetime-local"
+            value={toLocalInput(from)}
+            onChange={(e) => go({ from: isoOrNull(e.target.value) })}
+          />
+        </div>
+        <div className="field">
+          <label htmlFor="runs-to">Created before</label>
+          <input
+            id="runs-to"
+            type="datetime-local"
+            value={toLocalInput(to)}
+            onChange={(e) => go({ to: isoOrNull(e.target.value) })}
+          />
+        </div>
+        {(status.length > 0 || agent || from || to) && (
+          <button type="button" className="quiet" onClick={() => navigate("/runs")}>
+            Clear filters
+          </button>
+        )}
+      </div>
       {error && <ErrorNote error={error} />}
       {!data && loading && <Loading />}
       {data && edges.length === 0 && (
         <p className="empty">
-          {validStatus ? `No ${validStatus.toLowerCase()} runs.` : "No runs yet."}{" "}
+          {emptyText(filters)}{" "}
           <Link to="/runs/new">Start one</Link>.
         </p>
       )}
       {edges.length > 0 && (
+        <div className="table-wrap">
         <table className="table runs" aria-label="Runs">
           <thead>
             <tr>
               <th scope="col">Run</th>
               <th scope="col">Agent</th>
               <th scope="col">Status</th>
-              <th scope="col">Attempt</th>
-              <th scope="col">Created</th>
-              <th scope="col">Duration</th>
+              <th scope="col" className="col-optional">Attempt</th>
+              <th scope="col">
+                Created <span className="muted small">({timeZone()})</span>
+              </th>
+              <th scope="col" className="col-optional">Duration</th>
             </tr>
           </thead>
           <tbody>
@@ -83,7 +168,8 @@ export function RunsList() {
                 <td>
                   <Link to={`/runs/${run.id}`} className="mono" aria-label={`Run ${run.id}`}>
                     {shortId(run.id)}
-                  </Link>
+                  </Link>{" "}
+                  <CopyButton value={run.id} label={`Copy run id ${shortId(run.id)}`} />
                 </td>
                 <td>{run.agent}</td>
                 <td>
@@ -92,18 +178,21 @@ export function RunsList() {
                     <span className="muted small"> cancelling</span>
                   )}
                 </td>
-                <td>{run.attempt}</td>
-                <td title={run.createdAt}>{formatTime(run.createdAt)}</td>
-                <td>{formatDuration(run.startedAt, run.finishedAt)}</td>
+                <td className="col-optional">{run.attempt}</td>
+                <td>
+                  <When iso={run.createdAt} />
+                </td>
+                <td className="col-optional">{formatDuration(run.startedAt, run.finishedAt)}</td>
               </tr>
             ))}
           </tbody>
         </table>
+        </div>
       )}
       <nav className="pager" aria-label="Pages">
-        {after && <Link to={listUrl(validStatus, null)}>← Newest runs</Link>}
+        {after && <Link to={listUrl({ ...filters, after: null })}>← Newest runs</Link>}
         {data?.runs.pageInfo.hasNextPage && data.runs.pageInfo.endCursor && (
-          <Link to={listUrl(validStatus, data.runs.pageInfo.endCursor)}>Older runs →</Link>
+          <Link to={listUrl({ ...filters, after: data.runs.pageInfo.endCursor })}>Older runs →</Link>
         )}
       </nav>
     </section>

@@ -185,3 +185,41 @@ function parseInto(f: Field, text: string, input: Record<string, unknown>): stri
       return null;
   }
 }
+
+/**
+ * The form's values from an input object (the JSON editor's): each known field as its input holds
+ * it. A key the schema does not name, or an input that is not an object, is an error.
+ */
+export function valuesFromInput(
+  fields: Field[],
+  input: unknown,
+): { ok: true; values: Values } | { ok: false; error: string } {
+  if (!isObject(input)) return { ok: false, error: "The input must be a JSON object." };
+  const known = new Set(fields.map((f) => f.name));
+  const unknown = Object.keys(input).filter((k) => !known.has(k));
+  if (unknown.length) return { ok: false, error: `Not in the agent's schema: ${unknown.join(", ")}.` };
+  const values: Values = {};
+  for (const f of fields) {
+    const v = input[f.name];
+    if (f.kind === "boolean") values[f.name] = v === true;
+    else if (v === undefined || v === null) values[f.name] = "";
+    else if (f.kind === "json") values[f.name] = JSON.stringify(v, null, 2);
+    else values[f.name] = String(v);
+  }
+  return { ok: true, values };
+}
+
+/** The JSON editor's text checked as the form is: parse, then the same field checks. */
+export function checkJson(fields: Field[], text: string): { ok: true; values: Values } | { ok: false; error: string } {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return { ok: false, error: "Not valid JSON." };
+  }
+  const from = valuesFromInput(fields, parsed);
+  if (!from.ok) return from;
+  const checked = toInput(fields, from.values);
+  if (!checked.ok) return { ok: false, error: Object.values(checked.errors).join("; ") };
+  return from;
+}

@@ -62,6 +62,8 @@ RUNS_PAGE = prepare(
         " OR (created_at, id) < (CAST(:after_at AS timestamptz), CAST(:after_id AS uuid)))"
         " AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
         " AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))"
+        " AND (CAST(:since AS timestamptz) IS NULL OR created_at >= CAST(:since AS timestamptz))"
+        " AND (CAST(:until AS timestamptz) IS NULL OR created_at < CAST(:until AS timestamptz))"
         " ORDER BY created_at DESC, id DESC LIMIT :limit"
     ).columns(*RUN_COLUMNS)
 )

@@ -59,10 +59,15 @@ async def read_runs(
     after: str | None = None,
     statuses: Sequence[RunStatus] | None = None,
     agent: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> RunPage:
-    """A page of the tenant's runs, newest first, keyset-paginated on (created_at, id)."""
+    """A page of the tenant's runs, newest first, keyset-paginated on (created_at, id); with
+    `since` / `until`, only those created in [since, until)."""
     if not 0 <= first <= MAX_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
+    if since is not None and until is not None and since >= until:
+        raise BadUserInput("createdBefore must be after createdSince")
     at, run_id = decode_cursor(after) if after is not None else (None, None)
     rows = await db.all(
         queries.RUNS_PAGE,
@@ -71,6 +76,8 @@ async def read_runs(
         after_id=run_id,
         statuses=[s.value for s in statuses] if statuses else None,
         agent=agent,
+        since=since,
+        until=until,
         limit=first + 1,
     )
     runs = [to_record(row) for row in rows]

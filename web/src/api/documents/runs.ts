@@ -6,9 +6,12 @@
 
 export {
   CancelRunDocument as CANCEL_RUN,
+  RetryRunDocument as RETRY_RUN,
   RunDetailDocument as RUN_DETAIL,
   RunFieldsFragmentDoc as RUN_FIELDS,
+  QueueDocument as QUEUE,
   RunsDocument as RUNS,
+  RunWhyDocument as RUN_WHY,
   RunTimelineDocument as RUN_TIMELINE,
   StartRunDocument as START_RUN,
 } from "../generated";

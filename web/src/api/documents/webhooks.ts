@@ -2,6 +2,7 @@
 export {
   CreateWebhookEndpointDocument as CREATE_WEBHOOK_ENDPOINT,
   DeleteWebhookEndpointDocument as DELETE_WEBHOOK_ENDPOINT,
+  RedeliverWebhookDocument as REDELIVER_WEBHOOK,
   WebhookEndpointFieldsFragmentDoc as ENDPOINT_FIELDS,
   WebhookEndpointsDocument as WEBHOOK_ENDPOINTS,
 } from "../generated";

@@ -1,0 +1,51 @@
+/** The runs list's filters and the URL that holds them (pure: tested without a browser). */
+
+import { RUN_STATUSES, type RunStatus } from "../api/types";
+
+export interface RunFilters {
+  status: RunStatus[];
+  agent: string | null;
+  /** ISO 8601 (UTC) in the URL, so a shared link means the same moments in any time zone */
+  from: string | null;
+  to: string | null;
+  after: string | null;
+}
+
+export function isoOrNull(value: string | null): string | null {
+  if (!value) return null;
+  const t = new Date(value);
+  return Number.isNaN(t.getTime()) ? null : t.toISOString();
+}
+
+/** An ISO time as a `datetime-local` input holds it (the person's zone, to the minute). */
+export function toLocalInput(iso: string | null): string {
+  if (!iso) return "";
+  const d = new Date(iso);
+  const pad = (n: number) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+/** The filters a URL holds: `?status=FAILED&status=CANCELLED&agent=demo&after=<cursor>`. */
+export function filtersFromParams(params: URLSearchParams): RunFilters {
+  const status = [...new Set(params.getAll("status").flatMap((v) => v.split(",")))].filter((s): s is RunStatus =>
+    RUN_STATUSES.includes(s as RunStatus),
+  );
+  return {
+    status,
+    agent: params.get("agent") || null,
+    from: isoOrNull(params.get("from")),
+    to: isoOrNull(params.get("to")),
+    after: params.get("after") || null,
+  };
+}
+
+export function listUrl(filters: RunFilters): string {
+  const params = new URLSearchParams();
+  for (const s of filters.status) params.append("status", s);
+  if (filters.agent) params.set("agent", filters.agent);
+  if (filters.from) params.set("from", filters.from);
+  if (filters.to) params.set("to", filters.to);
+  if (filters.after) params.set("after", filters.after);
+  const query = params.toString();
+  return query ? `/runs?${query}` : "/runs";
+}
