@@ -77,3 +77,9 @@ class RunCancelled(Exception):
 
 class RunSuperseded(Exception):
     """This attempt no longer holds the run: it settled, or a newer attempt claimed it."""
+
+
+class RunParked(Exception):
+    """The run is WAITING now (a durable sleep, a wait for a signal): this attempt ends, and
+    frees its worker slot, without settling the run. Raised by `ctx.sleep` and `ctx.wait_for`;
+    an agent must let it through."""

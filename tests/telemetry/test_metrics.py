@@ -49,6 +49,8 @@ FAMILIES: dict[str, set[str]] = {
     "outlive_runs_settled": {"agent", "status"},
     "outlive_run_attempt_duration_seconds": {"agent", "outcome"},
     "outlive_run_queue_wait_seconds": set(),
+    "outlive_runs_waiting": set(),
+    "outlive_timer_lateness_seconds": set(),
     "outlive_jobs": {"type", "outcome"},
     "outlive_job_duration_seconds": {"type"},
     "outlive_job_queue_wait_seconds": {"type"},

@@ -1,4 +1,5 @@
-"""The `demo` agent (contract §6): turns of a sleep and a `turn` event, with knobs for failure."""
+"""The `demo` agent (contract §6): turns of a delay and a `turn` event, with knobs for failure,
+a durable sleep after turn 1 (`pauseMs`) and a wait for a signal after the last (`awaitSignal`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ class DemoInput(BaseModel):
     flaky_attempts: int | None = Field(
         None, ge=0, description="a retryable fault at turn 1 while attempt <= this"
     )
+    pause_ms: int | None = Field(
+        None, ge=0, le=86_400_000, description="after turn 1, a durable sleep this long (WAITING)"
+    )
+    await_signal: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="after the last turn, wait (WAITING) for a signal of this name",
+    )
+    signal_timeout_s: int = Field(
+        3600, ge=1, le=2_592_000, description="how long to wait for the signal at most"
+    )
 
 
 class DemoFailure(Exception):
@@ -34,14 +47,26 @@ async def run(ctx: RunContext, params: DemoInput) -> dict[str, Any]:
         if params.fail_at_turn == turn:
             raise DemoFailure(f"failing at turn {turn} as asked")
         if params.delay_ms:
-            await ctx.sleep(params.delay_ms / 1000)
+            await ctx.delay(params.delay_ms / 1000)
         await ctx.emit("turn", {"turn": turn})
-    return {"turns": params.turns}
+        if turn == 1 and params.pause_ms:
+            await ctx.sleep(params.pause_ms / 1000)
+    if params.await_signal is None:
+        return {"turns": params.turns}
+    payload = await ctx.wait_for(
+        params.await_signal, timeout=params.signal_timeout_s, default=_TIMED_OUT
+    )
+    timed_out = payload is _TIMED_OUT
+    return {"turns": params.turns, "signal": None if timed_out else payload, "timedOut": timed_out}
+
+
+_TIMED_OUT = object()
 
 
 AGENT = Agent(
     name="demo",
-    description="Runs `turns` turns, each sleeping `delayMs` then appending a `turn` event.",
+    description="Runs `turns` turns, each sleeping `delayMs` then appending a `turn` event;"
+    " `pauseMs` sleeps durably after turn 1, `awaitSignal` waits for a signal after the last.",
     input_model=DemoInput,
     run=run,
 )

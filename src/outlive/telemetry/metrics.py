@@ -58,6 +58,16 @@ RUN_QUEUE_WAIT = Histogram(
     "From enqueueing a run's instance to its first attempt starting.",
     buckets=WAIT_S,
 )
+RUNS_WAITING = Gauge(
+    "outlive_runs_waiting",
+    "Runs parked WAITING on a durable sleep or a signal, holding no worker (sampled).",
+    multiprocess_mode="mostrecent",
+)
+TIMER_LATENESS = Histogram(
+    "outlive_timer_lateness_seconds",
+    "From a WAITING run's due time (its sleep, or its signal's timeout) to the relay waking it.",
+    buckets=SHORT_S,
+)
 
 # --- jobs queue -------------------------------------------------------------------------------
 

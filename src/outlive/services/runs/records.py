@@ -37,6 +37,9 @@ class RunRecord:
     dispatched_at: datetime | None = None
     retried_from_id: RunId | None = None
     handoff_failed_at: datetime | None = None  # the queue could not take it; the relay will
+    waiting_for: str | None = None  # while WAITING: the signal's name (None: a durable sleep)
+    wake_at: datetime | None = None  # while WAITING: its timer, or the signal's timeout
+    resumes: int = 0  # claims that resumed it from WAITING: attempts that are not retries
 
     @property
     def is_waiting(self) -> bool:
@@ -91,6 +94,9 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         dispatched_at=m["dispatched_at"],
         retried_from_id=m["retried_from_id"],
         handoff_failed_at=m["handoff_failed_at"],
+        waiting_for=m["waiting_for"],
+        wake_at=m["wake_at"],
+        resumes=m["resumes"],
     )
 
 
