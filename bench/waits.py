@@ -109,7 +109,7 @@ async def main() -> None:
             )
             await asyncio.sleep(1.0)
             running = await conn.fetchval("SELECT count(*) FROM runs WHERE status = 'RUNNING'")
-            active = await redis.llen("saq:runs:active")
+            active = await redis.llen("saq:outlive-runs:active")
             await conn.execute(
                 "UPDATE runs r SET wake_at = now() + interval '3 seconds'"
                 " + make_interval(secs => $2 * (x.i - 1) / $1)"
