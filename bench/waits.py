@@ -33,7 +33,7 @@ import asyncpg
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_env, outlive, table  # noqa: E402
+from _common import bench_env, outlive, table
 
 PAUSE = {"turns": 1, "delayMs": 0, "pauseMs": 3_600_000}
 
@@ -109,7 +109,7 @@ async def main() -> None:
             )
             await asyncio.sleep(1.0)
             running = await conn.fetchval("SELECT count(*) FROM runs WHERE status = 'RUNNING'")
-            active = await redis.llen("saq:outlive-runs:active")
+            active = await redis.llen("saq:outlive-runs:active")  # type: ignore[misc]
             await conn.execute(
                 "UPDATE runs r SET wake_at = now() + interval '3 seconds'"
                 " + make_interval(secs => $2 * (x.i - 1) / $1)"

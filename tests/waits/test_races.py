@@ -132,11 +132,11 @@ async def test_a_signal_racing_the_timeout_has_exactly_one_outcome(rig: Rig) -> 
         )
         await asyncio.sleep(max(0.0, float(row["s"])))  # the timer is due now
 
-        async def send() -> bool:
-            await asyncio.sleep(random.uniform(0, 0.01))  # noqa: S311 (jitter, not a secret)
+        async def send(run_id: RunId, round: int) -> bool:
+            await asyncio.sleep(random.uniform(0, 0.01))  # jitter
             return await rig.signal(run_id, "go", {"round": round})
 
-        _, accepted = await asyncio.gather(rig.relay._wake_due(), send())
+        _, accepted = await asyncio.gather(rig.relay._wake_due(), send(run_id, round))
         assert accepted  # the run is active either way: the signal is kept
         events = await rig.events(run_id)
         resumed = [e.data for e in events if e.type == "resumed"]
@@ -170,11 +170,11 @@ async def test_a_signal_racing_cancel_run_has_exactly_one_outcome(rig: Rig) -> N
         run_id = await rig.start()
         await rig.park(run_id, "go", timeout=None)
 
-        async def cancel() -> runs_service.RunRecord:
-            await asyncio.sleep(random.uniform(0, 0.005))  # noqa: S311 (jitter)
+        async def cancel(run_id: RunId) -> runs_service.RunRecord:
+            await asyncio.sleep(random.uniform(0, 0.005))  # jitter
             return await rig.cancel(run_id)
 
-        accepted, cancelled = await asyncio.gather(rig.signal(run_id, "go", 1), cancel())
+        accepted, cancelled = await asyncio.gather(rig.signal(run_id, "go", 1), cancel(run_id))
         assert cancelled.status == RunStatus.CANCELLED  # WAITING or woken (QUEUED): at once
         events = await rig.events(run_id)
         names = [e.type for e in events]
@@ -193,13 +193,13 @@ async def test_a_signal_racing_the_wait_being_registered_is_never_lost(rig: Rig)
         run_id = await rig.start()
         ctx = await rig.context(run_id)
 
-        async def wait() -> Any:
+        async def wait(ctx: AttemptContext) -> Any:
             try:
                 return await ctx.wait_for("go", timeout=None)
             except RunParked:
                 return "parked"
 
-        got, accepted = await asyncio.gather(wait(), rig.signal(run_id, "go", {"r": round}))
+        got, accepted = await asyncio.gather(wait(ctx), rig.signal(run_id, "go", {"r": round}))
         assert accepted
         names = [e.type for e in await rig.events(run_id)]
         if got == "parked":  # registered first: the signal woke it

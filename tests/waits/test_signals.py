@@ -171,7 +171,8 @@ async def test_another_tenant_cannot_signal_a_run_and_bad_input_writes_nothing(
         row = await uow.one(
             text("SELECT count(*) AS n FROM run_signals WHERE run_id = :r"), r=UUID(run_id)
         )
-    assert row is not None and row["n"] == 0
+    assert row is not None
+    assert row["n"] == 0
 
 
 async def test_signals_take_from_a_per_tenant_rate_limit(

@@ -54,7 +54,8 @@ async def test_a_worker_of_two_slots_holds_three_sleeping_runs_and_still_runs_a_
                 assert took < 10, took  # at once: no slot is held by the sleepers
                 for tenant, run_id in ids:
                     read = await api.run(tenant.token, run_id)
-                    assert read is not None and read["status"] == "WAITING"
+                    assert read is not None
+                    assert read["status"] == "WAITING"
         finally:
             worker.send_signal(signal.SIGTERM)
             await asyncio.to_thread(worker.wait, 30)
@@ -84,7 +85,8 @@ async def test_a_timer_survives_redis_restarted_empty_and_fires(
         events = await runs_service.list_events(sessions, done.id, first=1000)
         resumed = [e for e in events if e.type == "resumed"]
         assert [e.data for e in resumed] == [{"by": "timer"}]
-        assert parked.wake_at is not None and resumed[0].at >= parked.wake_at
+        assert parked.wake_at is not None
+        assert resumed[0].at >= parked.wake_at
     finally:
         await host.stop()
         await own.kill()
