@@ -8,6 +8,7 @@ import asyncio
 import random
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -275,3 +276,34 @@ async def test_resuming_from_waiting_uses_up_none_of_the_three_attempts(rig: Rig
     names = [e.type for e in await rig.events(run_id)]
     assert names[-1] == "retrying"
     assert names.count("claimed") == 3
+
+
+async def test_a_short_sleep_stays_in_process_and_a_satisfied_long_one_is_skipped(
+    rig: Rig,
+) -> None:
+    run_id = await rig.start()
+    ctx = await rig.context(run_id)
+    await ctx.sleep(0.05)  # at most DURABLE_SLEEP_MIN_S: in-process, the attempt goes on
+    assert (await rig.read(run_id)).status == RunStatus.RUNNING
+    with pytest.raises(RunParked):
+        await ctx.sleep(1.2)  # the second sleep call: parks
+    parked = await rig.read(run_id)
+    assert parked.status == RunStatus.WAITING
+    assert parked.waiting_for is None
+    assert parked.wake_at is not None
+    left = await rig.one(
+        "SELECT extract(epoch FROM wake_at - now()) AS s FROM runs WHERE id = :r", r=run_id
+    )
+    await asyncio.sleep(max(0.0, float(left["s"])))
+    assert await rig.relay._wake_due() == 1
+    ctx = await rig.context(run_id)  # resumed: runs from the top
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await ctx.sleep(0.05)  # again in-process (no record)
+    await ctx.sleep(1.2)  # occurrence 2: satisfied, returns at once
+    assert loop.time() - began < 1.0
+    with pytest.raises(RunParked):  # a third sleep is a new one
+        await ctx.sleep_until(parked.wake_at + timedelta(seconds=60))
+    names = [e.type for e in await rig.events(run_id)]
+    assert names.count("waiting") == 2
+    assert [e.data for e in await rig.events(run_id) if e.type == "resumed"] == [{"by": "timer"}]
