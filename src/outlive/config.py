@@ -158,6 +158,7 @@ class Settings(BaseSettings):
     webhook_max_response_bytes: int = Field(4096, ge=0, description="read of a response body")
     webhook_max_endpoints: int = Field(50, ge=1, description="webhook endpoints per tenant")
     rate_start_run: RateSetting = Rate(1000, 10)
+    rate_signal_run: RateSetting = Rate(1000, 10)
     rate_invite: RateSetting = Rate(100, 3600)
     rate_invite_recipient: RateSetting = Rate(3, 3600)
     rate_create_webhook: RateSetting = Rate(20, 60)

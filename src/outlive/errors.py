@@ -87,3 +87,9 @@ class StepTooLarge(Exception):
 class StepResultInvalid(Exception):
     """A durable step's result cannot be recorded as JSON (or its return annotation cannot be
     resolved): nothing was recorded, and the run fails without a retry."""
+
+
+class RunParked(Exception):
+    """The run is WAITING now (a durable sleep, a wait for a signal): this attempt ends, and
+    frees its worker slot, without settling the run. Raised by `ctx.sleep` and `ctx.wait_for`;
+    an agent must let it through."""

@@ -51,6 +51,8 @@ FAMILIES: dict[str, set[str]] = {
     "outlive_run_queue_wait_seconds": set(),
     "outlive_steps_recorded": {"agent"},
     "outlive_step_memo_hits": {"agent"},
+    "outlive_runs_waiting": set(),
+    "outlive_timer_lateness_seconds": set(),
     "outlive_jobs": {"type", "outcome"},
     "outlive_job_duration_seconds": {"type"},
     "outlive_job_queue_wait_seconds": {"type"},

@@ -1,8 +1,10 @@
-"""The `demo` agent (contract §6): turns of a sleep and a `turn` event, with knobs for failure.
+"""The `demo` agent (contract §6): turns of a delay and a `turn` event, with knobs for failure,
+a durable sleep after turn 1 (`pauseMs`) and a wait for a signal after the last (`awaitSignal`).
 
-Each turn is a durable step (`ctx.step("turn", ...)`): an attempt that follows a retry or a lost
-worker answers the turns already done from the journal and resumes at the first unfinished one,
-so each turn's `turn` event (emitted inside the step, written with it) appears exactly once."""
+Each turn is a durable step (`ctx.step("turn", ...)`): an attempt that follows a retry, a lost
+worker or a wake from WAITING answers the turns already done from the journal and resumes at the
+first unfinished one, so each turn's `turn` event (emitted inside the step, written with it)
+appears exactly once."""
 
 from __future__ import annotations
 
@@ -24,6 +26,18 @@ class DemoInput(BaseModel):
     flaky_attempts: int | None = Field(
         None, ge=0, description="a retryable fault at turn 1 while attempt <= this"
     )
+    pause_ms: int | None = Field(
+        None, ge=0, le=86_400_000, description="after turn 1, a durable sleep this long (WAITING)"
+    )
+    await_signal: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="after the last turn, wait (WAITING) for a signal of this name",
+    )
+    signal_timeout_s: int = Field(
+        3600, ge=1, le=2_592_000, description="how long to wait for the signal at most"
+    )
 
 
 class DemoFailure(Exception):
@@ -38,7 +52,7 @@ async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int:
     if params.fail_at_turn == turn:
         raise DemoFailure(f"failing at turn {turn} as asked")
     if params.delay_ms:
-        await ctx.sleep(params.delay_ms / 1000)
+        await ctx.delay(params.delay_ms / 1000)
     await ctx.emit("turn", {"turn": turn})
     return turn
 
@@ -46,12 +60,24 @@ async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int:
 async def run(ctx: RunContext, params: DemoInput) -> dict[str, Any]:
     for turn in range(1, params.turns + 1):
         await ctx.step("turn", play_turn, ctx, params, turn)
-    return {"turns": params.turns}
+        if turn == 1 and params.pause_ms:
+            await ctx.sleep(params.pause_ms / 1000)
+    if params.await_signal is None:
+        return {"turns": params.turns}
+    payload = await ctx.wait_for(
+        params.await_signal, timeout=params.signal_timeout_s, default=_TIMED_OUT
+    )
+    timed_out = payload is _TIMED_OUT
+    return {"turns": params.turns, "signal": None if timed_out else payload, "timedOut": timed_out}
+
+
+_TIMED_OUT = object()
 
 
 AGENT = Agent(
     name="demo",
-    description="Runs `turns` turns, each sleeping `delayMs` then appending a `turn` event.",
+    description="Runs `turns` turns, each sleeping `delayMs` then appending a `turn` event;"
+    " `pauseMs` sleeps durably after turn 1, `awaitSignal` waits for a signal after the last.",
     input_model=DemoInput,
     run=run,
 )

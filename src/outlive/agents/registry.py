@@ -4,11 +4,13 @@ An agent is a name, a description, a pydantic input model (its JSON Schema is wh
 query returns and what `startRun` validates against before anything is written) and an async
 function `run(ctx, params) -> output`. The function talks to the world only through `ctx`:
 `await ctx.emit(type, data)` appends a durable timeline event, `await ctx.checkpoint()` (between
-turns) stops the run when a cancel was requested, `await ctx.sleep(s)` waits without blocking a
-cancel, `await ctx.step(name, fn, *args, **kwargs)` runs `fn` as a durable step (its result
-recorded; a later attempt of the run gets it back without calling `fn` again: see the README,
-"Writing a durable agent"), and `raise RetryableFault(...)` asks for another
-attempt. Any other exception settles the run FAILED at once.
+turns) stops the run when a cancel was requested, `await ctx.delay(s)` waits in-process without
+blocking a cancel, `await ctx.sleep(s)` / `ctx.sleep_until(t)` and `await ctx.wait_for(name,
+timeout=...)` park the run WAITING (durable: no worker held; see `outlive.services.waits`),
+`await ctx.step(name, fn, *args, **kwargs)` runs `fn` as a durable step (its result recorded; a
+later attempt of the run gets it back without calling `fn` again: see the README, "Writing a
+durable agent"), and `raise RetryableFault(...)` asks for another attempt. Any other exception
+settles the run FAILED at once.
 
 Agents are found through the entry-point group `outlive.agents`; the built-in `demo` and `llm`
 are registered the same way in our own pyproject.toml. A third-party package adds one with:
@@ -33,6 +35,8 @@ from pydantic import BaseModel, ValidationError
 from outlive.errors import BadUserInput
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from outlive.config import Settings
     from outlive.ids import RunId, TenantId
 
@@ -62,8 +66,27 @@ class RunContext(Protocol):
         """Between turns: raise `RunCancelled` if a cancel was requested, else return."""
 
     async def sleep(self, seconds: float) -> None:
-        """Sleep, looking at the run every second: a cancel request ends a long wait early
-        (raising `RunCancelled`) instead of after it."""
+        """A durable sleep. Up to 1 s it sleeps in-process; longer, the run parks WAITING (no
+        worker held) and this attempt ends (`RunParked`, which the agent must let through);
+        the run resumes from the top once it is due, and this call then returns at once."""
+
+    async def sleep_until(self, when: datetime) -> None:
+        """A durable sleep until `when` (an aware datetime); see `sleep`."""
+
+    async def wait_for(
+        self,
+        name: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (durable, kept in PostgreSQL)
+        *,
+        default: Any = None,
+    ) -> Any:
+        """The payload of the next signal `name` (`signalRun`), or `default` after `timeout`
+        seconds (None: none). A signal sent earlier is kept and returned at once; otherwise
+        the run parks WAITING, like `sleep`, and resumes when it comes (or times out)."""
+
+    async def delay(self, seconds: float) -> None:
+        """Sleep in-process, holding the worker, looking at the run every second: a cancel
+        request ends a long delay early (raising `RunCancelled`) instead of after it."""
 
     @overload
     def step(

@@ -3,9 +3,11 @@
 A pass is made when PostgreSQL announces that a row became due now (LISTEN `outlive_relay`: a
 trigger NOTIFYs it when a hand-off failed, or when the queue lost its data), and every
 `OUTLIVE_RELAY_SCAN_S` as the backstop (a process killed between its commit and its enqueue, a
-missed dispatch). A pass that took a whole batch is followed by another at once. While the queue
-is unreachable the loop retries on its own, a quarter of a second and doubling up to 2 s, so the
-work is handed within seconds of Redis coming back; it listens to nothing meanwhile.
+missed dispatch), and when the earliest timer of a WAITING run is due (a run that parks NOTIFYs
+too, so a timer set earlier than the one slept for is not missed). A pass that took a whole
+batch is followed by another at once. While the queue is unreachable the loop retries on its
+own, a quarter of a second and doubling up to 2 s, so the work is handed within seconds of Redis
+coming back; it listens to nothing meanwhile.
 
 Behind PgBouncer in transaction mode LISTEN cannot work, so the loop only scans there.
 """
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 MARKER_KEY = "outlive:queue-marker"
 BACKOFF_MIN_S = 0.25
 BACKOFF_MAX_S = 2.0
+TIMER_SLACK_S = 0.005  # a pass for a timer starts just after it is due (PostgreSQL's clock)
 
 
 class RedisQueueMarker:
@@ -104,8 +107,11 @@ class RelayLoop:
             if done.full:
                 await asyncio.sleep(0)
                 continue
+            until = next_scan - loop.time()
+            if done.next_wake_s is not None:  # the earliest timer, however far the next scan
+                until = min(until, done.next_wake_s + TIMER_SLACK_S)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, next_scan - loop.time())):
+                async with asyncio.timeout(max(0.0, until)):
                     await self._wake.wait()
 
     async def _listen(self) -> None:

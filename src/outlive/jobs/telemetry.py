@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from outlive.db.tx import Sessions
 from outlive.realtime.hub import Hub
+from outlive.services.waits.queries import WAITING_RUNS
 from outlive.telemetry import logs, metrics, tracing
 from outlive.workflows.runs import RetryLater
 
@@ -159,7 +160,7 @@ def metered_http_client(max_connections: int = 100) -> httpx.AsyncClient:
 
 class Sampler:
     """Every `every_s`, and before each scrape: pool usage, queue depths (saq's own keys, read
-    with `redis`), hub subscribers."""
+    with `redis`), hub subscribers, and (in a worker) the WAITING runs."""
 
     def __init__(
         self,
@@ -199,6 +200,10 @@ class Sampler:
 
     async def sample(self) -> None:
         self.sample_pools()
+        if self._sessions is not None and self._role == "worker":
+            with suppress(Exception):  # PostgreSQL away: the gauge keeps its last value
+                row = await self._sessions.one(WAITING_RUNS)
+                metrics.RUNS_WAITING.set(row["n"] if row is not None else 0)
         if self._hub is not None:
             metrics.SUBSCRIBERS.set(self._hub.subscriber_count)
         for queue in self._queues:

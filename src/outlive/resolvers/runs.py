@@ -1,4 +1,5 @@
-"""Run fields: `run`, `runs`, `startRun`, `cancelRun`. Reads reconcile lost instances."""
+"""Run fields: `run`, `runs`, `startRun`, `cancelRun`, `signalRun`. Reads reconcile lost
+instances."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ import strawberry
 
 from outlive.db.models import RunStatus
 from outlive.resolvers.context import Context
-from outlive.schema.runs import Run, RunConnection, StartRunInput, StartRunPayload
+from outlive.schema.runs import (
+    Run,
+    RunConnection,
+    SignalRunInput,
+    SignalRunPayload,
+    StartRunInput,
+    StartRunPayload,
+)
 from outlive.services import runs as runs_service
+from outlive.services import waits
 from outlive.services.ratelimits import Bucket
 from outlive.services.runs import RunRecord
 from outlive.workflows.reconcile import reconcile_runs
@@ -89,3 +98,24 @@ async def cancel_run(info: Info, id: strawberry.ID) -> Run:
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         record = await runs_service.cancel_run(uow, run_id)
     return Run.of(record)
+
+
+async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
+    ctx = info.context
+    s = ctx.services
+    run_id = runs_service.parse_run_id(input.id)
+    waits.check_name(input.name)  # BAD_USER_INPUT before a token is taken or a row written
+    await s.limiter.take(
+        Bucket("signal-run", str(ctx.tenant_id), s.settings.rate_signal_run),
+        message="too many signals sent: try again in a moment",
+    )
+    async with s.sessions.unit(ctx.tenant_id) as uow:
+        result = await waits.signal_run(
+            uow,
+            run_id,
+            name=input.name,
+            payload=input.payload,
+            idempotency_key=input.idempotency_key,
+            instances=s.instances,
+        )
+    return SignalRunPayload(run=Run.of(result.run), accepted=result.accepted)

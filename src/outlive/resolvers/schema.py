@@ -24,7 +24,7 @@ from outlive.schema.agents import Agent
 from outlive.schema.invitations import Invitation
 from outlive.schema.nudges import Nudge
 from outlive.schema.replays import RunReplay
-from outlive.schema.runs import Run, RunConnection, StartRunPayload
+from outlive.schema.runs import Run, RunConnection, SignalRunPayload, StartRunPayload
 from outlive.schema.tenants import Viewer
 from outlive.schema.usage import AgentStats, UsageDay
 from outlive.schema.webhooks import (
@@ -84,6 +84,11 @@ class Mutation:
     )
     cancel_run_replay: RunReplay = strawberry.mutation(
         resolver=replay_fields.cancel_run_replay, description="Idempotent."
+    )
+    signal_run: SignalRunPayload = strawberry.mutation(
+        resolver=run_fields.signal_run,
+        description="Delivers a named signal to a run: kept in its mailbox until a wait for "
+        "that name takes it (first in, first out); a run WAITING for it resumes.",
     )
     redeliver_webhook: WebhookDelivery = strawberry.mutation(
         resolver=webhook_fields.redeliver_webhook,

@@ -107,6 +107,20 @@ class Run:
         reason = await info.context.waiting_reason(self.record)
         return cast(str | None, reason)
 
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="While WAITING: the name of the signal the run waits for; null for a "
+        "durable sleep (and whenever the run is not WAITING)."
+    )
+    def waiting_for(self) -> str | None:
+        return self.record.waiting_for if self.record.status == DbRunStatus.WAITING else None
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="While WAITING: when its timer (a sleep), or its signal's timeout, fires; "
+        "null when it waits for a signal with no timeout, or is not WAITING."
+    )
+    def wake_at(self) -> datetime | None:
+        return self.record.wake_at if self.record.status == DbRunStatus.WAITING else None
+
     @classmethod
     def of(cls, r: RunRecord) -> Run:
         return cls(
@@ -172,3 +186,23 @@ class StartRunInput:
 class StartRunPayload:
     run: Run
     created: bool = strawberry.field(description="false: the active run was handed back")
+
+
+@strawberry.input
+class SignalRunInput:
+    id: strawberry.ID
+    name: str = strawberry.field(description="The signal's name (1 to 128 characters).")
+    payload: JSON | None = strawberry.field(
+        default=None, description="Any JSON, at most 64 KiB; what the run's wait returns."
+    )
+    idempotency_key: str | None = strawberry.field(
+        default=None, description="A key seen before for this run: the signal is not taken again."
+    )
+
+
+@strawberry.type
+class SignalRunPayload:
+    run: Run
+    accepted: bool = strawberry.field(
+        description="false: a repeated idempotencyKey, or a settled run; nothing was delivered"
+    )

@@ -29,6 +29,15 @@ A relay runs in every worker (`outlive.jobs.relay` drives it). One pass:
    whose job vanished is queued again. An unreachable queue puts the rows back, due a second
    later.
 
+Before step 3, a pass wakes the WAITING runs whose timer is due (a durable sleep, or a wait for
+a signal that timed out): each goes back to QUEUED in one conditional update (still WAITING, its
+row taken with `SKIP LOCKED`, so a signal or a cancel that got there first wins, and any number
+of relays wake it once), with a `resumed {by: "timer" | "timeout"}` event, admitted at once
+unless its tenant is capped, and handed to the queue after the commit (`hand_woken`). The timer
+lives in PostgreSQL only: a Redis that lost its data loses no timer. `RelayLoop` sleeps no
+longer than until the earliest timer (one probe of `ix_runs_wake`), and a run that parks wakes
+it (NOTIFY), so a timer fires within a pass of its due time.
+
 Nothing is settled, claimed or admitted here: the relay only hands over what PostgreSQL says is
 due. It is not a sweeper cron repairing what nobody looks at: it copies due rows from the truth
 to the queue, the way a transactional outbox relay does, and reconcile-on-read still repairs what
@@ -53,6 +62,7 @@ from outlive.errors import QueueUnavailable
 from outlive.ids import RunId
 from outlive.services import outbox
 from outlive.services.ports import InstanceState, RunInstances
+from outlive.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +110,8 @@ class Pass:
     full: bool = False  # it took a whole batch: more may be due
     lost_queue: bool = False  # the marker was missing: every row was made due
     dispatched: int = 0  # rows admitted by the dispatches it made up for
+    woken: int = 0  # WAITING runs whose timer fired
+    next_wake_s: float | None = None  # seconds until the earliest timer still ahead
 
 
 # --- statements (SQL assembled from this module's constants only) -----------------------------
@@ -245,6 +257,67 @@ MISSED_JOB_DISPATCHES = prepare(
 )
 
 
+# --- timers: WAITING runs whose sleep or signal timeout is due -----------------------------------
+
+# A woken run: QUEUED again, admitted at once unless its tenant's cap is below the number of
+# agents (the INSERT's shortcut: then the dispatch function admits it). Not a retry: `resumes`.
+WOKEN_SETS = (
+    "status = 'QUEUED', waiting_for = NULL, wake_at = NULL, resumes = resumes + 1,"
+    " lease_expires_at = NULL, updated_at = now(), relay_after = now() + interval '10 seconds',"
+    " dispatched_at = CASE WHEN coalesce((SELECT t.max_running_runs FROM tenants t"
+    " WHERE t.id = runs.tenant_id), :default_cap) >= :agents THEN now() END"
+)
+_BY = "CASE WHEN waited_for IS NULL THEN 'timer' ELSE 'timeout' END"
+WAKE_DUE = prepare(
+    text(
+        f"""WITH due AS (
+            SELECT id, waiting_for, wake_at FROM runs
+             WHERE status = 'WAITING' AND wake_at <= now()
+             ORDER BY wake_at LIMIT :batch FOR UPDATE SKIP LOCKED),
+        moved AS (
+            UPDATE runs SET {WOKEN_SETS}, event_seq = event_seq + 1 FROM due
+             WHERE runs.id = due.id AND runs.status = 'WAITING'
+            RETURNING runs.id, runs.tenant_id, runs.event_seq, runs.dispatched_at,
+                      due.waiting_for AS waited_for, due.wake_at AS was_due),
+        resolved AS (
+            UPDATE run_waits w SET resolved_at = now(), resolved_by = {_BY}
+              FROM moved WHERE w.run_id = moved.id AND w.resolved_at IS NULL),
+        appended AS (
+            INSERT INTO run_events (run_id, seq, type, data)
+            SELECT id, event_seq, 'resumed', jsonb_build_object('by', {_BY}) FROM moved)
+        SELECT id, tenant_id, dispatched_at IS NOT NULL AS admitted,
+               extract(epoch FROM clock_timestamp() - was_due) AS late_s FROM moved"""
+    )
+)
+NEXT_WAKE = prepare(
+    text(
+        "SELECT extract(epoch FROM min(wake_at) - now()) AS in_s FROM runs WHERE status = 'WAITING'"
+    )
+)
+
+
+async def hand_woken(
+    sessions: Sessions, instances: RunInstances, woken: Sequence[Mapping[str, Any]]
+) -> None:
+    """After the commit that woke them: enqueue the admitted runs (a queue that cannot take them
+    leaves them to the relay), and dispatch the tenants of the others (their admission
+    enqueues what it admits)."""
+    admitted = [RunId(r["id"]) for r in woken if r["admitted"]]
+    for at in range(0, len(admitted), CHUNK):
+        chunk = admitted[at : at + CHUNK]
+        results = await asyncio.gather(
+            *(instances.start(run_id) for run_id in chunk), return_exceptions=True
+        )
+        failed = [r for r, e in zip(chunk, results, strict=True) if isinstance(e, Exception)]
+        if failed:
+            log.warning("%d woken run(s) go to the relay: no queue", len(failed))
+            await handoff_failed_runs(sessions, failed)
+    admission = sessions.admission
+    if admission is not None:
+        for tenant_id in {r["tenant_id"] for r in woken if not r["admitted"]}:
+            await admission.dispatch_runs(tenant_id)
+
+
 # --- the fast path's failures -------------------------------------------------------------------
 
 
@@ -309,6 +382,7 @@ class Relay:
             await self._hand_running()
         if scan:
             done.dispatched = await self._make_up_missed_dispatches()
+        done.woken = await self._wake_due()
         rows = await self._sessions.all(
             TAKE, window=self.batch * WINDOW, batch=self.batch, recheck=self.recheck_s
         )
@@ -318,7 +392,29 @@ class Relay:
         )
         if done.taken:
             await self._hand(done.taken)
+        done.full = done.full or done.woken >= self.batch
+        row = await self._sessions.one(NEXT_WAKE)
+        done.next_wake_s = None if row is None or row["in_s"] is None else float(row["in_s"])
         return done
+
+    async def _wake_due(self) -> int:
+        """Wake up to a batch of WAITING runs whose timer is due (see the module's docstring)."""
+        admission = self._sessions.admission
+        async with self._sessions.unit() as uow:
+            woken = await uow.all(
+                WAKE_DUE,
+                batch=self.batch,
+                default_cap=self._caps["run"],
+                agents=0 if admission is None else admission.agents,
+            )
+            for row in woken:
+                uow.nudge("run.updated", row["id"], tenant_id=row["tenant_id"])
+                uow.nudge("run.event", row["id"], tenant_id=row["tenant_id"])
+        for row in woken:
+            metrics.TIMER_LATENESS.observe(max(0.0, float(row["late_s"])))
+        if woken:
+            await hand_woken(self._sessions, self._instances, woken)
+        return len(woken)
 
     async def _hand(self, taken: list[Taken]) -> None:
         jobs = [(t.kind, t.id) for t in taken if t.kind != "run"]

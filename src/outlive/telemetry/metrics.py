@@ -68,6 +68,16 @@ STEP_MEMO_HITS = Counter(
     "Durable steps answered from the journal on a later attempt, without running them again.",
     ["agent"],
 )
+RUNS_WAITING = Gauge(
+    "outlive_runs_waiting",
+    "Runs parked WAITING on a durable sleep or a signal, holding no worker (sampled).",
+    multiprocess_mode="mostrecent",
+)
+TIMER_LATENESS = Histogram(
+    "outlive_timer_lateness_seconds",
+    "From a WAITING run's due time (its sleep, or its signal's timeout) to the relay waking it.",
+    buckets=SHORT_S,
+)
 
 # --- jobs queue -------------------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ predicate of the write it makes, so a row a worker touched meanwhile is left alo
   flushed or failed over), and runs; it is never failed for it. The relay in every worker
   (`services.relay`) does the same without a read. A run still waiting for a slot under its
   tenant's cap has no instance yet, by design: it is not lost, and its tenant's waiting runs are
-  dispatched instead (should a dispatch have been missed, a read makes up for it).
+  dispatched instead (should a dispatch have been missed, a read makes up for it). A WAITING
+  run has no instance either: its timer lives in PostgreSQL and the relay wakes it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ async def reconcile_runs(
     stale = [
         r
         for r in runs
-        if r.is_active
+        if r.status in (RunStatus.QUEUED, RunStatus.RUNNING)  # WAITING has no instance, by design
         and r.updated_at < cutoff
         and r not in lost_workers
         and (r.status == RunStatus.QUEUED or r.lease_expires_at is None)

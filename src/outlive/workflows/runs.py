@@ -20,6 +20,8 @@ delivery of the run's instance. What happens to the attempt is decided here:
   reach PostgreSQL is delivered again later, without using up one of saq's attempts; a terminal
   write is retried for up to a lease first (it is fenced on the attempt, so a late one is safe);
 - success → SUCCEEDED; `RunCancelled` at a turn boundary → CANCELLED;
+- `RunParked`: the agent parked the run WAITING (a durable sleep, a wait for a signal; see
+  `outlive.services.waits`): the attempt ends without settling, and its worker slot is free;
 - a retryable fault (or the timeout) with attempts left → back to QUEUED with a `retrying`
   event, and `RetryLater(delay)` tells the engine when to deliver the next attempt
   (`OUTLIVE_RUN_RETRY_DELAY_S`, doubling); with none left → FAILED. Attempts lost to a dead
@@ -38,9 +40,11 @@ import asyncio
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar, overload
 
 import httpx
@@ -49,8 +53,15 @@ from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
-from outlive.errors import RetryableFault, RunCancelled, RunSuperseded, ServiceUnavailable
+from outlive.errors import (
+    RetryableFault,
+    RunCancelled,
+    RunParked,
+    RunSuperseded,
+    ServiceUnavailable,
+)
 from outlive.ids import RunId, TenantId
+from outlive.services import waits
 from outlive.services.runs import (
     MAX_ATTEMPTS,
     MAX_LOST_ATTEMPTS,
@@ -69,6 +80,9 @@ from outlive.workflows.steps import StepJournal, buffered_events
 log = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 1.0  # how often a sleeping agent looks for a cancel request
+# A sleep this short or shorter is slept in-process (parking and waking costs more than it
+# saves, and holds the slot for at most this long); a longer one parks the run WAITING.
+DURABLE_SLEEP_MIN_S = 1.0
 HEARTBEATS_PER_LEASE = 3  # a heartbeat every third of the lease
 BEAT_TIMEOUT_SHARE = 0.5  # a heartbeat not done within half its period counts as failed
 SETTLE_RETRY_S = 0.5  # a terminal write that found PostgreSQL unreachable is tried again this often
@@ -129,6 +143,7 @@ class AttemptContext:
         self._lease_s = deps.lease_s
         self._fresh: RunRecord | None = run  # the row as this attempt last wrote it
         self._steps = StepJournal(deps.sessions, run, lease_s=deps.lease_s, recorded=self._moved)
+        self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
 
     def _moved(self, run: RunRecord) -> None:
         self._fresh = run
@@ -173,12 +188,86 @@ class AttemptContext:
         run, self._fresh = self._fresh, None
         if run is None:
             run = await self._read()
-        if run is None or not run.is_active or run.attempt != self.attempt:
+        if run is None or run.status != RunStatus.RUNNING or run.attempt != self.attempt:
             raise RunSuperseded(f"attempt {self.attempt} of run {self.run_id} no longer holds it")
         if run.cancel_requested_at is not None:
             raise RunCancelled()
 
     async def sleep(self, seconds: float) -> None:
+        """A durable sleep: up to `DURABLE_SLEEP_MIN_S`, in-process (`delay`); longer, the run
+        parks WAITING until then and this attempt ends (`RunParked`); a resumed attempt gets
+        past it at once."""
+        occurrence = self._next(waits.SLEEP, "")
+        if seconds <= DURABLE_SLEEP_MIN_S:
+            await self.delay(seconds)
+            return
+        await self._wait(waits.SLEEP, "", occurrence, seconds=seconds)
+
+    async def sleep_until(self, when: datetime) -> None:
+        """`sleep` until `when` (an aware datetime)."""
+        if when.tzinfo is None:
+            raise ValueError("sleep_until needs an aware datetime")
+        occurrence = self._next(waits.SLEEP, "")
+        seconds = (when - datetime.now(UTC)).total_seconds()
+        if seconds <= DURABLE_SLEEP_MIN_S:
+            await self.delay(seconds)
+            return
+        await self._wait(waits.SLEEP, "", occurrence, until=when)
+
+    async def wait_for(
+        self,
+        name: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (durable, kept in PostgreSQL)
+        *,
+        default: Any = None,
+    ) -> Any:
+        """The payload of the next signal `name` (kept in the run's mailbox if it came first),
+        or `default` once `timeout` seconds passed (None: no timeout). Parks the run WAITING
+        when no such signal is there yet."""
+        waits.check_name(name)
+        if timeout is not None and timeout <= 0:
+            raise ValueError("a wait's timeout is positive (or None: no timeout)")
+        occurrence = self._next(waits.SIGNAL, name)
+        resolved = await self._wait(waits.SIGNAL, name, occurrence, seconds=timeout)
+        return default if resolved.by == "timeout" else resolved.payload
+
+    def _next(self, kind: str, name: str) -> int:
+        self._occurrences[kind, name] += 1
+        return self._occurrences[kind, name]
+
+    async def _wait(
+        self,
+        kind: str,
+        name: str,
+        occurrence: int,
+        *,
+        seconds: float | None = None,
+        until: datetime | None = None,
+    ) -> waits.Resolved:
+        if buffered_events(self._steps) is not None:
+            raise RuntimeError(
+                f"a durable {kind} ({name or 'sleep'!r}) inside a step: sleeps over"
+                f" {DURABLE_SLEEP_MIN_S:g} s and waits go between steps"
+            )
+        async with self._sessions.unit(self.tenant_id) as uow:
+            outcome = await waits.wait(
+                uow,
+                run_id=self.run_id,
+                attempt=self.attempt,
+                kind=kind,
+                name=name,
+                occurrence=occurrence,
+                seconds=seconds,
+                until=until,
+            )
+        self._fresh = None
+        if isinstance(outcome, waits.Parked):
+            raise RunParked(f"run {self.run_id} waits ({kind} {name!r} #{occurrence})")
+        return outcome
+
+    async def delay(self, seconds: float) -> None:
+        """Sleep in-process, holding the worker, looking at the run every second: a cancel
+        request ends a long delay early (raising `RunCancelled`) instead of after it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         while (left := deadline - loop.time()) > 0:
@@ -249,6 +338,8 @@ async def _execute(
         json.dumps(output)  # a result that is not JSON is the agent's bug, not a retry's
     except RunCancelled:
         await _settle(deps, run, RunStatus.CANCELLED)
+    except RunParked as parked:
+        log.info("%s; attempt %s ends, its worker slot is free", parked, run.attempt)
     except RunSuperseded as exc:
         log.warning("run %s: %s; this attempt stops", run.id, exc)
     except ServiceUnavailable:  # the agent's own write could not reach PostgreSQL
@@ -387,7 +478,9 @@ async def _settle(
 
 async def _retry_or_fail(deps: WorkflowDeps, run: RunRecord, fault: Exception) -> None:
     error = _describe(fault) if str(fault) else f"timed out after {deps.settings.run_timeout_s:g}s"
-    executed = run.attempt - run.lost_attempts  # attempts that reached a verdict, this one too
+    # Attempts that reached a verdict, this one too: neither a lost worker's attempts nor the
+    # claims that resumed the run from WAITING are retries.
+    executed = run.attempt - run.lost_attempts - run.resumes
     if executed >= MAX_ATTEMPTS:
         lost = f"; {run.lost_attempts} more lost their worker" if run.lost_attempts else ""
         await _settle(

@@ -34,7 +34,8 @@ export type RunStatus =
   | 'FAILED'
   | 'QUEUED'
   | 'RUNNING'
-  | 'SUCCEEDED';
+  | 'SUCCEEDED'
+  | 'WAITING';
 
 export type StartRunInput = {
   agent: string;

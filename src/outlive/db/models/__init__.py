@@ -4,12 +4,22 @@ from outlive.db.models.base import Base
 from outlive.db.models.invitations import Invitation, InvitationStatus
 from outlive.db.models.jobs import RejectedJob
 from outlive.db.models.replays import ReplayStatus, RunReplay
-from outlive.db.models.runs import ACTIVE_STATUSES, Run, RunEvent, RunStatus, RunStep
+from outlive.db.models.runs import (
+    ACTIVE_SQL,
+    ACTIVE_STATUSES,
+    Run,
+    RunEvent,
+    RunSignal,
+    RunStatus,
+    RunStep,
+    RunWait,
+)
 from outlive.db.models.tenants import ApiToken, Tenant, User
 from outlive.db.models.usage import UsageDaily, UsageRollup
 from outlive.db.models.webhooks import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 
 __all__ = [
+    "ACTIVE_SQL",
     "ACTIVE_STATUSES",
     "ApiToken",
     "Base",
@@ -21,8 +31,10 @@ __all__ = [
     "Run",
     "RunEvent",
     "RunReplay",
+    "RunSignal",
     "RunStatus",
     "RunStep",
+    "RunWait",
     "Tenant",
     "UsageDaily",
     "UsageRollup",

@@ -16,7 +16,16 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, String, UniqueConstraint, text
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    ForeignKey,
+    Identity,
+    Index,
+    String,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -29,9 +38,13 @@ class RunStatus(enum.StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    WAITING = "WAITING"  # parked on a durable sleep or a signal: holds no worker, no slot
 
 
-ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+# Active: not settled. WAITING keeps its (tenant, agent) slot but holds no worker and no place
+# under its tenant's cap (the dispatch function counts QUEUED and RUNNING only).
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
+ACTIVE_SQL = "status IN ('QUEUED', 'RUNNING', 'WAITING')"
 # The relay's first look at a row: the fast path (the enqueue after its commit) handed it by then.
 RELAY_FIRST_LOOK = "now() + interval '10 seconds'"
 _STATUS_LIST = ", ".join(f"'{s.value}'" for s in RunStatus)
@@ -46,7 +59,7 @@ class Run(Base):
             "tenant_id",
             "agent",
             unique=True,
-            postgresql_where=text("status IN ('QUEUED', 'RUNNING')"),
+            postgresql_where=text(ACTIVE_SQL),
         ),
         Index("ix_runs_tenant_newest", "tenant_id", text("created_at DESC"), text("id DESC")),
         Index(
@@ -65,6 +78,11 @@ class Run(Base):
             "ix_runs_relay",
             "relay_after",
             postgresql_where=text("status = 'QUEUED' AND dispatched_at IS NOT NULL"),
+        ),
+        Index(  # the timers of WAITING runs (`outlive.services.waits`): one probe when idle
+            "ix_runs_wake",
+            "wake_at",
+            postgresql_where=text("status = 'WAITING'"),
         ),
         Index(
             "ix_runs_settled_finished_at",
@@ -103,6 +121,12 @@ class Run(Base):
     handoff_failed_at: Mapped[datetime | None]
     # How many durable steps the run has completed (`run_steps.seq` of the last one).
     step_seq: Mapped[int] = mapped_column(server_default=text("0"))
+    # While WAITING: the signal it waits for (NULL: a durable sleep) and when its timer (or the
+    # signal's timeout) fires (NULL: no timeout). `resumes` counts the claims that resumed it:
+    # they are new attempts but not retries (`attempt - lost_attempts - resumes` are the retries).
+    waiting_for: Mapped[str | None]
+    wake_at: Mapped[datetime | None]
+    resumes: Mapped[int] = mapped_column(server_default=text("0"))
 
 
 class RunEvent(Base):
@@ -135,3 +159,57 @@ class RunStep(Base):
     attempt: Mapped[int]
     result: Mapped[Any] = mapped_column(JSONB)
     completed_at: Mapped[datetime] = now_default()
+
+
+class RunWait(Base):
+    """The durable record of one sleep or wait of a run, keyed like a step: by kind (`sleep`, or
+    `signal` with the signal's name) and occurrence (the count of such calls in program order
+    within an attempt). A later attempt that reaches the same call finds it resolved and gets the
+    result back at once (`None` for a timeout)."""
+
+    __tablename__ = "run_waits"
+
+    run_id: Mapped[UUID] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(primary_key=True)  # 'sleep' | 'signal'
+    name: Mapped[str] = mapped_column(primary_key=True)  # the signal's name; '' for a sleep
+    occurrence: Mapped[int] = mapped_column(primary_key=True)
+    attempt: Mapped[int]  # the attempt that first reached it
+    until: Mapped[datetime | None]  # the timer (or timeout); NULL: none
+    created_at: Mapped[datetime] = now_default()
+    resolved_at: Mapped[datetime | None]
+    resolved_by: Mapped[str | None]  # 'timer' | 'signal' | 'timeout'
+    payload: Mapped[Any | None] = mapped_column(JSONB)  # the delivered signal's payload
+
+
+class RunSignal(Base):
+    """A run's mailbox: every accepted signal, delivered to the first wait for its name, in
+    order of `seq` (first in, first out)."""
+
+    __tablename__ = "run_signals"
+    __table_args__ = (
+        Index(
+            "uq_run_signals_idempotency_key",
+            "run_id",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
+        Index(
+            "ix_run_signals_pending",
+            "run_id",
+            "name",
+            "seq",
+            postgresql_where=text("delivered_at IS NULL"),
+        ),
+    )
+
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    run_id: Mapped[UUID] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    tenant_id: Mapped[UUID]
+    name: Mapped[str]
+    payload: Mapped[Any | None] = mapped_column(JSONB)
+    idempotency_key: Mapped[str | None]
+    created_at: Mapped[datetime] = now_default()
+    delivered_at: Mapped[datetime | None]

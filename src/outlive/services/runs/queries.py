@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import ARRAY, Uuid, bindparam, column, text
 
-from outlive.db.models import Run, RunEvent, RunStep
+from outlive.db.models import ACTIVE_SQL, Run, RunEvent, RunStep
 from outlive.db.raw import Statement, prepare
 from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE
 
-ACTIVE = "status IN ('QUEUED', 'RUNNING')"
+ACTIVE = ACTIVE_SQL  # QUEUED, RUNNING or WAITING: the partial unique index's predicate
 RUN_COLUMNS = tuple(Run.__table__.c)
 LEASE_EXPIRED = "coalesce(lease_expires_at, '-infinity') < now()"
 # The lease of the attempt holding a RUNNING run, extended by its heartbeats and its events.
@@ -110,7 +110,8 @@ def move(
     may_settle: bool = False,
 ) -> Move:
     """`sets` and `where` are SQL over `runs`; `event_type` and `event_data` SQL over the updated
-    row. The statement always carries `id = :run_id AND status IN ('QUEUED', 'RUNNING')`."""
+    row. The statement always carries `id = :run_id AND status IN ('QUEUED', 'RUNNING',
+    'WAITING')`."""
     sets = ", ".join(p for p in (sets, "event_seq = event_seq + 1, updated_at = now()") if p)
     where = f"id = :run_id AND {ACTIVE}" + (f" AND {where}" if where else "")
     deliveries, delivery_ids, columns = "", "", RUN_COLUMNS
@@ -139,11 +140,17 @@ _LOST_LONG_AGO = (
 )
 _SETTLED_EVENT = "lower(status)"
 SETTLE = move(_SETTLE, event_type=_SETTLED_EVENT, may_settle=True)
-SETTLE_ATTEMPT = move(_SETTLE, "attempt = :attempt", event_type=_SETTLED_EVENT, may_settle=True)
+# An attempt's own settle: only while it executes (a parked attempt has ended: see `waits`).
+SETTLE_ATTEMPT = move(
+    _SETTLE,
+    "status = 'RUNNING' AND attempt = :attempt",
+    event_type=_SETTLED_EVENT,
+    may_settle=True,
+)
 SETTLE_STALE = move(  # an instance lost (reconcile): never a run whose attempt is alive
     _SETTLE,
     "updated_at < now() - make_interval(secs => :grace)"
-    f" AND (status = 'QUEUED' OR {LEASE_EXPIRED})",
+    f" AND (status = 'QUEUED' OR (status = 'RUNNING' AND {LEASE_EXPIRED}))",
     event_type=_SETTLED_EVENT,
     may_settle=True,
 )
@@ -153,16 +160,18 @@ LOST = move(  # a worker lost long ago (reconcile): back to QUEUED, the attempt 
     _LOST_LONG_AGO,
     event_type="'lost'",
 )
+# QUEUED and WAITING (no attempt executes it) settle CANCELLED at once; RUNNING is asked to stop.
+_IDLE = "status IN ('QUEUED', 'WAITING')"
 CANCEL = move(
-    "status = CASE WHEN status = 'QUEUED' THEN 'CANCELLED' ELSE status END, "
-    "finished_at = CASE WHEN status = 'QUEUED' THEN now() ELSE finished_at END, "
+    f"status = CASE WHEN {_IDLE} THEN 'CANCELLED' ELSE status END, "
+    f"finished_at = CASE WHEN {_IDLE} THEN now() ELSE finished_at END, "
     "cancel_requested_at = coalesce(cancel_requested_at, now())",
-    "tenant_id = :tenant_id AND (status = 'QUEUED' OR cancel_requested_at IS NULL)",
+    f"tenant_id = :tenant_id AND ({_IDLE} OR cancel_requested_at IS NULL)",
     event_type="CASE WHEN status = 'CANCELLED' THEN 'cancelled' ELSE 'cancel_requested' END",
     event_data="'{}'::jsonb",
     may_settle=True,  # a QUEUED run settles CANCELLED at once
 )
-APPEND = move(_LEASE, "attempt = :attempt", changes_run=False)
+APPEND = move(_LEASE, "status = 'RUNNING' AND attempt = :attempt", changes_run=False)
 REQUEUE = move(
     "status = 'QUEUED', lease_expires_at = NULL", "status = 'RUNNING' AND attempt = :attempt"
 )

@@ -26,12 +26,12 @@ async def read_run(db: Db, tenant_id: TenantId, run_id: RunId) -> RunRecord | No
 
 
 async def lease_left(db: Db, run_id: RunId) -> float | None:
-    """For a delivery that could not claim the run: None when the run is settled (or gone), or
-    waiting for a slot (its admission enqueues it again); otherwise the seconds left on the
-    lease of the attempt holding it (0 when QUEUED)."""
+    """For a delivery that could not claim the run: None when the run is settled (or gone),
+    waiting for a slot (its admission enqueues it again), or WAITING (its wake does); otherwise
+    the seconds left on the lease of the attempt holding it (0 when QUEUED)."""
     row = await db.one(queries.LEASE_LEFT, run_id=run_id)
-    if row is None or row["status"] not in ACTIVE_STATUSES:
-        return None
+    if row is None or row["status"] not in ACTIVE_STATUSES or row["status"] == RunStatus.WAITING:
+        return None  # settled, or WAITING (its wake hands it to the queue again)
     if row["status"] == RunStatus.QUEUED and row["dispatched_at"] is None:
         return None
     return float(row["left_s"] or 0.0)

@@ -38,6 +38,9 @@ class RunRecord:
     retried_from_id: RunId | None = None
     handoff_failed_at: datetime | None = None  # the queue could not take it; the relay will
     step_seq: int = 0  # durable steps completed so far (`run_steps`)
+    waiting_for: str | None = None  # while WAITING: the signal's name (None: a durable sleep)
+    wake_at: datetime | None = None  # while WAITING: its timer, or the signal's timeout
+    resumes: int = 0  # claims that resumed it from WAITING: attempts that are not retries
 
     @property
     def is_waiting(self) -> bool:
@@ -93,6 +96,9 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         retried_from_id=m["retried_from_id"],
         handoff_failed_at=m["handoff_failed_at"],
         step_seq=m.get("step_seq", 0),
+        waiting_for=m["waiting_for"],
+        wake_at=m["wake_at"],
+        resumes=m["resumes"],
     )
 
 

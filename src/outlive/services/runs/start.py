@@ -66,6 +66,8 @@ async def start_run(
 def _may_have_lost_its_instance(run: RunRecord) -> bool:
     if run.status == RunStatus.QUEUED:
         return True
+    if run.status == RunStatus.WAITING:  # no instance, by design: its wake hands it over
+        return False
     return run.lease_expires_at is None or run.lease_expires_at < datetime.now(UTC)
 
 

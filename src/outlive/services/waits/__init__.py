@@ -1,0 +1,238 @@
+"""Durable sleeps, waits for a signal, and the signals mailbox (contract §4.1, §7).
+
+A sleep past the in-process threshold, or a wait for a signal that is not in the mailbox yet,
+parks the run: RUNNING → WAITING in one conditional update fenced on the attempt, with a
+`waiting {for, until}` event, and the attempt ends (its worker slot is free; `RunParked`). The
+run keeps its (tenant, agent) slot but no place under its tenant's cap. It is woken by:
+
+- its timer (`runs.wake_at`), by the relay in any worker (`services.relay`): `resumed {by:
+  "timer"}` after a sleep, `resumed {by: "timeout"}` after a wait for a signal;
+- a signal of the name it waits for (`signal_run`): `signal {name}`, then `resumed {by:
+  "signal"}`;
+- or settled by `cancelRun`, at once.
+
+Each sleep and wait has a durable record in `run_waits`, keyed like a step by (kind, name,
+occurrence): the occurrence counts that kind's calls (a sleep; a wait for that name) in program
+order within an attempt. Woken, the run is claimed again (a new attempt, not a retry: `resumes`)
+and the agent runs from the top: a sleep or wait whose record is resolved returns at once (the
+wait with its signal's payload, or its timeout). Code outside durable steps runs again.
+
+The mailbox (`run_signals`): every accepted signal is kept, and a wait takes the oldest one of
+its name (first in, first out), so a signal sent before the wait is never lost. A run's row lock
+orders the signal against the wait registering, the timer and `cancelRun`: each race has
+exactly one outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from outlive.db.models import RunStatus
+from outlive.db.tx import Unit
+from outlive.errors import BadUserInput, NotFound, RunCancelled, RunSuperseded
+from outlive.ids import RunId, TenantId
+from outlive.services import relay
+from outlive.services.ports import RunInstances
+from outlive.services.runs import SETTLED_STATUSES, RunRecord, as_json, dispatch_after_commit
+from outlive.services.runs import to_record as run_record
+from outlive.services.waits import queries
+
+log = logging.getLogger(__name__)
+
+SLEEP = "sleep"
+SIGNAL = "signal"
+MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_NAME = 128
+MAX_IDEMPOTENCY_KEY = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A sleep or wait that is over: `by` "timer", "signal" or "timeout"; a signal's payload."""
+
+    by: str
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """The run is WAITING now; the attempt must end."""
+
+    run: RunRecord
+
+
+def check_name(name: str) -> str:
+    if not name or len(name) > MAX_NAME:
+        raise BadUserInput(f"a signal name is 1 to {MAX_NAME} characters")
+    return name
+
+
+async def wait(
+    uow: Unit,
+    *,
+    run_id: RunId,
+    attempt: int,
+    kind: str,
+    name: str,
+    occurrence: int,
+    seconds: float | None = None,
+    until: datetime | None = None,
+) -> Resolved | Parked:
+    """Get past the `occurrence`-th sleep (`kind` SLEEP, `name` "") or wait for signal `name`
+    (`kind` SIGNAL) of this attempt: already resolved (a resumed attempt), satisfied now (a
+    signal in the mailbox), or parked. `seconds` / `until`: its timer (neither: a wait with no
+    timeout). Raises `RunSuperseded` when `attempt` no longer executes the run, `RunCancelled`
+    when a cancel was asked for."""
+    lock = await uow.one(queries.LOCK_ATTEMPT, run_id=run_id, attempt=attempt)
+    if lock is None:
+        raise RunSuperseded(f"attempt {attempt} of run {run_id} no longer holds it")
+    if lock["cancel_requested_at"] is not None:
+        raise RunCancelled()
+    key = {"run_id": run_id, "kind": kind, "name": name, "occurrence": occurrence}
+    record = await uow.one(queries.GET_WAIT, **key)
+    if record is not None and record["resolved_at"] is not None:
+        return Resolved(record["resolved_by"], record["payload"])
+    if kind == SIGNAL:
+        taken = await uow.one(queries.TAKE_SIGNAL, run_id=run_id, name=name)
+        if taken is not None:
+            await _record(uow, key, attempt, seconds, until, by=SIGNAL, payload=taken["payload"])
+            return Resolved(SIGNAL, taken["payload"])
+    if record is None:
+        record = await _record(uow, key, attempt, seconds, until)
+    if kind == SLEEP and record["left_s"] is not None and record["left_s"] <= 0:
+        await _record(uow, key, attempt, seconds, until, by="timer")
+        return Resolved("timer")
+    row = await uow.one(
+        queries.PARK,
+        run_id=run_id,
+        attempt=attempt,
+        waiting_for=name if kind == SIGNAL else None,
+        until=record["until"],
+    )
+    if row is None:  # the lock above makes this unreachable; fenced all the same
+        raise RunSuperseded(f"attempt {attempt} of run {run_id} no longer holds it")
+    run = run_record(row)
+    uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
+    uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
+    admission = uow.sessions.admission
+    if admission is not None and admission.runs_capped(row["tenant_max_running"]):
+        dispatch_after_commit(uow, run.tenant_id)  # its slot under the cap is free now
+    return Parked(run)
+
+
+async def _record(
+    uow: Unit,
+    key: dict[str, Any],
+    attempt: int,
+    seconds: float | None,
+    until: datetime | None,
+    *,
+    by: str | None = None,
+    payload: Any = None,
+) -> Any:
+    return await uow.one(
+        queries.RECORD_WAIT,
+        **key,
+        attempt=attempt,
+        seconds=seconds,
+        until=until,
+        resolved_by=by,
+        payload=as_json(payload) if by is not None else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SignalResult:
+    run: RunRecord
+    accepted: bool
+
+
+async def signal_run(
+    uow: Unit,
+    run_id: RunId,
+    *,
+    name: str,
+    payload: Any,
+    idempotency_key: str | None,
+    instances: RunInstances,
+) -> SignalResult:
+    """Deliver signal `name` to the unit's tenant's run: kept in its mailbox, and taken at once
+    when the run is WAITING for that name (woken, and handed to the queue after the commit).
+    Not accepted: a settled run, or an `idempotency_key` this run already accepted. Another
+    tenant's run (or none): `NotFound`. Bad input: `BadUserInput`, nothing written."""
+    check_name(name)
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+        raise BadUserInput(f"an idempotencyKey is 1 to {MAX_IDEMPOTENCY_KEY} characters")
+    encoded = json.dumps(payload)
+    if len(encoded.encode()) > MAX_PAYLOAD_BYTES:
+        raise BadUserInput(f"a signal's payload is at most {MAX_PAYLOAD_BYTES // 1024} KiB of JSON")
+    tenant_id = TenantId(uow.require_tenant())
+    row = await uow.one(queries.LOCK_RUN, run_id=run_id, tenant_id=tenant_id)
+    if row is None:
+        raise NotFound(f"run {run_id} not found")
+    run = run_record(row)
+    if run.status in SETTLED_STATUSES:
+        return SignalResult(run, accepted=False)
+    inserted = await uow.one(
+        queries.INSERT_SIGNAL,
+        run_id=run_id,
+        tenant_id=tenant_id,
+        name=name,
+        payload=encoded,
+        idempotency_key=idempotency_key,
+    )
+    if inserted is None:
+        return SignalResult(run, accepted=False)
+    moved = None
+    if run.status == RunStatus.WAITING and run.waiting_for == name:
+        admission = uow.sessions.admission
+        moved = await uow.one(
+            queries.WAKE_BY_SIGNAL,
+            run_id=run_id,
+            name=name,
+            seq=inserted["seq"],
+            payload=encoded,
+            default_cap=0 if admission is None else admission.max_running_runs,
+            agents=0 if admission is None else admission.agents,
+        )
+    if moved is not None:
+        woken = run_record(moved)
+        uow.nudge("run.updated", run_id, tenant_id=tenant_id)
+
+        async def hand() -> None:
+            await relay.hand_woken(
+                uow.sessions,
+                instances,
+                [
+                    {
+                        "id": woken.id,
+                        "tenant_id": tenant_id,
+                        "admitted": woken.dispatched_at is not None,
+                    }
+                ],
+            )
+
+        uow.after_commit(hand)
+    else:
+        kept = await uow.one(queries.SIGNAL_EVENT, run_id=run_id, name=name)
+        assert kept is not None  # noqa: S101 (the row is locked above)
+        woken = run_record(kept)
+    uow.nudge("run.event", run_id, tenant_id=tenant_id)
+    return SignalResult(woken, accepted=True)
+
+
+__all__ = [
+    "MAX_PAYLOAD_BYTES",
+    "SIGNAL",
+    "SLEEP",
+    "Parked",
+    "Resolved",
+    "SignalResult",
+    "check_name",
+    "signal_run",
+    "wait",
+]
