@@ -302,3 +302,43 @@ async def test_the_demo_checks_its_wait_input(
     with pytest.raises(GraphQLError) as caught:
         await api.start_run(tenant.token, "demo", {"turns": 1, **bad})
     assert caught.value.codes == ["BAD_USER_INPUT"]
+
+
+@pytest.mark.usefixtures("worker")
+async def test_a_sleep_and_a_wait_between_steps_run_no_turn_twice(
+    api: Api, settings: Settings, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """Steps and waits together (issue 18): the demo sleeps durably after turn 1 and waits for a
+    signal after turn 3, so three attempts run it from the top; turns recorded by an earlier
+    attempt are answered from the journal, and each `turn` and `step` event appears once."""
+    assert settings.redis_url is not None
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+        started = await api.start_run(
+            tenant.token,
+            "demo",
+            {"turns": 3, "delayMs": 0, "pauseMs": 1200, "awaitSignal": "approval"},
+        )
+        run_id = started["run"]["id"]
+        await watch.until(run_id, lambda r: r.status == RunStatus.WAITING and bool(r.waiting_for))
+        answer = await signal(api, tenant.token, run_id, "approval", {"approved": True})
+        assert answer["accepted"] is True
+        done = await watch.until(run_id, settled)
+    assert done.status == "SUCCEEDED", done.error
+    assert done.output == {"turns": 3, "signal": {"approved": True}, "timedOut": False}
+    assert (done.attempt, done.resumes) == (3, 2)  # two resumes, no retry
+    events = await events_of(sessions, run_id)
+    assert [e.data["turn"] for e in events if e.type == "turn"] == [1, 2, 3]
+    assert [e.data for e in events if e.type == "step"] == [
+        {"name": "turn", "occurrence": i} for i in (1, 2, 3)
+    ]
+    assert [e.data["by"] for e in events if e.type == "resumed"] == ["timer", "signal"]
+    steps = await api.gql(
+        "query($id: ID!) { run(id: $id) { steps { seq name occurrence attempt } } }",
+        {"id": run_id},
+        token=tenant.token,
+    )
+    assert [(s["name"], s["occurrence"], s["attempt"]) for s in steps["run"]["steps"]] == [
+        ("turn", 1, 1),
+        ("turn", 2, 2),
+        ("turn", 3, 2),
+    ]

@@ -375,3 +375,26 @@ async def test_a_result_that_is_not_json_fails_the_run_naming_the_step(
     )
     assert ran == ["opaque"]
     assert await journal_rows(sessions, run_id) == []
+
+
+async def test_a_durable_sleep_inside_a_step_fails_the_run_and_parks_nothing(
+    deps_for: Callable[[AgentRegistry], WorkflowDeps], sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """A step that parked would never be recorded, and its code before the sleep would run
+    again on every resume: a durable sleep (or wait) goes between steps, and one inside a step
+    is the agent's bug, said at once."""
+
+    async def nap(ctx: RunContext) -> int:
+        await ctx.sleep(60)
+        return 1
+
+    async def agent(ctx: RunContext, params: DemoInput) -> Any:
+        return await ctx.step("nap", nap, ctx)
+
+    run_id = await start(sessions, tenant, {})
+    assert await deliver(deps_for(registry(agent)), run_id) == "done"
+    run = await read(sessions, tenant, run_id)
+    assert run.status == RunStatus.FAILED
+    assert run.error is not None and "inside a step" in run.error
+    assert run.wake_at is None
+    assert await journal_rows(sessions, run_id) == []
