@@ -395,6 +395,7 @@ async def test_a_durable_sleep_inside_a_step_fails_the_run_and_parks_nothing(
     assert await deliver(deps_for(registry(agent)), run_id) == "done"
     run = await read(sessions, tenant, run_id)
     assert run.status == RunStatus.FAILED
-    assert run.error is not None and "inside a step" in run.error
+    assert run.error is not None
+    assert "inside a step" in run.error
     assert run.wake_at is None
     assert await journal_rows(sessions, run_id) == []
