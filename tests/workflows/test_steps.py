@@ -25,7 +25,7 @@ from outlive.db.tx import PendingNudge, Sessions
 from outlive.errors import RetryableFault, RunSuperseded
 from outlive.ids import RunId
 from outlive.services import runs as runs_service
-from outlive.services.runs import claim_run, load_journal
+from outlive.services.runs import RunRecord, claim_run, load_journal
 from outlive.workflows.runs import AttemptContext, WorkflowDeps
 from tests.conftest import make_settings
 from tests.support import Api, GraphQLError, NudgeWatch, Servers, TenantHandle, settled
@@ -172,6 +172,22 @@ async def test_a_deploy_that_inserts_a_step_mid_run_finishes_it_with_old_steps_m
     ]
 
 
+async def take_over(sessions: Sessions, run_id: RunId, *, expire: bool) -> RunRecord:
+    """Claim the run as the next attempt would, once the last one's worker is gone. A commit the
+    cancelled attempt sent just before it was cancelled may still land first and extend its
+    lease (it was alive when it committed): then its lease is expired again. A commit that
+    lands after this claim is fenced off by the attempt number."""
+    for _ in range(5):
+        if expire:
+            await expire_lease(sessions, run_id)
+        async with sessions.unit() as uow:
+            run = await claim_run(uow, run_id, lease_s=30)
+        if run is not None:
+            return run
+        expire = True
+    raise AssertionError(f"run {run_id} could not be taken over")
+
+
 async def test_gathered_steps_crashed_and_resumed_20_times_never_run_again_once_recorded(
     deps_for: Callable[[AgentRegistry], WorkflowDeps], sessions: Sessions, tenant: TenantHandle
 ) -> None:
@@ -208,11 +224,7 @@ async def test_gathered_steps_crashed_and_resumed_20_times_never_run_again_once_
     deps.sessions = sessions.wired(nudge_sink=count_commits)
     run_id = await start(sessions, tenant, {})
     for crash in range(21):
-        if crash:
-            await expire_lease(sessions, run_id)  # the last attempt's worker is gone
-        async with sessions.unit() as uow:
-            run = await claim_run(uow, run_id, lease_s=30)
-        assert run is not None
+        run = await take_over(sessions, run_id, expire=crash > 0)
         ctx = AttemptContext(deps, run)
         await ctx.resume()
         commits, target = 0, rng.randint(1, 2)
