@@ -17,8 +17,9 @@ the worker's single-statement units on the raw asyncpg pool), not a mock:
    hit, answered from memory (the statement count must stay 0). Per step, beside the floor of
    calling the same `fn` directly (no journal). Target <= 50 us per step.
 
-A part for the durable sleeps (10,000 sleeping runs, wake-up lateness) is left to that work:
-add it as another `--only` name.
+The durable sleeps (10,000 sleeping runs: worker slots held, wake-up lateness beside a bare
+due-row loop) are measured by `bench/waits.py`: they need a worker process and minutes, not a
+microbenchmark's seconds.
 
 Needs PostgreSQL (BENCH_DATABASE_URL; default the local one) and Redis (BENCH_REDIS_URL).
 """
