@@ -404,9 +404,8 @@ function StepsPanel({ id }: { id: string }) {
         <table className="table steps" aria-label="Steps">
           <thead>
             <tr>
-              <th scope="col">#</th>
+              <th scope="col" className="col-optional">#</th>
               <th scope="col">Step</th>
-              <th scope="col">Occurrence</th>
               <th scope="col">Attempt</th>
               <th scope="col">Completed</th>
             </tr>
@@ -414,9 +413,10 @@ function StepsPanel({ id }: { id: string }) {
           <tbody>
             {steps.map((step) => (
               <tr key={step.seq} data-seq={step.seq} data-testid="step">
-                <td className="mono">{step.seq}</td>
-                <td className="mono">{step.name}</td>
-                <td>{step.occurrence}</td>
+                <td className="mono col-optional">{step.seq}</td>
+                <td className="mono">
+                  {step.name} <span className="muted small" title="occurrence: its calls of this name so far">#{step.occurrence}</span>
+                </td>
                 <td>{step.attempt}</td>
                 <td>
                   <time dateTime={step.completedAt} title={step.completedAt}>
