@@ -1,11 +1,14 @@
 """Durable waits and signals on the run page: a demo run waiting for `approval` shows WAITING, what
 it waits for and until when, its steps and its wait in the waterfall; Approve resumes it and it
 settles SUCCEEDED with the signal's payload. The signal form checks its JSON before sending, and
-says so when a send is not accepted."""
+says so when a send is not accepted.
+
+With `OUTLIVE_SCREENSHOTS=docs/screenshots` the waiting run's page is written for the README."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -13,6 +16,7 @@ from playwright.sync_api import Page, expect
 from tests.browser.conftest import assert_accessible
 from tests.browser.stack import Stack, Tenant
 from tests.browser.test_runs import WATCH_STATUS
+from tests.browser.test_screens import shoot
 
 pytestmark = pytest.mark.browser
 
@@ -25,7 +29,7 @@ def events_of(stack: Stack, tenant: Tenant, run_id: str) -> list[str]:
 
 
 def test_approve_a_run_waiting_for_approval(
-    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack, tmp_path: Path
 ) -> None:
     sign_in(page, tenant, "/runs")
     run_id = stack.start_run(tenant, turns=2, delayMs=0, awaitSignal="approval")
@@ -36,7 +40,8 @@ def test_approve_a_run_waiting_for_approval(
     expect(status).to_have_text("WAITING", timeout=30_000)
     expect(status).to_have_class("badge badge-waiting")  # the one WAITING colour
     why = page.get_by_role("list", name="Why it is here")
-    expect(why).to_contain_text("Waiting for the signal `approval` until")
+    expect(why).to_contain_text("Waiting for the signal approval until")
+    expect(why.locator("code").first).to_have_text("approval")
     expect(why).to_contain_text("(in 60 min)")  # signalTimeoutS defaults to an hour
     steps = page.get_by_role("table", name="Steps").get_by_test_id("step")
     expect(steps).to_have_count(2)
@@ -44,8 +49,12 @@ def test_approve_a_run_waiting_for_approval(
     waits = page.get_by_role("list", name="Waterfall").locator('li[data-end="wait"]')
     expect(waits).to_have_count(1)
     expect(waits.first).to_contain_text("still waiting")
-    expect(waits.first).to_contain_text("Waiting for `approval`")
+    expect(waits.first).to_contain_text("Waiting for approval")
     assert_accessible(page, "run page (waiting for approval)")
+    page.emulate_media(color_scheme="light")
+    page.get_by_role("heading", name="Why it is here").scroll_into_view_if_needed()
+    page.evaluate("window.scrollBy(0, -16)")
+    shoot(page, "run-waiting", tmp_path)  # docs/screenshots only with OUTLIVE_SCREENSHOTS
     assert stack.run_status(run_id) == "WAITING"  # the row agrees with the page
 
     page.get_by_role("group", name="Approval").get_by_role("button", name="Approve").click()

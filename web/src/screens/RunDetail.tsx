@@ -277,6 +277,15 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
   return lines;
 }
 
+/** A sentence with its `names` (signal names, payloads) set as code. */
+function Words({ text }: { text: string }) {
+  return (
+    <>
+      {text.split("`").map((part, i) => (i % 2 === 1 ? <code key={i}>{part}</code> : part))}
+    </>
+  );
+}
+
 function WhyPanel({ run, waterfall, now }: { run: DetailRun; waterfall: Waterfall; now: number }) {
   const lines = whyLines(run, waterfall, now);
   return (
@@ -284,7 +293,9 @@ function WhyPanel({ run, waterfall, now }: { run: DetailRun; waterfall: Waterfal
       <h2 id="why-heading">Why it is here</h2>
       <ul className="why" aria-label="Why it is here">
         {lines.map((line) => (
-          <li key={line}>{line}</li>
+          <li key={line}>
+            <Words text={line} />
+          </li>
         ))}
       </ul>
       {run.retriedFromId && (
@@ -361,7 +372,9 @@ function WaitRow({ wait, span }: { wait: WaitBand; span: number }) {
   return (
     <li className="band band-wait" data-end="wait" data-by={wait.by ?? ""}>
       <div className="band-head">
-        <span className="band-name">{what}</span>
+        <span className="band-name">
+          <Words text={what} />
+        </span>
         <span className="badge badge-waiting">{end}</span>
         <span className="muted small">
           +{formatMs(wait.offset)} · {formatMs(wait.duration)}
@@ -398,7 +411,9 @@ function StepsPanel({ id }: { id: string }) {
       {error && <ErrorNote error={error} />}
       {!data && loading && <Loading />}
       {data && steps.length === 0 && (
-        <p className="muted">No durable step completed yet (an agent's steps are its `ctx.step` calls).</p>
+        <p className="muted">
+          No durable step completed yet (an agent's steps are its <code>ctx.step</code> calls).
+        </p>
       )}
       {steps.length > 0 && (
         <table className="table steps" aria-label="Steps">
@@ -540,7 +555,7 @@ function SignalPanel({ run }: { run: DetailRun }) {
           <textarea
             id="signal-payload"
             name="payload"
-            className="mono json-editor"
+            className="mono"
             rows={3}
             spellCheck={false}
             value={payload}
