@@ -302,9 +302,9 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
         expect(why).to_contain_text("Attempt 1 lost its worker")
         expect(why).to_contain_text("1 attempt(s) lost their worker")
         # each band holds its own turns, each with its offset and duration, each expandable
-        expect(page.get_by_role("list", name="Attempt 2 turns").locator("li").last).to_contain_text(
-            "turn 10"
-        )
+        expect(
+            page.get_by_role("list", name="Attempt 2 turns").locator("li.segment-turn").last
+        ).to_contain_text("turn 10")
         first_turn = page.get_by_role("list", name="Attempt 1 turns").locator("li").first
         payload = first_turn.get_by_label("turn 1 data", exact=True)
         expect(payload).to_be_hidden()

@@ -64,7 +64,9 @@ def test_a_demo_run_goes_queued_running_succeeded_without_a_reload(
     assert page.evaluate("window.__noReload") is True
 
     timeline = page.get_by_role("list", name="Timeline")
-    expect(timeline.get_by_role("listitem")).to_have_count(5)  # claimed, 3 turns, succeeded
+    # claimed, then a turn and its durable step 3 times, then succeeded
+    expect(timeline.get_by_role("listitem")).to_have_count(8)
+    expect(timeline.locator("li.event-step")).to_have_count(3)
     expect(timeline.get_by_role("listitem").last).to_contain_text("succeeded")
     expect(page.get_by_label("Output")).to_contain_text('"turns": 3')
     expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)

@@ -13,16 +13,16 @@ import { SetContextLink } from "@apollo/client/link/context";
 import { ErrorLink } from "@apollo/client/link/error";
 import { PersistedQueryLink } from "@apollo/client/link/persisted-queries";
 import { getToken, refusalMessage, signOut } from "../auth/token";
-import type { RunEvent } from "./types";
+import type { RunEvent, RunStep } from "./types";
 
 /** Timeline events are immutable and numbered: pages merge by `seq`, in order, without gaps. */
-export function mergeEvents(
-  existing: readonly RunEvent[] | undefined,
-  incoming: readonly RunEvent[],
+export function mergeEvents<T extends Pick<RunEvent, "seq">>(
+  existing: readonly T[] | undefined,
+  incoming: readonly T[],
   readField?: (field: string, from: unknown) => unknown,
-): RunEvent[] {
-  const seqOf = (e: RunEvent) => (readField ? (readField("seq", e) as number) : e.seq);
-  const bySeq = new Map<number, RunEvent>();
+): T[] {
+  const seqOf = (e: T) => (readField ? (readField("seq", e) as number) : e.seq);
+  const bySeq = new Map<number, T>();
   for (const e of existing ?? []) bySeq.set(seqOf(e), e);
   for (const e of incoming) bySeq.set(seqOf(e), e);
   return [...bySeq.entries()].sort((a, b) => a[0] - b[0]).map(([, e]) => e);
@@ -51,12 +51,20 @@ export function createCache(): InMemoryCache {
               return mergeEvents(existing, incoming);
             },
           },
+          // A run's completed steps, like its events: immutable, numbered, merged by seq.
+          steps: {
+            keyArgs: false,
+            merge(existing: readonly RunStep[] | undefined, incoming: readonly RunStep[]) {
+              return mergeEvents(existing, incoming);
+            },
+          },
         },
       },
       Viewer: { keyFields: false },
       Agent: { keyFields: ["name"] },
       UsageDay: { keyFields: false },
       RunEvent: { keyFields: false },
+      RunStep: { keyFields: false },
     },
   });
 }

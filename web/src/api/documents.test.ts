@@ -28,7 +28,7 @@ describe("the app's documents", () => {
       [
         "AGENTS", "AGENT_STATS", "CANCEL_RUN", "CANCEL_RUN_REPLAY", "CREATE_WEBHOOK_ENDPOINT", "DELETE_WEBHOOK_ENDPOINT",
         "INVITATIONS", "INVITE_MEMBER", "QUEUE", "REDELIVER_WEBHOOK", "REPLAY_RUNS", "RETRY_RUN", "RUNS",
-        "RUN_DETAIL", "RUN_REPLAYS", "RUN_TIMELINE", "RUN_WHY", "START_RUN", "USAGE", "VIEWER", "WEBHOOK_ENDPOINTS",
+        "RUN_DETAIL", "RUN_REPLAYS", "RUN_STEPS", "RUN_TIMELINE", "RUN_WHY", "SIGNAL_RUN", "START_RUN", "USAGE", "VIEWER", "WEBHOOK_ENDPOINTS",
       ].sort(),
     );
   });
@@ -51,6 +51,11 @@ describe("the app's documents", () => {
   it("the timeline asks for EVENTS_PAGE events a page", () => {
     const text = JSON.stringify(runs.RUN_TIMELINE);
     expect(text).toContain(`"value":"${runs.EVENTS_PAGE}"`);
+  });
+
+  it("the steps list asks for STEPS_PAGE steps a page", () => {
+    const text = JSON.stringify(runs.RUN_STEPS);
+    expect(text).toContain(`"value":"${runs.STEPS_PAGE}"`);
   });
 
   it("the nudge subscription is valid too", () => {

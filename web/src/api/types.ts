@@ -8,6 +8,7 @@ import type {
   InvitationFieldsFragment,
   RunFieldsFragment,
   RunStatus,
+  RunStepsQuery,
   RunTimelineQuery,
   UsageQuery,
   ViewerQuery,
@@ -20,14 +21,17 @@ export type { Json } from "./json";
 export const RUN_STATUSES: readonly RunStatus[] = [
   "QUEUED",
   "RUNNING",
+  "WAITING",
   "SUCCEEDED",
   "FAILED",
   "CANCELLED",
 ];
-export const ACTIVE_STATUSES: readonly RunStatus[] = ["QUEUED", "RUNNING"];
+/** Not settled: it may still change (Cancel run, and the signal form, apply). */
+export const ACTIVE_STATUSES: readonly RunStatus[] = ["QUEUED", "RUNNING", "WAITING"];
 
 export type Run = RunFieldsFragment & { __typename?: "Run" };
 export type RunEvent = NonNullable<RunTimelineQuery["run"]>["events"][number];
+export type RunStep = NonNullable<RunStepsQuery["run"]>["steps"][number];
 export type Agent = AgentsQuery["agents"][number];
 export type Viewer = ViewerQuery["viewer"];
 export type WebhookEndpoint = WebhookEndpointFieldsFragment;

@@ -4,7 +4,7 @@ import { getToken, refusalMessage, signOut } from "../auth/token";
 import type { ConnectionState } from "../realtime/connection";
 import { Refresher, refreshOnFocus } from "../realtime/refresh";
 import { NudgeSocket, socketUrl } from "../realtime/socket";
-import { fetchNewEvents } from "../realtime/timeline";
+import { fetchNewEvents, fetchNewSteps } from "../realtime/timeline";
 
 interface Realtime {
   socket: NudgeSocket;
@@ -16,7 +16,7 @@ const RealtimeContext = createContext<Realtime | null>(null);
 /** One nudge socket per signed-in client; its nudges only ever trigger re-queries. */
 export function RealtimeProvider({ client, children }: { client: ApolloClient; children: ReactNode }) {
   const [realtime] = useState<Realtime>(() => {
-    const refresher = new Refresher(client, { RunTimeline: fetchNewEvents });
+    const refresher = new Refresher(client, { RunTimeline: fetchNewEvents, RunSteps: fetchNewSteps });
     const socket = new NudgeSocket({
       url: socketUrl(window.location),
       token: getToken,

@@ -84,6 +84,9 @@ describe("nudgeConcerns: the question asked of each active query", () => {
     ["RunDetail", { id: OTHER }],
     ["RunTimeline", { id: RUN, after: 0 }],
     ["RunTimeline", { id: OTHER, after: 0 }],
+    ["RunWhy", { id: RUN }],
+    ["RunSteps", { id: RUN, after: 0 }],
+    ["RunSteps", { id: OTHER, after: 0 }],
     ["Usage", { days: 30 }],
     ["Invitations", {}],
     ["WebhookEndpoints", {}],
@@ -96,15 +99,15 @@ describe("nudgeConcerns: the question asked of each active query", () => {
     );
 
   it("a run.updated refreshes that run and every runs list, never another run", () => {
-    expect(refreshed("run.updated", RUN)).toEqual(["Runs", "Runs", "RunDetail:this", "Usage"]);
+    expect(refreshed("run.updated", RUN)).toEqual(["Runs", "Runs", "RunDetail:this", "RunWhy:this", "Usage"]);
   });
 
   it("a run.created refreshes the lists", () => {
     expect(refreshed("run.created", RUN)).toEqual(["Runs", "Runs", "Usage"]);
   });
 
-  it("a run.event refreshes that run's timeline only", () => {
-    expect(refreshed("run.event", RUN)).toEqual(["RunTimeline:this"]);
+  it("a run.event refreshes that run's timeline and steps only (waitingFor/wakeAt come with run.updated)", () => {
+    expect(refreshed("run.event", RUN)).toEqual(["RunTimeline:this", "RunSteps:this"]);
   });
 
   it("an invitation nudge refreshes only the invitations", () => {

@@ -17,7 +17,7 @@ export interface NudgeLike {
 export type QueryKey =
   | { kind: "runs" } // every runs list, whatever its filter or page
   | { kind: "run"; id: string } // one run's fields (status, attempt, output …)
-  | { kind: "runEvents"; id: string } // one run's timeline
+  | { kind: "runEvents"; id: string } // one run's timeline (and its steps: each appends a `step` event)
   | { kind: "usage" }
   | { kind: "invitations" }
   | { kind: "webhooks" } // endpoints and their deliveries
@@ -34,6 +34,7 @@ export const OPERATIONS = {
   RunDetail: "run",
   RunWhy: "run",
   RunTimeline: "runEvents",
+  RunSteps: "runEvents", // a step's completion appends its `step` event: the same run.event nudge
   Usage: "usage",
   AgentStats: "usage", // counts by outcome: changes when the usage does
   Invitations: "invitations",

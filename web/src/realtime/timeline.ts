@@ -1,12 +1,18 @@
 import type { ApolloClient } from "@apollo/client";
-import type { RunTimelineData } from "../api/documents/runs";
-import { EVENTS_PAGE, RUN_TIMELINE } from "../api/documents/runs";
+import type { RunStepsData, RunTimelineData } from "../api/documents/runs";
+import { EVENTS_PAGE, RUN_STEPS, RUN_TIMELINE, STEPS_PAGE } from "../api/documents/runs";
 import type { AnyQuery } from "./refresh";
 
 /** The last seq a timeline holds (0 when it holds none). */
 export function lastSeq(data: RunTimelineData | null | undefined): number {
   const events = data?.run?.events ?? [];
   return events.length ? events[events.length - 1]!.seq : 0;
+}
+
+/** The last seq a steps list holds (0 when it holds none). */
+export function lastStepSeq(data: RunStepsData | null | undefined): number {
+  const steps = data?.run?.steps ?? [];
+  return steps.length ? steps[steps.length - 1]!.seq : 0;
 }
 
 /**
@@ -29,5 +35,24 @@ export async function fetchNewEvents(query: AnyQuery, client: ApolloClient): Pro
       fetchPolicy: "network-only",
     });
     if ((result.data?.run?.events.length ?? 0) < EVENTS_PAGE) return;
+  }
+}
+
+/** The same for a run's steps list: the steps after the last one the cache holds, page by page. */
+export async function fetchNewSteps(query: AnyQuery, client: ApolloClient): Promise<void> {
+  const id = (query.variables as { id?: unknown }).id;
+  const current = query.getCurrentResult();
+  if (typeof id !== "string" || current.error || !current.data) {
+    await query.refetch();
+    return;
+  }
+  for (let pages = 0; pages < 20; pages++) {
+    const held = client.cache.readQuery({ query: RUN_STEPS, variables: { id, after: 0 } });
+    const result = await client.query({
+      query: RUN_STEPS,
+      variables: { id, after: lastStepSeq(held) },
+      fetchPolicy: "network-only",
+    });
+    if ((result.data?.run?.steps.length ?? 0) < STEPS_PAGE) return;
   }
 }

@@ -1,14 +1,35 @@
 import { useApolloClient, useMutation, useQuery } from "@apollo/client/react";
-import { useEffect, useRef } from "react";
-import { CANCEL_RUN, EVENTS_PAGE, RETRY_RUN, RUN_DETAIL, RUN_TIMELINE, RUN_WHY } from "../api/documents/runs";
+import { type FormEvent, useEffect, useRef, useState } from "react";
+import {
+  CANCEL_RUN,
+  EVENTS_PAGE,
+  RETRY_RUN,
+  RUN_DETAIL,
+  RUN_STEPS,
+  RUN_TIMELINE,
+  RUN_WHY,
+  SIGNAL_RUN,
+  STEPS_PAGE,
+} from "../api/documents/runs";
 import { describeError } from "../api/errors";
 import type { RunFieldsFragment, RunWhyFieldsFragment } from "../api/generated";
 import { ACTIVE_STATUSES } from "../api/types";
 import { Link, navigate, useLocation } from "../app/router";
-import { lastSeq } from "../realtime/timeline";
+import { lastSeq, lastStepSeq } from "../realtime/timeline";
 import { CopyButton, ErrorNote, Json, JsonDetails, Loading, StatusBadge, useNow, When } from "../ui/common";
 import { compactJson, formatDuration, formatRelative, formatTime, shortId } from "../ui/format";
-import { type Band, buildWaterfall, END_WORDS, formatMs, type TimelineEvent, type Waterfall } from "../ui/waterfall";
+import { APPROVAL, approvalInput, NOT_ACCEPTED, readSignalForm, type SignalInput } from "../ui/signal";
+import { waitingDetail, waitingSentence } from "../ui/waiting";
+import {
+  type Band,
+  buildWaterfall,
+  END_WORDS,
+  formatMs,
+  RESUMED_WORDS,
+  type TimelineEvent,
+  type WaitBand,
+  type Waterfall,
+} from "../ui/waterfall";
 
 /** The run as the page knows it: its fields, and why it is here once RunWhy has answered. */
 type DetailRun = RunFieldsFragment & Partial<RunWhyFieldsFragment>;
@@ -152,8 +173,8 @@ export function RunDetail({ id }: { id: string }) {
           <strong>Error:</strong> {run.error}
         </div>
       )}
-      {/* The run page is a list of panels: the steps list and the signal form (durable steps, a
-          later phase) slot in here beside these. */}
+      {/* The run page is a list of panels: why it is here, the signal form (while not settled),
+          the waterfall, the steps and the timeline. */}
       <RunPanels run={{ ...run, ...(why.data?.run ?? {}) }} />
       <div className="columns">
         <div>
@@ -178,7 +199,9 @@ function RunPanels({ run }: { run: DetailRun }) {
   return (
     <div className="panels">
       <WhyPanel run={run} waterfall={waterfall} now={now} />
+      <SignalPanel run={run} />
       <WaterfallPanel waterfall={waterfall} events={events} />
+      <StepsPanel id={run.id} />
       <Timeline id={run.id} />
     </div>
   );
@@ -212,6 +235,11 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
       if (run.cancelRequestedAt) lines.push("Cancel was requested: it stops before its next turn.");
       break;
     }
+    case "WAITING":
+      lines.push(waitingSentence(run, now));
+      lines.push(waitingDetail(run));
+      if (run.waitingFor === APPROVAL) lines.push("Approve or Reject below sends it `{approved: true}` or `{approved: false}`.");
+      break;
     case "SUCCEEDED":
       lines.push(`It succeeded ${formatRelative(run.finishedAt, now)} after ${run.attempt} attempt(s).`);
       break;
@@ -222,8 +250,13 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
       lines.push(`It was cancelled ${formatRelative(run.finishedAt, now)}.`);
       break;
     default:
-      // Newer statuses (WAITING, with durable steps) get their sentence in a later phase.
+      // A status newer than this app: say it as it is.
       lines.push(`Its status is ${run.status}.`);
+  }
+  for (const wait of waterfall.waits) {
+    if (wait.by === null) continue; // the current wait: said above
+    const what = wait.for ? `waited for the signal \`${wait.for}\`` : "slept";
+    lines.push(`It ${what} for ${formatMs(wait.duration)}, then was ${RESUMED_WORDS[wait.by] ?? wait.by}.`);
   }
   for (const band of waterfall.bands) {
     if (band.end === "lost") {
@@ -244,6 +277,15 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
   return lines;
 }
 
+/** A sentence with its `names` (signal names, payloads) set as code. */
+function Words({ text }: { text: string }) {
+  return (
+    <>
+      {text.split("`").map((part, i) => (i % 2 === 1 ? <code key={i}>{part}</code> : part))}
+    </>
+  );
+}
+
 function WhyPanel({ run, waterfall, now }: { run: DetailRun; waterfall: Waterfall; now: number }) {
   const lines = whyLines(run, waterfall, now);
   return (
@@ -251,7 +293,9 @@ function WhyPanel({ run, waterfall, now }: { run: DetailRun; waterfall: Waterfal
       <h2 id="why-heading">Why it is here</h2>
       <ul className="why" aria-label="Why it is here">
         {lines.map((line) => (
-          <li key={line}>{line}</li>
+          <li key={line}>
+            <Words text={line} />
+          </li>
         ))}
       </ul>
       {run.retriedFromId && (
@@ -299,14 +343,19 @@ function BandRow({ band, span }: { band: Band; span: number }) {
       {band.segments.length > 0 && (
         <ol className="segments" aria-label={`Attempt ${band.attempt} turns`}>
           {band.segments.map((seg) => (
-            <li key={seg.seq} className="segment" data-seq={seg.seq}>
+            <li key={seg.seq} className={`segment segment-${seg.type}`} data-seq={seg.seq}>
               <div className="band-head">
                 <span>{seg.label}</span>
                 <span className="muted small">
                   +{formatMs(seg.offset)} · {formatMs(seg.duration)}
                 </span>
               </div>
-              <Bar offset={seg.offset} duration={seg.duration} span={span} className="bar-segment" />
+              <Bar
+                offset={seg.offset}
+                duration={seg.duration}
+                span={span}
+                className={seg.type === "step" ? "bar-step" : "bar-segment"}
+              />
               <JsonDetails value={seg.data} label={`${seg.label} data`} />
             </li>
           ))}
@@ -314,6 +363,225 @@ function BandRow({ band, span }: { band: Band; span: number }) {
       )}
       {band.endData !== null && band.end !== "succeeded" && <JsonDetails value={band.endData} label={`Attempt ${band.attempt} end`} />}
     </li>
+  );
+}
+
+function WaitRow({ wait, span }: { wait: WaitBand; span: number }) {
+  const what = wait.for ? `Waiting for \`${wait.for}\`` : "Sleeping";
+  const end = wait.by === null ? "still waiting" : (RESUMED_WORDS[wait.by] ?? wait.by);
+  return (
+    <li className="band band-wait" data-end="wait" data-by={wait.by ?? ""}>
+      <div className="band-head">
+        <span className="band-name">
+          <Words text={what} />
+        </span>
+        <span className="badge badge-waiting">{end}</span>
+        <span className="muted small">
+          +{formatMs(wait.offset)} · {formatMs(wait.duration)}
+          {wait.until && ` · until ${formatTime(wait.until)}`}
+          {wait.signals.length > 0 && ` · signal ${wait.signals.join(", ")}`}
+        </span>
+      </div>
+      <Bar offset={wait.offset} duration={wait.duration} span={span} className="bar-wait" />
+    </li>
+  );
+}
+
+/** A run's completed durable steps, in completion order; a long list arrives a page at a time. */
+function StepsPanel({ id }: { id: string }) {
+  const client = useApolloClient();
+  const { data, error, loading } = useQuery(RUN_STEPS, { variables: { id, after: 0 } });
+  const steps = data?.run?.steps ?? [];
+  const asked = useRef(-1);
+
+  useEffect(() => {
+    const last = lastStepSeq(data);
+    if (loading || steps.length === 0 || steps.length % STEPS_PAGE !== 0 || asked.current === last) return;
+    asked.current = last;
+    void client
+      .query({ query: RUN_STEPS, variables: { id, after: last }, fetchPolicy: "network-only" })
+      .catch(() => undefined);
+  }, [client, id, data, steps.length, loading]);
+
+  return (
+    <section className="panel" aria-labelledby="steps-heading">
+      <h2 id="steps-heading">
+        Steps <span className="muted small">({steps.length} completed)</span>
+      </h2>
+      {error && <ErrorNote error={error} />}
+      {!data && loading && <Loading />}
+      {data && steps.length === 0 && (
+        <p className="muted">
+          No durable step completed yet (an agent's steps are its <code>ctx.step</code> calls).
+        </p>
+      )}
+      {steps.length > 0 && (
+        <table className="table steps" aria-label="Steps">
+          <thead>
+            <tr>
+              <th scope="col" className="col-optional">#</th>
+              <th scope="col">Step</th>
+              <th scope="col">Attempt</th>
+              <th scope="col">Completed</th>
+            </tr>
+          </thead>
+          <tbody>
+            {steps.map((step) => (
+              <tr key={step.seq} data-seq={step.seq} data-testid="step">
+                <td className="mono col-optional">{step.seq}</td>
+                <td className="mono">
+                  {step.name} <span className="muted small" title="occurrence: its calls of this name so far">#{step.occurrence}</span>
+                </td>
+                <td>{step.attempt}</td>
+                <td>
+                  <time dateTime={step.completedAt} title={step.completedAt}>
+                    {formatTime(step.completedAt)}
+                  </time>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </section>
+  );
+}
+
+/**
+ * Sends a named signal with a JSON payload (checked as JSON before anything is sent). When the
+ * run waits for `approval`, Approve and Reject send `{approved: true}` / `{approved: false}`.
+ */
+function SignalPanel({ run }: { run: DetailRun }) {
+  const [signalRun, sending] = useMutation(SIGNAL_RUN);
+  const [name, setName] = useState("");
+  const [payload, setPayload] = useState("{}");
+  const [key, setKey] = useState("");
+  const [formError, setFormError] = useState<{ field: "name" | "payload"; error: string } | null>(null);
+  const [outcome, setOutcome] = useState<{ accepted: boolean; name: string } | null>(null);
+  const waitsForApproval = run.status === "WAITING" && run.waitingFor === APPROVAL;
+  const settled = !ACTIVE_STATUSES.includes(run.status);
+
+  const send = async (input: SignalInput) => {
+    setOutcome(null);
+    try {
+      const result = await signalRun({ variables: { input } });
+      const answer = result.data?.signalRun;
+      if (answer) setOutcome({ accepted: answer.accepted, name: input.name });
+    } catch {
+      // shown below from `sending.error`
+    }
+  };
+  const submit = (e: FormEvent) => {
+    e.preventDefault();
+    const form = readSignalForm(run.id, name || run.waitingFor || "", payload, key);
+    if (!form.ok) {
+      setFormError({ field: form.field, error: form.error });
+      return;
+    }
+    setFormError(null);
+    void send(form.input);
+  };
+  const nameError = formError?.field === "name" ? formError.error : null;
+  const payloadError = formError?.field === "payload" ? formError.error : null;
+  const answer = (
+    <>
+      {sending.error && (
+        <p className="note note-error" role="alert">
+          {describeError(sending.error)}
+        </p>
+      )}
+      {outcome &&
+        (outcome.accepted ? (
+          <p className="note" role="status" data-testid="signal-outcome" data-accepted="true">
+            Signal <code>{outcome.name}</code> accepted.
+          </p>
+        ) : (
+          <p className="note note-error" role="alert" data-testid="signal-outcome" data-accepted="false">
+            {NOT_ACCEPTED}
+          </p>
+        ))}
+    </>
+  );
+  // A settled run takes no signal: the form goes, but the answer to the last send stays (an
+  // `accepted: false` that raced the settle must still be seen).
+  if (settled) {
+    return outcome || sending.error ? (
+      <section className="panel" aria-labelledby="signal-heading">
+        <h2 id="signal-heading">Signal</h2>
+        {answer}
+      </section>
+    ) : null;
+  }
+
+  return (
+    <section className="panel" aria-labelledby="signal-heading">
+      <h2 id="signal-heading">Signal</h2>
+      {waitsForApproval && (
+        <div className="actions approval" role="group" aria-label="Approval">
+          <button type="button" className="primary" disabled={sending.loading} onClick={() => void send(approvalInput(run, true))}>
+            Approve
+          </button>
+          <button type="button" className="danger" disabled={sending.loading} onClick={() => void send(approvalInput(run, false))}>
+            Reject
+          </button>
+          <span className="muted small">
+            sends the signal <code>approval</code> with <code>{"{approved: true}"}</code> or <code>{"{approved: false}"}</code>
+          </span>
+        </div>
+      )}
+      <form onSubmit={submit} noValidate aria-label="Send a signal" className="signal-form">
+        <div className="field">
+          <label htmlFor="signal-name">Name</label>
+          <input
+            id="signal-name"
+            name="name"
+            value={name}
+            placeholder={run.waitingFor ?? "approval"}
+            aria-invalid={nameError ? true : undefined}
+            aria-describedby={nameError ? "signal-name-error" : undefined}
+            onChange={(e) => setName(e.target.value)}
+          />
+          {!nameError && run.waitingFor && (
+            <p className="hint">Empty: the signal it waits for, <code>{run.waitingFor}</code>.</p>
+          )}
+          {nameError && (
+            <p className="field-error" id="signal-name-error" role="alert">
+              {nameError}
+            </p>
+          )}
+        </div>
+        <div className="field">
+          <label htmlFor="signal-payload">Payload (JSON)</label>
+          <textarea
+            id="signal-payload"
+            name="payload"
+            className="mono"
+            rows={3}
+            spellCheck={false}
+            value={payload}
+            aria-invalid={payloadError ? true : undefined}
+            aria-describedby={payloadError ? "signal-payload-error" : undefined}
+            onChange={(e) => setPayload(e.target.value)}
+          />
+          {payloadError && (
+            <p className="field-error" id="signal-payload-error" role="alert">
+              {payloadError}
+            </p>
+          )}
+        </div>
+        <div className="field">
+          <label htmlFor="signal-key">Idempotency key (optional)</label>
+          <input id="signal-key" name="idempotencyKey" value={key} onChange={(e) => setKey(e.target.value)} />
+          <p className="hint">The same key twice delivers the signal once.</p>
+        </div>
+        <div className="actions">
+          <button type="submit" disabled={sending.loading}>
+            Send signal
+          </button>
+        </div>
+      </form>
+      {answer}
+    </section>
   );
 }
 
@@ -336,9 +604,18 @@ function WaterfallPanel({ waterfall, events }: { waterfall: Waterfall; events: r
               <Bar offset={0} duration={waterfall.queued} span={waterfall.span} className="bar-queued" />
             </li>
           )}
-          {waterfall.bands.map((band) => (
-            <BandRow key={`${band.attempt}-${band.offset}`} band={band} span={waterfall.span} />
-          ))}
+          {[
+            ...waterfall.bands.map((band) => ({ at: band.offset, order: 0, band, wait: null })),
+            ...waterfall.waits.map((wait) => ({ at: wait.offset, order: 1, band: null, wait })),
+          ]
+            .sort((a, b) => a.at - b.at || a.order - b.order)
+            .map((row) =>
+              row.band ? (
+                <BandRow key={`a-${row.band.attempt}-${row.band.offset}`} band={row.band} span={waterfall.span} />
+              ) : (
+                <WaitRow key={`w-${row.wait!.seq}`} wait={row.wait!} span={waterfall.span} />
+              ),
+            )}
         </ol>
       )}
     </section>

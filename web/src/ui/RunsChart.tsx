@@ -1,6 +1,6 @@
 import { useMemo } from "react";
 import type { UsageDay } from "../api/types";
-import { buildChart, describeBar } from "./runsChart";
+import { buildChart, CHART_ORDER, describeBar } from "./runsChart";
 
 /** Runs per UTC day as stacked bars (inline SVG; no chart library). */
 export function RunsChart({ usage, days, today = new Date() }: { usage: readonly UsageDay[]; days: number; today?: Date }) {
@@ -49,7 +49,7 @@ export function RunsChart({ usage, days, today = new Date() }: { usage: readonly
         ))}
       </svg>
       <figcaption className="chart-legend">
-        {(["SUCCEEDED", "FAILED", "CANCELLED", "RUNNING", "QUEUED"] as const).map((s) => (
+        {CHART_ORDER.map((s) => (
           <span key={s}>
             <i className={`swatch chart-${s.toLowerCase()}`} aria-hidden="true" /> {s.charAt(0) + s.slice(1).toLowerCase()}
           </span>

@@ -3,7 +3,7 @@ import type { RunStatus, UsageDay } from "../api/types";
 /** The geometry of the Usage screen's chart: one stacked bar per UTC day of the period (days
  * without runs included, so gaps show), split by status. Pure, so it is tested without a DOM. */
 
-export const CHART_ORDER: readonly RunStatus[] = ["SUCCEEDED", "FAILED", "CANCELLED", "RUNNING", "QUEUED"];
+export const CHART_ORDER: readonly RunStatus[] = ["SUCCEEDED", "FAILED", "CANCELLED", "RUNNING", "WAITING", "QUEUED"];
 
 export interface Segment {
   status: RunStatus;

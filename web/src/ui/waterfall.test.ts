@@ -44,7 +44,63 @@ describe("buildWaterfall", () => {
 
   it("a run never claimed has no bands and no queue time", () => {
     const w = buildWaterfall([], { createdAt: T0, finishedAt: null }, Date.parse(T0) + 10);
-    expect(w).toEqual({ queued: null, bands: [], span: 10 });
+    expect(w).toEqual({ queued: null, bands: [], waits: [], span: 10 });
+  });
+
+  it("a durable sleep ends its attempt as parked and is a band from `waiting` to `resumed`", () => {
+    const events = [
+      { seq: 1, type: "claimed", data: { attempt: 1 }, at: at(100) },
+      { seq: 2, type: "turn", data: { turn: 1 }, at: at(300) },
+      { seq: 3, type: "step", data: { name: "turn", occurrence: 0 }, at: at(300) },
+      { seq: 4, type: "waiting", data: { for: null, until: at(5300) }, at: at(300) },
+      { seq: 5, type: "resumed", data: { by: "timer" }, at: at(5400) },
+      { seq: 6, type: "claimed", data: { attempt: 2 }, at: at(5500) },
+      { seq: 7, type: "turn", data: { turn: 2 }, at: at(5700) },
+      { seq: 8, type: "step", data: { name: "turn", occurrence: 1 }, at: at(5700) },
+      { seq: 9, type: "succeeded", data: {}, at: at(5800) },
+    ];
+    const w = buildWaterfall(events, { createdAt: T0, finishedAt: at(5800) });
+    expect(w.bands.map((b) => [b.attempt, b.end, b.offset, b.duration])).toEqual([
+      [1, "waiting", 100, 200],
+      [2, "succeeded", 5500, 300],
+    ]);
+    expect(w.waits).toEqual([
+      { seq: 4, for: null, until: at(5300), offset: 300, duration: 5100, by: "timer", signals: [] },
+    ]);
+    // a step is a segment from the claim (or the previous step) to its commit
+    expect(w.bands[1]!.segments.map((s) => [s.type, s.label, s.offset, s.duration])).toEqual([
+      ["turn", "turn 2", 5500, 200],
+      ["step", "step turn #1", 5500, 200],
+    ]);
+    expect(w.span).toBe(5800);
+  });
+
+  it("a wait for a signal notes the signal and its `by`; one still waiting runs until now", () => {
+    const events = [
+      { seq: 1, type: "claimed", data: { attempt: 1 }, at: at(0) },
+      { seq: 2, type: "waiting", data: { for: "approval", until: at(60_000) }, at: at(100) },
+      { seq: 3, type: "signal", data: { name: "approval" }, at: at(2000) },
+      { seq: 4, type: "resumed", data: { by: "signal" }, at: at(2000) },
+      { seq: 5, type: "claimed", data: { attempt: 2 }, at: at(2100) },
+      { seq: 6, type: "waiting", data: { for: "again", until: null }, at: at(2200) },
+    ];
+    const w = buildWaterfall(events, { createdAt: T0, finishedAt: null }, Date.parse(T0) + 3000);
+    expect(w.waits.map((x) => [x.for, x.offset, x.duration, x.by, x.signals])).toEqual([
+      ["approval", 100, 1900, "signal", ["approval"]],
+      ["again", 2200, 800, null, []],
+    ]);
+    expect(w.bands.map((b) => b.end)).toEqual(["waiting", "waiting"]);
+  });
+
+  it("a run cancelled while it waits closes the wait with the settle", () => {
+    const events = [
+      { seq: 1, type: "claimed", data: { attempt: 1 }, at: at(0) },
+      { seq: 2, type: "waiting", data: { for: null, until: at(99_000) }, at: at(10) },
+      { seq: 3, type: "cancelled", data: {}, at: at(500) },
+    ];
+    const w = buildWaterfall(events, { createdAt: T0, finishedAt: at(500) });
+    expect(w.waits.map((x) => [x.by, x.duration])).toEqual([["cancelled", 490]]);
+    expect(w.bands.map((b) => b.end)).toEqual(["waiting"]);
   });
 });
 

@@ -1,7 +1,7 @@
 /**
  * The runs screens' documents, written in runs.graphql and typed by graphql-codegen from the
  * schema the server serves (src/api/generated.ts). The operation names are the query keys the
- * nudges name (realtime/invalidation.ts): Runs, RunDetail, RunTimeline.
+ * nudges name (realtime/invalidation.ts): Runs, RunDetail, RunTimeline, RunSteps.
  */
 
 export {
@@ -13,6 +13,8 @@ export {
   RunsDocument as RUNS,
   RunWhyDocument as RUN_WHY,
   RunTimelineDocument as RUN_TIMELINE,
+  RunStepsDocument as RUN_STEPS,
+  SignalRunDocument as SIGNAL_RUN,
   StartRunDocument as START_RUN,
 } from "../generated";
 export type {
@@ -20,6 +22,7 @@ export type {
   RunsQuery as RunsData,
   RunsQueryVariables as RunsVars,
   RunTimelineQuery as RunTimelineData,
+  RunStepsQuery as RunStepsData,
   StartRunMutation as StartRunData,
 } from "../generated";
 
@@ -27,3 +30,6 @@ export const RUNS_PAGE_SIZE = 20;
 
 /** The most events one request asks for (the server's cap is 1000); `first:` in runs.graphql. */
 export const EVENTS_PAGE = 500;
+
+/** The most steps one request asks for; `first:` of RunSteps in runs.graphql. */
+export const STEPS_PAGE = 100;

@@ -1,0 +1,41 @@
+import { describe, expect, it } from "vitest";
+import { approvalInput, readSignalForm } from "./signal";
+
+describe("readSignalForm", () => {
+  it("parses the payload as JSON and keeps the key when given", () => {
+    expect(readSignalForm("r1", " approval ", '{"approved": true}', "k-1")).toEqual({
+      ok: true,
+      input: { id: "r1", name: "approval", payload: { approved: true }, idempotencyKey: "k-1" },
+    });
+  });
+
+  it("an empty payload is null and an empty key is left out", () => {
+    expect(readSignalForm("r1", "go", "  ", "")).toEqual({ ok: true, input: { id: "r1", name: "go", payload: null } });
+  });
+
+  it("refuses a payload that is not JSON, saying so", () => {
+    const form = readSignalForm("r1", "go", "{approved: true}", "");
+    expect(form.ok).toBe(false);
+    expect(form).toMatchObject({ field: "payload" });
+    expect(!form.ok && form.error).toMatch(/^The payload is not valid JSON \(.+\); nothing was sent\.$/);
+  });
+
+  it("refuses an empty name", () => {
+    expect(readSignalForm("r1", "  ", "{}", "")).toMatchObject({ ok: false, field: "name" });
+  });
+});
+
+describe("approvalInput", () => {
+  it("sends {approved} to `approval`, one key per wait", () => {
+    expect(approvalInput({ id: "r1", attempt: 2 }, true)).toEqual({
+      id: "r1",
+      name: "approval",
+      payload: { approved: true },
+      idempotencyKey: "console:approval:r1:2",
+    });
+    expect(approvalInput({ id: "r1", attempt: 2 }, false).payload).toEqual({ approved: false });
+    expect(approvalInput({ id: "r1", attempt: 3 }, true).idempotencyKey).not.toBe(
+      approvalInput({ id: "r1", attempt: 2 }, true).idempotencyKey,
+    );
+  });
+});
