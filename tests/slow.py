@@ -3,8 +3,9 @@
 A test is slow when it starts processes (`outlive api`, `outlive worker`, the CLI, its own Redis
 or PostgreSQL), drives a browser, or waits out real timeouts and bursts. The fast tier is the
 rest: every service, resolver, pipeline and unit test against the real PostgreSQL and Redis
-(`uv run pytest -m "not slow" -n 4`: 75 s on two cores). CI runs both tiers, serially. An entry that names no
-collected test fails the collection, so the list cannot rot when a test is renamed.
+(`uv run pytest -m "not slow" -n 4`: 75 s on two cores). CI runs both tiers, serially. An
+entry that names no collected test fails the collection, so the list cannot rot when a test is
+renamed.
 """
 
 from __future__ import annotations
