@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import socket
@@ -14,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -210,3 +212,42 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+class Child:
+    """A process of a bench's own (the bench's file run again with a flag, such as `--clients`),
+    driven by one JSON command per line on its stdin and answering one JSON line on its stdout."""
+
+    def __init__(self, process: asyncio.subprocess.Process, name: str) -> None:
+        self.process = process
+        self.name = name
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(cls, script: str, flag: str) -> AsyncIterator[Child]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            script,
+            flag,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=1 << 26,
+        )
+        try:
+            yield cls(process, f"{Path(script).name} {flag}")
+        finally:
+            if process.returncode is None:
+                process.kill()
+            await process.wait()
+
+    async def call(self, **command: Any) -> dict[str, Any]:
+        stdin, stdout = self.process.stdin, self.process.stdout
+        if stdin is None or stdout is None:
+            raise RuntimeError(f"{self.name} has no pipes")
+        stdin.write(json.dumps(command).encode() + b"\n")
+        await stdin.drain()
+        line = await stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name} exited ({self.process.returncode})")
+        reply: dict[str, Any] = json.loads(line)
+        return reply

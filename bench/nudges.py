@@ -53,7 +53,7 @@ from urllib.parse import urlsplit
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Env, Figures, bench_env, free_port, outlive, spawn, table, wait_http
+from _common import Child, Env, Figures, bench_env, free_port, outlive, spawn, table, wait_http
 from redis.asyncio import Redis
 
 from outlive.jobs.queues import create_redis
@@ -376,43 +376,6 @@ def floor_app(redis_url: str, prefix: str) -> Any:
 # --- the bench -----------------------------------------------------------------------------------
 
 
-class Clients:
-    """A client process (this file, `--clients`), driven over its stdin and stdout."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def running(cls) -> AsyncIterator[Clients]:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            __file__,
-            "--clients",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            limit=1 << 26,
-        )
-        try:
-            yield cls(process)
-        finally:
-            if process.returncode is None:
-                process.kill()
-            await process.wait()
-
-    async def call(self, **command: Any) -> dict[str, Any]:
-        stdin, stdout = self.process.stdin, self.process.stdout
-        if stdin is None or stdout is None:
-            raise RuntimeError("the client process has no pipes")
-        stdin.write(json.dumps(command).encode() + b"\n")
-        await stdin.drain()
-        line = await stdout.readline()
-        if not line:
-            raise RuntimeError(f"the client process exited ({self.process.returncode})")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-
 @dataclass
 class Target:
     """One server (Outlive or the floor), its client process and how a nudge reaches it."""
@@ -421,7 +384,7 @@ class Target:
     pid: int
     url: str
     token: str | None
-    clients: Clients
+    clients: Child
     publisher: Publisher
     base_kib: int = 0
     latencies: list[float] = field(default_factory=list)
@@ -571,7 +534,7 @@ async def run(sizes: list[int], nudges: int, logs: Path, *, verbose: bool) -> li
                 api.pid,
                 api_url,
                 token,
-                await stack.enter_async_context(Clients.running()),
+                await stack.enter_async_context(Child.running(__file__, "--clients")),
                 Publisher(redis, prefix=channel_prefix(env.redis_url)),
             ),
             Target(
@@ -579,7 +542,7 @@ async def run(sizes: list[int], nudges: int, logs: Path, *, verbose: bool) -> li
                 floor.pid,
                 floor_url,
                 None,
-                await stack.enter_async_context(Clients.running()),
+                await stack.enter_async_context(Child.running(__file__, "--clients")),
                 Publisher(redis, prefix=FLOOR_PREFIX),
             ),
         ]

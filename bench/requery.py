@@ -37,7 +37,6 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -46,7 +45,18 @@ from urllib.parse import quote, urlsplit
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ADMIN_PG, Env, KeepAlive, bench_env, free_port, outlive, spawn, table, wait_http
+from _common import (
+    ADMIN_PG,
+    Child,
+    Env,
+    KeepAlive,
+    bench_env,
+    free_port,
+    outlive,
+    spawn,
+    table,
+    wait_http,
+)
 from nudges import HANDSHAKE, PING, PONG, TEXT, client_frame, raise_open_files, rss_kib
 
 RUN_FIELDS = (
@@ -296,40 +306,6 @@ def run_clients() -> None:
 # --- the bench -----------------------------------------------------------------------------------
 
 
-class Clients:
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def running(cls) -> AsyncIterator[Clients]:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            __file__,
-            "--clients",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            limit=1 << 24,
-        )
-        try:
-            yield cls(process)
-        finally:
-            if process.returncode is None:
-                process.kill()
-            await process.wait()
-
-    async def call(self, **command: Any) -> dict[str, Any]:
-        if self.process.stdin is None or self.process.stdout is None:
-            raise RuntimeError("the client process has no pipes")
-        self.process.stdin.write(json.dumps(command).encode() + b"\n")
-        await self.process.stdin.drain()
-        line = await self.process.stdout.readline()
-        if not line:
-            raise RuntimeError("the client process exited")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-
 def cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rpartition(")")[2].split()
@@ -343,7 +319,7 @@ class Target:
     url: str
     token: str
     floor: bool
-    clients: Clients
+    clients: Child
     writer: KeepAlive
     fresh: list[float] = field(default_factory=list)
     cpu: float = 0.0
@@ -513,7 +489,7 @@ async def run(sizes: list[int], events: int, logs: Path) -> list[list[object]]:
             ("outlive", api, urls[0], False),
             ("floor", floor, urls[1], True),
         ):
-            clients = await stack.enter_async_context(Clients.running())
+            clients = await stack.enter_async_context(Child.running(__file__, "--clients"))
             writer = KeepAlive("127.0.0.1", urlsplit(url).port or 80)
             targets.append(Target(name, process.pid, url, token, is_floor, clients, writer))
         reset = await asyncpg.connect(env.database_url)

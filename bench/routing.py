@@ -36,13 +36,12 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BASE_REDIS, table
+from _common import BASE_REDIS, Child, table
 from redis.asyncio import Redis
 
 from outlive.realtime.hub import Hub, Subscriber
@@ -150,41 +149,6 @@ async def child() -> None:
 # --- the bench -----------------------------------------------------------------------------------
 
 
-class Child:
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def running(cls) -> AsyncIterator[Child]:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            __file__,
-            "--child",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            limit=1 << 26,
-        )
-        try:
-            yield cls(process)
-        finally:
-            if process.returncode is None:
-                process.kill()
-            await process.wait()
-
-    async def call(self, **command: Any) -> dict[str, Any]:
-        stdin, stdout = self.process.stdin, self.process.stdout
-        if stdin is None or stdout is None:
-            raise RuntimeError("a hub process has no pipes")
-        stdin.write(json.dumps(command).encode() + b"\n")
-        await stdin.drain()
-        line = await stdout.readline()
-        if not line:
-            raise RuntimeError(f"a hub process exited ({self.process.returncode})")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-
 async def one_routing(
     mode: str, processes: int, tenants: list[uuid.UUID], nudges: int, seed: int
 ) -> list[dict[str, Any]]:
@@ -199,7 +163,9 @@ async def one_routing(
     publisher = Publisher(redis, prefix=prefix, sharded=sharded)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            children = [await stack.enter_async_context(Child.running()) for _ in served]
+            children = [
+                await stack.enter_async_context(Child.running(__file__, "--child")) for _ in served
+            ]
             started = await asyncio.gather(
                 *(
                     c.call(op="start", mode=mode, prefix=prefix, tenants=[str(t) for t in mine])
