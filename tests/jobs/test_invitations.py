@@ -71,6 +71,7 @@ async def test_an_invitation_email_arrives_with_the_recipient_and_link(
         invited = await api.gql(INVITE, {"e": "New.Person@Example.com"}, token=tenant.token)
         assert invited["inviteMember"]["status"] == "PENDING"
         sent = await _until_status(api, watch, tenant.token, "SENT")
+        await watch.saw("invitation.updated")
     assert sent["email"] == "new.person@example.com"
     assert sent["sentAt"]
     ((recipients, message),) = inbox.messages
