@@ -156,8 +156,13 @@ def _check_client_errors(plan: Plan, report: Report) -> None:
         if e.code == "QUEUE_UNAVAILABLE" and not plan.postgres_only:
             continue  # issue 9's contract: the client retries
         wrong[f"{e.op} answered {e.code} (HTTP {e.status})"].append(e.at - began)
+    faults = ", ".join(
+        f"{w.kind} +{w.start - began:.1f}→+{w.end - began:.1f} s" for w in report.windows
+    )
     for what, ats in wrong.items():
-        report.violations.append(f"{what}: {len(ats)} times, first at +{min(ats):.1f} s")
+        report.violations.append(
+            f"{what}: {len(ats)} times, first at +{min(ats):.1f} s (faults: {faults})"
+        )
 
 
 def _check_recovery(report: Report) -> None:

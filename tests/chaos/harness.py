@@ -134,6 +134,8 @@ class Report:
     mutation_s: list[tuple[float, float]] = field(default_factory=list)  # (sent, answered after)
     client_errors: list[ClientError] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    api_tracebacks: list[str] = field(default_factory=list)  # what the API logged, if anything
+    api_outages: list[str] = field(default_factory=list)  # its 503s' causes (one line per 5 s)
     elapsed_s: float = 0.0
 
     def percentile(self, q: float, values: list[float] | None = None) -> float | None:
@@ -186,6 +188,7 @@ class Fleet:
         self.workers: list[ApiProcess] = []
         self._stacks: dict[int, contextlib.AsyncExitStack] = {}
         self.worker_kills: list[float] = []  # wall-clock times of the SIGKILLs
+        self.every_api: list[ApiProcess] = []  # killed ones too: their logs explain a 500
         self._starting: set[asyncio.Task[ApiProcess]] = set()
 
     async def start(self, kind: str, tries: int = 1) -> ApiProcess:
@@ -204,6 +207,8 @@ class Fleet:
                     raise
                 continue
             self._stacks[process.pid] = stack
+            if kind == "api":
+                self.every_api.append(process)
             (self.apis if kind == "api" else self.workers).append(process)
             return process
         raise AssertionError("unreachable")
@@ -230,6 +235,25 @@ class Fleet:
         self._starting.add(replacement)
         replacement.add_done_callback(self._starting.discard)
         return True
+
+    def api_tracebacks(self, most: int = 3) -> list[str]:
+        """The first errors the API processes logged with a traceback (what a 500 was)."""
+        found: list[str] = []
+        for api in self.every_api:
+            lines = api.lines
+            for i, line in enumerate(lines):
+                if line.startswith("Traceback") and i > 0 and " ERROR " in lines[i - 1]:
+                    end = next(
+                        (j for j in range(i + 1, len(lines)) if not lines[j].startswith(" ")),
+                        len(lines) - 1,
+                    )
+                    found.append("\n".join(lines[max(0, i - 1) : end + 1]))
+        return found[:most]
+
+    def api_outages(self) -> list[str]:
+        """The API processes' warnings that PostgreSQL could not be reached (each names the
+        driver's error): what a 503 was."""
+        return [line for api in self.every_api for line in api.lines if "cannot be reached" in line]
 
     def api_url(self, rng: random.Random) -> str:
         url: str = rng.choice(self.apis).url
@@ -436,6 +460,7 @@ def service_env(plan: Plan, database_url: str, redis_url: str) -> dict[str, str]
         "OUTLIVE_JOB_RETRY_MAX_S": "4",
         "OUTLIVE_SHUTDOWN_GRACE_S": "1",
         "OUTLIVE_WEBHOOK_ALLOW_PRIVATE": "1",
+        "OUTLIVE_LOG_FORMAT": "text",  # a traceback on lines of its own (`Fleet.api_tracebacks`)
     }
 
 
@@ -493,6 +518,8 @@ async def run_chaos(plan: Plan, database_url: str | None, workdir: Path) -> Repo
         await _drive(plan, clients, faults, webhooks, [*clients, prober])
         await faults.close()
         await check(plan, database_url, report, webhooks, fleet.worker_kills)
+        report.api_tracebacks = fleet.api_tracebacks()
+        report.api_outages = fleet.api_outages()
     report.elapsed_s = round(time.monotonic() - began, 1)
     return report
 

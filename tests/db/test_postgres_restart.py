@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy import text
 
+from outlive.db import drivers
 from outlive.db.engine import create_engine, create_sessions
 from outlive.db.tx import Sessions
 from tests.conftest import make_settings, new_tenant
@@ -51,8 +52,9 @@ def assert_unavailable(response: httpx.Response) -> None:
 
 
 async def test_the_api_answers_503_while_postgres_is_down_and_recovers_on_its_own(
-    servers: Servers, postgres: OwnPostgres, own_sessions: Sessions
+    servers: Servers, postgres: OwnPostgres, own_sessions: Sessions, caplog: Any, monkeypatch: Any
 ) -> None:
+    monkeypatch.setattr(drivers, "_outage", drivers._Outage())  # no earlier test's last warning
     settings = make_settings(servers, database_url=postgres.url)
     known, unseen = await new_tenant(own_sessions), await new_tenant(own_sessions)
     async with Api.running(settings) as api:
@@ -64,6 +66,10 @@ async def test_the_api_answers_503_while_postgres_is_down_and_recovers_on_its_ow
         assert_unavailable(await api.post(START, DEMO, token=known.token))  # a mutation
         assert_unavailable(await api.post(RUNS, token=known.token))  # a query
         assert_unavailable(await api.post(RUNS, token=unseen.token))  # authentication itself
+        # the operator is told why, once (not once per 503), with the driver's own words
+        [warning] = [r for r in caplog.records if r.name == "outlive.db.drivers"]
+        assert "PostgreSQL cannot be reached" in warning.getMessage()
+        assert "Error" in warning.getMessage(), warning.getMessage()
         ready = await api.client.get("/readyz")
         assert ready.status_code == 503
         assert ready.json()["postgres"].startswith("error"), ready.text

@@ -13,6 +13,8 @@ and `outlive.db.tx` puts the units' connection, commit and rollback inside it to
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +30,8 @@ from outlive.errors import ServiceUnavailable
 Row = Mapping[str, Any]  # a result row by column name, whichever driver produced it
 Query = Statement | Executable  # a prepared constant, or any SQLAlchemy statement (session only)
 
+
+log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 2  # what a 503 tells the client: about the time a restarted PostgreSQL takes
 
@@ -92,8 +96,27 @@ def reaching() -> Iterator[None]:
         raise
     except Exception as exc:
         if unreachable(exc):
+            _outage.seen(exc)
             raise ServiceUnavailable(retry_after=RETRY_AFTER_S) from exc
         raise
+
+
+class _Outage:
+    """One WARNING every `every_s` at most while PostgreSQL cannot be reached, naming the
+    driver's error: what an operator reads beside the 503s (and a worker's retries)."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s = every_s
+        self._last = -every_s
+
+    def seen(self, error: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.every_s:
+            self._last = now
+            log.warning("PostgreSQL cannot be reached (%r): answering ServiceUnavailable", error)
+
+
+_outage = _Outage()
 
 
 def _rowcount(status: str) -> int:
