@@ -388,13 +388,19 @@ def test_every_screen_has_no_serious_accessibility_violation(
     expect(demo.get_by_test_id("stat-runs").first).to_have_text("1")
     expect(demo.get_by_test_id("stat-success").first).to_have_text("100%")
     expect(demo.get_by_test_id("stat-p50").first).to_have_text(re.compile(r"\d+(\.\d)? (ms|s)"))
-    # the theme toggle overrides the OS and is kept
+    # the OS's choice is followed, and the theme toggle overrides it and is kept
+    background = "getComputedStyle(document.body.parentElement).backgroundColor"
+    page.emulate_media(color_scheme="dark")
+    os_dark = page.evaluate(background)
     page.emulate_media(color_scheme="light")
+    os_light = page.evaluate(background)
+    assert os_dark != os_light, os_light
     toggle = page.get_by_role("button", name=re.compile(r"^Theme: "))
     while page.evaluate("document.documentElement.dataset.theme || 'system'") != "dark":
         toggle.click()
     page.reload()
     assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    assert page.evaluate(background) == os_dark  # dark, although the OS says light
     assert_accessible(page, "runs (dark by choice)")
     assert page.evaluate("localStorage.getItem('outlive.theme')") == "dark"
 
