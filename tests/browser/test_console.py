@@ -265,6 +265,16 @@ def test_filters_are_kept_in_the_url(
     page.keyboard.press("r")
     expect(page).to_have_url(re.compile(r"/runs$"))
 
+    # sorted by created time: newest first, then (kept in the URL) oldest first
+    rows = page.locator("tbody tr")
+    expect(rows.first).to_have_attribute("data-run-id", done)
+    page.get_by_role("button", name=re.compile(r"^Created, newest first")).click()
+    expect(page).to_have_url(re.compile(r"\?order=oldest$"))
+    expect(rows.first).to_have_attribute("data-run-id", failed)
+    expect(page.get_by_role("columnheader", name=re.compile("Created"))).to_have_attribute(
+        "aria-sort", "ascending"
+    )
+
 
 def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
     page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack, tmp_path: Path

@@ -95,3 +95,32 @@ async def test_runs_filtered_by_a_created_time_range(
     assert second["runs"]["pageInfo"]["hasNextPage"] is False  # the 30 h old one is out
     response = await api.post(query, {"s": before, "b": since}, token=tenant.token)
     assert response.json()["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+async def test_runs_in_either_order_with_cursor_paging(
+    api: Api, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """`runs(order:)`: newest first by default, oldest first when asked; a cursor pages on in
+    the order it was read in, so two pages of two meet without a gap or a repeat."""
+    for age_h in (3, 2, 1, 0):
+        await _run(api, sessions, tenant, "SUCCEEDED", 10, age_h=age_h)
+    query = (
+        "query($o: RunOrder!, $a: String) { runs(first: 2, after: $a, order: $o)"
+        " { edges { node { id createdAt } } pageInfo { hasNextPage endCursor } } }"
+    )
+    default_query = "query { runs(first: 2) { edges { node { createdAt } } } }"
+    default = (await api.gql(default_query, token=tenant.token))["runs"]
+    pages: dict[str, list[str]] = {}
+    for order in ("NEWEST_FIRST", "OLDEST_FIRST"):
+        first = (await api.gql(query, {"o": order}, token=tenant.token))["runs"]
+        assert first["pageInfo"]["hasNextPage"] is True
+        after = {"o": order, "a": first["pageInfo"]["endCursor"]}
+        second = (await api.gql(query, after, token=tenant.token))["runs"]
+        assert second["pageInfo"]["hasNextPage"] is False
+        pages[order] = [e["node"]["createdAt"] for e in first["edges"] + second["edges"]]
+    newest = pages["NEWEST_FIRST"]
+    assert newest == sorted(newest, reverse=True) and len(set(newest)) == 4
+    assert pages["OLDEST_FIRST"] == newest[::-1]
+    assert [e["node"]["createdAt"] for e in default["edges"]] == newest[:2]
+    response = await api.post(query, {"o": "SIDEWAYS"}, token=tenant.token)
+    assert response.json()["errors"], response.text  # not an order: refused, nothing read

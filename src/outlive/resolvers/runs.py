@@ -21,7 +21,7 @@ from outlive.schema.runs import (
 from outlive.services import runs as runs_service
 from outlive.services import waits
 from outlive.services.ratelimits import Bucket
-from outlive.services.runs import RunRecord
+from outlive.services.runs import RunOrder, RunRecord
 from outlive.workflows.reconcile import reconcile_runs
 
 Info = strawberry.Info[Context, None]
@@ -59,6 +59,10 @@ async def runs(
     created_before: Annotated[
         datetime | None, strawberry.argument(description="Only runs created before this.")
     ] = None,
+    order: Annotated[
+        RunOrder,
+        strawberry.argument(description="Newest first (the default) or oldest first."),
+    ] = RunOrder.NEWEST_FIRST,
 ) -> RunConnection:
     ctx = info.context
     page = await runs_service.read_runs(
@@ -70,6 +74,7 @@ async def runs(
         agent=agent,
         since=created_since,
         until=created_before,
+        order=order,
     )
     page.runs[:] = await _reconciled(ctx, page.runs)
     return RunConnection.of(page)

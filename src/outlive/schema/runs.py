@@ -11,8 +11,12 @@ from strawberry.scalars import JSON
 from outlive.db.models import RunStatus as DbRunStatus
 from outlive.schema.scalars import as_json
 from outlive.services.runs import EventRecord, RunPage, RunRecord, StepRecord
+from outlive.services.runs import RunOrder as DbRunOrder
 
 RunStatus = strawberry.enum(DbRunStatus, name="RunStatus")
+RunOrder = strawberry.enum(
+    DbRunOrder, name="RunOrder", description="The order of `runs`, by creation time."
+)
 
 
 @strawberry.type

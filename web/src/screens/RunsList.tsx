@@ -17,11 +17,13 @@ function emptyText(filters: RunFilters): string {
   return `No ${which ? `${which} ` : ""}runs${filters.agent ? ` of ${filters.agent}` : ""}${when}.`;
 }
 
-/** Newest first, filtered by status (several) and agent, paged by cursor; the URL holds it all. */
+/** Newest (or oldest) first, filtered by status (several), agent and time range, paged by cursor;
+ * the URL holds it all. */
 export function RunsList() {
   const { params } = useLocation();
   const filters = filtersFromParams(params);
-  const { status, agent, after, from, to } = filters;
+  const { status, agent, after, from, to, order } = filters;
+  const newestFirst = order === "NEWEST_FIRST";
   const { data, error, loading } = useQuery(RUNS, {
     variables: {
       first: RUNS_PAGE_SIZE,
@@ -30,6 +32,7 @@ export function RunsList() {
       agent,
       createdSince: from,
       createdBefore: to,
+      order,
     },
   });
   const agents = useQuery(AGENTS).data?.agents ?? [];
@@ -156,8 +159,16 @@ export function RunsList() {
               <th scope="col">Agent</th>
               <th scope="col">Status</th>
               <th scope="col" className="col-optional">Attempt</th>
-              <th scope="col">
-                Created <span className="muted small">({timeZone()})</span>
+              <th scope="col" aria-sort={newestFirst ? "descending" : "ascending"}>
+                <button
+                  type="button"
+                  className="quiet sort"
+                  aria-label={`Created, ${newestFirst ? "newest" : "oldest"} first: show ${newestFirst ? "oldest" : "newest"} first`}
+                  onClick={() => go({ order: newestFirst ? "OLDEST_FIRST" : "NEWEST_FIRST" })}
+                >
+                  Created {newestFirst ? "↓" : "↑"}
+                </button>{" "}
+                <span className="muted small">({timeZone()})</span>
               </th>
               <th scope="col" className="col-optional">Duration</th>
             </tr>
@@ -190,9 +201,13 @@ export function RunsList() {
         </div>
       )}
       <nav className="pager" aria-label="Pages">
-        {after && <Link to={listUrl({ ...filters, after: null })}>← Newest runs</Link>}
+        {after && (
+          <Link to={listUrl({ ...filters, after: null })}>{newestFirst ? "← Newest runs" : "← Oldest runs"}</Link>
+        )}
         {data?.runs.pageInfo.hasNextPage && data.runs.pageInfo.endCursor && (
-          <Link to={listUrl({ ...filters, after: data.runs.pageInfo.endCursor })}>Older runs →</Link>
+          <Link to={listUrl({ ...filters, after: data.runs.pageInfo.endCursor })}>
+            {newestFirst ? "Older runs →" : "Newer runs →"}
+          </Link>
         )}
       </nav>
     </section>

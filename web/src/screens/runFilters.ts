@@ -1,5 +1,6 @@
 /** The runs list's filters and the URL that holds them (pure: tested without a browser). */
 
+import type { RunOrder } from "../api/generated";
 import { RUN_STATUSES, type RunStatus } from "../api/types";
 
 export interface RunFilters {
@@ -8,6 +9,8 @@ export interface RunFilters {
   /** ISO 8601 (UTC) in the URL, so a shared link means the same moments in any time zone */
   from: string | null;
   to: string | null;
+  /** by creation time; newest first unless the URL says `order=oldest` */
+  order: RunOrder;
   after: string | null;
 }
 
@@ -25,7 +28,7 @@ export function toLocalInput(iso: string | null): string {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
-/** The filters a URL holds: `?status=FAILED&status=CANCELLED&agent=demo&after=<cursor>`. */
+/** The filters a URL holds: `?status=FAILED&status=CANCELLED&agent=demo&order=oldest&after=<cursor>`. */
 export function filtersFromParams(params: URLSearchParams): RunFilters {
   const status = [...new Set(params.getAll("status").flatMap((v) => v.split(",")))].filter((s): s is RunStatus =>
     RUN_STATUSES.includes(s as RunStatus),
@@ -35,6 +38,7 @@ export function filtersFromParams(params: URLSearchParams): RunFilters {
     agent: params.get("agent") || null,
     from: isoOrNull(params.get("from")),
     to: isoOrNull(params.get("to")),
+    order: params.get("order") === "oldest" ? "OLDEST_FIRST" : "NEWEST_FIRST",
     after: params.get("after") || null,
   };
 }
@@ -45,6 +49,7 @@ export function listUrl(filters: RunFilters): string {
   if (filters.agent) params.set("agent", filters.agent);
   if (filters.from) params.set("from", filters.from);
   if (filters.to) params.set("to", filters.to);
+  if (filters.order === "OLDEST_FIRST") params.set("order", "oldest");
   if (filters.after) params.set("after", filters.after);
   const query = params.toString();
   return query ? `/runs?${query}` : "/runs";

@@ -25,6 +25,7 @@ from outlive.services.runs.moves import (
 from outlive.services.runs.reads import (
     MAX_EVENTS_PAGE,
     MAX_PAGE,
+    RunOrder,
     check_events_page,
     decode_cursor,
     encode_cursor,
@@ -68,6 +69,7 @@ __all__ = [
     "Beat",
     "EventRecord",
     "Journal",
+    "RunOrder",
     "RunPage",
     "RunRecord",
     "StartedRun",

@@ -55,18 +55,31 @@ LEASE_LEFT = prepare(
         " FROM runs WHERE id = :run_id"
     )
 )
-RUNS_PAGE = prepare(
-    text(
-        "SELECT * FROM runs WHERE tenant_id = :tenant_id"
-        " AND (CAST(:after_at AS timestamptz) IS NULL"
-        " OR (created_at, id) < (CAST(:after_at AS timestamptz), CAST(:after_id AS uuid)))"
-        " AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
-        " AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))"
-        " AND (CAST(:since AS timestamptz) IS NULL OR created_at >= CAST(:since AS timestamptz))"
-        " AND (CAST(:until AS timestamptz) IS NULL OR created_at < CAST(:until AS timestamptz))"
-        " ORDER BY created_at DESC, id DESC LIMIT :limit"
-    ).columns(*RUN_COLUMNS)
-)
+
+
+def _runs_page(order: str, beyond: str) -> Statement:
+    """A page of a tenant's runs in `order` of (created_at, id), keyset-paginated: the rows
+    `beyond` the cursor's. `ix_runs_tenant_newest` serves either direction (a backward scan)."""
+    return prepare(
+        text(
+            "SELECT * FROM runs WHERE tenant_id = :tenant_id"
+            " AND (CAST(:after_at AS timestamptz) IS NULL"
+            f" OR (created_at, id) {beyond}"
+            " (CAST(:after_at AS timestamptz), CAST(:after_id AS uuid)))"
+            " AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
+            " AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))"
+            " AND (CAST(:since AS timestamptz) IS NULL"
+            " OR created_at >= CAST(:since AS timestamptz))"
+            " AND (CAST(:until AS timestamptz) IS NULL"
+            " OR created_at < CAST(:until AS timestamptz))"
+            f" ORDER BY created_at {order}, id {order} LIMIT :limit"
+        ).columns(*RUN_COLUMNS)
+    )
+
+
+RUNS_PAGE = _runs_page("DESC", "<")  # newest first
+RUNS_PAGE_OLDEST_FIRST = _runs_page("ASC", ">")
+
 EVENTS = prepare(
     text(
         "SELECT seq, type, data, at FROM run_events WHERE run_id = :run_id AND seq > :after"

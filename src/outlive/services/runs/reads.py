@@ -6,6 +6,7 @@ import base64
 import binascii
 from collections.abc import Sequence
 from datetime import datetime
+from enum import StrEnum
 from uuid import UUID
 
 from outlive.db.models import ACTIVE_STATUSES, RunStatus
@@ -16,6 +17,19 @@ from outlive.services.runs import queries
 from outlive.services.runs.records import EventRecord, RunPage, RunRecord, to_event, to_record
 
 MAX_PAGE = 100
+
+
+class RunOrder(StrEnum):
+    """The order of a page of runs, by creation (`runs(order:)`)."""
+
+    NEWEST_FIRST = "NEWEST_FIRST"
+    OLDEST_FIRST = "OLDEST_FIRST"
+
+
+_PAGES = {
+    RunOrder.NEWEST_FIRST: queries.RUNS_PAGE,
+    RunOrder.OLDEST_FIRST: queries.RUNS_PAGE_OLDEST_FIRST,
+}
 MAX_EVENTS_PAGE = 1000
 
 
@@ -61,16 +75,18 @@ async def read_runs(
     agent: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    order: RunOrder = RunOrder.NEWEST_FIRST,
 ) -> RunPage:
-    """A page of the tenant's runs, newest first, keyset-paginated on (created_at, id); with
-    `since` / `until`, only those created in [since, until)."""
+    """A page of the tenant's runs in `order` (newest first by default), keyset-paginated on
+    (created_at, id): `after` is a run's cursor, and the page holds the runs that come after it
+    in that order; with `since` / `until`, only those created in [since, until)."""
     if not 0 <= first <= MAX_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
     if since is not None and until is not None and since >= until:
         raise BadUserInput("createdBefore must be after createdSince")
     at, run_id = decode_cursor(after) if after is not None else (None, None)
     rows = await db.all(
-        queries.RUNS_PAGE,
+        _PAGES[order],
         tenant_id=tenant_id,
         after_at=at,
         after_id=run_id,
