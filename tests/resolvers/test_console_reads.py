@@ -119,7 +119,8 @@ async def test_runs_in_either_order_with_cursor_paging(
         assert second["pageInfo"]["hasNextPage"] is False
         pages[order] = [e["node"]["createdAt"] for e in first["edges"] + second["edges"]]
     newest = pages["NEWEST_FIRST"]
-    assert newest == sorted(newest, reverse=True) and len(set(newest)) == 4
+    assert newest == sorted(newest, reverse=True)
+    assert len(set(newest)) == 4
     assert pages["OLDEST_FIRST"] == newest[::-1]
     assert [e["node"]["createdAt"] for e in default["edges"]] == newest[:2]
     response = await api.post(query, {"o": "SIDEWAYS"}, token=tenant.token)
