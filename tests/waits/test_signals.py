@@ -6,6 +6,7 @@ Each test fails on the code before WAITING: there was no `signalRun`, no `pauseM
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
@@ -36,6 +37,22 @@ async def signal(
     return result
 
 
+@pytest.fixture
+async def watch(
+    settings: Settings, sessions: Sessions, tenant: TenantHandle
+) -> AsyncIterator[NudgeWatch]:
+    """The tenant's nudges, read as the tests wait for their runs to move."""
+    assert settings.redis_url is not None
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as listening:
+        yield listening
+
+
+async def demo(api: Api, tenant: TenantHandle, **input: Any) -> str:
+    """Start a `demo` run of one turn with no delay, `input` on top; its id."""
+    started = await api.start_run(tenant.token, "demo", {"turns": 1, "delayMs": 0, **input})
+    return str(started["run"]["id"])
+
+
 def waiting(run: runs_service.RunRecord) -> bool:
     return run.status == RunStatus.WAITING
 
@@ -50,25 +67,20 @@ def types(events: list[runs_service.EventRecord]) -> list[str]:
 
 @pytest.mark.usefixtures("worker")
 async def test_a_signal_sent_during_the_wait_resumes_the_run_with_its_payload(
-    api: Api, settings: Settings, sessions: Sessions, tenant: TenantHandle
+    api: Api, sessions: Sessions, tenant: TenantHandle, watch: NudgeWatch
 ) -> None:
-    assert settings.redis_url is not None
-    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-        started = await api.start_run(
-            tenant.token, "demo", {"turns": 1, "delayMs": 0, "awaitSignal": "approval"}
-        )
-        run_id = started["run"]["id"]
-        parked = await watch.until(run_id, waiting)
-        read = await api.gql(READ, {"id": run_id}, token=tenant.token)
-        assert read["run"]["status"] == "WAITING"
-        assert read["run"]["waitingFor"] == "approval"
-        assert read["run"]["wakeAt"] is not None  # the default timeout, 3600 s
-        assert parked.lease_expires_at is None  # no attempt holds it
-        answer = await signal(api, tenant.token, run_id, "approval", {"ok": True})
-        assert answer["accepted"] is True
-        assert answer["run"]["status"] == "QUEUED"
-        assert answer["run"]["waitingFor"] is None
-        done = await watch.until(run_id, settled)
+    run_id = await demo(api, tenant, awaitSignal="approval")
+    parked = await watch.until(run_id, waiting)
+    read = await api.gql(READ, {"id": run_id}, token=tenant.token)
+    assert read["run"]["status"] == "WAITING"
+    assert read["run"]["waitingFor"] == "approval"
+    assert read["run"]["wakeAt"] is not None  # the default timeout, 3600 s
+    assert parked.lease_expires_at is None  # no attempt holds it
+    answer = await signal(api, tenant.token, run_id, "approval", {"ok": True})
+    assert answer["accepted"] is True
+    assert answer["run"]["status"] == "QUEUED"
+    assert answer["run"]["waitingFor"] is None
+    done = await watch.until(run_id, settled)
     assert done.status == "SUCCEEDED", done.error
     assert done.output == {"turns": 1, "signal": {"ok": True}, "timedOut": False}
     assert done.attempt == 2  # the resume is a new claim ...
@@ -134,13 +146,10 @@ async def test_a_signal_sent_before_the_wait_is_kept_and_delivered_in_order(
 
 @pytest.mark.usefixtures("worker")
 async def test_a_signal_after_the_run_settled_is_not_accepted(
-    api: Api, settings: Settings, sessions: Sessions, tenant: TenantHandle
+    api: Api, sessions: Sessions, tenant: TenantHandle, watch: NudgeWatch
 ) -> None:
-    assert settings.redis_url is not None
-    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-        started = await api.start_run(tenant.token, "demo", {"turns": 1, "delayMs": 0})
-        run_id = started["run"]["id"]
-        await watch.until(run_id, settled)
+    run_id = await demo(api, tenant)
+    await watch.until(run_id, settled)
     before = await events_of(sessions, run_id)
     answer = await signal(api, tenant.token, run_id, "approval", {"late": True})
     assert answer == {
@@ -193,49 +202,39 @@ async def test_signals_take_from_a_per_tenant_rate_limit(
 
 @pytest.mark.usefixtures("worker")
 async def test_a_waiting_run_keeps_its_agent_slot_but_not_its_place_under_the_cap(
-    api: Api, settings: Settings, sessions: Sessions, tenant: TenantHandle
+    api: Api, sessions: Sessions, tenant: TenantHandle, watch: NudgeWatch
 ) -> None:
     async with sessions.unit() as uow:  # a cap of 1 (below the 2 agents): runs can wait
         await uow.execute(
             text("UPDATE tenants SET max_running_runs = 1 WHERE id = :t"), t=tenant.id
         )
-    assert settings.redis_url is not None
-    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-        started = await api.start_run(
-            tenant.token, "demo", {"turns": 1, "delayMs": 0, "awaitSignal": "go"}
-        )
-        run_id = started["run"]["id"]
-        await watch.until(run_id, waiting)
-        again = await api.start_run(tenant.token, "demo", {"turns": 5})
-        assert again["created"] is False
-        assert again["run"]["id"] == run_id
-        assert again["run"]["status"] == "WAITING"
-        # The WAITING run holds no place under the cap: another agent's run is admitted at once.
-        llm = await api.start_run(tenant.token, "llm", {"prompt": "hi"})
-        record = await runs_service.read_run(
-            sessions, TenantId(tenant.id), RunId(UUID(llm["run"]["id"]))
-        )
-        assert record is not None
-        assert record.dispatched_at is not None
-        await watch.until(llm["run"]["id"], settled)  # it fails (no endpoint): its slot frees
-        # Woken while the cap's one slot is free: admitted and run.
-        await signal(api, tenant.token, run_id, "go", "yes")
-        done = await watch.until(run_id, settled)
+    run_id = await demo(api, tenant, awaitSignal="go")
+    await watch.until(run_id, waiting)
+    again = await api.start_run(tenant.token, "demo", {"turns": 5})
+    assert again["created"] is False
+    assert again["run"]["id"] == run_id
+    assert again["run"]["status"] == "WAITING"
+    # The WAITING run holds no place under the cap: another agent's run is admitted at once.
+    llm = await api.start_run(tenant.token, "llm", {"prompt": "hi"})
+    record = await runs_service.read_run(
+        sessions, TenantId(tenant.id), RunId(UUID(llm["run"]["id"]))
+    )
+    assert record is not None
+    assert record.dispatched_at is not None
+    await watch.until(llm["run"]["id"], settled)  # it fails (no endpoint): its slot frees
+    # Woken while the cap's one slot is free: admitted and run.
+    await signal(api, tenant.token, run_id, "go", "yes")
+    done = await watch.until(run_id, settled)
     assert done.status == "SUCCEEDED", done.error
     assert done.output == {"turns": 1, "signal": "yes", "timedOut": False}
 
 
 @pytest.mark.usefixtures("worker")
 async def test_cancel_settles_a_waiting_run_at_once(
-    api: Api, settings: Settings, sessions: Sessions, tenant: TenantHandle
+    api: Api, sessions: Sessions, tenant: TenantHandle, watch: NudgeWatch
 ) -> None:
-    assert settings.redis_url is not None
-    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-        started = await api.start_run(
-            tenant.token, "demo", {"turns": 1, "delayMs": 0, "pauseMs": 3_600_000}
-        )
-        run_id = started["run"]["id"]
-        await watch.until(run_id, waiting)
+    run_id = await demo(api, tenant, pauseMs=3_600_000)
+    await watch.until(run_id, waiting)
     read = await api.gql(READ, {"id": run_id}, token=tenant.token)
     assert read["run"]["waitingFor"] is None  # a timer
     assert read["run"]["wakeAt"] is not None
@@ -249,18 +248,13 @@ async def test_cancel_settles_a_waiting_run_at_once(
 
 @pytest.mark.usefixtures("worker")
 async def test_a_durable_sleep_parks_the_run_and_its_timer_resumes_it(
-    api: Api, settings: Settings, sessions: Sessions, tenant: TenantHandle
+    api: Api, sessions: Sessions, tenant: TenantHandle, watch: NudgeWatch
 ) -> None:
-    assert settings.redis_url is not None
-    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-        started = await api.start_run(
-            tenant.token, "demo", {"turns": 2, "delayMs": 0, "pauseMs": 1500}
-        )
-        run_id = started["run"]["id"]
-        parked = await watch.until(run_id, waiting)
-        assert parked.waiting_for is None
-        assert parked.wake_at is not None
-        done = await watch.until(run_id, settled)
+    run_id = await demo(api, tenant, turns=2, pauseMs=1500)
+    parked = await watch.until(run_id, waiting)
+    assert parked.waiting_for is None
+    assert parked.wake_at is not None
+    done = await watch.until(run_id, settled)
     assert done.status == "SUCCEEDED", done.error
     assert done.output == {"turns": 2}
     assert (done.attempt, done.resumes) == (2, 1)
@@ -276,19 +270,13 @@ async def test_a_durable_sleep_parks_the_run_and_its_timer_resumes_it(
 
 @pytest.mark.usefixtures("worker")
 async def test_a_wait_that_times_out_returns_null(
-    api: Api, settings: Settings, sessions: Sessions, tenant: TenantHandle
+    api: Api, sessions: Sessions, tenant: TenantHandle, watch: NudgeWatch
 ) -> None:
-    assert settings.redis_url is not None
-    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-        started = await api.start_run(
-            tenant.token,
-            "demo",
-            {"turns": 1, "delayMs": 0, "awaitSignal": "approval", "signalTimeoutS": 1},
-        )
-        done = await watch.until(started["run"]["id"], settled)
+    run_id = await demo(api, tenant, awaitSignal="approval", signalTimeoutS=1)
+    done = await watch.until(run_id, settled)
     assert done.status == "SUCCEEDED", done.error
     assert done.output == {"turns": 1, "signal": None, "timedOut": True}
-    events = await events_of(sessions, started["run"]["id"])
+    events = await events_of(sessions, run_id)
     assert [e.data for e in events if e.type == "resumed"] == [{"by": "timeout"}]
 
 
@@ -306,23 +294,16 @@ async def test_the_demo_checks_its_wait_input(
 
 @pytest.mark.usefixtures("worker")
 async def test_a_sleep_and_a_wait_between_steps_run_no_turn_twice(
-    api: Api, settings: Settings, sessions: Sessions, tenant: TenantHandle
+    api: Api, sessions: Sessions, tenant: TenantHandle, watch: NudgeWatch
 ) -> None:
     """Steps and waits together (issue 18): the demo sleeps durably after turn 1 and waits for a
     signal after turn 3, so three attempts run it from the top; turns recorded by an earlier
     attempt are answered from the journal, and each `turn` and `step` event appears once."""
-    assert settings.redis_url is not None
-    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-        started = await api.start_run(
-            tenant.token,
-            "demo",
-            {"turns": 3, "delayMs": 0, "pauseMs": 1200, "awaitSignal": "approval"},
-        )
-        run_id = started["run"]["id"]
-        await watch.until(run_id, lambda r: r.status == RunStatus.WAITING and bool(r.waiting_for))
-        answer = await signal(api, tenant.token, run_id, "approval", {"approved": True})
-        assert answer["accepted"] is True
-        done = await watch.until(run_id, settled)
+    run_id = await demo(api, tenant, turns=3, pauseMs=1200, awaitSignal="approval")
+    await watch.until(run_id, lambda r: r.status == RunStatus.WAITING and bool(r.waiting_for))
+    answer = await signal(api, tenant.token, run_id, "approval", {"approved": True})
+    assert answer["accepted"] is True
+    done = await watch.until(run_id, settled)
     assert done.status == "SUCCEEDED", done.error
     assert done.output == {"turns": 3, "signal": {"approved": True}, "timedOut": False}
     assert (done.attempt, done.resumes) == (3, 2)  # two resumes, no retry
