@@ -9,9 +9,10 @@ and the clients saw; and the recovery figures measured from them.
   are allowed: delivery is at least once). Deliveries are never read, neither through the API
   (a read repairs what it finds) nor from the table: the receiver is the witness;
 - while PostgreSQL was down (and for `pg_recovery_target_s` after it answered again) every
-  mutation was answered `SERVICE_UNAVAILABLE`, nothing else; outside that window no request was
-  answered an error (bar QUEUE_UNAVAILABLE without `postgres_only`, and RATE_LIMITED), though
-  a request to a killed API may get no answer at all.
+  mutation was answered `SERVICE_UNAVAILABLE`, nothing else (a request sent just before it died
+  and answered after is in that window too); outside that window no request was answered an
+  error (bar QUEUE_UNAVAILABLE without `postgres_only`, and RATE_LIMITED), though a request to
+  a killed API may get no answer at all.
 
 Figures: after each Redis fault, the time from Redis answering again to every unfinished run
 showing life (its next timeline event other than `failed`: a run settled FAILED by a repair was
@@ -144,7 +145,8 @@ def _check_client_errors(plan: Plan, report: Report) -> None:
     wrong: dict[str, list[float]] = defaultdict(list)  # what went wrong → when (from the start)
     began = min((w.start for w in report.windows), default=0.0)
     for e in report.client_errors:
-        if any(w.start <= e.at <= w.end + plan.pg_recovery_target_s for w in pg):
+        # In flight while PostgreSQL was down: sent before it died and answered after counts.
+        if any(e.at <= w.end + plan.pg_recovery_target_s and w.start <= e.answered for w in pg):
             if e.mutation and (e.code, e.status) != ("SERVICE_UNAVAILABLE", 503):
                 report.mutation_errors_pg_down += 1
                 wrong[

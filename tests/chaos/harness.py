@@ -97,14 +97,16 @@ class Plan:
 
 @dataclass(frozen=True)
 class ClientError:
-    """One failed request: sent at `at` (wall clock); `status` None when no answer came back
-    (a killed API, a reset); `code` the GraphQL error code, else the HTTP status or exception."""
+    """One failed request: sent at `at` and failed at `answered` (wall clock); `status` None
+    when no answer came back (a killed API, a reset); `code` the GraphQL error code, else the
+    HTTP status or exception."""
 
     at: float
     op: str
     mutation: bool
     status: int | None
     code: str
+    answered: float
 
 
 @dataclass
@@ -365,7 +367,7 @@ class Client:
 
     def _failed(self, at: float, op: str, status: int | None, code: str) -> None:
         mutation = op in MUTATIONS
-        self.report.client_errors.append(ClientError(at, op, mutation, status, code))
+        self.report.client_errors.append(ClientError(at, op, mutation, status, code, time.time()))
 
     async def start(self, input: dict[str, Any]) -> str:
         data = await self.gql("startRun", START, {"i": {"agent": "demo", "input": input}})
