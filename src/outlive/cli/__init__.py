@@ -9,6 +9,7 @@ stderr and a non-zero exit: 2 for bad input, 1 for a service that is missing or 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
@@ -140,6 +141,9 @@ def _describe_unreachable(exc: BaseException) -> str | None:
     return None
 
 
+SERVERS = ("api", "worker", "dev")  # long-running: they log an outage as it goes (db.drivers)
+
+
 def _setup_logs(command: str) -> None:
     """`OUTLIVE_LOG_FORMAT` when set; else JSON for the servers, text for people (dev, the rest).
     A settings error is reported by the command itself, with the usual one line."""
@@ -156,6 +160,8 @@ def _setup_logs(command: str) -> None:
         level=settings.log_level,
         libraries_level=settings.log_libraries_level,
     )
+    if command not in SERVERS:  # a one-shot command says it in its one error line instead
+        logging.getLogger("outlive.db.drivers").setLevel(logging.ERROR)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -168,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except MissingServiceError as exc:
         _fail(str(exc), 1)
     except ServiceUnavailable as exc:  # a service that cannot be reached: 1, not bad input
-        _fail(exc.message, 1)
+        reason = str(exc.__cause__ or "").strip().splitlines()  # the driver's words, one line
+        _fail(exc.message + (f" ({reason[0]})" if reason else ""), 1)
     except DomainError as exc:
         _fail(exc.message, 2)
     except KeyboardInterrupt:
