@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
 
 import asyncpg
@@ -87,18 +87,43 @@ def _from_a_driver(error: BaseException) -> bool:
 
 
 @contextmanager
-def reaching() -> Iterator[None]:
+def reaching(connection: asyncpg.Connection | None = None) -> Iterator[None]:
     """The block's driver failures that mean "PostgreSQL cannot be reached" leave it as
-    `ServiceUnavailable` (the original as its cause); everything else passes unchanged."""
+    `ServiceUnavailable` (the original as its cause); everything else passes unchanged.
+
+    With the pooled `connection` the block ran on:
+    - a failure is also one when that connection is gone. asyncpg hands a connection the server
+      closed back to its pool at once, detaching it from whoever holds it, so the holder's next
+      statement says "released back to the pool". Misuse of a live connection stays a bug.
+    - the connection is terminated before its holder releases it. A query cut off by the server
+      can leave the protocol mid-operation before asyncpg has seen the socket close; released
+      as it is, the next statement on it failed with "another operation is in progress"."""
     try:
         yield
     except ServiceUnavailable:
         raise
     except Exception as exc:
-        if unreachable(exc):
-            _outage.seen(exc)
-            raise ServiceUnavailable(retry_after=RETRY_AFTER_S) from exc
-        raise
+        if not (unreachable(exc) or (connection is not None and _gone(connection))):
+            raise
+        if connection is not None:
+            _terminate(connection)
+        _outage.seen(exc)
+        raise ServiceUnavailable(retry_after=RETRY_AFTER_S) from exc
+
+
+def _gone(connection: asyncpg.Connection) -> bool:
+    """The connection was closed, or released by asyncpg because it was (we never use one after
+    our own release: `Sessions` scopes it to a unit)."""
+    try:
+        return bool(connection.is_closed())
+    except asyncpg.InterfaceError:  # "cannot call Connection.is_closed(): … released …"
+        return True
+
+
+def _terminate(connection: asyncpg.Connection) -> None:
+    """Close it at once; the pool connects afresh for its next user."""
+    with suppress(asyncpg.InterfaceError):  # already released by asyncpg: nothing to close
+        connection.terminate()
 
 
 class _Outage:
@@ -126,20 +151,35 @@ def _rowcount(status: str) -> int:
 
 
 async def raw_one(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> Row | None:
-    with reaching():
-        row: Row | None = await on.fetchrow(st.sql, *st.args(params))
+    async with _connection(on) as connection:
+        with reaching(connection):
+            row: Row | None = await connection.fetchrow(st.sql, *st.args(params))
     return row
 
 
 async def raw_all(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> list[Row]:
-    with reaching():
-        rows: list[Row] = await on.fetch(st.sql, *st.args(params))
+    async with _connection(on) as connection:
+        with reaching(connection):
+            rows: list[Row] = await connection.fetch(st.sql, *st.args(params))
     return rows
 
 
 async def raw_execute(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> int:
-    with reaching():
-        return _rowcount(await on.execute(st.sql, *st.args(params)))
+    async with _connection(on) as connection:
+        with reaching(connection):
+            return _rowcount(await connection.execute(st.sql, *st.args(params)))
+
+
+@asynccontextmanager
+async def _connection(on: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator[asyncpg.Connection]:
+    """`on` itself when it is a connection (a unit's); else one taken from the pool for the
+    statement, so that a failure on it is handled before it goes back (`reaching`)."""
+    if not isinstance(on, asyncpg.Pool):
+        yield on
+        return
+    with reaching():  # the connect, when the pool has to make one
+        async with on.acquire() as connection:
+            yield connection
 
 
 async def in_session(session: AsyncSession, query: Query, params: Mapping[str, Any]) -> Any:
