@@ -12,7 +12,8 @@ all the time and marks a connection closed when the server goes away), and both 
 connection when it is next taken: the raw pool by itself, SQLAlchemy's through `_drop_closed` (a
 local check, no round trip, unlike `pool_pre_ping`). So the first request after a restart gets a
 fresh connection and succeeds; while the server is down, the connect fails and the db layer
-answers `ServiceUnavailable`.
+answers `ServiceUnavailable`. A statement cut off on a raw connection terminates that connection
+before it goes back (`outlive.db.drivers.reaching`).
 """
 
 from __future__ import annotations
