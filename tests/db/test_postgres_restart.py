@@ -26,6 +26,7 @@ from tests.support import Api, Servers
 START = """mutation($input: StartRunInput!) {
   startRun(input: $input) { created run { id status } } }"""
 RUNS = "query { runs(first: 5) { edges { node { id } } } }"
+CANCEL = "mutation($id: ID!) { cancelRun(id: $id) { id status } }"
 DEMO = {"input": {"agent": "demo", "input": {"turns": 1, "delayMs": 0}}}
 
 
@@ -118,7 +119,7 @@ async def test_only_postgres_unreachable_is_service_unavailable(sessions: Sessio
 async def test_requests_in_flight_when_postgres_dies_are_503_never_500(
     servers: Servers, postgres: OwnPostgres, own_sessions: Sessions
 ) -> None:
-    """Six clients send startRun and runs without pause while PostgreSQL is SIGKILLed and
+    """Six clients send startRun, cancelRun and runs without pause while PostgreSQL is SIGKILLed and
     restarted five times: every answer is 200 or 503 SERVICE_UNAVAILABLE. A unit holding a
     pooled connection when the server died got "connection has been released back to the
     pool" (asyncpg hands a closed connection back at once), and a connection released
@@ -132,14 +133,21 @@ async def test_requests_in_flight_when_postgres_dies_are_503_never_500(
     stop = asyncio.Event()
 
     async def client(api: Api, token: str) -> None:
-        n = 0
+        n, last = 0, None
         while not stop.is_set():
             n += 1
-            response = await api.post(*((START, DEMO) if n % 3 else (RUNS, {})), token=token)
+            if n % 3 == 0:
+                response = await api.post(RUNS, token=token)  # the raw pool, outside a unit
+            elif n % 3 == 1 or last is None:
+                response = await api.post(START, DEMO, token=token)  # a single-statement unit
+            else:
+                response = await api.post(CANCEL, {"id": last}, token=token)  # a transaction
             body = response.json()
             code = ((body.get("errors") or [{}])[0].get("extensions") or {}).get("code")
             if response.status_code == 200 and not body.get("errors"):
                 kind = "ok"
+                if "startRun" in body["data"]:
+                    last = body["data"]["startRun"]["run"]["id"]
             elif (response.status_code, code) == (503, "SERVICE_UNAVAILABLE"):
                 kind = "503"
             else:

@@ -178,8 +178,26 @@ async def _connection(on: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator[as
         yield on
         return
     with reaching():  # the connect, when the pool has to make one
-        async with on.acquire() as connection:
+        async with held(on) as connection:
             yield connection
+
+
+@asynccontextmanager
+async def held(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of `pool` for the block, given back after it. When the server closed it
+    meanwhile, asyncpg may already have taken its holder back, and `release` then fails
+    ("called on a free connection holder") although the block's statements committed: that is
+    no failure of the block."""
+    connection = await pool.acquire()
+    try:
+        yield connection
+    finally:
+        try:
+            await pool.release(connection)
+        except (asyncpg.InterfaceError, asyncpg.InternalClientError):
+            if not _gone(connection):
+                raise
+            _terminate(connection)
 
 
 async def in_session(session: AsyncSession, query: Query, params: Mapping[str, Any]) -> Any:

@@ -420,7 +420,7 @@ class Sessions:
     async def _statements(self, tenant_id: UUID | None) -> AsyncIterator[StatementUnit]:
         with drivers.reaching():  # the pool's connect too: ServiceUnavailable when unreachable
             if self.raw is not None:
-                async with self.raw.acquire() as connection:
+                async with drivers.held(self.raw) as connection:
                     unit = StatementUnit(tenant_id, self, raw=connection)
                     yield unit  # each statement committed itself; an exception drops the rest
             else:
