@@ -12,6 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from outlive.config import Settings
 from outlive.db.tx import Sessions
@@ -97,7 +100,7 @@ async def test_outlive_dev_shows_the_token_line_not_library_chatter(tmp_path: Pa
                     raise AssertionError("outlive dev exited:\n" + "\n".join(lines))
                 lines.append(raw.decode().rstrip())
     finally:
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGTERM)  # as a supervisor stops it
         async with asyncio.timeout(60):
             rest = await process.communicate()
     log = "\n".join(lines)
@@ -106,7 +109,14 @@ async def test_outlive_dev_shows_the_token_line_not_library_chatter(tmp_path: Pa
     for noisy in ("pgserver", "alembic", "Uvicorn running", "XDG_RUNTIME_DIR"):
         assert noisy not in log, log
     assert len(lines) <= 10, log
-    assert process.returncode == 130, rest  # stopped by SIGINT (^C), its embedded servers too
+    assert process.returncode == 143, rest  # stopped by SIGTERM, its embedded servers too:
+    state = tmp_path / ".outlive"
+    assert not (state / "pg" / "postmaster.pid").exists()  # PostgreSQL shut down cleanly
+    settings = json.loads((state / "redis" / "redis.db.settings").read_text())
+    gone = redis.Redis(unix_socket_path=settings["unixsocket"], retry=Retry(NoBackoff(), 0))
+    with pytest.raises(redis.ConnectionError):
+        gone.ping()
+    gone.close()
 
 
 def _free_port() -> int:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import signal
 from contextlib import ExitStack
 from pathlib import Path
+from types import FrameType
+from typing import NoReturn
 
 from outlive.cli.common import load_settings, run
 from outlive.cli.migrate import upgrade
@@ -23,6 +26,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
 
     # pgserver asks platformdirs for a runtime directory it never uses; the warning is noise.
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+    signal.signal(signal.SIGTERM, _stop)
     settings = load_settings()
     state = Path.cwd() / ".outlive"
     with ExitStack() as stack:
@@ -45,6 +49,14 @@ def cmd_dev(args: argparse.Namespace) -> None:
         ensure_built()
         token = run(create_token(settings, DEMO_TENANT, DEMO_EMAIL))
         _serve(settings, args.host, args.port, token)
+
+
+def _stop(signum: int, _frame: FrameType | None) -> NoReturn:
+    """SIGTERM (a supervisor, `docker stop`, `kill`) ends `outlive dev` as ^C does: through the
+    `ExitStack`, so that the embedded servers stop too. uvicorn shuts down gracefully on it and
+    then raises the signal again; with SIGTERM's default action the process ended right there,
+    leaving PostgreSQL and Redis running under ./.outlive/."""
+    raise SystemExit(128 + signum)
 
 
 def _serve(settings: Settings, host: str, port: int, token: str) -> None:
