@@ -173,16 +173,11 @@ class NudgeWatch:
         A nudge is published after its commit, so a check that re-reads the row can see the new
         state before the nudge that announces it has been read, or even sent: wait for it.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            for nudge in self.seen:
-                if nudge["type"] == type_:
-                    return nudge
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise AssertionError(f"no {type_} nudge in {timeout}s; saw {self.seen}")
-            await self.next_nudge(timeout=min(remaining, 1.0))
+
+        async def seen() -> dict[str, Any] | None:
+            return next((n for n in self.seen if n["type"] == type_), None)
+
+        return await self.until_true(seen, timeout, f"a {type_} nudge")
 
     async def until(
         self, run_id: str | UUID, predicate: Callable[[RunRecord], bool], timeout: float = 30
