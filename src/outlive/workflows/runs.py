@@ -40,19 +40,9 @@ import asyncio
 import json
 import logging
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any
 
-import httpx
-
-from outlive.agents.registry import AgentRegistry
-from outlive.config import Settings
 from outlive.db.models import RunStatus
-from outlive.db.tx import Sessions
 from outlive.errors import (
     RetryableFault,
     RunCancelled,
@@ -60,31 +50,25 @@ from outlive.errors import (
     RunSuperseded,
     ServiceUnavailable,
 )
-from outlive.ids import RunId, TenantId
-from outlive.services import waits
+from outlive.ids import RunId
 from outlive.services.runs import (
     MAX_ATTEMPTS,
     MAX_LOST_ATTEMPTS,
     RunRecord,
-    append_event,
     claim_run,
-    heartbeat,
     lease_left,
-    read_run,
     requeue_run,
     settle_run,
 )
 from outlive.telemetry.logs import ExpectedRetry
-from outlive.workflows.steps import StepJournal, buffered_events
+from outlive.workflows.context import AttemptContext
+from outlive.workflows.deps import AttemptControl, WorkflowDeps
+from outlive.workflows.leases import HEARTBEATS_PER_LEASE, Lease
+
+__all__ = ["AttemptContext", "AttemptControl", "RetryLater", "WorkflowDeps", "run_attempt"]
 
 log = logging.getLogger(__name__)
 
-CANCEL_POLL_S = 1.0  # how often a sleeping agent looks for a cancel request
-# A sleep this short or shorter is slept in-process (parking and waking costs more than it
-# saves, and holds the slot for at most this long); a longer one parks the run WAITING.
-DURABLE_SLEEP_MIN_S = 1.0
-HEARTBEATS_PER_LEASE = 3  # a heartbeat every third of the lease
-BEAT_TIMEOUT_SHARE = 0.5  # a heartbeat not done within half its period counts as failed
 SETTLE_RETRY_S = 0.5  # a terminal write that found PostgreSQL unreachable is tried again this often
 
 
@@ -99,185 +83,6 @@ class RetryLater(ExpectedRetry):
         self.delay_s = delay_s
         self.counts = counts
         self.log_level = logging.WARNING if counts else logging.INFO
-
-
-class AttemptControl(Protocol):
-    """What the engine offers an executing attempt."""
-
-    async def heartbeat(self) -> None:
-        """Tell the engine this attempt is alive (a missed heartbeat gets it re-delivered)."""
-
-    def is_shutting_down(self) -> bool:
-        """True when this worker is stopping gracefully (as opposed to the attempt aborted)."""
-
-    def give_back_attempt(self) -> None:
-        """The engine should not count this delivery against the instance's retries."""
-
-
-@dataclass
-class WorkflowDeps:
-    sessions: Sessions
-    agents: AgentRegistry
-    http: httpx.AsyncClient
-    settings: Settings
-
-    @property
-    def lease_s(self) -> float:
-        """How long an attempt holds its run without a heartbeat."""
-        return self.settings.run_heartbeat_s
-
-
-T = TypeVar("T")
-
-
-class AttemptContext:
-    """The `RunContext` an agent receives; every write is fenced on this attempt."""
-
-    def __init__(self, deps: WorkflowDeps, run: RunRecord) -> None:
-        self.run_id: RunId = run.id
-        self.tenant_id: TenantId = run.tenant_id
-        self.attempt = run.attempt
-        self.http = deps.http
-        self.settings = deps.settings
-        self._sessions = deps.sessions
-        self._lease_s = deps.lease_s
-        self._fresh: RunRecord | None = run  # the row as this attempt last wrote it
-        self._steps = StepJournal(deps.sessions, run, lease_s=deps.lease_s, recorded=self._moved)
-        self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
-
-    def _moved(self, run: RunRecord) -> None:
-        self._fresh = run
-
-    async def resume(self) -> None:
-        """Load the run's step journal (one statement; none when it has recorded no step)."""
-        await self._steps.load()
-
-    @overload
-    def step(
-        self, name: str, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any
-    ) -> Awaitable[T]: ...
-
-    @overload
-    def step(
-        self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any
-    ) -> Awaitable[T]: ...
-
-    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        """A durable step (`workflows.steps`): `fn(*args, **kwargs)` run once per run, its
-        result recorded; the occurrence is taken here, at the call."""
-        return self._steps.call(name, fn, args, kwargs)
-
-    async def emit(self, type: str, data: Mapping[str, Any]) -> int:
-        if not type or len(type) > 64:
-            raise ValueError("an event type is 1 to 64 characters")
-        buffered = buffered_events(self._steps)
-        if buffered is not None:  # inside a step: written with it, once
-            json.dumps(dict(data))  # not JSON: the agent's bug, raised where it was made
-            buffered.append({"type": type, "data": dict(data)})
-            return 0
-        async with self._sessions.unit(self.tenant_id, single_statement=True) as uow:
-            appended = await append_event(
-                uow, self.run_id, type, data, attempt=self.attempt, lease_s=self._lease_s
-            )
-        if appended is None:
-            raise RunSuperseded(f"attempt {self.attempt} of run {self.run_id} no longer holds it")
-        self._fresh = appended
-        return appended.event_seq
-
-    async def checkpoint(self) -> None:
-        run, self._fresh = self._fresh, None
-        if run is None:
-            run = await self._read()
-        if run is None or run.status != RunStatus.RUNNING or run.attempt != self.attempt:
-            raise RunSuperseded(f"attempt {self.attempt} of run {self.run_id} no longer holds it")
-        if run.cancel_requested_at is not None:
-            raise RunCancelled()
-
-    async def sleep(self, seconds: float) -> None:
-        """A durable sleep: up to `DURABLE_SLEEP_MIN_S`, in-process (`delay`); longer, the run
-        parks WAITING until then and this attempt ends (`RunParked`); a resumed attempt gets
-        past it at once."""
-        occurrence = self._next(waits.SLEEP, "")
-        if seconds <= DURABLE_SLEEP_MIN_S:
-            await self.delay(seconds)
-            return
-        await self._wait(waits.SLEEP, "", occurrence, seconds=seconds)
-
-    async def sleep_until(self, when: datetime) -> None:
-        """`sleep` until `when` (an aware datetime)."""
-        if when.tzinfo is None:
-            raise ValueError("sleep_until needs an aware datetime")
-        occurrence = self._next(waits.SLEEP, "")
-        seconds = (when - datetime.now(UTC)).total_seconds()
-        if seconds <= DURABLE_SLEEP_MIN_S:
-            await self.delay(seconds)
-            return
-        await self._wait(waits.SLEEP, "", occurrence, until=when)
-
-    async def wait_for(
-        self,
-        name: str,
-        timeout: float | None = None,  # noqa: ASYNC109 (durable, kept in PostgreSQL)
-        *,
-        default: Any = None,
-    ) -> Any:
-        """The payload of the next signal `name` (kept in the run's mailbox if it came first),
-        or `default` once `timeout` seconds passed (None: no timeout). Parks the run WAITING
-        when no such signal is there yet."""
-        waits.check_name(name)
-        if timeout is not None and timeout <= 0:
-            raise ValueError("a wait's timeout is positive (or None: no timeout)")
-        occurrence = self._next(waits.SIGNAL, name)
-        resolved = await self._wait(waits.SIGNAL, name, occurrence, seconds=timeout)
-        return default if resolved.by == "timeout" else resolved.payload
-
-    def _next(self, kind: str, name: str) -> int:
-        self._occurrences[kind, name] += 1
-        return self._occurrences[kind, name]
-
-    async def _wait(
-        self,
-        kind: str,
-        name: str,
-        occurrence: int,
-        *,
-        seconds: float | None = None,
-        until: datetime | None = None,
-    ) -> waits.Resolved:
-        if buffered_events(self._steps) is not None:
-            raise RuntimeError(
-                f"a durable {kind} ({name or 'sleep'!r}) inside a step: sleeps over"
-                f" {DURABLE_SLEEP_MIN_S:g} s and waits go between steps"
-            )
-        async with self._sessions.unit(self.tenant_id) as uow:
-            outcome = await waits.wait(
-                uow,
-                run_id=self.run_id,
-                attempt=self.attempt,
-                kind=kind,
-                name=name,
-                occurrence=occurrence,
-                seconds=seconds,
-                until=until,
-            )
-        self._fresh = None
-        if isinstance(outcome, waits.Parked):
-            raise RunParked(f"run {self.run_id} waits ({kind} {name!r} #{occurrence})")
-        return outcome
-
-    async def delay(self, seconds: float) -> None:
-        """Sleep in-process, holding the worker, looking at the run every second: a cancel
-        request ends a long delay early (raising `RunCancelled`) instead of after it."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        while (left := deadline - loop.time()) > 0:
-            await asyncio.sleep(min(left, CANCEL_POLL_S))
-            if left > CANCEL_POLL_S:
-                self._fresh = None
-                await self.checkpoint()
-
-    async def _read(self) -> RunRecord | None:
-        return await read_run(self._sessions, self.tenant_id, self.run_id)
 
 
 async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> None:
@@ -328,7 +133,7 @@ async def _not_claimed(deps: WorkflowDeps, run_id: RunId) -> None:
 async def _execute(
     deps: WorkflowDeps, run: RunRecord, agent: Any, control: AttemptControl, *, since: float
 ) -> None:
-    lease = _Lease(deps, run, control, since=since)
+    lease = Lease(deps, run, control, since=since)
     try:
         async with lease.kept():
             async with asyncio.timeout(deps.settings.run_timeout_s):
@@ -368,83 +173,6 @@ def _uncancel() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
-
-
-class _Lease:
-    """Keeps an executing attempt's lease alive while the agent runs: in PostgreSQL (the truth: a
-    live lease is what stops a second delivery from claiming the run) and in the engine (so that
-    its sweep does not re-deliver a live attempt). A heartbeat that finds the run no longer held
-    by this attempt cancels the agent (`lost`): someone else owns the run now. When heartbeats
-    fail (PostgreSQL unreachable), the agent is cancelled (`expiring`) as soon as the next one
-    could not be known to land before the lease could expire, counted on the monotonic clock
-    from the start of the last heartbeat that succeeded (`since`): the server set the lease then
-    or later, so the attempt stops before anyone else may claim the run, whatever the clocks say.
-    The heartbeats stop before the attempt settles, so they never race its own terminal write."""
-
-    def __init__(
-        self, deps: WorkflowDeps, run: RunRecord, control: AttemptControl, *, since: float
-    ) -> None:
-        self._deps, self._run, self._control = deps, run, control
-        self.since = since  # monotonic: the start of the last heartbeat (or claim) that succeeded
-        self.lost = False
-        self.expiring = False
-
-    @asynccontextmanager
-    async def kept(self) -> AsyncIterator[None]:
-        beating = asyncio.create_task(self._keep(asyncio.current_task()))
-        try:
-            yield
-        finally:
-            beating.cancel()
-            await asyncio.gather(beating, return_exceptions=True)
-
-    async def _keep(self, attempt: asyncio.Task[Any] | None) -> None:
-        every_s = self._deps.lease_s / HEARTBEATS_PER_LEASE
-        timeout_s = every_s * BEAT_TIMEOUT_SHARE
-        while not self.lost:
-            await asyncio.sleep(every_s)
-            # A hung heartbeat is left behind, not awaited: the clock below decides.
-            beat = asyncio.ensure_future(self._beat())
-            await asyncio.wait({beat}, timeout=timeout_s)
-            if not beat.done():
-                beat.add_done_callback(_consume)
-                log.warning("run %s: heartbeat took over %.1fs", self._run.id, timeout_s)
-            elif beat.exception() is not None:
-                log.warning("run %s: heartbeat failed: %r", self._run.id, beat.exception())
-            if self.lost:
-                break
-            if time.monotonic() + every_s + timeout_s >= self.since + self._deps.lease_s:
-                self.expiring = True
-                log.warning(
-                    "run %s: attempt %s could not heartbeat for %.1fs; it stops before its lease"
-                    " could expire",
-                    self._run.id,
-                    self._run.attempt,
-                    time.monotonic() - self.since,
-                )
-                break
-        if attempt is not None:
-            attempt.cancel()
-
-    async def _beat(self) -> None:
-        started = time.monotonic()
-        async with self._deps.sessions.unit(single_statement=True) as uow:
-            beat = await heartbeat(
-                uow, self._run.id, attempt=self._run.attempt, lease_s=self._deps.lease_s
-            )
-        if beat is None:
-            self.lost = True
-            return
-        self.since = max(self.since, started)
-        # The engine's heartbeat only keeps its sweep away; a Redis that hangs must not stall
-        # the loop that keeps the lease (the truth) alive.
-        async with asyncio.timeout(self._deps.lease_s / HEARTBEATS_PER_LEASE):
-            await self._control.heartbeat()
-
-
-def _consume(task: asyncio.Future[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.debug("a late heartbeat failed: %r", task.exception())
 
 
 async def _settle(

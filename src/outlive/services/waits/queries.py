@@ -13,7 +13,7 @@ from sqlalchemy import column, text
 
 from outlive.db.models import Run
 from outlive.db.raw import prepare
-from outlive.services.relay import WOKEN_SETS
+from outlive.services.relay.queries import WOKEN_SETS
 
 RUN_COLUMNS = tuple(Run.__table__.c)
 

@@ -1,0 +1,206 @@
+"""The relay's statements, assembled from the constants here only (values are bound)."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from outlive.db.raw import prepare
+
+CHANNEL = "outlive_relay"  # NOTIFY'd by a trigger whenever a row becomes due now
+FIRST_LOOK_S = 10.0  # `RELAY_FIRST_LOOK` of the models: a waiting row this old missed a dispatch
+RETRY_S = 1.0  # a row whose hand-off failed is due again this much later
+MAX_TENANTS = 100  # tenants whose missed dispatch one scan makes up for
+CHUNK = 50  # enqueues sent at once (saq's own limit is 50 operations in flight per queue)
+QUEUE_TIMEOUT_S = 10.0  # the relay's enqueues are off the request path: a longer deadline
+WINDOW = 4  # a pass looks at this many times its batch of the oldest due rows, for fairness
+
+# (kind, table, the status whose admitted rows are handed). Literal values: the partial indexes.
+KINDS = (
+    ("run", "runs", "QUEUED"),
+    ("webhook", "webhook_deliveries", "PENDING"),
+    ("invitation", "invitations", "PENDING"),
+)
+RUN_TABLE = "runs"
+WAITING_FOR_QUEUE = (
+    "waiting for the queue: it could not be reached when the run was started; the run is handed"
+    " to it as soon as it is back"
+)
+
+
+def _take(kind: str, table: str, status: str) -> str:
+    failed = "u.handoff_failed_at IS NOT NULL" if table == RUN_TABLE else "false"
+    return f"""
+    {kind}_due AS (
+        SELECT id, tenant_id, relay_after FROM {table}
+         WHERE status = '{status}' AND dispatched_at IS NOT NULL AND relay_after <= now()
+         ORDER BY relay_after LIMIT :window),
+    {kind}_fair AS (
+        SELECT id FROM (SELECT id, relay_after, row_number() OVER (
+                               PARTITION BY tenant_id ORDER BY relay_after) AS turn
+                          FROM {kind}_due) d
+         ORDER BY turn, relay_after LIMIT :batch),
+    {kind}_locked AS (
+        SELECT t.id FROM {table} t JOIN {kind}_fair f ON f.id = t.id
+         WHERE t.status = '{status}' AND t.dispatched_at IS NOT NULL AND t.relay_after <= now()
+         FOR UPDATE OF t SKIP LOCKED),
+    {kind}_taken AS (
+        UPDATE {table} u SET relay_after = now() + make_interval(secs => :recheck)
+          FROM {kind}_locked l WHERE u.id = l.id
+        RETURNING '{kind}'::text AS kind, u.id, {failed} AS failed)"""
+
+
+TAKE = prepare(
+    text(
+        "WITH"
+        + ",".join(_take(*k) for k in KINDS)
+        + "\n"
+        + " UNION ALL ".join(f"SELECT kind, id, failed FROM {k}_taken" for k, _, _ in KINDS)
+    )
+)
+
+_MARK_DUE = ",".join(
+    f"""
+    {kind}_due AS (UPDATE {table} SET relay_after = now()
+                    WHERE status = '{status}' AND dispatched_at IS NOT NULL
+                      AND relay_after > now() RETURNING 1)"""
+    for kind, table, status in KINDS
+)
+MARK_ALL_DUE = prepare(
+    text(
+        f"WITH {_MARK_DUE}\nSELECT "
+        + " + ".join(f"(SELECT count(*) FROM {k}_due)" for k, _, _ in KINDS)
+        + " AS n"
+    )
+)
+
+RUNS_HANDOFF_FAILED = prepare(
+    text(
+        "UPDATE runs SET relay_after = now(), handoff_failed_at = now()"
+        " WHERE id = ANY(:ids) AND status = 'QUEUED' AND dispatched_at IS NOT NULL RETURNING *"
+    )
+)
+JOBS_HANDOFF_FAILED = {
+    kind: prepare(
+        text(
+            f"UPDATE {table} SET relay_after = now()"
+            f" WHERE id = ANY(:ids) AND status = '{status}' RETURNING id"
+        )
+    )
+    for kind, table, status in KINDS[1:]
+}
+RETRY_LATER = {
+    kind: prepare(
+        text(
+            f"UPDATE {table} SET relay_after = now() + make_interval(secs => :delay)"
+            f" WHERE id = ANY(:ids) AND status = '{status}' RETURNING id"
+        )
+    )
+    for kind, table, status in KINDS
+}
+RUNNING_RUNS = prepare(text("SELECT id FROM runs WHERE status = 'RUNNING'"))
+HANDED = prepare(
+    text(
+        "UPDATE runs SET handoff_failed_at = NULL"
+        " WHERE id = ANY(:ids) AND handoff_failed_at IS NOT NULL RETURNING id"
+    )
+)
+
+
+def _loose_scan(name: str, table: str, status: str) -> str:
+    """The distinct tenants of a table's waiting rows: one index probe per tenant."""
+    waiting = f"status = '{status}' AND dispatched_at IS NULL"
+    return f"""
+    {name} AS (
+        (SELECT tenant_id FROM {table} WHERE {waiting} ORDER BY tenant_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT x.tenant_id FROM {table} x WHERE x.{waiting.replace(" AND ", " AND x.")}
+                   AND x.tenant_id > {name}.tenant_id ORDER BY x.tenant_id LIMIT 1)
+          FROM {name} WHERE {name}.tenant_id IS NOT NULL)"""
+
+
+def _oldest_waiting(table: str, status: str) -> str:
+    return (
+        f"(SELECT min(x.created_at) FROM {table} x WHERE x.tenant_id = w.tenant_id"
+        f" AND x.status = '{status}' AND x.dispatched_at IS NULL)"
+    )
+
+
+def _admitted(table: str, statuses: str) -> str:
+    return (
+        f"(SELECT count(*) FROM {table} x WHERE x.tenant_id = w.tenant_id"
+        f" AND x.status IN ({statuses}) AND x.dispatched_at IS NOT NULL)"
+    )
+
+
+# Tenants with a run that waits for a slot since longer than the first look while a slot is free.
+MISSED_RUN_DISPATCHES = prepare(
+    text(
+        "WITH RECURSIVE"
+        + _loose_scan("waiting", "runs", "QUEUED")
+        + f"""
+        SELECT w.tenant_id FROM waiting w JOIN tenants t ON t.id = w.tenant_id
+         WHERE {_oldest_waiting("runs", "QUEUED")} < now() - make_interval(secs => :stale)
+           AND {_admitted("runs", "'QUEUED', 'RUNNING'")}
+               < coalesce(t.max_running_runs, :default_cap)
+         LIMIT :tenants"""
+    )
+)
+MISSED_JOB_DISPATCHES = prepare(
+    text(
+        "WITH RECURSIVE"
+        + _loose_scan("deliveries", "webhook_deliveries", "PENDING")
+        + ","
+        + _loose_scan("emails", "invitations", "PENDING")
+        + """,
+        waiting AS (SELECT tenant_id FROM deliveries WHERE tenant_id IS NOT NULL
+                    UNION SELECT tenant_id FROM emails WHERE tenant_id IS NOT NULL)"""
+        + f"""
+        SELECT w.tenant_id FROM waiting w JOIN tenants t ON t.id = w.tenant_id
+         WHERE least({_oldest_waiting("webhook_deliveries", "PENDING")},
+                     {_oldest_waiting("invitations", "PENDING")})
+               < now() - make_interval(secs => :stale)
+           AND {_admitted("webhook_deliveries", "'PENDING'")}
+               + {_admitted("invitations", "'PENDING'")}
+               < coalesce(t.max_inflight_jobs, :default_cap)
+         LIMIT :tenants"""
+    )
+)
+
+
+# --- timers: WAITING runs whose sleep or signal timeout is due -----------------------------------
+
+# A woken run: QUEUED again, admitted at once unless its tenant's cap is below the number of
+# agents (the INSERT's shortcut: then the dispatch function admits it). Not a retry: `resumes`.
+WOKEN_SETS = (
+    "status = 'QUEUED', waiting_for = NULL, wake_at = NULL, resumes = resumes + 1,"
+    " lease_expires_at = NULL, updated_at = now(), relay_after = now() + interval '10 seconds',"
+    " dispatched_at = CASE WHEN coalesce((SELECT t.max_running_runs FROM tenants t"
+    " WHERE t.id = runs.tenant_id), :default_cap) >= :agents THEN now() END"
+)
+_BY = "CASE WHEN waited_for IS NULL THEN 'timer' ELSE 'timeout' END"
+WAKE_DUE = prepare(
+    text(
+        f"""WITH due AS (
+            SELECT id, waiting_for, wake_at FROM runs
+             WHERE status = 'WAITING' AND wake_at <= now()
+             ORDER BY wake_at LIMIT :batch FOR UPDATE SKIP LOCKED),
+        moved AS (
+            UPDATE runs SET {WOKEN_SETS}, event_seq = event_seq + 1 FROM due
+             WHERE runs.id = due.id AND runs.status = 'WAITING'
+            RETURNING runs.id, runs.tenant_id, runs.event_seq, runs.dispatched_at,
+                      due.waiting_for AS waited_for, due.wake_at AS was_due),
+        resolved AS (
+            UPDATE run_waits w SET resolved_at = now(), resolved_by = {_BY}
+              FROM moved WHERE w.run_id = moved.id AND w.resolved_at IS NULL),
+        appended AS (
+            INSERT INTO run_events (run_id, seq, type, data)
+            SELECT id, event_seq, 'resumed', jsonb_build_object('by', {_BY}) FROM moved)
+        SELECT id, tenant_id, dispatched_at IS NOT NULL AS admitted,
+               extract(epoch FROM clock_timestamp() - was_due) AS late_s FROM moved"""
+    )
+)
+NEXT_WAKE = prepare(
+    text(
+        "SELECT extract(epoch FROM min(wake_at) - now()) AS in_s FROM runs WHERE status = 'WAITING'"
+    )
+)

@@ -1,0 +1,176 @@
+"""The `RunContext` an agent receives for one attempt: steps, events, the cancel checkpoint,
+durable sleeps and waits. Every write is fenced on the attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar, overload
+
+from outlive.db.models import RunStatus
+from outlive.errors import RunCancelled, RunParked, RunSuperseded
+from outlive.ids import RunId, TenantId
+from outlive.services import waits
+from outlive.services.runs import RunRecord, append_event, read_run
+from outlive.workflows.deps import WorkflowDeps
+from outlive.workflows.steps import StepJournal, buffered_events
+
+CANCEL_POLL_S = 1.0  # how often a sleeping agent looks for a cancel request
+# A sleep this short or shorter is slept in-process (parking and waking costs more than it
+# saves, and holds the slot for at most this long); a longer one parks the run WAITING.
+DURABLE_SLEEP_MIN_S = 1.0
+
+T = TypeVar("T")
+
+
+class AttemptContext:
+    """The `RunContext` an agent receives; every write is fenced on this attempt."""
+
+    def __init__(self, deps: WorkflowDeps, run: RunRecord) -> None:
+        self.run_id: RunId = run.id
+        self.tenant_id: TenantId = run.tenant_id
+        self.attempt = run.attempt
+        self.http = deps.http
+        self.settings = deps.settings
+        self._sessions = deps.sessions
+        self._lease_s = deps.lease_s
+        self._fresh: RunRecord | None = run  # the row as this attempt last wrote it
+        self._steps = StepJournal(deps.sessions, run, lease_s=deps.lease_s, recorded=self._moved)
+        self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
+
+    def _moved(self, run: RunRecord) -> None:
+        self._fresh = run
+
+    async def resume(self) -> None:
+        """Load the run's step journal (one statement; none when it has recorded no step)."""
+        await self._steps.load()
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any
+    ) -> Awaitable[T]: ...
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> Awaitable[T]: ...
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """A durable step (`workflows.steps`): `fn(*args, **kwargs)` run once per run, its
+        result recorded; the occurrence is taken here, at the call."""
+        return self._steps.call(name, fn, args, kwargs)
+
+    async def emit(self, type: str, data: Mapping[str, Any]) -> int:
+        if not type or len(type) > 64:
+            raise ValueError("an event type is 1 to 64 characters")
+        buffered = buffered_events(self._steps)
+        if buffered is not None:  # inside a step: written with it, once
+            json.dumps(dict(data))  # not JSON: the agent's bug, raised where it was made
+            buffered.append({"type": type, "data": dict(data)})
+            return 0
+        async with self._sessions.unit(self.tenant_id, single_statement=True) as uow:
+            appended = await append_event(
+                uow, self.run_id, type, data, attempt=self.attempt, lease_s=self._lease_s
+            )
+        if appended is None:
+            raise RunSuperseded(f"attempt {self.attempt} of run {self.run_id} no longer holds it")
+        self._fresh = appended
+        return appended.event_seq
+
+    async def checkpoint(self) -> None:
+        run, self._fresh = self._fresh, None
+        if run is None:
+            run = await self._read()
+        if run is None or run.status != RunStatus.RUNNING or run.attempt != self.attempt:
+            raise RunSuperseded(f"attempt {self.attempt} of run {self.run_id} no longer holds it")
+        if run.cancel_requested_at is not None:
+            raise RunCancelled()
+
+    async def sleep(self, seconds: float) -> None:
+        """A durable sleep: up to `DURABLE_SLEEP_MIN_S`, in-process (`delay`); longer, the run
+        parks WAITING until then and this attempt ends (`RunParked`); a resumed attempt gets
+        past it at once."""
+        occurrence = self._next(waits.SLEEP, "")
+        if seconds <= DURABLE_SLEEP_MIN_S:
+            await self.delay(seconds)
+            return
+        await self._wait(waits.SLEEP, "", occurrence, seconds=seconds)
+
+    async def sleep_until(self, when: datetime) -> None:
+        """`sleep` until `when` (an aware datetime)."""
+        if when.tzinfo is None:
+            raise ValueError("sleep_until needs an aware datetime")
+        occurrence = self._next(waits.SLEEP, "")
+        seconds = (when - datetime.now(UTC)).total_seconds()
+        if seconds <= DURABLE_SLEEP_MIN_S:
+            await self.delay(seconds)
+            return
+        await self._wait(waits.SLEEP, "", occurrence, until=when)
+
+    async def wait_for(
+        self,
+        name: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (durable, kept in PostgreSQL)
+        *,
+        default: Any = None,
+    ) -> Any:
+        """The payload of the next signal `name` (kept in the run's mailbox if it came first),
+        or `default` once `timeout` seconds passed (None: no timeout). Parks the run WAITING
+        when no such signal is there yet."""
+        waits.check_name(name)
+        if timeout is not None and timeout <= 0:
+            raise ValueError("a wait's timeout is positive (or None: no timeout)")
+        occurrence = self._next(waits.SIGNAL, name)
+        resolved = await self._wait(waits.SIGNAL, name, occurrence, seconds=timeout)
+        return default if resolved.by == "timeout" else resolved.payload
+
+    def _next(self, kind: str, name: str) -> int:
+        self._occurrences[kind, name] += 1
+        return self._occurrences[kind, name]
+
+    async def _wait(
+        self,
+        kind: str,
+        name: str,
+        occurrence: int,
+        *,
+        seconds: float | None = None,
+        until: datetime | None = None,
+    ) -> waits.Resolved:
+        if buffered_events(self._steps) is not None:
+            raise RuntimeError(
+                f"a durable {kind} ({name or 'sleep'!r}) inside a step: sleeps over"
+                f" {DURABLE_SLEEP_MIN_S:g} s and waits go between steps"
+            )
+        async with self._sessions.unit(self.tenant_id) as uow:
+            outcome = await waits.wait(
+                uow,
+                run_id=self.run_id,
+                attempt=self.attempt,
+                kind=kind,
+                name=name,
+                occurrence=occurrence,
+                seconds=seconds,
+                until=until,
+            )
+        self._fresh = None
+        if isinstance(outcome, waits.Parked):
+            raise RunParked(f"run {self.run_id} waits ({kind} {name!r} #{occurrence})")
+        return outcome
+
+    async def delay(self, seconds: float) -> None:
+        """Sleep in-process, holding the worker, looking at the run every second: a cancel
+        request ends a long delay early (raising `RunCancelled`) instead of after it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(left, CANCEL_POLL_S))
+            if left > CANCEL_POLL_S:
+                self._fresh = None
+                await self.checkpoint()
+
+    async def _read(self) -> RunRecord | None:
+        return await read_run(self._sessions, self.tenant_id, self.run_id)

@@ -1,0 +1,39 @@
+"""What an attempt is given: the process's resources (`WorkflowDeps`) and the engine's hooks
+(`AttemptControl`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+
+from outlive.agents.registry import AgentRegistry
+from outlive.config import Settings
+from outlive.db.tx import Sessions
+
+
+class AttemptControl(Protocol):
+    """What the engine offers an executing attempt."""
+
+    async def heartbeat(self) -> None:
+        """Tell the engine this attempt is alive (a missed heartbeat gets it re-delivered)."""
+
+    def is_shutting_down(self) -> bool:
+        """True when this worker is stopping gracefully (as opposed to the attempt aborted)."""
+
+    def give_back_attempt(self) -> None:
+        """The engine should not count this delivery against the instance's retries."""
+
+
+@dataclass
+class WorkflowDeps:
+    sessions: Sessions
+    agents: AgentRegistry
+    http: httpx.AsyncClient
+    settings: Settings
+
+    @property
+    def lease_s(self) -> float:
+        """How long an attempt holds its run without a heartbeat."""
+        return self.settings.run_heartbeat_s
