@@ -9,6 +9,7 @@ a change to the served schema changes this page in the same commit.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,8 +57,10 @@ def served_sdl() -> str:
 
 
 def cell(text: str | None) -> str:
-    """A description as one table cell."""
-    return " ".join((text or "").split()).replace("|", "\\|")
+    """A description as one table cell; a link in it keeps its text (the page links nowhere
+    outside the repository)."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text or "")
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def anchor(name: str) -> str:
