@@ -19,6 +19,7 @@ from outlive.ids import RunId
 from outlive.services.runs import queries
 from outlive.services.runs.moves import move_run
 from outlive.services.runs.records import RunRecord, StepRecord, to_step
+from outlive.services.usage_tokens import StepUsage
 
 MAX_STEP_BYTES = 256 * 1024  # a step's result, serialized: recorded inline in the journal
 MAX_STEP_NAME = 200
@@ -37,6 +38,7 @@ async def record_step(
     occurrence: int,
     result: str,
     events: Sequence[Mapping[str, Any]] = (),
+    usage: StepUsage | None = None,
 ) -> RunRecord | None:
     """Record the step's `result` (JSON text) with `events` ({type, data}, emitted while it ran)
     and its `step` event, extending the attempt's lease: the run as it is now, or None when
@@ -53,6 +55,11 @@ async def record_step(
         occurrence=occurrence,
         result=result,
         events=json.dumps(timeline),
+        requests=usage.requests if usage else 0,
+        input_tokens=usage.input_tokens if usage else 0,
+        output_tokens=usage.output_tokens if usage else 0,
+        model=usage.model if usage else None,
+        cost_usd=None if usage is None or usage.cost_usd is None else str(usage.cost_usd),
     )
     if run is not None:  # one `run.event` per event appended (`move_run` sent the first)
         for _ in timeline[1:]:
