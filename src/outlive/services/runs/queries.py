@@ -299,3 +299,18 @@ STEPS_OF_RUNS = prepare(
         RunStep.completed_at,
     )
 )
+
+# `retryRun(reuseSteps: true)`: the new run starts with a copy of the old run's journal (same
+# names, occurrences and seqs; `attempt` 0 marks a step it did not execute itself) and no usage
+# (the old run paid for it). `step_seq` follows, so the first attempt loads the journal.
+COPY_STEPS = prepare(
+    text(
+        f"""WITH copied AS (
+                INSERT INTO run_steps (run_id, name, occurrence, seq, attempt, result)
+                SELECT :to_run, name, occurrence, seq, 0, result FROM run_steps
+                WHERE run_id = :from_run
+                RETURNING seq)
+            UPDATE runs SET step_seq = (SELECT coalesce(max(seq), 0) FROM copied)
+            WHERE id = :to_run AND {ACTIVE} RETURNING step_seq"""
+    )
+)

@@ -67,6 +67,14 @@ async def record_step(
     return run
 
 
+async def copy_steps(uow: Unit, *, from_run: RunId, to_run: RunId) -> int:
+    """Give the new run `to_run` a copy of `from_run`'s journal (`retryRun(reuseSteps: true)`),
+    in one statement: its first attempt resumes at the first step the old run did not finish.
+    The copied steps carry no usage. The number of steps copied."""
+    row = await uow.one(queries.COPY_STEPS, from_run=from_run, to_run=to_run)
+    return 0 if row is None else int(row["step_seq"])
+
+
 async def load_journal(db: Db, run_id: RunId) -> Journal:
     """Every step the run has recorded, in one statement."""
     rows = await db.all(queries.JOURNAL, run_id=run_id)
