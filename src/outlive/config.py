@@ -168,6 +168,19 @@ class Settings(BaseSettings):
     webhook_timeout_s: float = Field(10.0, gt=0, description="total deadline of one delivery")
     webhook_max_response_bytes: int = Field(4096, ge=0, description="read of a response body")
     webhook_max_endpoints: int = Field(50, ge=1, description="webhook endpoints per tenant")
+    # Named limits shared across workers (`ctx.step(limit="llm")`, `services.limits`).
+    limit_llm: RateSetting = Field(
+        None,
+        description="the llm limit for the whole deployment, N/S (N model calls per S seconds),"
+        " spread evenly; off (the default): none",
+    )
+    limit_tenant_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="a tenant without a rate of its own (tenant set-limits --llm-rate) may use"
+        " at most this share of OUTLIVE_LIMIT_LLM",
+    )
     rate_start_run: RateSetting = Rate(1000, 10)
     rate_signal_run: RateSetting = Rate(1000, 10)
     rate_invite: RateSetting = Rate(100, 3600)

@@ -36,6 +36,7 @@ from outlive.jobs.relay import RelayLoop, build_relay
 from outlive.jobs.run_instances import run_workflow
 from outlive.jobs.telemetry import instrumented_run_task
 from outlive.runtime import Queues, Runtime, open_runtime
+from outlive.services.limits import NamedLimits
 from outlive.services.ratelimits import RateLimiter
 from outlive.workflows.runs import WorkflowDeps
 
@@ -91,6 +92,7 @@ class WorkerHost:
                 http=http.agents,
                 settings=settings,
                 cancels=self.cancels,
+                limits=NamedLimits(queues.redis, sessions, settings),
             ),
             jobs=JobDeps(
                 sessions=sessions,

@@ -120,8 +120,8 @@ async def call(
     retry = policy.retry or Retry(attempts=1)
     failures = 0
     while True:
-        if policy.limit is not None and limits is not None:
-            await limits.acquire(tenant_id, policy.limit)
+        if policy.limit is not None and limits is not None:  # a wait a cancel interrupts
+            await interrupts.await_step(limits.acquire(tenant_id, policy.limit), shield=False)
         try:
             if policy.timeout is None:
                 return await _once(fn, args, kwargs, interrupts, shield=policy.shield)
