@@ -7,7 +7,8 @@ delivery of the run's instance. What happens to the attempt is decided here:
   another attempt holds it under a live lease (a second delivery of the same run: come back
   when that lease would have expired, without using up one of saq's attempts);
 - a cancel already requested, or the lost-worker budget spent (the claim took over the expired
-  lease of a worker that died, `MAX_LOST_ATTEMPTS` times): settle;
+  lease of a worker that died, `MAX_LOST_ATTEMPTS` times, counting only the lost attempts that
+  completed no step since their claim: a run that makes progress is never failed for it): settle;
 - execute the agent under `OUTLIVE_RUN_TIMEOUT_S`, heartbeating meanwhile: every third of
   `OUTLIVE_RUN_HEARTBEAT_S` the row's lease is extended (and saq's job touched); a heartbeat that
   finds the run taken over or settled stops the attempt at once;
@@ -57,6 +58,7 @@ from outlive.services.runs import (
     MAX_ATTEMPTS,
     MAX_LOST_ATTEMPTS,
     RunRecord,
+    barren_losses,
     claim_run,
     lease_left,
     requeue_run,
@@ -105,10 +107,14 @@ async def _attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -
     if run.cancel_requested_at is not None:
         await _settle(deps, run, RunStatus.CANCELLED)
         return
-    if run.lost_attempts >= MAX_LOST_ATTEMPTS:
+    # Only a lost attempt that completed no step counts (cheap test first: all of them).
+    if (
+        run.lost_attempts >= MAX_LOST_ATTEMPTS
+        and (barren := await barren_losses(deps.sessions, run.id)) >= MAX_LOST_ATTEMPTS
+    ):
         error = (
-            f"gave up: its worker was lost {run.lost_attempts} times (the last one's lease "
-            "expired); a run that kills its worker is not retried forever"
+            f"gave up: its worker was lost {barren} times without completing a step (the last "
+            "one's lease expired); a run that kills its worker is not retried forever"
         )
         await _settle(deps, run, RunStatus.FAILED, error=error)
         return

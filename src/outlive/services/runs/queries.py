@@ -232,6 +232,20 @@ CLAIM = prepare(
         SELECT moved.* FROM moved"""
     ).columns(*RUN_COLUMNS, column("was"))
 )
+# The lost attempts that count towards `MAX_LOST_ATTEMPTS`: those that completed no step since
+# their claim (CONTRACT §7: a run that makes progress is never failed for losing workers). The
+# attempts lost so far are named by the `lost` events; `:attempt` (when not NULL) is one about to
+# be counted lost (reconcile). `run_steps.attempt` is the attempt that recorded the step.
+BARREN_LOSSES = prepare(
+    text(
+        "SELECT count(*) AS barren FROM ("
+        "  SELECT CAST(data->>'attempt' AS int) AS attempt FROM run_events"
+        "  WHERE run_id = :run_id AND type = 'lost'"
+        "  UNION SELECT CAST(:attempt AS int) WHERE CAST(:attempt AS int) IS NOT NULL) lost"
+        " WHERE NOT EXISTS (SELECT 1 FROM run_steps s"
+        "   WHERE s.run_id = :run_id AND s.attempt = lost.attempt)"
+    )
+)
 # A heartbeat: the attempt still holds the run; its lease is extended. No event, no nudge.
 HEARTBEAT = prepare(
     text(
