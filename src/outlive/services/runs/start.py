@@ -15,7 +15,7 @@ from outlive.ids import RunId, TenantId
 from outlive.services import relay
 from outlive.services.ports import RunInstances
 from outlive.services.runs import queries
-from outlive.services.runs.moves import dispatch_after_commit
+from outlive.services.runs.admit import dispatch_after_commit
 from outlive.services.runs.records import RunRecord, StartedRun, to_record
 from outlive.telemetry import metrics
 
