@@ -30,7 +30,7 @@ TREE = """query($id: ID!) { run(id: $id) { id status parentId rootId output wait
 
 @pytest.fixture
 def settings(servers: Servers) -> Settings:
-    return make_settings(servers, agent_modules=[FAMILY])
+    return make_settings(servers, agent_modules=[FAMILY], run_retry_delay_s=0.2)
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ async def watch(
 async def start(api: Api, tenant: TenantHandle, agent: str, key: str, **input: Any) -> str:
     started = await api.gql(
         "mutation($i: StartRunInput!) { startRun(input: $i) { run { id } created } }",
-        {"i": {"agent": agent, "input": input, "key": key}},
+        {"i": {"agent": agent, "input": input}},
         token=tenant.token,
     )
     assert started["startRun"]["created"] is True
