@@ -14,7 +14,7 @@ statement settles it. A parent parks only while that count is the one it last re
 that settles between the read and the park is never missed.
 
 Revision ID: 0016
-Revises: 0013
+Revises: 0015
 Create Date: 2026-12-04 13:00:00
 """
 
@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0016"
-down_revision: str | None = "0013"
+down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

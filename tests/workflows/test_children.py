@@ -45,7 +45,7 @@ async def watch(
 async def start(api: Api, tenant: TenantHandle, agent: str, key: str, **input: Any) -> str:
     started = await api.gql(
         "mutation($i: StartRunInput!) { startRun(input: $i) { run { id } created } }",
-        {"i": {"agent": agent, "input": input}},
+        {"i": {"agent": agent, "input": input, "key": key}},
         token=tenant.token,
     )
     assert started["startRun"]["created"] is True

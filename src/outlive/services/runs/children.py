@@ -174,6 +174,8 @@ async def spawn(
     row = await uow.one(COUNT_CHILDREN, parent_id=parent.id)
     if row is not None and row["n"] + len(children) > MAX_CHILDREN:
         raise ValueError(f"a run starts at most {MAX_CHILDREN} children")
+    if any(c.key is not None and not 1 <= len(c.key) <= 200 for c in children):
+        raise ValueError("a child's key is 1 to 200 characters")
     specs = [
         {
             "step": c.step,

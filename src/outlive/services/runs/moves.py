@@ -62,22 +62,21 @@ def _announce(
         admission = uow.sessions.admission
         if (
             not run.is_active
-            and run.dispatched_at is not None
             and admission is not None
-            and admission.runs_capped(row["tenant_max_running"])
-        ):  # it held one of its tenant's slots: the next waiting run may have it
+            and (_held_a_capped_slot(run, admission, row) or run.key != "" or row["may_admit"])
+        ):  # it held one of its tenant's slots, or its key's next run may now start
             dispatch_after_commit(uow, run.tenant_id)
     return run
 
 
 def _announce_to_family(uow: Unit, run: RunRecord, *, live_children: bool) -> None:
     """A child that settled changed its parent (`children`, and maybe woke it: the trigger
-    `outlive_child_settled` did that in the same transaction, leaving it to be admitted). A run
-    that settled, or was asked to stop, with live children cancels them after the commit."""
+    `outlive_child_settled` did that in the same transaction, leaving it to be admitted by the
+    dispatch that every settle of a run with a key makes). A run that settled, or was asked to
+    stop, with live children cancels them after the commit."""
     if run.parent_id is not None and not run.is_active:
         uow.nudge("run.updated", run.parent_id, tenant_id=run.tenant_id)
         uow.nudge("run.event", run.parent_id, tenant_id=run.tenant_id)
-        dispatch_after_commit(uow, run.tenant_id)
     if live_children and (not run.is_active or run.cancel_requested_at is not None):
         sessions, tenant_id, run_id = uow.sessions, run.tenant_id, run.id
 
@@ -85,6 +84,12 @@ def _announce_to_family(uow: Unit, run: RunRecord, *, live_children: bool) -> No
             await cancel_descendants(sessions, tenant_id, run_id)
 
         uow.after_commit(cascade)
+
+
+def _held_a_capped_slot(run: RunRecord, admission: Any, row: Mapping[str, Any]) -> bool:
+    """It held one of its tenant's slots, and the tenant is capped: the next waiting run may have
+    it. (A run with a key of its own, or one that leaves a run waiting, always dispatches.)"""
+    return run.dispatched_at is not None and bool(admission.runs_capped(row["tenant_max_running"]))
 
 
 async def claim_run(uow: Unit, run_id: RunId, *, lease_s: float) -> RunRecord | None:
