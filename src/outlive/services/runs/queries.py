@@ -284,12 +284,12 @@ RELEASE = move(
 # the UPDATE re-checks its predicate on the newer row. Taking over a lost attempt counts it and
 # writes `lost` just before `claimed`, in the same statement.
 _LOST_REASON = "its worker stopped heartbeating and the lease expired"
-# A child is never claimed once its parent settled or was asked to stop (unless it was started
-# abandoned): the cascade that cancels it may still be on its way.
+# A child is never claimed once its parent or its root settled or was asked to stop (unless it
+# was started abandoned): the cascade that cancels it may still be on its way down the tree.
 _PARENT_LIVE = (
-    "(runs.parent_id IS NULL OR runs.abandon_with_parent OR EXISTS (SELECT 1 FROM runs p"
-    " WHERE p.id = runs.parent_id AND p.status IN ('QUEUED', 'RUNNING', 'WAITING')"
-    " AND p.cancel_requested_at IS NULL))"
+    "(runs.parent_id IS NULL OR runs.abandon_with_parent OR NOT EXISTS (SELECT 1 FROM runs p"
+    " WHERE p.id IN (runs.parent_id, runs.root_id)"
+    " AND (p.status NOT IN ('QUEUED', 'RUNNING', 'WAITING') OR p.cancel_requested_at IS NOT NULL)))"
 )
 CLAIM = prepare(
     text(
