@@ -1,4 +1,4 @@
-"""A fan-out under faults: a parent maps over 100 children (20 live at once) while one of two real
+"""A fan-out under faults: a parent maps over 60 children (15 live at once) while one of two real
 worker processes is SIGKILLed every 3 s and Redis is flushed once. No child is started twice,
 each runs to completion once, the parent succeeds with every output in input order, and it held
 no worker while it waited. (`bench/children.py` runs the issue's 1,000 children, 50 at once.)"""
@@ -24,7 +24,7 @@ from outlive.services import runs as runs_service
 from tests.support import Api, TenantHandle, service_env, spawn_outlive
 
 pytestmark = pytest.mark.timeout(240)
-CHILDREN, PARALLEL = 100, 20
+CHILDREN, PARALLEL = 60, 15
 
 
 @pytest.fixture
