@@ -18,6 +18,13 @@ from outlive.agents.registry import Agent, RunContext
 from outlive.errors import RetryableFault
 
 
+class TurnUsage(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    input_tokens: int = Field(0, ge=0, le=10_000_000)
+    output_tokens: int = Field(0, ge=0, le=10_000_000)
+
+
 class DemoInput(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -45,6 +52,9 @@ class DemoInput(BaseModel):
     child_turns: int = Field(1, ge=1, le=100, description="turns of each child run")
     max_parallel: int = Field(10, ge=1, le=100, description="child runs live at once")
     child_index: int | None = Field(None, ge=0, description="echoed in the output")
+    usage_per_turn: TurnUsage | None = Field(
+        None, description="each turn records this model usage (for tests of Run.usage)"
+    )
 
 
 class DemoFailure(Exception):
@@ -60,6 +70,12 @@ async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int:
         raise DemoFailure(f"failing at turn {turn} as asked")
     if params.delay_ms:
         await ctx.delay(params.delay_ms / 1000)
+    if params.usage_per_turn is not None:
+        ctx.record_usage(
+            input_tokens=params.usage_per_turn.input_tokens,
+            output_tokens=params.usage_per_turn.output_tokens,
+            model="demo",
+        )
     await ctx.emit("turn", {"turn": turn})
     return turn
 

@@ -29,6 +29,7 @@ from outlive.services.runs import (
 )
 from outlive.services.tenants import Principal
 from outlive.services.tokens import PrincipalCache
+from outlive.services.usage_tokens import RunUsage
 from outlive.services.webhooks import DeliveryRecord
 
 
@@ -112,6 +113,11 @@ class Context:
             after=after,
             statuses=[s.value for s in statuses] if statuses else None,
         )
+
+    async def run_usage(self, run_id: RunId) -> RunUsage:
+        """The run's summed model usage (one statement per page of runs)."""
+        self.require()
+        return await self.loaders.usage.load(run_id)
 
     async def run_steps(self, run_id: RunId, *, after: int, first: int) -> list[StepRecord]:
         check_steps_page(first)  # this field's error, not the whole batch's
