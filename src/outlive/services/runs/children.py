@@ -48,7 +48,9 @@ CHILDREN = "children"  # `waiting_for` of a parent waiting for its children
 
 # Start children of a parent whose attempt still holds it: each spec (step, agent, input, key,
 # abandon) inserted unless that step already has its child, and `child_started` on the parent's
-# timeline for each one inserted. Written waiting for a slot (`dispatched_at` NULL).
+# timeline for each one inserted. Written waiting for a slot (`dispatched_at` NULL); a
+# microsecond apart in input order, so that `children` (oldest first) and the dispatch (oldest
+# first) follow the order they were asked for in.
 SPAWN = prepare(
     text(
         """WITH parent AS (
@@ -60,9 +62,9 @@ SPAWN = prepare(
                 AS s(step text, agent text, input jsonb, key text, abandon boolean, ord int)),
         inserted AS (
             INSERT INTO runs (tenant_id, agent, input, key, parent_id, root_id, parent_step,
-                              depth, abandon_with_parent, dispatched_at)
+                              depth, abandon_with_parent, dispatched_at, created_at)
             SELECT p.tenant_id, s.agent, s.input, s.key, p.id, p.root, s.step, p.depth + 1,
-                   s.abandon, NULL
+                   s.abandon, NULL, now() + make_interval(secs => s.ord / 1000000.0)
               FROM parent p CROSS JOIN spec s WHERE p.cancel_requested_at IS NULL
              ORDER BY s.ord
             ON CONFLICT (parent_id, parent_step) WHERE parent_id IS NOT NULL DO NOTHING
