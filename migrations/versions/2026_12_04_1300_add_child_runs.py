@@ -11,7 +11,10 @@ children that settled (`children_settled`): the trigger `runs_child_settled` (fu
 `outlive_child_settled`) bumps it, appends `child_settled` to the parent's timeline and wakes a
 parent that waits for its children, in the transaction that settles the child, whichever
 statement settles it. A parent parks only while that count is the one it last read, so a child
-that settles between the read and the park is never missed.
+that settles between the read and the park is never missed. It wakes only for the settle it
+needs (`wake_at_children`: the count at which it has something to do, such as a slot for its
+next child or the last of its children; or any child that did not succeed), so a parent
+waiting for many children is not woken by each of them.
 
 Revision ID: 0016
 Revises: 0015
@@ -33,21 +36,25 @@ depends_on: str | Sequence[str] | None = None
 CHILD_SETTLED = """
 CREATE OR REPLACE FUNCTION outlive_child_settled() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    -- A child run settled: its parent counts it (`children_settled`, what a parent that parks
-    -- for its children compares against), gets `child_settled` on its timeline and, when it is
-    -- WAITING for its children, goes back to QUEUED (`resumed {by: "children"}`), not admitted:
-    -- the settle's caller dispatches the tenant after its commit. A settled parent is left alone.
+    -- A child run settled: its parent counts it (`children_settled`), gets `child_settled` on
+    -- its timeline and, when it is WAITING for its children and this settle is one it waits for
+    -- (the count reaches `wake_at_children`, or the child did not succeed), goes back to QUEUED
+    -- (`resumed {by: "children"}`), not admitted: the settle's caller dispatches the tenant
+    -- after its commit. A settled parent, or one asked to stop, is left alone.
     WITH moved AS (
         UPDATE runs p SET children_settled = p.children_settled + 1,
                status = CASE WHEN w.woken THEN 'QUEUED' ELSE p.status END,
                waiting_for = CASE WHEN w.woken THEN NULL ELSE p.waiting_for END,
                wake_at = CASE WHEN w.woken THEN NULL ELSE p.wake_at END,
+               wake_at_children = CASE WHEN w.woken THEN NULL ELSE p.wake_at_children END,
                resumes = p.resumes + CAST(w.woken AS int),
                lease_expires_at = CASE WHEN w.woken THEN NULL ELSE p.lease_expires_at END,
                dispatched_at = CASE WHEN w.woken THEN NULL ELSE p.dispatched_at END,
                event_seq = p.event_seq + 1 + CAST(w.woken AS int), updated_at = now()
-          FROM (SELECT id, (status = 'WAITING' AND waiting_for = 'children') AS woken
-                  FROM runs WHERE id = NEW.parent_id
+          FROM (SELECT id, (status = 'WAITING' AND waiting_for = 'children'
+                            AND (children_settled + 1 >= coalesce(wake_at_children, 0)
+                                 OR NEW.status <> 'SUCCEEDED')) AS woken
+                  FROM runs WHERE id = NEW.parent_id AND cancel_requested_at IS NULL
                    AND status IN ('QUEUED', 'RUNNING', 'WAITING') FOR UPDATE) w
          WHERE p.id = w.id
         RETURNING p.id, p.event_seq, w.woken)
@@ -79,6 +86,7 @@ def upgrade() -> None:
             "abandon_with_parent", sa.Boolean(), server_default=sa.text("false"), nullable=False
         ),
     )
+    op.add_column("runs", sa.Column("wake_at_children", sa.Integer(), nullable=True))
     op.create_foreign_key(
         "fk_runs_parent_id_runs", "runs", "runs", ["parent_id"], ["id"], ondelete="SET NULL"
     )
@@ -111,6 +119,7 @@ def downgrade() -> None:
     op.drop_index("uq_runs_parent_step", table_name="runs")
     op.drop_constraint("fk_runs_parent_id_runs", "runs", type_="foreignkey")
     for name in (
+        "wake_at_children",
         "abandon_with_parent",
         "children_settled",
         "depth",

@@ -140,11 +140,14 @@ class Family:
                         raise ChildFailed(child.id, child.status, child.error)
             if all(s in known and known[s].status in SETTLED for s in steps):
                 return [_outcome(known[s]) for s in steps]
-            await self._park(state.seen, steps, known, timeout)
+            # Woken when a slot opens for the next child, or when the last one settles.
+            unsettled = sum(1 for s in steps if s not in known or known[s].status not in SETTLED)
+            target = state.seen + (1 if waiting or timeout is not None else unsettled)
+            await self._park(target, steps, known, timeout)
 
     async def _park(
         self,
-        seen: int,
+        target: int,
         steps: Sequence[str],
         known: Mapping[str, ChildState],
         timeout: float | None,  # noqa: ASYNC109 (durable)
@@ -157,7 +160,7 @@ class Family:
             until = _in(timeout - oldest)
         async with self._sessions.unit(self._run.tenant_id) as uow:
             parked = await children_service.park_for_children(
-                uow, self._run, attempt=self._attempt, seen=seen, until=until
+                uow, self._run, attempt=self._attempt, target=target, until=until
             )
         if parked is not None:
             raise RunParked(f"run {self._run.id} waits for its children")

@@ -210,6 +210,7 @@ class Run(Base):
     parent_step: Mapped[str | None]
     depth: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
     children_settled: Mapped[int] = mapped_column(server_default=text("0"))
+    wake_at_children: Mapped[int | None]  # WAITING for children: woken at this count
     abandon_with_parent: Mapped[bool] = mapped_column(server_default=text("false"))
 
 

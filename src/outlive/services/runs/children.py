@@ -9,12 +9,14 @@ written waiting for a slot: children count against their tenant's cap like any r
 dispatch after the commit admits them.
 
 A parent that waits for its children parks WAITING (`waiting_for` 'children': no worker, no
-slot), but only while `children_settled` is the count it read with its children's states
-(`PARK_FOR_CHILDREN`): the trigger `outlive_child_settled` bumps that count, appends
-`child_settled` and wakes a parent waiting for its children in the transaction that settles a
-child, so a child that settles between the parent's read and its park is never missed. The
-trigger leaves a parent whose cancel was requested alone: it will not park again, and a cascade
-never waits on a parent's row lock while it holds its children's.
+slot) until its count of settled children (`children_settled`) reaches the count at which it has
+something to do: a slot for its next child, or the last of its children (`PARK_FOR_CHILDREN`,
+only while the count is below that). The trigger `outlive_child_settled` bumps the count,
+appends `child_settled` and wakes a parent at its count (or at a child that did not succeed) in
+the transaction that settles the child, so a settle between the parent's read and its park is
+never missed, and a parent waiting for many children is not woken by each. The trigger leaves a
+parent whose cancel was requested alone: it will not park again, and a cascade never waits on a
+parent's row lock while it holds its children's.
 
 Cancelling (`cancel_descendants`) goes down the tree a level per transaction, each level's live
 children settled CANCELLED at once (QUEUED, WAITING) or asked to stop (RUNNING): the level above
@@ -102,12 +104,14 @@ STATE = prepare(
             WHERE p.id = :parent_id"""
     ).bindparams(bindparam("steps", type_=ARRAY(String())))
 )
-# RUNNING → WAITING for its children, only while no child settled since the parent looked.
+# RUNNING → WAITING for its children until `children_settled` reaches `:target` (or a child
+# fails), only while it has not reached it yet: a settle between the parent's read and its park
+# that it waits for makes the park fail, and the parent reads again.
 PARK_FOR_CHILDREN = move(
     "status = 'WAITING', waiting_for = 'children', wake_at = CAST(:until AS timestamptz),"
-    " lease_expires_at = NULL",
+    " wake_at_children = :target, lease_expires_at = NULL",
     "status = 'RUNNING' AND attempt = :attempt AND cancel_requested_at IS NULL"
-    " AND children_settled = :seen",
+    " AND children_settled < :target",
     event_type="'waiting'",
     event_data="jsonb_build_object('for', 'children', 'until', wake_at)",
 )
@@ -225,12 +229,13 @@ async def read_children(
 
 
 async def park_for_children(
-    uow: Unit, run: RunRecord, *, attempt: int, seen: int, until: Any = None
+    uow: Unit, run: RunRecord, *, attempt: int, target: int, until: Any = None
 ) -> RunRecord | None:
-    """Park the parent WAITING for its children; None when a child settled since it read them
-    (or the attempt lost the run): read again."""
+    """Park the parent WAITING for its children until its count of settled children reaches
+    `target` (or one fails); None when it reached it since the parent read them (or the attempt
+    lost the run): read again."""
     parked = await move_run(
-        uow, PARK_FOR_CHILDREN, run_id=run.id, attempt=attempt, seen=seen, until=until
+        uow, PARK_FOR_CHILDREN, run_id=run.id, attempt=attempt, target=target, until=until
     )
     if parked is not None:
         dispatch_after_commit(uow, run.tenant_id)  # its slot under the cap is free now
