@@ -193,9 +193,12 @@ class Relay:
         if await self._marker.renew():
             done.lost_queue = True
             row = await self._sessions.one(MARK_ALL_DUE)
-            log.warning(
+            handed = row["n"] if row else 0
+            # A new queue (a first start, `outlive dev`) has nothing to hand: nothing is wrong.
+            log.log(
+                logging.WARNING if handed else logging.INFO,
                 "the queue lost its data (or is new): %s row(s) are handed to it again",
-                row["n"] if row else 0,
+                handed,
             )
             await self._hand_running()
         if scan:
