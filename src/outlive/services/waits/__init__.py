@@ -164,12 +164,7 @@ async def signal_run(
     when the run is WAITING for that name (woken, and handed to the queue after the commit).
     Not accepted: a settled run, or an `idempotency_key` this run already accepted. Another
     tenant's run (or none): `NotFound`. Bad input: `BadUserInput`, nothing written."""
-    check_name(name)
-    if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
-        raise BadUserInput(f"an idempotencyKey is 1 to {MAX_IDEMPOTENCY_KEY} characters")
-    encoded = json.dumps(payload)
-    if len(encoded.encode()) > MAX_PAYLOAD_BYTES:
-        raise BadUserInput(f"a signal's payload is at most {MAX_PAYLOAD_BYTES // 1024} KiB of JSON")
+    encoded = _checked_signal(name, payload, idempotency_key)
     tenant_id = TenantId(uow.require_tenant())
     row = await uow.one(queries.LOCK_RUN, run_id=run_id, tenant_id=tenant_id)
     if row is None:
@@ -187,42 +182,62 @@ async def signal_run(
     )
     if inserted is None:
         return SignalResult(run, accepted=False)
-    moved = None
+    woken = None
     if run.status == RunStatus.WAITING and run.waiting_for == name:
-        admission = uow.sessions.admission
-        moved = await uow.one(
-            queries.WAKE_BY_SIGNAL,
-            run_id=run_id,
-            name=name,
-            seq=inserted["seq"],
-            payload=encoded,
-            default_cap=0 if admission is None else admission.max_running_runs,
-            agents=0 if admission is None else admission.agents,
-        )
-    if moved is not None:
-        woken = run_record(moved)
-        uow.nudge("run.updated", run_id, tenant_id=tenant_id)
-
-        async def hand() -> None:
-            await relay.hand_woken(
-                uow.sessions,
-                instances,
-                [
-                    {
-                        "id": woken.id,
-                        "tenant_id": tenant_id,
-                        "admitted": woken.dispatched_at is not None,
-                    }
-                ],
-            )
-
-        uow.after_commit(hand)
+        woken = await _wake(uow, run, name, seq=inserted["seq"], payload=encoded)
+    if woken is not None:
+        _hand_after_commit(uow, woken, instances)
     else:
         kept = await uow.one(queries.SIGNAL_EVENT, run_id=run_id, name=name)
         assert kept is not None  # noqa: S101 (the row is locked above)
         woken = run_record(kept)
     uow.nudge("run.event", run_id, tenant_id=tenant_id)
     return SignalResult(woken, accepted=True)
+
+
+def _checked_signal(name: str, payload: Any, idempotency_key: str | None) -> str:
+    """The payload as JSON, once the signal's name, key and size are known to be acceptable."""
+    check_name(name)
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+        raise BadUserInput(f"an idempotencyKey is 1 to {MAX_IDEMPOTENCY_KEY} characters")
+    encoded = json.dumps(payload)
+    if len(encoded.encode()) > MAX_PAYLOAD_BYTES:
+        raise BadUserInput(f"a signal's payload is at most {MAX_PAYLOAD_BYTES // 1024} KiB of JSON")
+    return encoded
+
+
+async def _wake(
+    uow: Unit, run: RunRecord, name: str, *, seq: int, payload: str
+) -> RunRecord | None:
+    """The run WAITING for this signal takes it (signal `seq` of its mailbox) and is woken."""
+    admission = uow.sessions.admission
+    moved = await uow.one(
+        queries.WAKE_BY_SIGNAL,
+        run_id=run.id,
+        name=name,
+        seq=seq,
+        payload=payload,
+        default_cap=0 if admission is None else admission.max_running_runs,
+        agents=0 if admission is None else admission.agents,
+    )
+    if moved is None:
+        return None
+    uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
+    return run_record(moved)
+
+
+def _hand_after_commit(uow: Unit, woken: RunRecord, instances: RunInstances) -> None:
+    """After the commit, the woken run goes to the queue (or waits for a slot, if not admitted)."""
+
+    async def hand() -> None:
+        admitted = woken.dispatched_at is not None
+        await relay.hand_woken(
+            uow.sessions,
+            instances,
+            [{"id": woken.id, "tenant_id": woken.tenant_id, "admitted": admitted}],
+        )
+
+    uow.after_commit(hand)
 
 
 __all__ = [
