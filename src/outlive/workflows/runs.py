@@ -41,11 +41,13 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from outlive.db.models import RunStatus
 from outlive.errors import (
     RetryableFault,
+    RetryAfter,
     RunCancelled,
     RunParked,
     RunSuperseded,
@@ -139,11 +141,12 @@ async def _not_claimed(deps: WorkflowDeps, run_id: RunId) -> None:
 async def _execute(
     deps: WorkflowDeps, run: RunRecord, agent: Any, control: AttemptControl, *, since: float
 ) -> None:
-    lease = Lease(deps, run, control, since=since)
+    context = AttemptContext(deps, run)
+    lease = Lease(deps, run, control, since=since, cancelled=context.cancel_requested)
+    unwatch = _watch_cancels(deps, run, context)
     try:
         async with lease.kept():
             async with asyncio.timeout(deps.settings.run_timeout_s):
-                context = AttemptContext(deps, run)
                 await context.resume()
                 output = await agent.run(context, agent.parse(run.input))
         json.dumps(output)  # a result that is not JSON is the agent's bug, not a retry's
@@ -173,6 +176,18 @@ async def _execute(
         await _settle(deps, run, RunStatus.FAILED, error=_describe(exc))
     else:
         await _settle(deps, run, RunStatus.SUCCEEDED, output=output)
+    finally:
+        unwatch()
+
+
+def _watch_cancels(
+    deps: WorkflowDeps, run: RunRecord, context: AttemptContext
+) -> Callable[[], None]:
+    """A cancel request of the run reaches the attempt as soon as it commits (the worker LISTENs
+    for it); without that, the heartbeat finds it."""
+    if deps.cancels is None:
+        return lambda: None
+    return deps.cancels.watch(run.id, context.cancel_requested)
 
 
 def _uncancel() -> None:
@@ -222,6 +237,8 @@ async def _retry_or_fail(deps: WorkflowDeps, run: RunRecord, fault: Exception) -
         )
         return
     delay = deps.settings.run_retry_delay_s * 2 ** (executed - 1)
+    if isinstance(fault, RetryAfter):  # the fault said when: not sooner
+        delay = max(delay, fault.seconds)
     async with deps.sessions.unit(run.tenant_id) as uow:
         requeued = await requeue_run(
             uow, run, event="retrying", data={"delayS": delay, "error": error}
