@@ -1,5 +1,7 @@
 """The size rule CI keeps (issue 25): a module in src/ is at most 450 lines, a function at most
-60 lines, except the functions named in ALLOWED below, each with its reason.
+60 lines, except the functions named in ALLOWED below, each with its reason. And the run's state
+machine in one room: only `services/runs/` (and the PL/pgSQL in `db/functions/*.sql`) write
+`UPDATE runs` or `INSERT INTO run_events`.
 
 Why a rule: the structural steps so far each split a module that had grown past what one reads
 in a sitting, and the first feature after each step grew one back. A size is a proxy, so the
@@ -13,6 +15,7 @@ directory). Prints every breach; exits 1 when there is one.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -44,6 +47,28 @@ def _functions(tree: ast.Module) -> list[tuple[str, ast.FunctionDef | ast.AsyncF
     return found
 
 
+# The run's state machine in one room (issue 25): every statement that moves a run or appends to
+# its timeline is a named move in `services/runs/`; the SQL functions are the only other writers.
+STATE_WRITES = re.compile(r"UPDATE\s+runs\b|INSERT\s+INTO\s+run_events\b", re.IGNORECASE)
+STATE_ROOM = "outlive/services/runs/"
+
+
+def state_writes(src: Path) -> list[str]:
+    """Every write to `runs` or `run_events` outside `services/runs/` (Python in src/)."""
+    out: list[str] = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src).as_posix()
+        if rel.startswith(STATE_ROOM):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if STATE_WRITES.search(line):
+                out.append(
+                    f"src/{rel}:{number}: writes the run's state outside services/runs/: make it"
+                    " a move there (`services.runs`), and call it"
+                )
+    return out
+
+
 def breaches(src: Path) -> list[str]:
     out: list[str] = []
     seen_allowed: set[str] = set()
@@ -72,13 +97,13 @@ def breaches(src: Path) -> list[str]:
 
 def main() -> int:
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path()
-    found = breaches(root / "src")
+    found = breaches(root / "src") + state_writes(root / "src")
     for line in found:
-        print(line)
+        sys.stdout.write(f"{line}\n")
     if found:
-        print(f"size rule: {len(found)} breach(es)", file=sys.stderr)
+        sys.stderr.write(f"size rule: {len(found)} breach(es)\n")
         return 1
-    print("size rule: every module and function is within bounds")
+    sys.stdout.write("size rule: modules and functions within bounds; runs written in one room\n")
     return 0
 
 

@@ -35,9 +35,9 @@ from outlive.db.models import RunStatus
 from outlive.db.tx import Unit
 from outlive.errors import BadUserInput, NotFound, RunCancelled, RunSuperseded
 from outlive.ids import RunId, TenantId
-from outlive.services import relay
+from outlive.services import relay, runs
 from outlive.services.ports import RunInstances
-from outlive.services.runs import SETTLED_STATUSES, RunRecord, as_json, dispatch_after_commit
+from outlive.services.runs import SETTLED_STATUSES, RunRecord, as_json
 from outlive.services.runs import to_record as run_record
 from outlive.services.waits import queries
 
@@ -106,21 +106,15 @@ async def wait(
     if kind == SLEEP and record["left_s"] is not None and record["left_s"] <= 0:
         await _record(uow, key, attempt, seconds, until, by="timer")
         return Resolved("timer")
-    row = await uow.one(
-        queries.PARK,
-        run_id=run_id,
+    run = await runs.park_run(
+        uow,
+        run_id,
         attempt=attempt,
         waiting_for=name if kind == SIGNAL else None,
         until=record["until"],
     )
-    if row is None:  # the lock above makes this unreachable; fenced all the same
+    if run is None:  # the lock above makes this unreachable; fenced all the same
         raise RunSuperseded(f"attempt {attempt} of run {run_id} no longer holds it")
-    run = run_record(row)
-    uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
-    uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
-    admission = uow.sessions.admission
-    if admission is not None and admission.runs_capped(row["tenant_max_running"]):
-        dispatch_after_commit(uow, run.tenant_id)  # its slot under the cap is free now
     return Parked(run)
 
 
@@ -184,13 +178,11 @@ async def signal_run(
         return SignalResult(run, accepted=False)
     woken = None
     if run.status == RunStatus.WAITING and run.waiting_for == name:
-        woken = await _wake(uow, run, name, seq=inserted["seq"], payload=encoded)
+        woken = await runs.wake_by_signal(uow, run, name, seq=inserted["seq"], payload=encoded)
     if woken is not None:
         _hand_after_commit(uow, woken, instances)
     else:
-        kept = await uow.one(queries.SIGNAL_EVENT, run_id=run_id, name=name)
-        assert kept is not None  # noqa: S101 (the row is locked above)
-        woken = run_record(kept)
+        woken = await runs.note_signal(uow, run_id, name)
     uow.nudge("run.event", run_id, tenant_id=tenant_id)
     return SignalResult(woken, accepted=True)
 
@@ -204,26 +196,6 @@ def _checked_signal(name: str, payload: Any, idempotency_key: str | None) -> str
     if len(encoded.encode()) > MAX_PAYLOAD_BYTES:
         raise BadUserInput(f"a signal's payload is at most {MAX_PAYLOAD_BYTES // 1024} KiB of JSON")
     return encoded
-
-
-async def _wake(
-    uow: Unit, run: RunRecord, name: str, *, seq: int, payload: str
-) -> RunRecord | None:
-    """The run WAITING for this signal takes it (signal `seq` of its mailbox) and is woken."""
-    admission = uow.sessions.admission
-    moved = await uow.one(
-        queries.WAKE_BY_SIGNAL,
-        run_id=run.id,
-        name=name,
-        seq=seq,
-        payload=payload,
-        default_cap=0 if admission is None else admission.max_running_runs,
-        agents=0 if admission is None else admission.agents,
-    )
-    if moved is None:
-        return None
-    uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
-    return run_record(moved)
 
 
 def _hand_after_commit(uow: Unit, woken: RunRecord, instances: RunInstances) -> None:
