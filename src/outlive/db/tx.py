@@ -94,6 +94,31 @@ class Unit:
     def after_commit(self, callback: AfterCommit) -> None:
         self._after.append(callback)
 
+    def admit_after_commit(
+        self, tenant_id: UUID, work: Literal["runs", "jobs"], *, queue_down_raises: bool
+    ) -> None:
+        """After the commit, admit the tenant's waiting `work` up to its cap (and enqueue it):
+        the one "admit after commit" of every service that frees a slot or adds waiting work.
+        `queue_down_raises`: an unreachable queue makes the unit raise `QueueUnavailable`;
+        otherwise it is logged and the admitted rows wait for the relay. Never inline: a unit
+        whose sessions have no admission wired raises here, now."""
+        admission = self.sessions.admission
+        if admission is None:
+            raise RuntimeError(f"no admission is wired: waiting {work} never start inline")
+
+        async def admit() -> None:
+            try:
+                if work == "runs":
+                    await admission.dispatch_runs(tenant_id)
+                else:
+                    await admission.dispatch_jobs(tenant_id)
+            except QueueUnavailable:
+                if queue_down_raises:
+                    raise
+                log.warning("%s of tenant %s wait: the queue is unreachable", work, tenant_id)
+
+        self.after_commit(admit)
+
     def enqueue(
         self,
         type: str,
