@@ -192,18 +192,59 @@ async def run_until_stopped(host: WorkerHost, stop: asyncio.Event) -> None:
 
 
 class GracefulWorker(Worker[Any]):
-    """saq's worker with its shutdown grace spent on jobs only. saq waits the whole grace period
-    for every task it owns, idle ones included (a dequeue waiting for work, upkeep loops), so an
-    idle worker took `OUTLIVE_SHUTDOWN_GRACE_S` to stop. Here the grace goes to the job functions
-    still executing; once they are done, what is left gets a second for its bookkeeping (marking
-    the job complete) before the idle waits are cancelled."""
+    """saq's worker with its shutdown grace spent on jobs only, and no warning for idle work.
+
+    saq waits the grace period for every task it owns, idle ones included, and warns that they
+    "did not finish within the shutdown grace period". An idle task never finishes by itself: a
+    dequeue waits for work with no timeout, and an upkeep loop sleeps between its passes. So an
+    idle worker took `OUTLIVE_SHUTDOWN_GRACE_S` to stop, and then every stop warned. Here the
+    grace goes to the job functions still executing; then the tasks that hold no job (a dequeue
+    that got nothing, the upkeep loops) are cancelled, which loses nothing, and a job's
+    bookkeeping once its function returned is saq's to finish. The runs worker has no grace: all
+    its tasks are cancelled at once, as saq would, its attempts releasing their runs (see
+    `outlive.workflows.runs`); only a task that overruns the cancellation deadline is left to
+    saq's warning."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._dequeuing: set[asyncio.Task[Any]] = set()  # process loops that hold no job
+        self._upkeep: set[asyncio.Task[Any]] = set()
+
+    async def upkeep(self) -> list[asyncio.Task[None]]:
+        tasks = await super().upkeep()
+        self._upkeep.update(tasks)
+        return tasks
+
+    async def process(self) -> bool:
+        task = asyncio.current_task()
+        assert task is not None  # noqa: S101 (a coroutine run as a task by saq)
+        self._dequeuing.add(task)
+        try:
+            return await super().process()
+        finally:
+            self._dequeuing.discard(task)
+
+    async def _before_process(self, ctx: Any) -> None:
+        self._dequeuing.discard(cast("asyncio.Task[Any]", asyncio.current_task()))  # got a job
+        await super()._before_process(ctx)
 
     async def stop(self) -> None:
         self.event.set()  # no new process loops
         grace = self._shutdown_grace_period_s  # saq has no public accessor
+        deadline = asyncio.get_running_loop().time() + (grace or 0)
         if grace:
             busy = [c["task"] for c in self.job_task_contexts.values() if not c["task"].done()]
             if busy:
                 await asyncio.wait(busy, timeout=grace)
+        # No grace (the runs worker): every task goes at once, the attempts releasing their runs.
+        idle = (self._dequeuing | self._upkeep) & self.tasks if grace else set(self.tasks)
+        for task in idle:
+            task.cancel()
+        if idle:  # one that overruns the deadline is left to saq, which warns about it
+            done, _ = await asyncio.wait(idle, timeout=self._cancellation_hard_deadline_s + 1)
+            self.tasks.difference_update(done)
+        if grace and self.tasks:  # the bookkeeping of the jobs that finished, in what is left
+            left = max(deadline - asyncio.get_running_loop().time(), 1.0)
+            await asyncio.wait(set(self.tasks), timeout=left)
             self._shutdown_grace_period_s = 1
         await super().stop()

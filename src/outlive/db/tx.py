@@ -20,7 +20,9 @@ the enqueue) loses nothing and fails nothing; such a job never makes the unit ra
 
 Every statement runs through one interface, `Db` (`one`, `all`, `execute`), which `Sessions`,
 `StatementUnit` and `UnitOfWork` implement; which driver runs it (the raw asyncpg pool or the
-SQLAlchemy session of the transaction) is decided here, nowhere else.
+SQLAlchemy session of the transaction) is decided here, nowhere else. `Db` and the ports a unit
+is handed (`JobProducer`, `Admission`, the nudge sink) are declared in `outlive.db.ports`; they
+are re-exported here, where their users have always imported them from.
 
 The nudge sink is chosen by the composition root: on the request path it schedules the publish
 in the background (never awaited on the response path); in a worker it is awaited.
@@ -30,10 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 from uuid import UUID
 
 import asyncpg
@@ -42,6 +43,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from outlive.db import drivers
 from outlive.db.drivers import Query as Query
 from outlive.db.drivers import Row as Row
+from outlive.db.ports import Admission as Admission
+from outlive.db.ports import Db as Db
+from outlive.db.ports import JobProducer as JobProducer
+from outlive.db.ports import NudgeSink as NudgeSink
+from outlive.db.ports import PendingNudge as PendingNudge
+from outlive.db.ports import drop_nudges as drop_nudges
 from outlive.db.raw import Statement
 from outlive.errors import QueueUnavailable
 from outlive.telemetry import logs
@@ -52,71 +59,8 @@ AfterCommit = Callable[[], Awaitable[None]]
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class PendingNudge:
-    """What a unit of work wants announced; turned into a realtime `Nudge` by the sink."""
-
-    type: str
-    tenant_id: UUID
-    id: UUID | None
-
-
-NudgeSink = Callable[[Sequence[PendingNudge]], Awaitable[None]]
 OnUnavailable = Callable[["UnitOfWork"], Awaitable[None]]
-
-
-class JobProducer(Protocol):
-    """The jobs queue as a unit of work sees it (implemented in `outlive.jobs.producer`)."""
-
-    def build(self, type: str, payload: Mapping[str, Any], *, key: str | None = None) -> Any:
-        """The validated envelope; raises at the call site for an unknown type or bad payload.
-        With a `key`, the envelope's id (the queue's job key) is derived from it: enqueueing
-        the same (type, key) again is a no-op while that job is queued, scheduled or running."""
-
-    async def send(self, envelopes: Sequence[Any], *, delay_s: float = 0.0) -> None:
-        """Enqueue them (due in `delay_s`); raises `QueueUnavailable` when the queue cannot be
-        reached."""
-
-
-class Admission(Protocol):
-    """Per-tenant admission (implemented in `outlive.services.admission`): what a unit calls
-    after its commit when it freed a slot or added waiting work."""
-
-    max_running_runs: int  # the deployment's default cap of a tenant's runs in flight
-    agents: int  # installed agents: at most one active run each, per tenant
-
-    def runs_capped(self, override: int | None) -> bool:
-        """True when a tenant with this cap override can have runs waiting for a slot."""
-
-    async def dispatch_runs(self, tenant_id: UUID) -> Sequence[UUID]:
-        """Admit and enqueue the tenant's waiting runs, up to its cap."""
-
-    async def dispatch_jobs(self, tenant_id: UUID) -> Sequence[tuple[str, UUID]]:
-        """Admit and enqueue the tenant's waiting deliveries and emails, up to its cap."""
-
-
 AdmissionFactory = Callable[["Sessions"], Admission]
-
-
-async def drop_nudges(_: Sequence[PendingNudge]) -> None:
-    """The sink when realtime is not wired: nudges are optional by design."""
-
-
-class Db(Protocol):
-    """Where a statement runs: `Sessions` (outside any unit), `StatementUnit` and `UnitOfWork`.
-
-    The driver is the implementation's business: a prepared `Statement` runs on the raw asyncpg
-    pool when there is one and no transaction is open, through the SQLAlchemy session inside a
-    transaction. Parameters are by name; results come back as mappings by column name."""
-
-    async def one(self, statement: Statement, /, **params: Any) -> Row | None:
-        """The first row, or None when there is none."""
-
-    async def all(self, statement: Statement, /, **params: Any) -> list[Row]:
-        """Every row."""
-
-    async def execute(self, statement: Statement, /, **params: Any) -> int:
-        """Run it for its effect: the number of rows it touched."""
 
 
 class Unit:
@@ -149,6 +93,31 @@ class Unit:
 
     def after_commit(self, callback: AfterCommit) -> None:
         self._after.append(callback)
+
+    def admit_after_commit(
+        self, tenant_id: UUID, work: Literal["runs", "jobs"], *, queue_down_raises: bool
+    ) -> None:
+        """After the commit, admit the tenant's waiting `work` up to its cap (and enqueue it):
+        the one "admit after commit" of every service that frees a slot or adds waiting work.
+        `queue_down_raises`: an unreachable queue makes the unit raise `QueueUnavailable`;
+        otherwise it is logged and the admitted rows wait for the relay. Never inline: a unit
+        whose sessions have no admission wired raises here, now."""
+        admission = self.sessions.admission
+        if admission is None:
+            raise RuntimeError(f"no admission is wired: waiting {work} never start inline")
+
+        async def admit() -> None:
+            try:
+                if work == "runs":
+                    await admission.dispatch_runs(tenant_id)
+                else:
+                    await admission.dispatch_jobs(tenant_id)
+            except QueueUnavailable:
+                if queue_down_raises:
+                    raise
+                log.warning("%s of tenant %s wait: the queue is unreachable", work, tenant_id)
+
+        self.after_commit(admit)
 
     def enqueue(
         self,

@@ -36,7 +36,7 @@ from outlive.db.raw import prepare
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId, TenantId
-from outlive.services import outbox, relay
+from outlive.services import outbox, relay, runs
 from outlive.services.ports import RunInstances
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class TenantAdmission:
             except QueueUnavailable:
                 left = admitted[done:]
                 log.warning("%d admitted run(s) go to the relay: no queue", len(left))
-                await relay.handoff_failed_runs(self._sessions, left)
+                await runs.handoff_failed_runs(self._sessions, left)
                 return admitted
         return admitted
 

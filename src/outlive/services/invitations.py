@@ -28,7 +28,6 @@ from sqlalchemy import text
 from outlive.db.models import Invitation, InvitationStatus
 from outlive.db.raw import prepare
 from outlive.db.tx import Db, UnitOfWork
-from outlive.errors import QueueUnavailable
 from outlive.ids import InvitationId, TenantId, UserId
 from outlive.services.addresses import parse_address
 
@@ -128,19 +127,7 @@ def _dispatch_after_commit(
     """Admit the tenant's waiting emails (and deliveries) after the commit. An unreachable queue
     fails nothing: the admitted rows stay PENDING and the relay (`services.relay`) sends them once
     it is back, so `dispatch_jobs` no longer raises and `inviteMember` answers normally."""
-    admission = uow.sessions.admission
-    if admission is None:
-        raise RuntimeError("no admission is wired: invitations are never sent inline")
-
-    async def dispatch() -> None:
-        try:
-            await admission.dispatch_jobs(tenant_id)
-        except QueueUnavailable:
-            if answer_unavailable:
-                raise
-            log.warning("jobs of tenant %s wait: the queue is unreachable", tenant_id)
-
-    uow.after_commit(dispatch)
+    uow.admit_after_commit(tenant_id, "jobs", queue_down_raises=answer_unavailable)
 
 
 async def record_unavailable(uow: UnitOfWork, invitation_id: UUID) -> None:

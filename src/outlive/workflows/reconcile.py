@@ -32,7 +32,7 @@ from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import TenantId
-from outlive.services import relay
+from outlive.services import runs
 from outlive.services.ports import InstanceState, RunInstances
 from outlive.services.runs import (
     MAX_LOST_ATTEMPTS,
@@ -141,4 +141,4 @@ async def _hand_again(
     try:
         await instances.start(run.id)
     except QueueUnavailable:
-        await relay.handoff_failed_runs(sessions, [run.id])
+        await runs.handoff_failed_runs(sessions, [run.id])

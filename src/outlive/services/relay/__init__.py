@@ -62,7 +62,6 @@ from outlive.services.relay.queries import (
     CHANNEL,
     CHUNK,
     FIRST_LOOK_S,
-    HANDED,
     JOBS_HANDOFF_FAILED,
     KINDS,
     MARK_ALL_DUE,
@@ -74,12 +73,12 @@ from outlive.services.relay.queries import (
     RETRY_LATER,
     RETRY_S,
     RUNNING_RUNS,
-    RUNS_HANDOFF_FAILED,
     TAKE,
     WAITING_FOR_QUEUE,
-    WAKE_DUE,
     WINDOW,
 )
+from outlive.services.runs import handed, wake_due
+from outlive.services.runs import handoff_failed_runs as handoff_failed_runs
 from outlive.telemetry import metrics
 
 __all__ = ["CHANNEL", "QUEUE_TIMEOUT_S", "WAITING_FOR_QUEUE", "Pass", "Relay", "Taken"]
@@ -139,17 +138,6 @@ async def hand_woken(
 # --- the fast path's failures -------------------------------------------------------------------
 
 
-async def handoff_failed_runs(
-    sessions: Sessions, run_ids: Sequence[RunId]
-) -> list[Mapping[Any, Any]]:
-    """The queue could not take these runs: they stay QUEUED, due for the relay now (which its
-    trigger tells the relays at once), and `waitingReason` says so. Every column of each run that
-    is still QUEUED is returned."""
-    if not run_ids:
-        return []
-    return await sessions.all(RUNS_HANDOFF_FAILED, ids=list(run_ids))
-
-
 async def handoff_failed_jobs(sessions: Sessions, admitted: Sequence[tuple[str, UUID]]) -> None:
     """The queue could not take these deliveries or invitations: they stay PENDING (admitted),
     due for the relay now."""
@@ -193,9 +181,12 @@ class Relay:
         if await self._marker.renew():
             done.lost_queue = True
             row = await self._sessions.one(MARK_ALL_DUE)
-            log.warning(
+            handed = row["n"] if row else 0
+            # A new queue (a first start, `outlive dev`) has nothing to hand: nothing is wrong.
+            log.log(
+                logging.WARNING if handed else logging.INFO,
                 "the queue lost its data (or is new): %s row(s) are handed to it again",
-                row["n"] if row else 0,
+                handed,
             )
             await self._hand_running()
         if scan:
@@ -217,17 +208,7 @@ class Relay:
 
     async def _wake_due(self) -> int:
         """Wake up to a batch of WAITING runs whose timer is due (see the module's docstring)."""
-        admission = self._sessions.admission
-        async with self._sessions.unit() as uow:
-            woken = await uow.all(
-                WAKE_DUE,
-                batch=self.batch,
-                default_cap=self._caps["run"],
-                agents=0 if admission is None else admission.agents,
-            )
-            for row in woken:
-                uow.nudge("run.updated", row["id"], tenant_id=row["tenant_id"])
-                uow.nudge("run.event", row["id"], tenant_id=row["tenant_id"])
+        woken = await wake_due(self._sessions, batch=self.batch, default_cap=self._caps["run"])
         for row in woken:
             metrics.TIMER_LATENESS.observe(max(0.0, float(row["late_s"])))
         if woken:
@@ -253,7 +234,7 @@ class Relay:
             raise
         recovered = [t.id for t in taken if t.failed]
         if recovered:
-            await self._sessions.all(HANDED, ids=recovered)
+            await handed(self._sessions, recovered)
             log.info("handed %d run(s) whose hand-off had failed", len(recovered))
 
     async def _hand_running(self) -> None:

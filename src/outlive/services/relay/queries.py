@@ -73,12 +73,6 @@ MARK_ALL_DUE = prepare(
     )
 )
 
-RUNS_HANDOFF_FAILED = prepare(
-    text(
-        "UPDATE runs SET relay_after = now(), handoff_failed_at = now()"
-        " WHERE id = ANY(:ids) AND status = 'QUEUED' AND dispatched_at IS NOT NULL RETURNING *"
-    )
-)
 JOBS_HANDOFF_FAILED = {
     kind: prepare(
         text(
@@ -98,12 +92,6 @@ RETRY_LATER = {
     for kind, table, status in KINDS
 }
 RUNNING_RUNS = prepare(text("SELECT id FROM runs WHERE status = 'RUNNING'"))
-HANDED = prepare(
-    text(
-        "UPDATE runs SET handoff_failed_at = NULL"
-        " WHERE id = ANY(:ids) AND handoff_failed_at IS NOT NULL RETURNING id"
-    )
-)
 
 
 # A run QUEUED behind another run of its key waits for its turn, not for a slot (`ix_runs_waiting`).
@@ -175,37 +163,7 @@ MISSED_JOB_DISPATCHES = prepare(
 
 # --- timers: WAITING runs whose sleep or signal timeout is due -----------------------------------
 
-# A woken run: QUEUED again, admitted at once unless its tenant's cap is below the number of
-# agents or it has a key of its own (the INSERT's shortcut: else the dispatch function admits
-# it). Not a retry: `resumes`.
-WOKEN_SETS = (
-    "status = 'QUEUED', waiting_for = NULL, wake_at = NULL, resumes = resumes + 1,"
-    " lease_expires_at = NULL, updated_at = now(), relay_after = now() + interval '10 seconds',"
-    " dispatched_at = CASE WHEN coalesce((SELECT t.max_running_runs FROM tenants t"
-    " WHERE t.id = runs.tenant_id), :default_cap) >= :agents AND runs.key = '' THEN now() END"
-)
-_BY = "CASE WHEN waited_for IS NULL THEN 'timer' ELSE 'timeout' END"
-WAKE_DUE = prepare(
-    text(
-        f"""WITH due AS (
-            SELECT id, waiting_for, wake_at FROM runs
-             WHERE status = 'WAITING' AND wake_at <= now()
-             ORDER BY wake_at LIMIT :batch FOR UPDATE SKIP LOCKED),
-        moved AS (
-            UPDATE runs SET {WOKEN_SETS}, event_seq = event_seq + 1 FROM due
-             WHERE runs.id = due.id AND runs.status = 'WAITING'
-            RETURNING runs.id, runs.tenant_id, runs.event_seq, runs.dispatched_at,
-                      due.waiting_for AS waited_for, due.wake_at AS was_due),
-        resolved AS (
-            UPDATE run_waits w SET resolved_at = now(), resolved_by = {_BY}
-              FROM moved WHERE w.run_id = moved.id AND w.resolved_at IS NULL),
-        appended AS (
-            INSERT INTO run_events (run_id, seq, type, data)
-            SELECT id, event_seq, 'resumed', jsonb_build_object('by', {_BY}) FROM moved)
-        SELECT id, tenant_id, dispatched_at IS NOT NULL AS admitted,
-               extract(epoch FROM clock_timestamp() - was_due) AS late_s FROM moved"""
-    )
-)
+# (waking them is the run's own move: `services.runs.wake_due`)
 NEXT_WAKE = prepare(
     text(
         "SELECT extract(epoch FROM min(wake_at) - now()) AS in_s FROM runs WHERE status = 'WAITING'"

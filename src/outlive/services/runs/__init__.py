@@ -58,6 +58,14 @@ from outlive.services.runs.steps import (
     load_journal,
     record_step,
 )
+from outlive.services.runs.wakes import (
+    handed,
+    handoff_failed_runs,
+    note_signal,
+    park_run,
+    wake_by_signal,
+    wake_due,
+)
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -87,12 +95,16 @@ __all__ = [
     "decode_cursor",
     "dispatch_after_commit",
     "encode_cursor",
+    "handed",
+    "handoff_failed_runs",
     "heartbeat",
     "lease_left",
     "list_events",
     "list_steps_of_runs",
     "load_journal",
     "move_run",
+    "note_signal",
+    "park_run",
     "parse_run_id",
     "read_run",
     "read_runs",
@@ -102,4 +114,6 @@ __all__ = [
     "settle_run",
     "start_run",
     "to_record",
+    "wake_by_signal",
+    "wake_due",
 ]

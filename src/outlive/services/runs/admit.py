@@ -9,11 +9,4 @@ from outlive.ids import TenantId
 
 def dispatch_after_commit(uow: Unit, tenant_id: TenantId) -> None:
     """After the commit, admit the tenant's waiting runs up to its cap (and enqueue them)."""
-    admission = uow.sessions.admission
-    if admission is None:
-        raise RuntimeError("no admission is wired: a waiting run is never started inline")
-
-    async def dispatch() -> None:
-        await admission.dispatch_runs(tenant_id)
-
-    uow.after_commit(dispatch)
+    uow.admit_after_commit(tenant_id, "runs", queue_down_raises=True)

@@ -13,11 +13,18 @@ from outlive.ids import RunId, TenantId
 from outlive.services import webhooks
 from outlive.services.runs.admit import dispatch_after_commit
 from outlive.services.runs.queries import ACTIVE
+from outlive.services.runs.timeline import appended, bump
 from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE
 
 MAX_DEPTH = 8  # a top-level run is depth 0; its children 1, … at most 8
 
 _IDLE = "status IN ('QUEUED', 'WAITING')"
+_CANCEL_EVENTS = appended(
+    (
+        "CASE WHEN status = 'CANCELLED' THEN 'cancelled' ELSE 'cancel_requested' END",
+        "jsonb_build_object('by', 'parent', 'parentId', parent_id)",
+    )
+)
 # One level of a cascade: the live children of `parents` (not abandoned) cancelled.
 CANCEL_CHILDREN = prepare(
     text(
@@ -25,15 +32,11 @@ CANCEL_CHILDREN = prepare(
             UPDATE runs SET status = CASE WHEN {_IDLE} THEN 'CANCELLED' ELSE status END,
                 finished_at = CASE WHEN {_IDLE} THEN now() ELSE finished_at END,
                 cancel_requested_at = coalesce(cancel_requested_at, now()),
-                event_seq = event_seq + 1, updated_at = now()
+                {bump()}, updated_at = now()
              WHERE parent_id = ANY(:parents) AND {ACTIVE} AND NOT abandon_with_parent
                AND ({_IDLE} OR cancel_requested_at IS NULL)
             RETURNING *),
-        appended AS (
-            INSERT INTO run_events (run_id, seq, type, data)
-            SELECT id, event_seq,
-                   CASE WHEN status = 'CANCELLED' THEN 'cancelled' ELSE 'cancel_requested' END,
-                   jsonb_build_object('by', 'parent', 'parentId', parent_id) FROM moved),
+        appended AS ({_CANCEL_EVENTS}),
         {SETTLED_DELIVERIES_CTE},
         below AS (
             SELECT id FROM runs WHERE parent_id = ANY(:parents) AND NOT abandon_with_parent)

@@ -44,6 +44,7 @@ from outlive.services.runs.moves import move_run
 from outlive.services.runs.queries import ACTIVE, RUN_COLUMNS, move
 from outlive.services.runs.reads import decode_cursor, encode_cursor
 from outlive.services.runs.records import RunPage, RunRecord, to_record
+from outlive.services.runs.timeline import INSERT_EVENTS, bump
 
 MAX_CHILDREN = 10_000  # children one parent may start
 CHILDREN = "children"  # `waiting_for` of a parent waiting for its children
@@ -55,7 +56,7 @@ CHILDREN = "children"  # `waiting_for` of a parent waiting for its children
 # first) follow the order they were asked for in.
 SPAWN = prepare(
     text(
-        """WITH parent AS (
+        f"""WITH parent AS (
             SELECT id, tenant_id, coalesce(root_id, id) AS root, depth, cancel_requested_at
               FROM runs WHERE id = :parent_id AND status = 'RUNNING' AND attempt = :attempt
                FOR UPDATE),
@@ -75,12 +76,12 @@ SPAWN = prepare(
             SELECT i.id, i.parent_step, row_number() OVER (ORDER BY s.ord) AS n
               FROM inserted i JOIN spec s ON s.step = i.parent_step),
         moved AS (
-            UPDATE runs SET event_seq = event_seq + (SELECT count(*) FROM inserted),
+            UPDATE runs SET {bump("(SELECT count(*) FROM inserted)")},
                    updated_at = now()
               FROM parent WHERE runs.id = parent.id AND EXISTS (SELECT 1 FROM inserted)
             RETURNING runs.id, runs.event_seq),
         appended AS (
-            INSERT INTO run_events (run_id, seq, type, data)
+            {INSERT_EVENTS}
             SELECT m.id, m.event_seq - (SELECT count(*) FROM inserted) + n.n, 'child_started',
                    jsonb_build_object('childId', n.id, 'name', n.parent_step)
               FROM moved m CROSS JOIN numbered n)

@@ -20,6 +20,7 @@ from sqlalchemy import ARRAY, Uuid, bindparam, column, text
 
 from outlive.db.models import ACTIVE_SQL, HEAD_SQL, WAITING_SQL, Run, RunEvent, RunStep
 from outlive.db.raw import Statement, prepare
+from outlive.services.runs.timeline import INSERT_EVENTS, appended, bump
 from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE
 
 ACTIVE = ACTIVE_SQL  # QUEUED, RUNNING or WAITING: the partial unique index's predicate
@@ -198,11 +199,12 @@ def move(
     event_data: str = "CAST(:data AS jsonb)",
     changes_run: bool = True,
     may_settle: bool = False,
+    returns_cap: bool = False,
 ) -> Move:
     """`sets` and `where` are SQL over `runs`; `event_type` and `event_data` SQL over the updated
-    row. The statement always carries `id = :run_id AND status IN ('QUEUED', 'RUNNING',
-    'WAITING')`."""
-    sets = ", ".join(p for p in (sets, "event_seq = event_seq + 1, updated_at = now()") if p)
+    row; `returns_cap`: it also returns `tenant_max_running`. The statement always carries
+    `id = :run_id AND status IN ('QUEUED', 'RUNNING', 'WAITING')`."""
+    sets = ", ".join(p for p in (sets, f"{bump()}, updated_at = now()") if p)
     where = f"id = :run_id AND {ACTIVE}" + (f" AND {where}" if where else "")
     deliveries, delivery_ids, columns = "", "", RUN_COLUMNS
     if may_settle:
@@ -221,9 +223,14 @@ def move(
             column("may_admit"),
             column("live_children"),
         )
+    elif returns_cap:  # the run frees its slot: whether one may be owed to a waiting run
+        delivery_ids = (
+            ", (SELECT max_running_runs FROM tenants WHERE id = moved.tenant_id)"
+            " AS tenant_max_running"
+        )
+        columns = (*RUN_COLUMNS, column("tenant_max_running"))
     sql = f"""WITH moved AS (UPDATE runs SET {sets} WHERE {where} RETURNING *),
-        appended AS (INSERT INTO run_events (run_id, seq, type, data)
-                     SELECT id, event_seq, {event_type}, {event_data} FROM moved)
+        appended AS ({appended((event_type, event_data))})
         {deliveries}
         SELECT moved.*{delivery_ids} FROM moved"""
     return Move(prepare(text(sql).columns(*columns)), changes_run, may_settle)
@@ -302,6 +309,14 @@ _PARENT_LIVE = (
     " WHERE p.id IN (runs.parent_id, runs.root_id)"
     " AND (p.status NOT IN ('QUEUED', 'RUNNING', 'WAITING') OR p.cancel_requested_at IS NOT NULL)))"
 )
+_CLAIM_EVENTS = appended(
+    (
+        "'lost'",
+        f"jsonb_build_object('attempt', attempt - 1, 'reason', '{_LOST_REASON}')",
+        "was = 'RUNNING'",
+    ),
+    ("'claimed'", "jsonb_build_object('attempt', attempt)"),
+)
 CLAIM = prepare(
     text(
         f"""WITH prior AS (SELECT id, status AS was FROM runs WHERE id = :run_id FOR UPDATE),
@@ -309,20 +324,14 @@ CLAIM = prepare(
             UPDATE runs SET status = 'RUNNING', attempt = attempt + 1,
                 started_at = coalesce(started_at, now()), {_LEASE},
                 lost_attempts = lost_attempts + CAST(prior.was = 'RUNNING' AS int),
-                event_seq = event_seq + 1 + CAST(prior.was = 'RUNNING' AS int), updated_at = now()
+                {bump("1 + CAST(prior.was = 'RUNNING' AS int)")}, updated_at = now()
             FROM prior
             WHERE runs.id = prior.id
               AND ((runs.status = 'QUEUED' AND runs.dispatched_at IS NOT NULL)
                    OR (runs.status = 'RUNNING' AND {LEASE_EXPIRED}))
               AND {_PARENT_LIVE}
             RETURNING runs.*, prior.was),
-        appended AS (
-            INSERT INTO run_events (run_id, seq, type, data)
-            SELECT id, event_seq - 1, 'lost',
-                   jsonb_build_object('attempt', attempt - 1, 'reason', '{_LOST_REASON}')
-            FROM moved WHERE was = 'RUNNING'
-            UNION ALL
-            SELECT id, event_seq, 'claimed', jsonb_build_object('attempt', attempt) FROM moved)
+        appended AS ({_CLAIM_EVENTS})
         SELECT moved.* FROM moved"""
     ).columns(*RUN_COLUMNS, column("was"))
 )
@@ -359,7 +368,7 @@ STEP_DONE = Move(
         text(
             f"""WITH moved AS (
                 UPDATE runs SET step_seq = step_seq + 1,
-                    event_seq = event_seq + jsonb_array_length(CAST(:events AS jsonb)),
+                    {bump("jsonb_array_length(CAST(:events AS jsonb))")},
                     {_LEASE}, updated_at = now()
                 WHERE id = :run_id AND {ACTIVE} AND status = 'RUNNING' AND attempt = :attempt
                 RETURNING *),
@@ -371,7 +380,7 @@ STEP_DONE = Move(
                        CAST(:cost_usd AS numeric)
                 FROM moved),
             appended AS (
-                INSERT INTO run_events (run_id, seq, type, data)
+                {INSERT_EVENTS}
                 SELECT moved.id,
                        moved.event_seq - jsonb_array_length(CAST(:events AS jsonb)) + e.ord,
                        e.value->>'type', e.value->'data'

@@ -20,13 +20,13 @@ from outlive.db.models import RunConflict, RunStatus
 from outlive.db.tx import StatementUnit, Unit
 from outlive.errors import QueueUnavailable, RunActive
 from outlive.ids import RunId, TenantId
-from outlive.services import relay
 from outlive.services.ports import RunInstances
 from outlive.services.runs import queries
 from outlive.services.runs.admit import dispatch_after_commit
 from outlive.services.runs.keys import DEFAULT_OPTIONS, StartOptions
 from outlive.services.runs.moves import move_run
 from outlive.services.runs.records import RunRecord, StartedRun, to_record
+from outlive.services.runs.wakes import handoff_failed_runs
 from outlive.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -181,6 +181,6 @@ async def _start_instance(uow: Unit, instances: RunInstances, run: RunRecord) ->
         await instances.start(run.id)
     except QueueUnavailable as exc:
         log.warning("run %s goes to the relay: %s", run.id, exc.message)
-        rows = await relay.handoff_failed_runs(uow.sessions, [run.id])
+        rows = await handoff_failed_runs(uow.sessions, [run.id])
         return to_record(rows[0]) if rows else run
     return run

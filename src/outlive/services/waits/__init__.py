@@ -35,9 +35,9 @@ from outlive.db.models import RunStatus
 from outlive.db.tx import Unit
 from outlive.errors import BadUserInput, NotFound, RunCancelled, RunSuperseded
 from outlive.ids import RunId, TenantId
-from outlive.services import relay
+from outlive.services import relay, runs
 from outlive.services.ports import RunInstances
-from outlive.services.runs import SETTLED_STATUSES, RunRecord, as_json, dispatch_after_commit
+from outlive.services.runs import SETTLED_STATUSES, RunRecord, as_json
 from outlive.services.runs import to_record as run_record
 from outlive.services.waits import queries
 
@@ -106,21 +106,15 @@ async def wait(
     if kind == SLEEP and record["left_s"] is not None and record["left_s"] <= 0:
         await _record(uow, key, attempt, seconds, until, by="timer")
         return Resolved("timer")
-    row = await uow.one(
-        queries.PARK,
-        run_id=run_id,
+    run = await runs.park_run(
+        uow,
+        run_id,
         attempt=attempt,
         waiting_for=name if kind == SIGNAL else None,
         until=record["until"],
     )
-    if row is None:  # the lock above makes this unreachable; fenced all the same
+    if run is None:  # the lock above makes this unreachable; fenced all the same
         raise RunSuperseded(f"attempt {attempt} of run {run_id} no longer holds it")
-    run = run_record(row)
-    uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
-    uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
-    admission = uow.sessions.admission
-    if admission is not None and admission.runs_capped(row["tenant_max_running"]):
-        dispatch_after_commit(uow, run.tenant_id)  # its slot under the cap is free now
     return Parked(run)
 
 
@@ -164,12 +158,7 @@ async def signal_run(
     when the run is WAITING for that name (woken, and handed to the queue after the commit).
     Not accepted: a settled run, or an `idempotency_key` this run already accepted. Another
     tenant's run (or none): `NotFound`. Bad input: `BadUserInput`, nothing written."""
-    check_name(name)
-    if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
-        raise BadUserInput(f"an idempotencyKey is 1 to {MAX_IDEMPOTENCY_KEY} characters")
-    encoded = json.dumps(payload)
-    if len(encoded.encode()) > MAX_PAYLOAD_BYTES:
-        raise BadUserInput(f"a signal's payload is at most {MAX_PAYLOAD_BYTES // 1024} KiB of JSON")
+    encoded = _checked_signal(name, payload, idempotency_key)
     tenant_id = TenantId(uow.require_tenant())
     row = await uow.one(queries.LOCK_RUN, run_id=run_id, tenant_id=tenant_id)
     if row is None:
@@ -187,42 +176,40 @@ async def signal_run(
     )
     if inserted is None:
         return SignalResult(run, accepted=False)
-    moved = None
+    woken = None
     if run.status == RunStatus.WAITING and run.waiting_for == name:
-        admission = uow.sessions.admission
-        moved = await uow.one(
-            queries.WAKE_BY_SIGNAL,
-            run_id=run_id,
-            name=name,
-            seq=inserted["seq"],
-            payload=encoded,
-            default_cap=0 if admission is None else admission.max_running_runs,
-            agents=0 if admission is None else admission.agents,
-        )
-    if moved is not None:
-        woken = run_record(moved)
-        uow.nudge("run.updated", run_id, tenant_id=tenant_id)
-
-        async def hand() -> None:
-            await relay.hand_woken(
-                uow.sessions,
-                instances,
-                [
-                    {
-                        "id": woken.id,
-                        "tenant_id": tenant_id,
-                        "admitted": woken.dispatched_at is not None,
-                    }
-                ],
-            )
-
-        uow.after_commit(hand)
+        woken = await runs.wake_by_signal(uow, run, name, seq=inserted["seq"], payload=encoded)
+    if woken is not None:
+        _hand_after_commit(uow, woken, instances)
     else:
-        kept = await uow.one(queries.SIGNAL_EVENT, run_id=run_id, name=name)
-        assert kept is not None  # noqa: S101 (the row is locked above)
-        woken = run_record(kept)
+        woken = await runs.note_signal(uow, run_id, name)
     uow.nudge("run.event", run_id, tenant_id=tenant_id)
     return SignalResult(woken, accepted=True)
+
+
+def _checked_signal(name: str, payload: Any, idempotency_key: str | None) -> str:
+    """The payload as JSON, once the signal's name, key and size are known to be acceptable."""
+    check_name(name)
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+        raise BadUserInput(f"an idempotencyKey is 1 to {MAX_IDEMPOTENCY_KEY} characters")
+    encoded = json.dumps(payload)
+    if len(encoded.encode()) > MAX_PAYLOAD_BYTES:
+        raise BadUserInput(f"a signal's payload is at most {MAX_PAYLOAD_BYTES // 1024} KiB of JSON")
+    return encoded
+
+
+def _hand_after_commit(uow: Unit, woken: RunRecord, instances: RunInstances) -> None:
+    """After the commit, the woken run goes to the queue (or waits for a slot, if not admitted)."""
+
+    async def hand() -> None:
+        admitted = woken.dispatched_at is not None
+        await relay.hand_woken(
+            uow.sessions,
+            instances,
+            [{"id": woken.id, "tenant_id": woken.tenant_id, "admitted": admitted}],
+        )
+
+    uow.after_commit(hand)
 
 
 __all__ = [

@@ -32,7 +32,7 @@ from uuid import UUID
 
 from outlive.db.models import DeliveryStatus
 from outlive.db.tx import Db, Unit, UnitOfWork
-from outlive.errors import BadUserInput, NotFound, QueueUnavailable
+from outlive.errors import BadUserInput, NotFound
 from outlive.ids import DeliveryId, EndpointId, TenantId
 from outlive.services.destinations import check_url_shape, resolve_public
 from outlive.services.webhooks import queries
@@ -216,17 +216,7 @@ def announce_deliveries(uow: Unit, tenant_id: TenantId, delivery_ids: Sequence[U
 
 
 def _dispatch_after_commit(uow: Unit, tenant_id: UUID) -> None:
-    admission = uow.sessions.admission
-    if admission is None:
-        raise RuntimeError("no admission is wired: deliveries are never sent inline")
-
-    async def dispatch() -> None:
-        try:
-            await admission.dispatch_jobs(tenant_id)
-        except QueueUnavailable:
-            log.warning("deliveries of tenant %s wait: the queue is unreachable", tenant_id)
-
-    uow.after_commit(dispatch)
+    uow.admit_after_commit(tenant_id, "jobs", queue_down_raises=False)
 
 
 async def pending_delivery(db: Db, delivery_id: DeliveryId) -> Outgoing | None:

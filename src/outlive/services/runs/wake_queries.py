@@ -1,0 +1,108 @@
+"""The statements that park a run WAITING, wake it, and mark its hand-off to the queue.
+
+They write `runs` and `run_events`, so they live with the run's other moves (`queries`), built
+once at import from constants; every value is a bound parameter. Parking needs the attempt to
+still execute the run (`status = 'RUNNING' AND attempt = :attempt`); a wake needs it still
+WAITING (for that signal's name). Races (a signal against the timer, against `cancelRun`,
+against the wait being registered) are decided by the run's row lock and these predicates.
+A wake by a signal also takes the signal from the mailbox and resolves the wait
+(`services.waits` owns those rows): in the same statement, so the three cannot disagree.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from outlive.db.raw import prepare
+from outlive.services.runs.queries import RUN_COLUMNS, move
+from outlive.services.runs.timeline import appended, bump
+
+# RUNNING → WAITING for this attempt, with a `waiting {for, until}` event. The attempt ends; the
+# run's slot under its tenant's cap is free (`tenant_max_running` says whether one may be owed).
+PARK = move(
+    "status = 'WAITING', waiting_for = CAST(:waiting_for AS text),"
+    " wake_at = CAST(:until AS timestamptz), lease_expires_at = NULL",
+    "status = 'RUNNING' AND attempt = :attempt AND cancel_requested_at IS NULL",
+    event_type="'waiting'",
+    event_data="jsonb_build_object('for', waiting_for, 'until', wake_at)",
+    returns_cap=True,
+)
+
+# A woken run: QUEUED again, admitted at once unless its tenant's cap is below the number of
+# agents (the INSERT's shortcut: then the dispatch function admits it). Not a retry: `resumes`.
+WOKEN_SETS = (
+    "status = 'QUEUED', waiting_for = NULL, wake_at = NULL, resumes = resumes + 1,"
+    " lease_expires_at = NULL, updated_at = now(), relay_after = now() + interval '10 seconds',"
+    " dispatched_at = CASE WHEN coalesce((SELECT t.max_running_runs FROM tenants t"
+    " WHERE t.id = runs.tenant_id), :default_cap) >= :agents AND runs.key = '' THEN now() END"
+)
+
+# The run waits for this name: the signal is taken by its wait, and the run is woken (QUEUED,
+# admitted at once unless its tenant is capped), with `signal` and `resumed {by: signal}`.
+_SIGNAL = ("'signal'", "jsonb_build_object('name', CAST(:name AS text))")
+_RESUMED_BY_SIGNAL = ("'resumed'", """'{"by": "signal"}'::jsonb""")
+WAKE_BY_SIGNAL = prepare(
+    text(
+        f"""WITH moved AS (
+            UPDATE runs SET {WOKEN_SETS}, {bump(2)}
+             WHERE id = :run_id AND status = 'WAITING' AND waiting_for = :name
+            RETURNING *),
+        delivered AS (
+            UPDATE run_signals SET delivered_at = now()
+             WHERE seq = :seq AND EXISTS (SELECT 1 FROM moved) RETURNING seq),
+        resolved AS (
+            UPDATE run_waits w SET resolved_at = now(), resolved_by = 'signal',
+                   payload = CAST(:payload AS jsonb)
+              FROM moved WHERE w.run_id = moved.id AND w.resolved_at IS NULL),
+        appended AS ({appended(_SIGNAL, _RESUMED_BY_SIGNAL)})
+        SELECT moved.* FROM moved"""
+    ).columns(*RUN_COLUMNS)
+)
+# Kept in the mailbox: only the `signal` event (the run's row is locked by the caller).
+SIGNAL_EVENT = prepare(
+    text(
+        f"""WITH moved AS (UPDATE runs SET {bump()} WHERE id = :run_id RETURNING *),
+        appended AS ({appended(_SIGNAL)})
+        SELECT moved.* FROM moved"""
+    ).columns(*RUN_COLUMNS)
+)
+
+# WAITING runs whose sleep or signal timeout is due, a batch at a time (the relay's timers).
+_BY = "CASE WHEN waited_for IS NULL THEN 'timer' ELSE 'timeout' END"
+WAKE_DUE = prepare(
+    text(
+        f"""WITH due AS (
+            SELECT id, waiting_for, wake_at FROM runs
+             WHERE status = 'WAITING' AND wake_at <= now()
+             ORDER BY wake_at LIMIT :batch FOR UPDATE SKIP LOCKED),
+        moved AS (
+            UPDATE runs SET {WOKEN_SETS}, {bump()} FROM due
+             WHERE runs.id = due.id AND runs.status = 'WAITING'
+            RETURNING runs.id, runs.tenant_id, runs.event_seq, runs.dispatched_at,
+                      due.waiting_for AS waited_for, due.wake_at AS was_due),
+        resolved AS (
+            UPDATE run_waits w SET resolved_at = now(), resolved_by = {_BY}
+              FROM moved WHERE w.run_id = moved.id AND w.resolved_at IS NULL),
+        appended AS ({appended(("'resumed'", f"jsonb_build_object('by', {_BY})"))})
+        SELECT id, tenant_id, dispatched_at IS NOT NULL AS admitted,
+               extract(epoch FROM clock_timestamp() - was_due) AS late_s FROM moved"""
+    )
+)
+
+# --- the hand-off marks (`services.relay`) ------------------------------------------------------
+
+# The queue could not take these runs: still QUEUED (admitted), due for the relay now, and
+# `handoff_failed_at` says so (`waitingReason`).
+HANDOFF_FAILED = prepare(
+    text(
+        "UPDATE runs SET relay_after = now(), handoff_failed_at = now()"
+        " WHERE id = ANY(:ids) AND status = 'QUEUED' AND dispatched_at IS NOT NULL RETURNING *"
+    )
+)
+# The relay handed runs whose hand-off had failed.
+HANDED = prepare(
+    text(
+        "UPDATE runs SET handoff_failed_at = NULL"
+        " WHERE id = ANY(:ids) AND handoff_failed_at IS NOT NULL RETURNING id"
+    )
+)

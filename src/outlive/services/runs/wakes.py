@@ -1,0 +1,102 @@
+"""Parking a run WAITING and waking it, and the marks of its hand-off to the queue: the moves
+that `services.waits` (a durable sleep, a wait for a signal, `signalRun`) and `services.relay`
+(timers, the queue's hand-off) ask of a run. Their statements are in `wake_queries`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from outlive.db.tx import Sessions, Unit
+from outlive.ids import RunId
+from outlive.services.runs import wake_queries as queries
+from outlive.services.runs.admit import dispatch_after_commit
+from outlive.services.runs.records import RunRecord, to_record
+
+
+async def park_run(
+    uow: Unit, run_id: RunId, *, attempt: int, waiting_for: str | None, until: datetime | None
+) -> RunRecord | None:
+    """RUNNING → WAITING for `attempt` (a signal's name, or None: a durable sleep; `until`: its
+    timer), with a `waiting` event; None when `attempt` no longer executes the run (or a cancel
+    was asked for). Its slot under its tenant's cap is free: a waiting run may have it."""
+    row = await uow.one(
+        queries.PARK.statement,
+        run_id=run_id,
+        attempt=attempt,
+        waiting_for=waiting_for,
+        until=until,
+    )
+    if row is None:
+        return None
+    run = to_record(row)
+    uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
+    uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
+    admission = uow.sessions.admission
+    if admission is not None and admission.runs_capped(row["tenant_max_running"]):
+        dispatch_after_commit(uow, run.tenant_id)  # its slot under the cap is free now
+    return run
+
+
+async def wake_by_signal(
+    uow: Unit, run: RunRecord, name: str, *, seq: int, payload: str
+) -> RunRecord | None:
+    """The run WAITING for signal `name` takes signal `seq` of its mailbox (its wait resolved
+    with `payload`, JSON) and is woken: `signal`, then `resumed {by: signal}`. None when it no
+    longer waits for that name."""
+    admission = uow.sessions.admission
+    moved = await uow.one(
+        queries.WAKE_BY_SIGNAL,
+        run_id=run.id,
+        name=name,
+        seq=seq,
+        payload=payload,
+        default_cap=0 if admission is None else admission.max_running_runs,
+        agents=0 if admission is None else admission.agents,
+    )
+    if moved is None:
+        return None
+    uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
+    return to_record(moved)
+
+
+async def note_signal(uow: Unit, run_id: RunId, name: str) -> RunRecord:
+    """A signal kept in the mailbox: its `signal` event (the caller holds the run's row lock)."""
+    row = await uow.one(queries.SIGNAL_EVENT, run_id=run_id, name=name)
+    assert row is not None  # noqa: S101 (the row is locked by the caller)
+    return to_record(row)
+
+
+async def wake_due(sessions: Sessions, *, batch: int, default_cap: int) -> list[Mapping[str, Any]]:
+    """Wake up to `batch` WAITING runs whose timer is due, in one unit: `resumed {by: timer |
+    timeout}`. Each woken run's `id`, `tenant_id`, `admitted` and `late_s` (how late its timer
+    fired), for the relay to hand them to the queue after the commit."""
+    admission = sessions.admission
+    async with sessions.unit() as uow:
+        woken = await uow.all(
+            queries.WAKE_DUE,
+            batch=batch,
+            default_cap=default_cap,
+            agents=0 if admission is None else admission.agents,
+        )
+        for row in woken:
+            uow.nudge("run.updated", row["id"], tenant_id=row["tenant_id"])
+            uow.nudge("run.event", row["id"], tenant_id=row["tenant_id"])
+    return woken
+
+
+async def handoff_failed_runs(
+    sessions: Sessions, run_ids: Sequence[RunId]
+) -> list[Mapping[Any, Any]]:
+    """The queue could not take these runs: they stay QUEUED, due for the relay now (which its
+    trigger tells the relays at once), and `waitingReason` says so. Every column of each run that
+    is still QUEUED is returned."""
+    if not run_ids:
+        return []
+    return await sessions.all(queries.HANDOFF_FAILED, ids=list(run_ids))
+
+
+async def handed(sessions: Sessions, run_ids: Sequence[Any]) -> None:
+    """The relay handed these runs, whose hand-off had failed: the mark is cleared."""
+    await sessions.all(queries.HANDED, ids=list(run_ids))
