@@ -42,6 +42,7 @@ from outlive.services.runs.records import (
     StartedRun,
     StepRecord,
     as_json,
+    json_text,
     parse_run_id,
     to_record,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "dispatch_after_commit",
     "encode_cursor",
     "heartbeat",
+    "json_text",
     "lease_left",
     "list_events",
     "list_steps_of_runs",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -16,7 +15,7 @@ from outlive.services import relay
 from outlive.services.ports import RunInstances
 from outlive.services.runs import queries
 from outlive.services.runs.moves import dispatch_after_commit
-from outlive.services.runs.records import RunRecord, StartedRun, to_record
+from outlive.services.runs.records import RunRecord, StartedRun, json_text, to_record
 from outlive.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -82,7 +81,7 @@ async def _insert_or_get_active(
     values = {
         "tenant_id": tenant_id,
         "agent": agent,
-        "input": json.dumps(dict(params)),
+        "input": json_text(dict(params)),
         "retried_from_id": retried_from,
         "default_cap": 0 if admission is None else admission.max_running_runs,
         "agents": 0 if admission is None else admission.agents,

@@ -126,4 +126,11 @@ SIGNAL_EVENT = prepare(
         SELECT moved.* FROM moved"""
     ).columns(*RUN_COLUMNS)
 )
+# The run's kept signals (not taken by a wait yet): how many, and their payloads' bytes.
+MAILBOX = prepare(
+    text(
+        "SELECT count(*) AS n, coalesce(sum(octet_length(payload::text)), 0) AS bytes"
+        " FROM run_signals WHERE run_id = :run_id AND delivered_at IS NULL"
+    )
+)
 WAITING_RUNS = prepare(text("SELECT count(*) AS n FROM runs WHERE status = 'WAITING'"))
