@@ -9,6 +9,7 @@ non-2xx answer, or a missing configuration, fails the run at once.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
@@ -17,6 +18,8 @@ from pydantic.alias_generators import to_camel
 
 from outlive.agents.registry import Agent, RunContext
 from outlive.errors import RetryableFault
+
+log = logging.getLogger(__name__)
 
 
 class LlmInput(BaseModel):
@@ -79,18 +82,26 @@ async def _complete(
             url, json={"model": model, "messages": messages}, headers=headers, timeout=timeout_s
         )
     except httpx.TransportError as exc:  # timeouts included
-        raise RetryableFault(f"llm endpoint unreachable: {exc!r}") from exc
+        log.warning("llm endpoint unreachable: %r", exc)  # the operator's; not the tenant's
+        raise RetryableFault(f"llm endpoint unreachable ({type(exc).__name__})") from None
     if response.status_code == 429 or response.status_code >= 500:
         raise RetryableFault(f"llm endpoint answered {response.status_code}")
     if not response.is_success:
-        raise LlmRejected(f"llm endpoint answered {response.status_code}: {response.text[:200]}")
+        raise LlmRejected(upstream_error(response))
     try:
         choice: dict[str, Any] = response.json()["choices"][0]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise LlmRejected(
-            f"llm endpoint answered an unexpected body: {response.text[:200]}"
-        ) from exc
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise LlmRejected(upstream_error(response, "an unexpected body")) from None
     return choice
+
+
+def upstream_error(response: httpx.Response, what: str | None = None) -> str:
+    """What a tenant reads of an upstream's refusal: its status, never its body. The body can
+    carry the operator's key suffix, org id or an internal host (security review round 4, L2);
+    it goes to a WARNING for the operator instead."""
+    said = what or str(response.status_code)
+    log.warning("llm endpoint answered %s: %s", said, response.text[:500])
+    return f"llm endpoint answered {said}"
 
 
 AGENT = Agent(
