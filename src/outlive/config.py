@@ -161,6 +161,9 @@ class Settings(BaseSettings):
     ws_max_sockets: int = Field(
         10_000, ge=0, description="open WebSockets per process (1013 past it); 0: none"
     )
+    ws_max_unauthenticated: int = Field(
+        1000, ge=0, description="sockets not signed in yet per process (the oldest closed past it)"
+    )
     api_header_timeout_s: float = Field(10.0, gt=0, description="to receive a request's headers")
     api_max_header_bytes: int = Field(
         64 * 1024, ge=1024, description="a request line and headers, in bytes (431 past it)"
