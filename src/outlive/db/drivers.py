@@ -170,8 +170,9 @@ async def raw_one(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: 
     async with reads.reading() as scope, _connection(on) as connection:
         with reaching(connection):
             row: Row | None = await connection.fetchrow(st.sql, *st.args(params))
-        if scope is not None:
-            scope.charge(row)
+        if scope is not None and scope.charge(row):
+            del row  # not kept alive by the error's frames
+            scope.check()
     return row
 
 
@@ -179,8 +180,9 @@ async def raw_all(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: 
     async with reads.reading() as scope, _connection(on) as connection:
         with reaching(connection):
             rows: list[Row] = await connection.fetch(st.sql, *st.args(params))
-        if scope is not None:
-            scope.charge(rows)
+        if scope is not None and scope.charge(rows):
+            del rows  # not kept alive by the error's frames
+            scope.check()
     return rows
 
 

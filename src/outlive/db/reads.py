@@ -55,13 +55,14 @@ class ReadScope:
             assert self.max_bytes is not None  # noqa: S101 (over only with a budget)
             raise ResponseTooLarge(self.max_bytes)
 
-    def charge(self, rows: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None) -> None:
-        if self.max_bytes is None or rows is None:
-            return
-        self.used += size_of(rows)
-        if self.used > self.max_bytes:
-            self.over = True
-        self.check()
+    def charge(self, rows: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None) -> bool:
+        """Count `rows`; True when the budget is spent now. The caller drops the rows before it
+        calls `check` (which raises): a raised error keeps its frames, and with them whatever
+        they hold, until the answer is made."""
+        if self.max_bytes is not None and rows is not None:
+            self.used += size_of(rows)
+            self.over = self.over or self.used > self.max_bytes
+        return self.over
 
 
 _scope: ContextVar[ReadScope | None] = ContextVar("outlive_read_scope", default=None)
