@@ -223,42 +223,47 @@ async def signal_run(
     )
     if inserted is None:
         return SignalResult(run, accepted=False)
-    moved = None
-    if taken_at_once:
-        admission = uow.sessions.admission
-        moved = await uow.one(
-            queries.WAKE_BY_SIGNAL,
-            run_id=run_id,
-            name=name,
-            seq=inserted["seq"],
-            payload=encoded,
-            default_cap=0 if admission is None else admission.max_running_runs,
-            agents=0 if admission is None else admission.agents,
-        )
-    if moved is not None:
-        woken = run_record(moved)
-        uow.nudge("run.updated", run_id, tenant_id=tenant_id)
-
-        async def hand() -> None:
-            await relay.hand_woken(
-                uow.sessions,
-                instances,
-                [
-                    {
-                        "id": woken.id,
-                        "tenant_id": tenant_id,
-                        "admitted": woken.dispatched_at is not None,
-                    }
-                ],
-            )
-
-        uow.after_commit(hand)
-    else:
+    woken = (
+        await _wake(uow, run, name, inserted["seq"], encoded, instances) if taken_at_once else None
+    )
+    if woken is None:
         kept = await uow.one(queries.SIGNAL_EVENT, run_id=run_id, name=name)
         assert kept is not None  # noqa: S101 (the row is locked above)
         woken = run_record(kept)
     uow.nudge("run.event", run_id, tenant_id=tenant_id)
     return SignalResult(woken, accepted=True)
+
+
+async def _wake(
+    uow: Unit, run: RunRecord, name: str, seq: int, encoded: str, instances: RunInstances
+) -> RunRecord | None:
+    """The WAITING run takes the signal: woken, and handed to the queue after the commit; None
+    when it was not waiting for it after all (its row says so)."""
+    admission = uow.sessions.admission
+    moved = await uow.one(
+        queries.WAKE_BY_SIGNAL,
+        run_id=run.id,
+        name=name,
+        seq=seq,
+        payload=encoded,
+        default_cap=0 if admission is None else admission.max_running_runs,
+        agents=0 if admission is None else admission.agents,
+    )
+    if moved is None:
+        return None
+    woken = run_record(moved)
+    uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
+
+    async def hand() -> None:
+        item = {
+            "id": woken.id,
+            "tenant_id": run.tenant_id,
+            "admitted": woken.dispatched_at is not None,
+        }
+        await relay.hand_woken(uow.sessions, instances, [item])
+
+    uow.after_commit(hand)
+    return woken
 
 
 __all__ = [
