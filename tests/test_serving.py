@@ -140,3 +140,21 @@ async def _until(predicate: Callable[[], bool]) -> None:
     async with asyncio.timeout(10):
         while not predicate():  # noqa: ASYNC110 (a counter of the server's: no event to await)
             await asyncio.sleep(0.01)
+
+
+async def test_sockets_that_never_sign_in_cannot_take_every_slot(
+    servers: Servers, tenant: TenantHandle
+) -> None:
+    """Round 4, I3: idle sockets with no `connection_init` filled the socket cap, and a tenant's
+    socket then closed with 1013. Past `OUTLIVE_WS_MAX_UNAUTHENTICATED` of those, the oldest
+    is closed (4408) to make room, and a client that signs in keeps its place."""
+    settings = make_settings(servers, ws_max_sockets=4, ws_max_unauthenticated=2)
+    async with serve(settings) as served, contextlib.AsyncExitStack() as idle:
+        sockets = [await idle.enter_async_context(Socket.open(served.url)) for _ in range(4)]
+        code, _ = await sockets[0].closed()  # made room for the third
+        assert code == 4408
+        await _until(lambda: served.app.sockets_open == 2)
+        async with Socket.open(served.url, token=tenant.token) as signed_in:
+            await signed_in.subscribe()  # the idle ones did not keep the tenant out
+            code, _ = await sockets[2].closed()
+            assert code == 4408

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from datetime import timedelta
@@ -32,6 +33,7 @@ from outlive.graphql.errors import unavailable_payload
 from outlive.graphql.http import Pipeline
 from outlive.graphql.schema import served_schema
 from outlive.jobs.telemetry import serve_metrics
+from outlive.realtime.pending import Unauthenticated
 from outlive.realtime.sockets import NudgesTransportWS, OutliveWebSocketAdapter
 from outlive.resolvers.context import Context, Services
 from outlive.runtime import open_runtime
@@ -175,8 +177,10 @@ class OutliveApp(Starlette):
     sockets: _CountedSockets | None = None
     max_requests = 0
     max_sockets = 0
+    max_unauthenticated = 0
     requests_in_flight = 0
     sockets_open = 0
+    unauthenticated: OrderedDict[int, Unauthenticated] | None = None  # by id(scope), oldest first
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -195,12 +199,36 @@ class OutliveApp(Starlette):
                 await _refuse_socket(scope, receive, send)
                 return
             self.sockets_open += 1
+            pending = self._admit_unauthenticated(scope, receive, send)
             try:
-                await self._serve(scope, receive, send)
+                await self._serve(scope, pending.receive, pending.send)
             finally:
                 self.sockets_open -= 1
+                self.authenticated(scope)
         else:
             await super().__call__(scope, receive, send)
+
+    def _admit_unauthenticated(self, scope: Scope, receive: Receive, send: Send) -> Unauthenticated:
+        """A new socket has not signed in yet. Past `OUTLIVE_WS_MAX_UNAUTHENTICATED` of those, the
+        oldest one is closed (4408, as for an init that timed out) to make room, rather than the
+        newcomer refused: a client signs in within milliseconds, so sockets that never sign in
+        cannot hold every slot of the socket cap (security review round 4, I3)."""
+        pending = Unauthenticated(receive, send)
+        if self.unauthenticated is None:
+            self.unauthenticated = OrderedDict()
+        if self.max_unauthenticated and len(self.unauthenticated) >= self.max_unauthenticated:
+            _, oldest = self.unauthenticated.popitem(last=False)
+            oldest.evict()
+        self.unauthenticated[id(scope)] = pending
+        return pending
+
+    def authenticated(self, scope: Scope) -> None:
+        """The socket's `connection_init` was acknowledged (or it closed): it is not counted as
+        unauthenticated any more."""
+        if self.unauthenticated is not None:
+            pending = self.unauthenticated.pop(id(scope), None)
+            if pending is not None:
+                pending.signed_in = True
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -367,6 +395,7 @@ def build_app(
     app.sockets = _CountedSockets(view)
     app.max_requests = settings.api_limit_concurrency
     app.max_sockets = settings.ws_max_sockets
+    app.max_unauthenticated = settings.ws_max_unauthenticated
     return app
 
 

@@ -161,9 +161,27 @@ class Settings(BaseSettings):
     ws_max_sockets: int = Field(
         10_000, ge=0, description="open WebSockets per process (1013 past it); 0: none"
     )
+    ws_max_unauthenticated: int = Field(
+        1000, ge=0, description="sockets not signed in yet per process (the oldest closed past it)"
+    )
     api_header_timeout_s: float = Field(10.0, gt=0, description="to receive a request's headers")
     api_max_header_bytes: int = Field(
         64 * 1024, ge=1024, description="a request line and headers, in bytes (431 past it)"
+    )
+    max_response_bytes: int = Field(
+        4 * 1024 * 1024, ge=64 * 1024, description="one answer's rows, in bytes (refused past it)"
+    )
+    api_statement_timeout_s: float = Field(
+        5.0, ge=0, description="PostgreSQL's statement_timeout on the API's connections; 0: none"
+    )
+    api_tenant_max_reads: int = Field(
+        4, ge=1, description="one tenant's statements running at once in an API process"
+    )
+    signal_mailbox_max: int = Field(
+        100, ge=1, description="signals kept undelivered per run (refused past it)"
+    )
+    signal_mailbox_bytes: int = Field(
+        1024 * 1024, ge=64 * 1024, description="bytes of kept undelivered signals' payloads per run"
     )
     webhook_timeout_s: float = Field(10.0, gt=0, description="total deadline of one delivery")
     webhook_max_response_bytes: int = Field(4096, ge=0, description="read of a response body")
@@ -188,6 +206,7 @@ class Settings(BaseSettings):
     rate_create_webhook: RateSetting = Rate(20, 60)
     rate_redeliver_webhook: RateSetting = Rate(60, 60)
     rate_redeliver_webhook_endpoint: RateSetting = Rate(10, 60)
+    rate_replay_runs: RateSetting = Rate(10, 60)
 
     # Cron.
     retention_days: int = Field(30, ge=1)

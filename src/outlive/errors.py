@@ -44,6 +44,16 @@ class RateLimited(DomainError):
         return {"retryAfter": self.retry_after}
 
 
+class QueryTimeout(DomainError):
+    """A statement ran past the API's `statement_timeout` (`OUTLIVE_API_STATEMENT_TIMEOUT_S`) and
+    was cancelled by PostgreSQL: nothing was changed; ask for less (a shorter window, a page)."""
+
+    code = "QUERY_TIMEOUT"
+
+    def __init__(self, message: str = "the statement took too long and was cancelled") -> None:
+        super().__init__(message)
+
+
 class RunActive(DomainError):
     """`startRun` with `onConflict: REJECT` met an active run of its key: nothing was written;
     `extensions.runId` names that run (contract §3)."""

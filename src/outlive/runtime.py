@@ -210,9 +210,15 @@ async def _open_db(
     the sessions, wired to the queues and to admission when there are queues."""
     server = role in ("api", "worker")
     size = None if server else CLI_POOL_SIZE
-    engine = create_engine_for(settings, database_url, pool_size=size, max_overflow=size)
+    # The API's statements answer tenants: each one is bounded in time (`QueryTimeout` past it).
+    timeout = settings.api_statement_timeout_s if role == "api" else None
+    engine = create_engine_for(
+        settings, database_url, pool_size=size, max_overflow=size, statement_timeout_s=timeout
+    )
     stack.push_async_callback(engine.dispose)
-    raw = await open_raw_pool(settings, database_url) if server else None
+    raw = None
+    if server:
+        raw = await open_raw_pool(settings, database_url, statement_timeout_s=timeout)
     if raw is not None:
         stack.push_async_callback(raw.close)
     if queues is None:

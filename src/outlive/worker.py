@@ -61,7 +61,12 @@ class WorkerHost:
     ) -> None:
         self.settings = settings
         self.concurrency = concurrency
-        self.jobs_concurrency = jobs_concurrency
+        # One tenant must not hold every job slot (security review round 4, L6): its deliveries
+        # and emails in flight are capped at OUTLIVE_TENANT_MAX_INFLIGHT_JOBS across workers, so
+        # a worker runs at least twice that many jobs at once. Jobs wait on the network (an
+        # endpoint, a mail server), so the slots cost little; a tenant whose own cap was raised
+        # past half of them (`set-limits`) is the operator's choice.
+        self.jobs_concurrency = max(jobs_concurrency, 2 * settings.tenant_max_inflight_jobs)
         self.deps: WorkerDeps | None = None
         self.relay: RelayLoop | None = None
         self.cancels: CancelListener | None = None

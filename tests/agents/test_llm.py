@@ -164,12 +164,14 @@ async def test_a_4xx_fails_the_run_at_once(
     model: tuple[FakeModel, str],
 ) -> None:
     fake, _ = model
-    fake.script = [(400, "bad model", "")]
-    run, _ = await _run(api, llm_settings, sessions, tenant, {"prompt": "hi"})
+    fake.script = [(400, "Incorrect API key provided: sk-live-****Zq9X (org org-Internal)", "")]
+    run, events = await _run(api, llm_settings, sessions, tenant, {"prompt": "hi"})
     assert run.status == "FAILED"
     assert run.attempt == 1
     assert run.error == "LlmRejected: llm endpoint answered 400"  # not the endpoint's body
-    assert "bad model" not in (run.error or "")
+    # Round 4, L2: the upstream's own words (the operator's key suffix, org id) stay out of
+    # what the tenant reads: the run's error and its timeline.
+    assert not [e for e in events if "sk-live" in str(e.data)]
 
 
 async def test_an_unreachable_endpoint_is_a_retryable_fault(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from collections.abc import Iterator
 
 import httpx
@@ -26,6 +27,20 @@ def budget(examples: int) -> settings:
         phases=(Phase.explicit, Phase.generate, Phase.shrink),
         suppress_health_check=list(HealthCheck),
     )
+
+
+# The second pass: a seed of its own each run, printed in the report's header (and replayed with
+# OUTLIVE_FUZZ_SEED=N). A seed that finds something becomes a fixed case in test_cases.py.
+FRESH_SEED = int(os.environ.get("OUTLIVE_FUZZ_SEED") or secrets.randbits(32))
+
+
+def fresh_budget(examples: int) -> settings:
+    """`budget`, but drawn from `FRESH_SEED` instead of the fixed derandomized sequence."""
+    return settings(budget(examples), derandomize=False)
+
+
+def pytest_report_header() -> str:
+    return f"fuzz: fresh seed {FRESH_SEED} (replay: OUTLIVE_FUZZ_SEED={FRESH_SEED})"
 
 
 class Errors(logging.Handler):

@@ -153,3 +153,34 @@ async def test_r11_a_retry_later_logs_no_error(
         )
         done = await watch.until(started["run"]["id"], settled)
     assert (done.status, done.attempt) == ("SUCCEEDED", 2)  # a RetryLater, retried once
+
+
+_FAR = "0001-01-01T00:00:00+01:00"  # before year 1 once in UTC
+
+
+@pytest.mark.parametrize(
+    ("document", "variables"),
+    [
+        ('mutation { startRun(input: {agent: "demo", input: {turns: 1e999}}) { created } }', None),
+        (
+            "query($s: DateTime!) { runs(first: 1, createdSince: $s) { edges { node { id } } } }",
+            {"s": _FAR},
+        ),
+        (
+            "query($s: DateTime!) { runs(first: 1, createdBefore: $s) { edges { node { id } } } }",
+            {"s": "9999-12-31T23:59:59-01:00"},
+        ),
+        ("mutation($s: DateTime!) { replayRuns(filter: {since: $s}) { id } }", {"s": _FAR}),
+        (
+            "query($a: String!) { runs(first: 1, after: $a) { edges { node { id } } } }",
+            {"a": "MDAwMS0wMS0wMVQwMDowMDowMCswMTowMHx4"},
+        ),
+    ],
+)
+async def test_round4_l1_values_out_of_range(
+    api: Api, tenant: TenantHandle, errors: Errors, document: str, variables: Any
+) -> None:
+    """Security review round 4, L1: each was a 500 with an ERROR carrying the value's repr."""
+    response = await api.post(document, variables, token=tenant.token)
+    check_answer(response)
+    assert response.json()["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"

@@ -10,12 +10,12 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from hypothesis import event, given
+from hypothesis import event, given, seed
 from hypothesis import strategies as st
 
 from outlive.config import Settings
 from outlive.graphql.schema import served_schema
-from tests.fuzz.conftest import Errors, budget, check_answer
+from tests.fuzz.conftest import FRESH_SEED, Errors, budget, check_answer, fresh_budget
 from tests.fuzz.strategies import BODIES, BODY_FIELDS, CONTENT_TYPES, HTTP_METHODS, operations
 from tests.support import Api, TenantHandle
 
@@ -44,6 +44,20 @@ async def test_operations_from_the_schema(
     check_answer(response)
     answer = response.json()
     event(f"{response.status_code}, data: {answer.get('data') is not None}")  # the mix reached
+
+
+@seed(FRESH_SEED)
+@fresh_budget(200)
+@given(operation=operations(SCHEMA))
+async def test_operations_from_the_schema_with_a_fresh_seed(
+    api: Api, tenant: TenantHandle, errors: Errors, operation: tuple[str, dict[str, Any]]
+) -> None:
+    """The same checks on examples the fixed seed never draws (the seed is in the header)."""
+    print(f"fuzz seed {FRESH_SEED}: replay with OUTLIVE_FUZZ_SEED={FRESH_SEED}")  # noqa: T201
+    document, variables = operation
+    body = {"query": document, "variables": variables}
+    headers = {"Authorization": f"Bearer {tenant.token}"}
+    check_answer(await api.client.post("/graphql", json=body, headers=headers))
 
 
 @budget(600)

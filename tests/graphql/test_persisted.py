@@ -140,3 +140,22 @@ async def test_the_execution_header_reveals_no_count(api: Api, tenant: TenantHan
         assert len(value) == 16
         assert not value.isdigit()
         int(value, 16)
+
+
+async def test_one_tenants_padded_documents_leave_anothers_persisted_queries(
+    api: Api, tenant: TenantHandle, other_tenant: TenantHandle
+) -> None:
+    """Round 4, L5: nine documents near the 64 KiB limit filled the one 64 MiB cache and flushed
+    every tenant's documents; a tenant now evicts only its own, past a quarter of the cache."""
+    query = RUNS + " # " + other_tenant.token[-8:]
+    variables = {"first": 1}
+    await _post(
+        api, other_tenant.token, query=query, variables=variables, extensions=_extension(query)
+    )
+    for i in range(12):
+        padded = "{ __typename } #f" + str(i) + "x" * 65_000
+        assert (await _post(api, tenant.token, query=padded)).status_code == 200
+    by_hash = await _post(
+        api, other_tenant.token, variables=variables, extensions=_extension(query)
+    )
+    assert by_hash.json() == {"data": {"runs": {"edges": []}}}

@@ -8,7 +8,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from outlive.config import Settings
-from outlive.graphql.documents import ENTRY_BYTES_PER_CHAR, OWNER_BYTES, Documents
+from outlive.graphql.documents import ENTRY_BYTES_PER_CHAR, OWNER_BYTES, Documents, sha256_hex
 from outlive.graphql.limits import limit_rules
 from outlive.graphql.operations import Route
 from outlive.graphql.schema import served_schema
@@ -20,7 +20,7 @@ INVALID = "query Broken { runs(first: 2) { nope } }"
 OWNER = "tenant-a"  # who sent the documents' text
 
 
-def _documents(max_bytes: int) -> Documents:
+def _documents(max_bytes: int, share: int | None = None) -> Documents:
     settings = Settings.model_construct()
     schema = served_schema(settings)._schema
     return Documents(
@@ -28,6 +28,7 @@ def _documents(max_bytes: int) -> Documents:
         rules=limit_rules(settings),
         max_tokens=settings.max_query_tokens,
         max_bytes=max_bytes,
+        tenant_share_bytes=max_bytes if share is None else share,  # one tenant: plain LRU
     )
 
 
@@ -42,6 +43,18 @@ def test_the_document_cache_keeps_what_fits_in_its_bytes_least_recently_used_out
     assert documents.persisted(first[0].digest, OWNER) is first[0]
     assert documents.persisted(first[2].digest, OWNER) is first[2]
     assert documents.prepare(queries[1], OWNER) is not first[1]  # prepared again
+
+
+def test_a_tenant_past_its_share_evicts_only_its_own_documents() -> None:
+    queries = [f"query Q{i} {{ agents {{ name }} }}" for i in range(6)]
+    entry = len(queries[0]) * ENTRY_BYTES_PER_CHAR + OWNER_BYTES
+    documents = _documents(max_bytes=4 * entry, share=2 * entry)
+    theirs = documents.prepare(queries[0], "tenant-b")
+    for query in queries[1:]:  # tenant A brings in five, over its share of two
+        documents.prepare(query, OWNER)
+    assert documents.persisted(theirs.digest, "tenant-b") is theirs  # B's entry stays
+    kept = [q for q in queries[1:] if documents.persisted(sha256_hex(q), OWNER) is not None]
+    assert kept == queries[4:]  # A's two most recent
 
 
 def test_an_invalid_document_is_cached_but_never_found_by_its_hash() -> None:

@@ -24,8 +24,9 @@ from sqlalchemy import CursorResult, Executable
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from outlive.db import reads
 from outlive.db.raw import Statement
-from outlive.errors import ServiceUnavailable
+from outlive.errors import BadUserInput, DomainError, QueryTimeout, ServiceUnavailable
 
 Row = Mapping[str, Any]  # a result row by column name, whichever driver produced it
 Query = Statement | Executable  # a prepared constant, or any SQLAlchemy statement (session only)
@@ -100,15 +101,30 @@ def reaching(connection: asyncpg.Connection | None = None) -> Iterator[None]:
       as it is, the next statement on it failed with "another operation is in progress"."""
     try:
         yield
-    except ServiceUnavailable:
+    except (ServiceUnavailable, DomainError):
         raise
     except Exception as exc:
+        _answered(exc)
         if not (unreachable(exc) or (connection is not None and _gone(connection))):
             raise
         if connection is not None:
             _terminate(connection)
         _outage.seen(exc)
         raise ServiceUnavailable(retry_after=RETRY_AFTER_S) from exc
+
+
+def _answered(error: BaseException) -> None:
+    """PostgreSQL's answers that are the caller's, raised as coded errors without the driver's
+    text: a statement past `statement_timeout` (`QueryTimeout`), and a value it cannot take
+    (SQLSTATE class 22: a datetime out of range, `Infinity` in JSON; `BadUserInput`). asyncpg
+    writes the argument's repr into the latter's message, so it must not reach a log."""
+    cause = getattr(error, "orig", None) if isinstance(error, sa_exc.DBAPIError) else error
+    cause = getattr(cause, "__cause__", None) or cause  # SQLAlchemy's adapted asyncpg error
+    for candidate in (error, cause):
+        if isinstance(candidate, asyncpg.QueryCanceledError):
+            raise QueryTimeout() from None
+        if isinstance(candidate, asyncpg.DataError):
+            raise BadUserInput("a value is out of range or not valid here") from None
 
 
 def _gone(connection: asyncpg.Connection) -> bool:
@@ -151,16 +167,22 @@ def _rowcount(status: str) -> int:
 
 
 async def raw_one(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> Row | None:
-    async with _connection(on) as connection:
+    async with reads.reading() as scope, _connection(on) as connection:
         with reaching(connection):
             row: Row | None = await connection.fetchrow(st.sql, *st.args(params))
+        if scope is not None and scope.charge(row):
+            del row  # not kept alive by the error's frames
+            scope.check()
     return row
 
 
 async def raw_all(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> list[Row]:
-    async with _connection(on) as connection:
+    async with reads.reading() as scope, _connection(on) as connection:
         with reaching(connection):
             rows: list[Row] = await connection.fetch(st.sql, *st.args(params))
+        if scope is not None and scope.charge(rows):
+            del rows  # not kept alive by the error's frames
+            scope.check()
     return rows
 
 

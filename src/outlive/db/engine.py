@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from outlive.config import Settings
-from outlive.db.raw import create_pool
+from outlive.db.raw import create_pool, server_settings
 from outlive.db.tx import AdmissionFactory, JobProducer, NudgeSink, Sessions, drop_nudges
 
 
@@ -57,8 +57,9 @@ def create_engine(
     max_overflow: int = 5,
     pool_timeout_s: float = 30.0,
     statement_cache: bool = True,
+    statement_timeout_s: float | None = None,
 ) -> AsyncEngine:
-    connect_args: dict[str, Any] = {"server_settings": {"application_name": "outlive"}}
+    connect_args: dict[str, Any] = {"server_settings": server_settings(statement_timeout_s)}
     if not statement_cache:
         connect_args |= {
             "statement_cache_size": 0,  # asyncpg's own cache
@@ -89,25 +90,31 @@ def create_engine_for(
     *,
     pool_size: int | None = None,
     max_overflow: int | None = None,
+    statement_timeout_s: float | None = None,
 ) -> AsyncEngine:
     """An engine sized by the connection budget's settings (a CLI command asks for fewer), with
-    `OUTLIVE_DB_PGBOUNCER` honoured."""
+    `OUTLIVE_DB_PGBOUNCER` honoured (no `statement_timeout` startup setting behind PgBouncer,
+    which refuses startup settings it does not know)."""
     return create_engine(
         database_url,
         pool_size=settings.db_pool_size if pool_size is None else pool_size,
         max_overflow=settings.db_max_overflow if max_overflow is None else max_overflow,
         pool_timeout_s=settings.db_pool_timeout_s,
         statement_cache=not settings.db_pgbouncer,
+        statement_timeout_s=None if settings.db_pgbouncer else statement_timeout_s,
     )
 
 
-async def open_raw_pool(settings: Settings, database_url: str) -> asyncpg.Pool:
+async def open_raw_pool(
+    settings: Settings, database_url: str, *, statement_timeout_s: float | None = None
+) -> asyncpg.Pool:
     """The raw asyncpg pool of a server process, within the connection budget; its caller
     closes it."""
     return await create_pool(
         database_url,
         max_size=settings.db_raw_pool_size,
         statement_cache=not settings.db_pgbouncer,
+        statement_timeout_s=None if settings.db_pgbouncer else statement_timeout_s,
     )
 
 

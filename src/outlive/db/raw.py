@@ -51,8 +51,21 @@ async def _keep_session(_: asyncpg.Connection) -> None:
     on every release: it doubled the statements PostgreSQL ran for each authenticated request."""
 
 
+def server_settings(statement_timeout_s: float | None) -> dict[str, str]:
+    """The session settings of a connection: its name, and an API's `statement_timeout` (a
+    statement past it is cancelled by PostgreSQL: `QueryTimeout`)."""
+    settings = {"application_name": "outlive"}
+    if statement_timeout_s:
+        settings["statement_timeout"] = f"{round(statement_timeout_s * 1000)}ms"
+    return settings
+
+
 async def create_pool(
-    database_url: str, *, max_size: int = 10, statement_cache: bool = True
+    database_url: str,
+    *,
+    max_size: int = 10,
+    statement_cache: bool = True,
+    statement_timeout_s: float | None = None,
 ) -> asyncpg.Pool:
     """A pool for single statements. `database_url` is the contract's `postgresql://…`.
     `statement_cache=False` (PgBouncer in transaction mode): no statements prepared by name."""
@@ -62,6 +75,6 @@ async def create_pool(
         max_size=max_size,
         init=_setup,
         reset=_keep_session,  # asyncpg still rolls back a transaction left open, locally checked
-        server_settings={"application_name": "outlive"},
+        server_settings=server_settings(statement_timeout_s),
         **({} if statement_cache else {"statement_cache_size": 0}),
     )

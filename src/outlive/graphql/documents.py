@@ -4,8 +4,11 @@
 document meets (`limits.limit_rules`: depth, aliases, NUL; the token limit) and keeps the result,
 errors included, under the sha256 of its text. The cache is bounded in bytes (`max_bytes`, an
 estimate of what an entry holds: its text and its syntax tree, `ENTRY_BYTES_PER_CHAR` per
-character), least recently used first out. Strawberry's own parser and validation caches are not
-installed (`graphql.schema`): this is the only copy.
+character), least recently used first out. Each entry is charged to the tenant whose request
+brought it in, and one tenant's entries hold at most `tenant_share_bytes` (a quarter of the cache):
+past it, that tenant's own least recently used entries go, never another tenant's, so one tenant's
+padded documents cannot flush every tenant's documents and persisted queries. Strawberry's own
+parser and validation caches are not installed (`graphql.schema`): this is the only copy.
 
 Keyed by sha256, the cache is also the store of Automatic Persisted Queries (`persisted.py`): a
 document that validated is found by the hash a client sends instead of its text, by a tenant that
@@ -113,6 +116,7 @@ class Documents:
         max_tokens: int,
         max_bytes: int = DOCUMENT_CACHE_BYTES,
         max_query_bytes: int = MAX_QUERY_BYTES,
+        tenant_share_bytes: int | None = None,
     ) -> None:
         self._max_query_bytes = max_query_bytes
         self._schema = schema
@@ -121,6 +125,9 @@ class Documents:
         self._max_bytes = max_bytes
         self._bytes = 0
         self._cache: OrderedDict[str, Prepared] = OrderedDict()
+        self._share = tenant_share_bytes if tenant_share_bytes is not None else max_bytes // 4
+        self._charged: dict[str, tuple[Hashable, int]] = {}  # digest -> (tenant, bytes)
+        self._tenant_bytes: dict[Hashable, int] = {}
 
     def prepare(self, query: str, owner: Hashable | None = None) -> Prepared:
         """The document, prepared once and kept under its sha256; `owner` (a tenant) has now
@@ -134,7 +141,7 @@ class Documents:
         prepared = self._prepare(query, digest)
         if not self._too_long(query):
             self._own(prepared, owner)
-            self._keep(prepared)
+            self._keep(prepared, owner)
         return prepared
 
     def persisted(self, digest: str, owner: Hashable) -> Prepared | None:
@@ -153,15 +160,43 @@ class Documents:
                 self._bytes += OWNER_BYTES
                 self._evict()
 
-    def _keep(self, prepared: Prepared) -> None:
+    def _keep(self, prepared: Prepared, owner: Hashable | None) -> None:
         self._cache[prepared.digest] = prepared
-        self._bytes += _size(prepared)
+        size = _size(prepared)
+        self._bytes += size
+        if owner is not None:
+            self._charged[prepared.digest] = (owner, size)
+            self._tenant_bytes[owner] = self._tenant_bytes.get(owner, 0) + size
+            self._evict_own(owner, keep=prepared.digest)
         self._evict()
+
+    def _evict_own(self, owner: Hashable, keep: str) -> None:
+        """The tenant's own least recently used entries, until it is within its share (the
+        entry it just brought in stays, even alone over the share)."""
+        while self._tenant_bytes.get(owner, 0) > self._share:
+            digest = next(
+                (d for d in self._cache if d != keep and self._charged.get(d, (None,))[0] == owner),
+                None,
+            )
+            if digest is None:
+                return
+            self._drop(digest)
 
     def _evict(self) -> None:
         while self._bytes > self._max_bytes and self._cache:
-            _, oldest = self._cache.popitem(last=False)
-            self._bytes -= _size(oldest)
+            self._drop(next(iter(self._cache)))
+
+    def _drop(self, digest: str) -> None:
+        dropped = self._cache.pop(digest)
+        self._bytes -= _size(dropped)
+        charged = self._charged.pop(digest, None)
+        if charged is not None:
+            owner, size = charged
+            left = self._tenant_bytes[owner] - size
+            if left > 0:
+                self._tenant_bytes[owner] = left
+            else:
+                del self._tenant_bytes[owner]
 
     def _too_long(self, query: str) -> bool:
         limit = self._max_query_bytes

@@ -36,7 +36,9 @@ from graphql.execution.values import VariableValues, get_variable_values
 from starlette.types import Receive, Scope, Send
 
 from outlive.config import Settings
-from outlive.errors import BadUserInput
+from outlive.db import reads
+from outlive.db.reads import ResponseTooLarge
+from outlive.errors import BadUserInput, ServiceUnavailable
 from outlive.graphql.coalescing import Coalescer, SharedExecutionCancelled
 from outlive.graphql.documents import Documents, Operation, Prepared
 from outlive.graphql.documents import Scope as ReadScope
@@ -124,6 +126,7 @@ class Pipeline:
             max_tokens=settings.max_query_tokens,
             max_query_bytes=settings.max_query_bytes,
         )
+        self.gates = reads.TenantGates(settings.api_tenant_max_reads)
         self.coalescer: Coalescer[Answer] = Coalescer(
             linger_s=settings.read_linger_ms / 1000, max_wait_s=settings.read_max_wait_ms / 1000
         )
@@ -140,7 +143,9 @@ class Pipeline:
             with observe_operation(label, kind, request.traceparent) as seen:
                 route, plan = choose_route(self, prepared, name)  # a plan, or graphql-core
                 work = Work(request, prepared, operation, route, plan)
-                answer = await self._executed(work, context)
+                async with self.gates.held(context.require().tenant.id) as gate:
+                    with reads.scoped(reads.ReadScope(gate, self.settings.max_response_bytes)):
+                        answer = await self._executed(work, context)  # the tenant's share
                 seen.route, seen.ok = answer.route, not answer.has_errors
         except Refused as refused:
             answer = refused.answer
@@ -246,7 +251,7 @@ class Pipeline:
         if work.plan is not None:
             try:
                 data, errors = await work.plan.run(variables, context)
-                return _answer(ExecutionResult(data, errors or None), route)
+                return _answer(ExecutionResult(data, errors or None), route, self.max_bytes)
             except Unplanned:
                 route = Route.EXECUTE_UNPLANNED
         assert prepared.document is not None  # noqa: S101 (checked)
@@ -260,7 +265,11 @@ class Pipeline:
         if inspect.isawaitable(result):
             result = await result
         assert isinstance(result, ExecutionResult)  # noqa: S101 (no incremental delivery)
-        return _answer(result, route)
+        return _answer(result, route, self.max_bytes)
+
+    @property
+    def max_bytes(self) -> int:
+        return self.settings.max_response_bytes
 
 
 def choose_route(
@@ -280,13 +289,26 @@ def choose_route(
     return Route.EXECUTE_UNPLANNABLE, None
 
 
-def _answer(result: ExecutionResult, route: Route) -> Answer:
-    payload: dict[str, Any] = {"data": result.data}
-    if result.errors:
-        payload["errors"] = [coded(e).formatted for e in result.errors]
-    if result.extensions:
-        payload["extensions"] = result.extensions
-    return Answer(status_of(result.errors), encode(payload), route, bool(result.errors))
+def _answer(result: ExecutionResult, route: Route, max_bytes: int) -> Answer:
+    """The answer's JSON; past `max_bytes` (`OUTLIVE_MAX_RESPONSE_BYTES`, counted as rows were
+    fetched, `db.reads`, and on the JSON itself), that refusal alone: never a truncated answer."""
+    if not any(isinstance(_original(e), ResponseTooLarge) for e in result.errors or ()):
+        payload: dict[str, Any] = {"data": result.data}
+        if result.errors:
+            payload["errors"] = [coded(e).formatted for e in result.errors]
+        if result.extensions:
+            payload["extensions"] = result.extensions
+        body = encode(payload)
+        if len(body) <= max_bytes:
+            return Answer(status_of(result.errors), body, route, bool(result.errors))
+    refused = error_payload(ResponseTooLarge(max_bytes).message, ResponseTooLarge.code)
+    return Answer(200, encode(refused), route, True)
+
+
+def _original(error: BaseException | None) -> BaseException | None:
+    while isinstance(error, GraphQLError) and error.original_error is not None:
+        error = error.original_error
+    return error
 
 
 def encode(payload: dict[str, Any]) -> bytes:
@@ -393,5 +415,7 @@ async def send_answer(send: Send, answer: Answer) -> None:
     ]
     if answer.execution is not None:
         headers.append((EXECUTION_HEADER, answer.execution.encode()))
+    if answer.status == 503:  # PostgreSQL unreachable, or stopping: what `retryAfter` says too
+        headers.append((b"retry-after", str(ServiceUnavailable().retry_after).encode()))
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body})

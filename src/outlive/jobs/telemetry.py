@@ -8,6 +8,7 @@ is on, carries the trace across the queue in the job's saq `meta`).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -141,13 +142,30 @@ class MeteredTransport(httpx.AsyncBaseTransport):
 
 
 def serve_metrics(port: int, host: str) -> Any:
-    """prometheus_client's HTTP server (a thread) on `host:port`; `.shutdown()` stops it."""
+    """prometheus_client's HTTP server (a thread) on `host:port`; `.shutdown()` stops it. It has
+    no authentication: on an address other than loopback (`OUTLIVE_METRICS_HOST`'s default is
+    0.0.0.0, for Prometheus to scrape workers over the network) a WARNING says so at start, so
+    that nobody exposes it past a private network by accident."""
+    if not _loopback(host):
+        log.warning(
+            "/metrics listens on %s:%d without authentication: keep that port on a private"
+            " network (or set OUTLIVE_METRICS_HOST=127.0.0.1)",
+            host,
+            port,
+        )
     registry: Any = REGISTRY
     if metrics.is_multiprocess():
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     server, _ = start_http_server(port, host, registry=registry)
     return server
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def metered_http_client(max_connections: int = 100) -> httpx.AsyncClient:

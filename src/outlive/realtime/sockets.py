@@ -200,6 +200,8 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         try:
             await super().handle_connection_init(message)
+            if self.connection_acknowledged:
+                _authenticated(self.websocket)
             if self.connection_acknowledged and self.connection_init_timeout_task is not None:
                 # strawberry lets it sleep out the whole init timeout: a task, its frame and a
                 # timer per socket for 10 s, for nothing once the connection is acknowledged.
@@ -347,3 +349,13 @@ class SubscriptionsOnly:
     async def stream(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["allowed_operation_types"] = (StrawberryOperation.SUBSCRIPTION,)
         return await self._schema.stream(*args, **kwargs)
+
+
+def _authenticated(websocket: object) -> None:
+    """Tell the app (`outlive.app`) this socket signed in: it no longer counts against
+    `OUTLIVE_WS_MAX_UNAUTHENTICATED`."""
+    scope = getattr(getattr(websocket, "ws", None), "scope", None)
+    app = scope.get("app") if isinstance(scope, dict) else None
+    authenticated = getattr(app, "authenticated", None)
+    if authenticated is not None:
+        authenticated(scope)

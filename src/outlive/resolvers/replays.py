@@ -16,7 +16,7 @@ from outlive.schema.runs import Run, StartRunPayload
 from outlive.services import replays
 from outlive.services import runs as runs_service
 from outlive.services.ids import parse_uuid
-from outlive.services.ratelimits import start_run_bucket
+from outlive.services.ratelimits import Bucket, start_run_bucket
 
 Info = strawberry.Info[Context, None]
 
@@ -68,6 +68,10 @@ async def replay_runs(
     ctx = info.context
     settings = ctx.services.settings
     chosen = filter or ReplayRunsFilter()
+    await ctx.services.limiter.take(  # each call writes a row, even one that matches nothing
+        Bucket("replay-runs", str(ctx.tenant_id), settings.rate_replay_runs),
+        message="too many replays started: try again in a moment",
+    )
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         replay = await replays.create_replay(
             uow,

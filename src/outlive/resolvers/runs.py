@@ -145,6 +145,7 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
     s = ctx.services
     run_id = runs_service.parse_run_id(input.id)
     waits.check_name(input.name)  # BAD_USER_INPUT before a token is taken or a row written
+    waits.encode_payload(input.payload)
     await s.limiter.take(
         Bucket("signal-run", str(ctx.tenant_id), s.settings.rate_signal_run),
         message="too many signals sent: try again in a moment",
@@ -157,5 +158,6 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
             payload=input.payload,
             idempotency_key=input.idempotency_key,
             instances=s.instances,
+            mailbox=waits.Mailbox(s.settings.signal_mailbox_max, s.settings.signal_mailbox_bytes),
         )
     return SignalRunPayload(run=Run.of(result.run), accepted=result.accepted)

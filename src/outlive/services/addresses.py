@@ -47,11 +47,20 @@ def parse_address(text: str) -> str:
     return f"{local.lower()}@{_hostname(text, domain)}"
 
 
+# Domains whose mailboxes ignore dots in the local part (`t.arget@` is `target@`), and their
+# aliases of one another.
+_DOTLESS = {"gmail.com": "gmail.com", "googlemail.com": "gmail.com"}
+
+
 def recipient_key(address: str) -> str:
     """What the per-recipient rate limit counts: the parsed address without a `+tag` (plus
-    addressing delivers `a+1@x`, `a+2@x`, … to the same inbox as `a@x`)."""
+    addressing delivers `a+1@x`, `a+2@x`, … to the same inbox as `a@x`), and, for the domains
+    that ignore them (Gmail), without dots."""
     local, _, domain = parse_address(address).partition("@")
-    return f"{local.split('+', 1)[0] or local}@{domain}"
+    local = local.split("+", 1)[0] or local
+    if domain in _DOTLESS:
+        local, domain = local.replace(".", "") or local, _DOTLESS[domain]
+    return f"{local}@{domain}"
 
 
 def _hostname(text: str, domain: str) -> str:

@@ -9,11 +9,17 @@ told "does not resolve" from "private", would let a tenant map the internal netw
 A caller connects to the address that was checked (`pinned_url`), so DNS rebinding cannot slip
 past between the check and the connection.
 
-A tenant chooses the name, and so how slowly it resolves. A lookup gives up after
-`RESOLVE_TIMEOUT_S` (refused like any other name that does not resolve), and lookups run on a
-small thread pool of their own: the system resolver cannot be interrupted, so a lookup given up
-on keeps its thread until the resolver does, and on the event loop's default executor enough of
-those would hold up every other name this process resolves (its own database, say).
+A tenant chooses the name, and so how slowly it resolves. Lookups run on a thread pool of their
+own (`RESOLVER_THREADS`): the system resolver cannot be interrupted, so a lookup given up on keeps
+its thread until the resolver does, and on the event loop's default executor enough of those
+would hold up every other name this process resolves (its own database, say). Within that pool a
+tenant holds at most `TENANT_LOOKUPS` lookups at once, counted until the resolver really gives
+the thread back (not when the caller stops waiting), so one tenant's slow name server delays only
+that tenant's own lookups: it takes `RESOLVER_THREADS / TENANT_LOOKUPS` (16) tenants with hostile
+name servers at once, in one process, to make another tenant's lookup queue for a thread. A
+lookup gives up after `RESOLVE_TIMEOUT_S`, counted once the tenant's turn came (not while it
+waited behind its own lookups); a name that does not resolve, in time or at all, is
+`LookupFailed`, which a delivery retries: only an address that is not public is refused for good.
 """
 
 from __future__ import annotations
@@ -35,12 +41,20 @@ EMBEDDING_V6 = tuple(
 
 
 RESOLVE_TIMEOUT_S = 5.0
-RESOLVER_THREADS = 8
+RESOLVER_THREADS = 32
+TENANT_LOOKUPS = 2  # threads of the pool one tenant may hold at once (per process)
 _resolver: ThreadPoolExecutor | None = None
+_held: dict[object, int] = {}  # tenant -> threads it holds now (lookups not given back yet)
+_freed: dict[object, asyncio.Event] = {}
 
 
 class UnsafeDestination(BadUserInput):
     """A webhook URL that is not http(s) or resolves to a non-public address."""
+
+
+class LookupFailed(UnsafeDestination):
+    """The name did not resolve (in time, or at all): refused at `createWebhookEndpoint`, but a
+    delivery retries it later (the name server may be slow or down for now)."""
 
 
 def check_url_shape(url: str) -> str:
@@ -78,18 +92,53 @@ async def lookup(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
-async def resolve_public(url: str, *, allow_private: bool) -> tuple[str, str]:
-    """(host, address to connect to): the first resolved address, all of them checked. Any
-    refusal is the one generic `UnsafeDestination("destination not allowed")`, a name that
-    does not resolve within `RESOLVE_TIMEOUT_S` included."""
+async def tenant_lookup(host: str, port: int, tenant: object) -> list[str]:
+    """`lookup`, once `tenant` holds fewer than `TENANT_LOOKUPS` lookups, under
+    `RESOLVE_TIMEOUT_S` from then on. A lookup given up on is not cancelled (the resolver's
+    thread cannot be): it keeps its place in the tenant's count until it really ends."""
+    while _held.get(tenant, 0) >= TENANT_LOOKUPS:
+        freed = _freed.setdefault(tenant, asyncio.Event())
+        freed.clear()
+        await freed.wait()
+    _held[tenant] = _held.get(tenant, 0) + 1
+    running = asyncio.ensure_future(lookup(host, port))
+    running.add_done_callback(lambda task: _give_back(tenant, task))
+    done, _ = await asyncio.wait({running}, timeout=RESOLVE_TIMEOUT_S)
+    if not done:
+        raise TimeoutError(f"no answer within {RESOLVE_TIMEOUT_S:g}s")
+    return running.result()
+
+
+def _give_back(tenant: object, task: asyncio.Future[list[str]]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: a lookup given up on fails with nobody waiting for it
+    left = _held.get(tenant, 1) - 1
+    if left <= 0:
+        _held.pop(tenant, None)
+    else:
+        _held[tenant] = left
+    if (freed := _freed.pop(tenant, None)) is not None:
+        freed.set()
+
+
+async def resolve_public(
+    url: str, *, allow_private: bool, tenant: object = None
+) -> tuple[str, str]:
+    """(host, address to connect to): the first resolved address, all of them checked. A name
+    that does not resolve within `RESOLVE_TIMEOUT_S` (or at all) is `LookupFailed`; an address
+    that is not public, `UnsafeDestination`. Both say only "destination not allowed"."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        async with asyncio.timeout(RESOLVE_TIMEOUT_S):
-            addresses = await lookup(host, port)
+        addresses = await tenant_lookup(host, port, tenant)
+    except (OSError, UnicodeError):  # TimeoutError is an OSError, and so is socket.gaierror
+        raise LookupFailed(NOT_ALLOWED) from None
+    except ValueError:
+        raise UnsafeDestination(NOT_ALLOWED) from None
+    try:
         ips = [ipaddress.ip_address(address.split("%")[0]) for address in addresses]
-    except (OSError, ValueError, UnicodeError):  # TimeoutError is an OSError
+    except ValueError:
         raise UnsafeDestination(NOT_ALLOWED) from None
     if not addresses or not (allow_private or all(is_public(ip) for ip in ips)):
         raise UnsafeDestination(NOT_ALLOWED)

@@ -39,7 +39,9 @@ def create_client(
         limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0)
     )
     return httpx.AsyncClient(
-        transport=wrap(transport) if wrap is not None else transport, follow_redirects=False
+        transport=wrap(transport) if wrap is not None else transport,
+        follow_redirects=False,
+        timeout=None,  # noqa: S113 (the attempt's one deadline, `handle`; not httpx's 5 s read)
     )
 
 
@@ -52,9 +54,14 @@ async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
     try:
         async with asyncio.timeout(timeout):  # the lookup included: the name is the tenant's
             host, address = await destinations.resolve_public(
-                outgoing.url, allow_private=deps.settings.webhook_allow_private
+                outgoing.url,
+                allow_private=deps.settings.webhook_allow_private,
+                tenant=outgoing.tenant_id,  # a tenant's slow name server delays only its own
             )
             status = await _post(deps, outgoing, host, address)
+    except destinations.LookupFailed:  # the name server is slow or down: retried, not failed
+        await _record(deps, delivery_id, None, "the host name did not resolve")
+        raise DeliveryFailed("lookup failed") from None
     except destinations.UnsafeDestination as exc:  # permanent: recorded, not retried
         async with deps.sessions.unit() as uow:
             await webhooks.finish_delivery(

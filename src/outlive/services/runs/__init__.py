@@ -43,6 +43,7 @@ from outlive.services.runs.records import (
     StartedRun,
     StepRecord,
     as_json,
+    json_text,
     parse_run_id,
     to_record,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "handed",
     "handoff_failed_runs",
     "heartbeat",
+    "json_text",
     "lease_left",
     "list_events",
     "list_steps_of_runs",

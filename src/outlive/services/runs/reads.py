@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from uuid import UUID
 
@@ -65,8 +65,12 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         at, _, run_id = raw.partition("|")
-        return datetime.fromisoformat(at), UUID(run_id)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+        instant = datetime.fromisoformat(at)
+        if instant.tzinfo is None:
+            raise ValueError("no offset")
+        instant.astimezone(UTC)  # 0001-01-01T00:00+01:00 is before year 1 in UTC
+        return instant, UUID(run_id)
+    except (ValueError, OverflowError, binascii.Error, UnicodeDecodeError):
         raise BadUserInput(f"{cursor!r} is not a valid cursor") from None
 
 

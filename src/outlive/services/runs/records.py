@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from outlive.db.models import ACTIVE_STATUSES, RunStatus
+from outlive.errors import BadUserInput
 from outlive.ids import RunId, TenantId
 from outlive.services.ids import parse_uuid
 
@@ -165,7 +166,16 @@ def to_event(m: Mapping[Any, Any]) -> EventRecord:
 
 
 def as_json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
+    return None if value is None else json_text(value)
+
+
+def json_text(value: Any) -> str:
+    """`value` as JSON text for a jsonb column; `NaN` and `Infinity` (a GraphQL literal such as
+    `1e999` parses to one) are not JSON, so PostgreSQL would refuse them: `BadUserInput`."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        raise BadUserInput("a number in the JSON is out of range (not finite)") from None
 
 
 def parse_run_id(value: str) -> RunId:

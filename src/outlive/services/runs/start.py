@@ -9,7 +9,6 @@ moves the line on) comes after the run is behind it."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
@@ -25,7 +24,7 @@ from outlive.services.runs import queries
 from outlive.services.runs.admit import dispatch_after_commit
 from outlive.services.runs.keys import DEFAULT_OPTIONS, StartOptions
 from outlive.services.runs.moves import move_run
-from outlive.services.runs.records import RunRecord, StartedRun, to_record
+from outlive.services.runs.records import RunRecord, StartedRun, json_text, to_record
 from outlive.services.runs.wakes import handoff_failed_runs
 from outlive.telemetry import metrics
 
@@ -119,7 +118,7 @@ async def _insert_or_meet(
         "on_conflict": options.on_conflict.value,
         "tags": list(options.tags),
         "idempotency_key": options.idempotency_key,
-        "input": json.dumps(dict(params)),
+        "input": json_text(dict(params)),
         "retried_from_id": retried_from,
         "default_cap": 0 if admission is None else admission.max_running_runs,
         "agents": 0 if admission is None else admission.agents,

@@ -25,7 +25,6 @@ exactly one outcome.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,7 +36,12 @@ from outlive.errors import BadUserInput, NotFound, RunCancelled, RunSuperseded
 from outlive.ids import RunId, TenantId
 from outlive.services import relay, runs
 from outlive.services.ports import RunInstances
-from outlive.services.runs import SETTLED_STATUSES, RunRecord, as_json
+from outlive.services.runs import (
+    SETTLED_STATUSES,
+    RunRecord,
+    as_json,
+    json_text,
+)
 from outlive.services.runs import to_record as run_record
 from outlive.services.waits import queries
 
@@ -139,6 +143,33 @@ async def _record(
     )
 
 
+def encode_payload(payload: Any) -> str:
+    """A signal's payload as JSON text, or `BadUserInput` (over 64 KiB, or not finite)."""
+    encoded = json_text(payload)
+    if len(encoded.encode()) > MAX_PAYLOAD_BYTES:
+        raise BadUserInput(f"a signal's payload is at most {MAX_PAYLOAD_BYTES // 1024} KiB of JSON")
+    return encoded
+
+
+@dataclass(frozen=True, slots=True)
+class Mailbox:
+    """The bounds of one run's kept signals (sent, not taken by a wait yet): a count and the
+    bytes of their payloads (`OUTLIVE_SIGNAL_MAILBOX_MAX`, `OUTLIVE_SIGNAL_MAILBOX_BYTES`).
+    The run's row lock, taken before, makes the count exact."""
+
+    max_count: int = 100
+    max_bytes: int = 1024 * 1024
+
+    async def check(self, uow: Unit, run_id: RunId, adding: int) -> None:
+        row = await uow.one(queries.MAILBOX, run_id=run_id)
+        count, size = (row["n"], row["bytes"]) if row is not None else (0, 0)
+        if count + 1 > self.max_count or size + adding > self.max_bytes:
+            raise BadUserInput(
+                f"this run's mailbox is full: at most {self.max_count} signals and"
+                f" {self.max_bytes // 1024} KiB are kept until the run waits for them"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class SignalResult:
     run: RunRecord
@@ -153,11 +184,14 @@ async def signal_run(
     payload: Any,
     idempotency_key: str | None,
     instances: RunInstances,
+    mailbox: Mailbox | None = None,
 ) -> SignalResult:
     """Deliver signal `name` to the unit's tenant's run: kept in its mailbox, and taken at once
     when the run is WAITING for that name (woken, and handed to the queue after the commit).
     Not accepted: a settled run, or an `idempotency_key` this run already accepted. Another
-    tenant's run (or none): `NotFound`. Bad input: `BadUserInput`, nothing written."""
+    tenant's run (or none): `NotFound`. Bad input, or a full mailbox (`Mailbox`: a signal its
+    run does not wait for now is kept, within bounds): `BadUserInput`, nothing written."""
+    mailbox = mailbox or Mailbox()
     encoded = _checked_signal(name, payload, idempotency_key)
     tenant_id = TenantId(uow.require_tenant())
     row = await uow.one(queries.LOCK_RUN, run_id=run_id, tenant_id=tenant_id)
@@ -166,6 +200,9 @@ async def signal_run(
     run = run_record(row)
     if run.status in SETTLED_STATUSES:
         return SignalResult(run, accepted=False)
+    taken_at_once = run.status == RunStatus.WAITING and run.waiting_for == name
+    if not taken_at_once:
+        await mailbox.check(uow, run_id, len(encoded.encode()))
     inserted = await uow.one(
         queries.INSERT_SIGNAL,
         run_id=run_id,
@@ -177,7 +214,7 @@ async def signal_run(
     if inserted is None:
         return SignalResult(run, accepted=False)
     woken = None
-    if run.status == RunStatus.WAITING and run.waiting_for == name:
+    if taken_at_once:
         woken = await runs.wake_by_signal(uow, run, name, seq=inserted["seq"], payload=encoded)
     if woken is not None:
         _hand_after_commit(uow, woken, instances)
@@ -192,10 +229,7 @@ def _checked_signal(name: str, payload: Any, idempotency_key: str | None) -> str
     check_name(name)
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
         raise BadUserInput(f"an idempotencyKey is 1 to {MAX_IDEMPOTENCY_KEY} characters")
-    encoded = json.dumps(payload)
-    if len(encoded.encode()) > MAX_PAYLOAD_BYTES:
-        raise BadUserInput(f"a signal's payload is at most {MAX_PAYLOAD_BYTES // 1024} KiB of JSON")
-    return encoded
+    return encode_payload(payload)
 
 
 def _hand_after_commit(uow: Unit, woken: RunRecord, instances: RunInstances) -> None:

@@ -69,4 +69,11 @@ INSERT_SIGNAL = prepare(
         " RETURNING seq"
     )
 )
+# The run's kept signals (not taken by a wait yet): how many, and their payloads' bytes.
+MAILBOX = prepare(
+    text(
+        "SELECT count(*) AS n, coalesce(sum(octet_length(payload::text)), 0) AS bytes"
+        " FROM run_signals WHERE run_id = :run_id AND delivered_at IS NULL"
+    )
+)
 WAITING_RUNS = prepare(text("SELECT count(*) AS n FROM runs WHERE status = 'WAITING'"))

@@ -128,7 +128,7 @@ async def create_endpoint(
     tenant_id = uow.require_tenant()
     url = check_url_shape(url)
     chosen = check_events(events)
-    await resolve_public(url, allow_private=allow_private)
+    await resolve_public(url, allow_private=allow_private, tenant=tenant_id)
     # Creates of one tenant take turns from here to the commit: the count cannot go stale.
     await uow.execute(queries.LOCK_TENANT, tenant_id=tenant_id)
     count = await uow.one(queries.COUNT_ENDPOINTS, tenant_id=tenant_id)
