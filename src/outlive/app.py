@@ -32,6 +32,7 @@ from outlive.graphql.errors import unavailable_payload
 from outlive.graphql.http import Pipeline
 from outlive.graphql.schema import served_schema
 from outlive.jobs.telemetry import serve_metrics
+from outlive.realtime.outputs import OutputStore, OutputTails
 from outlive.realtime.sockets import NudgesTransportWS, OutliveWebSocketAdapter
 from outlive.resolvers.context import Context, Services
 from outlive.runtime import open_runtime
@@ -347,6 +348,7 @@ def build_app(
                 sockets=realtime.sockets,
                 limiter=RateLimiter(queues.redis),
                 hub=realtime.hub if settings.realtime else None,
+                outputs=OutputTails(OutputStore.of(queues.redis, settings)),
             )
             app.state.runtime = runtime
             if settings.metrics and settings.metrics_token is not None:

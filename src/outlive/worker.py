@@ -34,6 +34,7 @@ from outlive.jobs.producer import CONSUME_TASK
 from outlive.jobs.relay import RelayLoop, build_relay
 from outlive.jobs.run_instances import run_workflow
 from outlive.jobs.telemetry import instrumented_run_task
+from outlive.realtime.outputs import OutputStore
 from outlive.runtime import Queues, Runtime, open_runtime
 from outlive.services.ratelimits import RateLimiter
 from outlive.workflows.runs import WorkflowDeps
@@ -83,7 +84,11 @@ class WorkerHost:
         settings, sessions = self.settings, runtime.sessions
         return WorkerDeps(
             workflows=WorkflowDeps(
-                sessions=sessions, agents=runtime.agents, http=http.agents, settings=settings
+                sessions=sessions,
+                agents=runtime.agents,
+                http=http.agents,
+                settings=settings,
+                outputs=OutputStore.of(queues.redis, settings),
             ),
             jobs=JobDeps(
                 sessions=sessions,

@@ -13,6 +13,7 @@ from outlive.db.tx import Sessions
 from outlive.errors import Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
+from outlive.realtime.outputs import OutputTails
 from outlive.realtime.registry import OpenSocket, SocketRegistry
 from outlive.resolvers.loaders import Loaders
 from outlive.services import admission, timelines, webhooks
@@ -36,6 +37,7 @@ class Services:
     sockets: SocketRegistry
     limiter: RateLimiter
     hub: Hub | None = None
+    outputs: OutputTails | None = None  # runs' output streams (`runOutput`)
 
     async def authenticate(self, token: str) -> Principal | None:
         """The principal of a bearer token, through this process's cache (which obeys
@@ -62,6 +64,10 @@ class Context:
     @property
     def tenant_id(self) -> TenantId:
         return self.require().tenant.id
+
+    def run_tenant(self, run_id: RunId) -> TenantId:
+        """The tenant to read run `run_id` under."""
+        return self.tenant_id
 
     @property
     def loaders(self) -> Loaders:

@@ -17,6 +17,7 @@ from outlive.services import waits
 from outlive.services.runs import RunRecord, append_event, read_run
 from outlive.workflows.deps import WorkflowDeps
 from outlive.workflows.steps import StepJournal, buffered_events
+from outlive.workflows.streams import StreamWriter, within_step
 
 CANCEL_POLL_S = 1.0  # how often a sleeping agent looks for a cancel request
 # A sleep this short or shorter is slept in-process (parking and waking costs more than it
@@ -40,6 +41,8 @@ class AttemptContext:
         self._fresh: RunRecord | None = run  # the row as this attempt last wrote it
         self._steps = StepJournal(deps.sessions, run, lease_s=deps.lease_s, recorded=self._moved)
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
+        self._outputs = deps.outputs
+        self._batch_s = deps.settings.stream_batch_ms / 1000
 
     def _moved(self, run: RunRecord) -> None:
         self._fresh = run
@@ -60,8 +63,16 @@ class AttemptContext:
 
     def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """A durable step (`workflows.steps`): `fn(*args, **kwargs)` run once per run, its
-        result recorded; the occurrence is taken here, at the call."""
-        return self._steps.call(name, fn, args, kwargs)
+        result recorded; the occurrence is taken here, at the call. The streams `fn` opens
+        end with it (`workflows.streams`)."""
+        return within_step(self._steps.call(name, fn, args, kwargs))
+
+    # --- streams (`workflows.streams`): display only, never journaled -------------------------
+
+    def stream(self, name: str) -> StreamWriter:
+        """A writer of the run's stream `name`: `write(text)` is batched to Redis, `close()`
+        (or leaving `async with`, or the end of the step it was opened in) ends it."""
+        return StreamWriter(self._outputs, self.run_id, name, batch_s=self._batch_s)
 
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
         if not type or len(type) > 64:

@@ -11,6 +11,7 @@ import httpx
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.tx import Sessions
+from outlive.realtime.outputs import OutputStore
 
 
 class AttemptControl(Protocol):
@@ -32,6 +33,7 @@ class WorkflowDeps:
     agents: AgentRegistry
     http: httpx.AsyncClient
     settings: Settings
+    outputs: OutputStore | None = None  # runs' output streams (`ctx.stream`); None: not kept
 
     @property
     def lease_s(self) -> float:
