@@ -92,6 +92,11 @@ class Mutation:
         description="Delivers a named signal to a run: kept in its mailbox until a wait for "
         "that name takes it (first in, first out); a run WAITING for it resumes.",
     )
+    create_run_read_token: str = strawberry.mutation(
+        resolver=run_fields.create_run_read_token,
+        description="A bearer token that reads this one run (its events, steps and runOutput)"
+        " and nothing else, for `ttlSeconds`, and dies with the token that made it.",
+    )
     redeliver_webhook: WebhookDelivery = strawberry.mutation(
         resolver=webhook_fields.redeliver_webhook,
         description="Sends a delivered or failed delivery again (same webhook-id); a pending "
