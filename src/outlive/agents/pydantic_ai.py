@@ -241,6 +241,25 @@ class _Durable(Generic[P]):
                 history, answers = result.all_messages(), _answers(output, payloads)
 
 
+def openai_compatible(ctx: RunContext, model: str | None = None) -> Model:
+    """A chat model on the deployment's OpenAI-compatible endpoint (`OUTLIVE_LLM_BASE_URL`,
+    `OUTLIVE_LLM_API_KEY`, `OUTLIVE_LLM_MODEL`), through the run's HTTP client. Pass it as
+    `durable(..., model=openai_compatible)`."""
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    settings = ctx.settings
+    if not settings.llm_base_url:
+        raise ModelNotConfigured("this agent needs OUTLIVE_LLM_BASE_URL")
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else "none"
+    provider = OpenAIProvider(base_url=settings.llm_base_url, api_key=key, http_client=ctx.http)
+    return OpenAIChatModel(model or settings.llm_model, provider=provider)
+
+
+class ModelNotConfigured(Exception):
+    """No model endpoint is configured."""
+
+
 def durable(
     agent: PydanticAgent[Any, Any],
     *,
