@@ -17,6 +17,13 @@ from outlive.agents.registry import Agent, RunContext
 from outlive.errors import RetryableFault
 
 
+class TurnUsage(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    input_tokens: int = Field(0, ge=0, le=10_000_000)
+    output_tokens: int = Field(0, ge=0, le=10_000_000)
+
+
 class DemoInput(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -44,6 +51,9 @@ class DemoInput(BaseModel):
     stream_delay_ms: int = Field(
         20, ge=0, le=10_000, description="between two chunks (10 characters) of the stream"
     )
+    usage_per_turn: TurnUsage | None = Field(
+        None, description="each turn records this model usage (for tests of Run.usage)"
+    )
 
 
 class DemoFailure(Exception):
@@ -61,6 +71,12 @@ async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int:
         await ctx.delay(params.delay_ms / 1000)
     if params.stream_chars:
         await stream_turn(ctx, params, turn)
+    if params.usage_per_turn is not None:
+        ctx.record_usage(
+            input_tokens=params.usage_per_turn.input_tokens,
+            output_tokens=params.usage_per_turn.output_tokens,
+            model="demo",
+        )
     await ctx.emit("turn", {"turn": turn})
     return turn
 

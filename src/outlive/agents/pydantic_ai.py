@@ -113,6 +113,12 @@ class DurableModel(WrapperModel):
             raise
         except ModelAPIError as exc:  # unreachable, timed out, cut off
             raise RetryableFault(f"model request failed: {exc}") from exc
+        usage = response.usage
+        self.run.record_usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            model=response.model_name,
+        )  # with this step, once: Run.usage
         await self.run.emit("message", _message_event(response))
         return response
 

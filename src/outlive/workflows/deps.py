@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -11,7 +12,9 @@ import httpx
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.tx import Sessions
+from outlive.ids import RunId
 from outlive.realtime.outputs import OutputStore
+from outlive.workflows.calls import Limits
 
 
 class AttemptControl(Protocol):
@@ -27,6 +30,13 @@ class AttemptControl(Protocol):
         """The engine should not count this delivery against the instance's retries."""
 
 
+class CancelWatch(Protocol):
+    """Pushes cancel requests to the attempts of this process (`outlive.jobs.cancels`)."""
+
+    def watch(self, run_id: RunId, requested: Callable[[], None]) -> Callable[[], None]:
+        """Call `requested()` when a cancel of `run_id` is requested; returns the unwatch."""
+
+
 @dataclass
 class WorkflowDeps:
     sessions: Sessions
@@ -34,6 +44,8 @@ class WorkflowDeps:
     http: httpx.AsyncClient
     settings: Settings
     outputs: OutputStore | None = None  # runs' output streams (`ctx.stream`); None: not kept
+    limits: Limits | None = None  # named limits shared across workers (`ctx.step(limit=...)`)
+    cancels: CancelWatch | None = None  # None: a cancel is seen by the heartbeat only
 
     @property
     def lease_s(self) -> float:
