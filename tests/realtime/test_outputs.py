@@ -142,3 +142,22 @@ async def test_a_run_keeps_at_most_its_byte_bound_of_output_newest_first(servers
     assert kept[-1].text.startswith("0099")  # the oldest went first
     assert kept[0].text > "0000"
     assert 0 < ttl <= 600_000  # kept for keep_s after the last write
+
+
+async def test_a_reader_that_comes_after_the_run_settled_gets_everything_still_kept(
+    served: Served, http: Api, tenant: TenantHandle, worker: Any
+) -> None:
+    run = (
+        await http.start_run(
+            tenant.token, input={"turns": 1, "delayMs": 0, "streamChars": 100, "streamDelayMs": 0}
+        )
+    )["run"]
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        await subscribe_output(sock, run["id"])
+        await read_all(sock)  # completes once the run settled
+    async with Socket.open(served.url, token=tenant.token) as late:
+        await subscribe_output(late, run["id"])
+        chunks = await read_all(late)
+
+    assert text_of(chunks) == stream_text(1, 100)
+    assert chunks[-1]["done"] is True
