@@ -7,7 +7,7 @@ the parent closes the read token's sockets too. Both cascade: a deleted run or p
 takes its read tokens with it. The partial index finds a parent's read tokens.
 
 Revision ID: 0018
-Revises: 0017
+Revises: 0016
 Create Date: 2026-12-04 13:00:00
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0018"
-down_revision: str | None = "0017"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -44,6 +44,21 @@ class RateLimited(DomainError):
         return {"retryAfter": self.retry_after}
 
 
+class RunActive(DomainError):
+    """`startRun` with `onConflict: REJECT` met an active run of its key: nothing was written;
+    `extensions.runId` names that run (contract §3)."""
+
+    code = "RUN_ACTIVE"
+
+    def __init__(self, run_id: object, message: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+    @property
+    def extensions(self) -> dict[str, object]:
+        return {"runId": str(self.run_id)}
+
+
 class QueueUnavailable(DomainError):
     """The row was written but the work could not be handed off; the row records it."""
 
@@ -97,6 +112,17 @@ class StepTooLarge(Exception):
 class StepResultInvalid(Exception):
     """A durable step's result cannot be recorded as JSON (or its return annotation cannot be
     resolved): nothing was recorded, and the run fails without a retry."""
+
+
+class ChildFailed(Exception):
+    """A child run (`ctx.call`, `ctx.spawn`, `ctx.map`) settled FAILED or CANCELLED: raised in
+    its parent, carrying the child's id, status and error."""
+
+    def __init__(self, child_id: object, status: str, error: str | None) -> None:
+        super().__init__(f"child run {child_id} {status.lower()}: {error or 'no error given'}")
+        self.child_id = child_id
+        self.status = status
+        self.error = error
 
 
 class RunParked(Exception):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from outlive.db.models import RunConflict
 from outlive.errors import BadUserInput
 
 if TYPE_CHECKING:
@@ -107,6 +108,44 @@ class RunContext(Protocol):
         every 50 ms); the stream ends (a chunk with `done`) on `await close()`, on leaving
         `async with`, or when the step it was opened in ends."""
 
+    async def spawn(
+        self,
+        agent: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        key: str | None = None,
+        abandon: bool = False,
+    ) -> Any:
+        """Start a child run of `agent` now; `await handle.result(timeout=…)` parks until it
+        settles. Identified by (this run, `name` or the agent's name, occurrence): a later
+        attempt gets the same child back, never a second one. `abandon`: left running when
+        this run settles or is cancelled (by default it is cancelled with it)."""
+
+    async def call(
+        self,
+        agent: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        key: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (durable)
+    ) -> Any:
+        """`spawn` and await the child's output: the run parks WAITING (`waitingFor:
+        "children"`, no worker, no slot) until it settles; `ChildFailed` when it failed."""
+
+    async def map(
+        self,
+        agent: str,
+        inputs: Sequence[Mapping[str, Any] | None],
+        *,
+        max_parallel: int = 10,
+        return_exceptions: bool = False,
+        name: str | None = None,
+    ) -> list[Any]:
+        """A child run per input, at most `max_parallel` live at once, their outputs in input
+        order (`ChildFailed` for a failed one, raised unless `return_exceptions`)."""
+
     @overload
     def step(
         self,
@@ -178,6 +217,12 @@ class Agent(Generic[P]):
     description: str
     input_model: type[P]
     run: Callable[[RunContext, P], Awaitable[Any]]
+    # Keys (contract §4.1): the key of a run started without one, from its input (None: the
+    # default key ""), and what a start does when that key has an active run (None:
+    # RETURN_EXISTING). `Agent(..., key=lambda p: f"conversation:{p.conversation_id}",
+    # on_conflict=RunConflict.ENQUEUE)` gives each conversation its own line.
+    key: Callable[[P], str] | None = field(default=None, compare=False)
+    on_conflict: RunConflict | None = None
     input_schema: dict[str, Any] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -197,6 +242,16 @@ class Agent(Generic[P]):
 
     def parse(self, stored: Mapping[str, Any]) -> P:
         return self.input_model.model_validate(stored)
+
+    def default_key(self, params: Mapping[str, Any]) -> str:
+        """The key of a run started with `params` (validated) and no key: "" unless the agent
+        declares a `key`, which must give 0..200 characters ("" is the default key)."""
+        if self.key is None:
+            return ""
+        key = self.key(self.parse(params))
+        if not isinstance(key, str) or len(key) > 200:
+            raise BadUserInput(f"agent {self.name!r} derived a key that is not 0..200 characters")
+        return key
 
 
 def _load(path: str) -> list[Agent[Any]]:
