@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 SLOW_MODULES = (
+    "tests/agents/test_pydantic_ai_crash.py",
     "tests/browser/",
     "tests/chaos/",
     "tests/relay/",

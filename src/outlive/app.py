@@ -33,6 +33,7 @@ from outlive.graphql.errors import unavailable_payload
 from outlive.graphql.http import Pipeline
 from outlive.graphql.schema import served_schema
 from outlive.jobs.telemetry import serve_metrics
+from outlive.realtime.outputs import OutputStore, OutputTails
 from outlive.realtime.pending import Unauthenticated
 from outlive.realtime.sockets import NudgesTransportWS, OutliveWebSocketAdapter
 from outlive.resolvers.context import Context, Services
@@ -375,6 +376,7 @@ def build_app(
                 sockets=realtime.sockets,
                 limiter=RateLimiter(queues.redis),
                 hub=realtime.hub if settings.realtime else None,
+                outputs=OutputTails(OutputStore.of(queues.redis, settings)),
             )
             app.state.runtime = runtime
             if settings.metrics and settings.metrics_token is not None:

@@ -121,6 +121,21 @@ class Settings(BaseSettings):
         None, description="the Redis (or Cluster node) that carries nudges; unset: REDIS_URL"
     )
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    stream_max_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="a run's output streams (`ctx.stream`) keep at most this many bytes in Redis;"
+        " the oldest chunks go first",
+    )
+    stream_keep_s: float = Field(
+        600.0, gt=0, description="a run's output stream is kept this long after its last write"
+    )
+    stream_batch_ms: float = Field(
+        50.0, ge=0, description="what an agent writes to a stream is sent to Redis this often"
+    )
+    run_read_token_max_s: int = Field(
+        30 * 86400, ge=1, description="the longest life `createRunReadToken` gives a token"
+    )
 
     # The read path (graphql/http.py).
     read_coalescing: bool = Field(

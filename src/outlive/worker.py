@@ -35,6 +35,7 @@ from outlive.jobs.producer import CONSUME_TASK
 from outlive.jobs.relay import RelayLoop, build_relay
 from outlive.jobs.run_instances import run_workflow
 from outlive.jobs.telemetry import instrumented_run_task
+from outlive.realtime.outputs import OutputStore
 from outlive.runtime import Queues, Runtime, open_runtime
 from outlive.services.limits import NamedLimits
 from outlive.services.ratelimits import RateLimiter
@@ -96,6 +97,7 @@ class WorkerHost:
                 agents=runtime.agents,
                 http=http.agents,
                 settings=settings,
+                outputs=OutputStore.of(queues.redis, settings),
                 cancels=self.cancels,
                 limits=NamedLimits(queues.redis, sessions, settings),
             ),

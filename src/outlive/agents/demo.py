@@ -46,6 +46,12 @@ class DemoInput(BaseModel):
     signal_timeout_s: int = Field(
         3600, ge=1, le=2_592_000, description="how long to wait for the signal at most"
     )
+    stream_chars: int = Field(
+        0, ge=0, le=100_000, description="each turn writes this many characters to `answer`"
+    )
+    stream_delay_ms: int = Field(
+        20, ge=0, le=10_000, description="between two chunks (10 characters) of the stream"
+    )
     children: int = Field(
         0, ge=0, le=1000, description="after its turns, start this many child runs of demo"
     )
@@ -70,6 +76,8 @@ async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int:
         raise DemoFailure(f"failing at turn {turn} as asked")
     if params.delay_ms:
         await ctx.delay(params.delay_ms / 1000)
+    if params.stream_chars:
+        await stream_turn(ctx, params, turn)
     if params.usage_per_turn is not None:
         ctx.record_usage(
             input_tokens=params.usage_per_turn.input_tokens,
@@ -78,6 +86,26 @@ async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int:
         )
     await ctx.emit("turn", {"turn": turn})
     return turn
+
+
+STREAM_CHUNK = 10
+
+
+def stream_text(turn: int, chars: int) -> str:
+    """What turn `turn` writes: a known text, so a reader can check it got every chunk once."""
+    pattern = f"turn {turn}: " + "".join(chr(ord("a") + i % 26) for i in range(26)) + ". "
+    return (pattern * (chars // len(pattern) + 1))[:chars]
+
+
+async def stream_turn(ctx: RunContext, params: DemoInput, turn: int) -> None:
+    """`streamChars` characters to the stream `answer`, 10 at a time, one per `streamDelayMs`;
+    the stream ends with the step (`done`)."""
+    text = stream_text(turn, params.stream_chars)
+    out = ctx.stream("answer")
+    for start in range(0, len(text), STREAM_CHUNK):
+        if start and params.stream_delay_ms:
+            await ctx.delay(params.stream_delay_ms / 1000)
+        out.write(text[start : start + STREAM_CHUNK])
 
 
 async def run(ctx: RunContext, params: DemoInput) -> dict[str, Any]:

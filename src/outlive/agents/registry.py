@@ -51,6 +51,18 @@ P = TypeVar("P", bound=BaseModel)
 T = TypeVar("T")
 
 
+class OutputStream(Protocol):
+    """What `ctx.stream(name)` gives: display text, written as it is made."""
+
+    def write(self, text: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> OutputStream: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+
 class RunContext(Protocol):
     """What an executing agent sees of its run."""
 
@@ -89,6 +101,12 @@ class RunContext(Protocol):
     async def delay(self, seconds: float) -> None:
         """Sleep in-process, holding the worker, looking at the run every second: a cancel
         request ends a long delay early (raising `RunCancelled`) instead of after it."""
+
+    def stream(self, name: str) -> OutputStream:
+        """A writer of the run's output stream `name` (display only, never journaled: read
+        with the `runOutput` subscription). `write(text)` never blocks (batched to Redis about
+        every 50 ms); the stream ends (a chunk with `done`) on `await close()`, on leaving
+        `async with`, or when the step it was opened in ends."""
 
     async def spawn(
         self,

@@ -138,6 +138,8 @@ class Pipeline:
             prepared = self._document(request, context)  # parsed and validated once per process
             name = request.operation_name
             operation = self._checked(request, prepared)  # known, allowed, valid
+            if operation.type is OperationType.MUTATION and context.require().is_run_reader:
+                raise refusal(401, "a run read token changes nothing", "UNAUTHENTICATED")
             declared, kind = operation.node.name, operation.type.value
             label = declared.value if declared is not None else None
             with observe_operation(label, kind, request.traceparent) as seen:
@@ -327,7 +329,8 @@ def read_key(
     tenant's data, same document, operation and variables."""
     user = principal.user.id if scope is ReadScope.PRINCIPAL else None
     variables = _canonical(request.variables) if request.variables else b""
-    return (principal.tenant.id, user, query, request.operation_name, variables)
+    reads = principal.run_id  # a run read token shares answers with readers of its run only
+    return (principal.tenant.id, reads, user, query, request.operation_name, variables)
 
 
 def _canonical(variables: dict[str, Any]) -> bytes:

@@ -64,6 +64,12 @@ class OpenSocket:
     def token_id(self) -> TokenId | None:
         return self.principal.token_id
 
+    @property
+    def token_ids(self) -> tuple[TokenId, ...]:
+        """Its token, and the token that made it (a run read token dies with its parent)."""
+        parent: TokenId | None = getattr(self.principal, "parent_token_id", None)
+        return tuple(t for t in (self.principal.token_id, parent) if t is not None)
+
 
 class SocketRegistry:
     def __init__(self, *, max_per_tenant: int, recheck_s: float) -> None:
@@ -87,8 +93,8 @@ class SocketRegistry:
             raise TooManySockets(f"at most {self.max_per_tenant} sockets per tenant")
         sock = OpenSocket(principal, closer)
         tenant.add(sock)
-        if sock.token_id is not None:
-            self._by_token.setdefault(sock.token_id, set()).add(sock)
+        for token_id in sock.token_ids:
+            self._by_token.setdefault(token_id, set()).add(sock)
         if principal.expires_at is not None:
             loop = asyncio.get_running_loop()
             delay = (principal.expires_at - datetime.now(UTC)).total_seconds()
@@ -101,8 +107,8 @@ class SocketRegistry:
             sock._timer.cancel()
             sock._timer = None
         _discard(self._by_tenant, sock.principal.tenant.id, sock)
-        if sock.token_id is not None:
-            _discard(self._by_token, sock.token_id, sock)
+        for token_id in sock.token_ids:
+            _discard(self._by_token, token_id, sock)
 
     def close(self, sock: OpenSocket, reason: str) -> None:
         """Unregister now and close with 4403 (in the background: this may run in a callback)."""

@@ -242,6 +242,8 @@ class NudgesTransportWS(BaseGraphQLTransportWSHandler[Any, None]):
         hub, principal = self.context.services.hub, self.context.principal
         if hub is None or principal is None or not isinstance(operation.variables, dict | None):
             return
+        if getattr(principal, "run_id", None) is not None:  # a run read token: the resolver's
+            return
         selection = plain_selection(operation.query, operation.operation_name)
         if selection is None:
             return

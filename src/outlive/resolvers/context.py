@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
@@ -13,6 +14,7 @@ from outlive.db.tx import Sessions
 from outlive.errors import BadUserInput, Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
+from outlive.realtime.outputs import OutputTails
 from outlive.realtime.registry import OpenSocket, SocketRegistry
 from outlive.resolvers.loaders import Loaders
 from outlive.services import admission, timelines, webhooks
@@ -32,6 +34,8 @@ from outlive.services.tokens import PrincipalCache
 from outlive.services.usage_tokens import RunUsage
 from outlive.services.webhooks import DeliveryRecord
 
+NOWHERE = TenantId(UUID(int=0))  # no tenant's id: what a run read token reads outside its run
+
 
 @dataclass
 class Services:
@@ -45,6 +49,7 @@ class Services:
     sockets: SocketRegistry
     limiter: RateLimiter
     hub: Hub | None = None
+    outputs: OutputTails | None = None  # runs' output streams (`runOutput`)
 
     async def authenticate(self, token: str) -> Principal | None:
         """The principal of a bearer token, through this process's cache (which obeys
@@ -70,7 +75,24 @@ class Context:
 
     @property
     def tenant_id(self) -> TenantId:
-        return self.require().tenant.id
+        """The tenant every read and write is scoped to. A run read token's is `NOWHERE`: any
+        read but its run's answers as for another tenant (null or empty)."""
+        principal = self.require()
+        return NOWHERE if principal.is_run_reader else principal.tenant.id
+
+    def run_tenant(self, run_id: RunId) -> TenantId:
+        """The tenant to read run `run_id` under: a run read token's for its one run."""
+        principal = self.require()
+        if principal.run_id is None or principal.run_id == run_id:
+            return principal.tenant.id
+        return NOWHERE
+
+    def require_member(self) -> Principal:
+        """The principal of a tenant's API token (a run read token is refused)."""
+        principal = self.require()
+        if principal.is_run_reader:
+            raise Unauthenticated("a run read token reads its run and nothing else")
+        return principal
 
     @property
     def loaders(self) -> Loaders:

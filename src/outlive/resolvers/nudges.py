@@ -23,7 +23,9 @@ Info = strawberry.Info[Context, None]
 async def nudges(info: Info) -> AsyncGenerator[Nudge, None]:
     tenant_id = info.context.tenant_id
     hub = info.context.services.hub
-    if hub is None:  # realtime off: the socket stays quiet and clients refresh on fetch
+    if hub is None or info.context.require().is_run_reader:
+        # realtime off: the socket stays quiet and clients refresh on fetch; a run read token
+        # hears no tenant's nudges (it follows its run with `runOutput` and reads)
         await asyncio.Future()
         return
     try:

@@ -23,6 +23,7 @@ from outlive.services import starts, waits
 from outlive.services.ratelimits import Bucket
 from outlive.services.runs import RunOrder, RunRecord, children
 from outlive.services.runs.keys import start_options
+from outlive.services.tokens import create_run_read_token as create_run_read_token_for
 from outlive.workflows.reconcile import reconcile_runs
 
 Info = strawberry.Info[Context, None]
@@ -41,11 +42,32 @@ async def _reconciled(ctx: Context, runs: list[RunRecord]) -> list[RunRecord]:
 async def run(info: Info, id: strawberry.ID) -> Run | None:
     ctx = info.context
     run_id = runs_service.parse_run_id(id)
-    record = await runs_service.read_run(ctx.services.sessions, ctx.tenant_id, run_id)
+    record = await runs_service.read_run(ctx.services.sessions, ctx.run_tenant(run_id), run_id)
     if record is None:
         return None
     (record,) = await _reconciled(ctx, [record])
     return Run.of(record)
+
+
+async def create_run_read_token(
+    info: Info,
+    id: strawberry.ID,
+    ttl_seconds: Annotated[
+        int | None,
+        strawberry.argument(description="How long it works (it also dies with this token)."),
+    ] = 3600,
+) -> str:
+    ctx = info.context
+    principal = ctx.require_member()
+    run_id = runs_service.parse_run_id(id)
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        return await create_run_read_token_for(
+            uow,
+            principal,
+            run_id,
+            ttl_s=3600 if ttl_seconds is None else ttl_seconds,
+            max_ttl_s=ctx.services.settings.run_read_token_max_s,
+        )
 
 
 async def runs(

@@ -15,6 +15,7 @@ from strawberry.types import ExecutionContext
 
 from outlive.resolvers import invitations as invitation_fields
 from outlive.resolvers import nudges as nudge_fields
+from outlive.resolvers import outputs as output_fields
 from outlive.resolvers import replays as replay_fields
 from outlive.resolvers import runs as run_fields
 from outlive.resolvers import tenants as tenant_fields
@@ -23,6 +24,7 @@ from outlive.resolvers import webhooks as webhook_fields
 from outlive.schema.agents import Agent
 from outlive.schema.invitations import Invitation
 from outlive.schema.nudges import Nudge
+from outlive.schema.outputs import OutputChunk
 from outlive.schema.replays import RunReplay
 from outlive.schema.runs import Run, RunConnection, SignalRunPayload, StartRunPayload
 from outlive.schema.tenants import Viewer
@@ -97,6 +99,11 @@ class Mutation:
         description="Delivers a named signal to a run: kept in its mailbox until a wait for "
         "that name takes it (first in, first out); a run WAITING for it resumes.",
     )
+    create_run_read_token: str = strawberry.mutation(
+        resolver=run_fields.create_run_read_token,
+        description="A bearer token that reads this one run (its events, steps and runOutput)"
+        " and nothing else, for `ttlSeconds`, and dies with the token that made it.",
+    )
     redeliver_webhook: WebhookDelivery = strawberry.mutation(
         resolver=webhook_fields.redeliver_webhook,
         description="Sends a delivered or failed delivery again (same webhook-id); a pending "
@@ -109,6 +116,11 @@ class Subscription:
     nudges: Nudge = strawberry.subscription(  # type: ignore[assignment]  # typed by its resolver
         resolver=nudge_fields.nudges,
         description="The tenant of the connection's token; nothing else.",
+    )
+    run_output: OutputChunk = strawberry.subscription(  # type: ignore[assignment]  # its resolver
+        resolver=output_fields.run_output,
+        description="Partial output of one run: everything still kept after `after` (null: from"
+        " the start), then live chunks; completes when the run settles.",
     )
 
 

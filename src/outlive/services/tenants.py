@@ -14,7 +14,7 @@ from sqlalchemy import text
 from outlive.db.raw import prepare
 from outlive.db.tx import Sessions, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
-from outlive.ids import TenantId, TokenId, UserId
+from outlive.ids import RunId, TenantId, TokenId, UserId
 
 TOKEN_PREFIX = "olv_"  # noqa: S105 (a prefix that makes leaked tokens greppable)
 _SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
@@ -39,12 +39,21 @@ class Principal:
     """Who a request acts as; every tenant-owned read and write is scoped by `tenant.id`.
 
     `token_id` names the API token it came from (revocation closes that token's sockets);
-    `expires_at` is when that token stops working (None: never)."""
+    `expires_at` is when that token stops working (None: never). A run read token
+    (`createRunReadToken`) has `run_id`, the one run it reads, and `parent_token_id`, the token
+    that made it (and whose revocation or expiry ends it too)."""
 
     user: UserRecord
     tenant: TenantRecord
     token_id: TokenId | None = None
     expires_at: datetime | None = None
+    run_id: RunId | None = None
+    parent_token_id: TokenId | None = None
+
+    @property
+    def is_run_reader(self) -> bool:
+        """A run read token: reads its one run, writes nothing."""
+        return self.run_id is not None
 
 
 def hash_token(token: str) -> bytes:
@@ -120,14 +129,19 @@ async def create_token(
     return principal, token
 
 
+# A run read token works while the token that made it works (`parent`); it expires with it.
 _AUTHENTICATE = prepare(
     text(
         "SELECT users.id AS user_id, users.email, tenants.id AS tenant_id, tenants.slug,"
-        " tenants.name, api_tokens.id AS token_id, api_tokens.expires_at FROM api_tokens"
+        " tenants.name, api_tokens.id AS token_id, api_tokens.run_id, api_tokens.parent_id,"
+        " LEAST(api_tokens.expires_at, parent.expires_at) AS expires_at FROM api_tokens"
         " JOIN users ON users.id = api_tokens.user_id"
         " JOIN tenants ON tenants.id = api_tokens.tenant_id"
+        " LEFT JOIN api_tokens parent ON parent.id = api_tokens.parent_id"
         " WHERE api_tokens.token_hash = :token_hash AND api_tokens.revoked_at IS NULL"
         " AND (api_tokens.expires_at IS NULL OR api_tokens.expires_at > now())"
+        " AND (api_tokens.parent_id IS NULL OR (parent.revoked_at IS NULL"
+        " AND (parent.expires_at IS NULL OR parent.expires_at > now())))"
     )
 )
 
@@ -149,6 +163,8 @@ async def authenticate(sessions: Sessions, token: str) -> Principal | None:
         tenant=TenantRecord(id=TenantId(row["tenant_id"]), slug=row["slug"], name=row["name"]),
         token_id=TokenId(row["token_id"]),
         expires_at=row["expires_at"],
+        run_id=None if row["run_id"] is None else RunId(row["run_id"]),
+        parent_token_id=None if row["parent_id"] is None else TokenId(row["parent_id"]),
     )
 
 

@@ -14,6 +14,7 @@ socket's `connection_init` is closed with 1013 (try again), never 4403.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -24,8 +25,15 @@ from sqlalchemy import ARRAY, Uuid, bindparam, text
 
 from outlive.db.raw import prepare
 from outlive.db.tx import Db, Sessions, UnitOfWork
-from outlive.ids import TokenId
-from outlive.services.tenants import Principal, authenticate, hash_token, is_token_shaped
+from outlive.errors import BadUserInput, NotFound, Unauthenticated
+from outlive.ids import RunId, TokenId
+from outlive.services.tenants import (
+    TOKEN_PREFIX,
+    Principal,
+    authenticate,
+    hash_token,
+    is_token_shaped,
+)
 
 MAX_CACHED = 10_000
 
@@ -49,6 +57,7 @@ _TOKENS = (
 _ALL_TOKENS = prepare(
     text(
         f"{_TOKENS} WHERE (CAST(:tenant_slug AS text) IS NULL OR s.slug = :tenant_slug)"
+        " AND t.run_id IS NULL"  # run read tokens are many and die with their parent
         " ORDER BY t.created_at, t.id"
     )
 )
@@ -157,10 +166,14 @@ class PrincipalCache:
         return expires_at is None or expires_at > self.wall_clock()
 
     def revoked(self, token_id: TokenId) -> None:
+        """Evict the token, and the run read tokens it made (they die with it)."""
         self.generation += 1
         key = self._by_token.pop(token_id, None)
         if key is not None:
             self._entries.pop(key, None)
+        children = [k for k, c in self._entries.items() if c.principal.parent_token_id == token_id]
+        for child in children:
+            self._evict(child)
 
     def clear(self) -> None:
         """Forget everything (the revocation channel was down: announcements may be lost)."""
@@ -171,8 +184,11 @@ class PrincipalCache:
 
 _VALID = prepare(
     text(
-        "SELECT id FROM api_tokens WHERE id = ANY(:token_ids) AND revoked_at IS NULL"
-        " AND (expires_at IS NULL OR expires_at > now())"
+        "SELECT t.id FROM api_tokens t LEFT JOIN api_tokens parent ON parent.id = t.parent_id"
+        " WHERE t.id = ANY(:token_ids) AND t.revoked_at IS NULL"
+        " AND (t.expires_at IS NULL OR t.expires_at > now())"
+        " AND (t.parent_id IS NULL OR (parent.revoked_at IS NULL"
+        " AND (parent.expires_at IS NULL OR parent.expires_at > now())))"
     ).bindparams(bindparam("token_ids", type_=ARRAY(Uuid())))
 )
 
@@ -182,3 +198,38 @@ async def still_valid(db: Db, token_ids: Collection[TokenId]) -> set[TokenId]:
     if not token_ids:
         return set()
     return {TokenId(r["id"]) for r in await db.all(_VALID, token_ids=list(token_ids))}
+
+
+_INSERT_READ_TOKEN = prepare(
+    text(
+        "INSERT INTO api_tokens (tenant_id, user_id, token_hash, expires_at, run_id, parent_id)"
+        " SELECT r.tenant_id, :user_id, :token_hash, now() + make_interval(secs => :ttl_s),"
+        " r.id, :parent_id FROM runs r WHERE r.id = :run_id AND r.tenant_id = :tenant_id"
+        " RETURNING id"
+    )
+)
+
+
+async def create_run_read_token(
+    uow: UnitOfWork, principal: Principal, run_id: RunId, *, ttl_s: int, max_ttl_s: int
+) -> str:
+    """A bearer token that reads run `run_id` (of the principal's tenant) and nothing else, for
+    `ttl_s` seconds at most, and no longer than the principal's own token works (it dies with
+    it). `NotFound` for another tenant's run or an unknown one; a run read token makes none."""
+    if principal.token_id is None or principal.is_run_reader:
+        raise Unauthenticated("a run read token is made with a tenant's API token")
+    if not 1 <= ttl_s <= max_ttl_s:
+        raise BadUserInput(f"ttlSeconds is 1 to {max_ttl_s}")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = await uow.one(
+        _INSERT_READ_TOKEN,
+        user_id=principal.user.id,
+        token_hash=hash_token(token),
+        ttl_s=float(ttl_s),
+        run_id=run_id,
+        tenant_id=principal.tenant.id,
+        parent_id=principal.token_id,
+    )
+    if row is None:
+        raise NotFound(f"no run {run_id}")
+    return token

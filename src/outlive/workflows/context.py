@@ -20,6 +20,7 @@ from outlive.workflows.calls import StepPolicy
 from outlive.workflows.children import ChildHandle, Family
 from outlive.workflows.deps import WorkflowDeps
 from outlive.workflows.steps import StepJournal, add_usage, buffered_events
+from outlive.workflows.streams import StreamWriter, within_step
 
 # A sleep this short or shorter is slept in-process (parking and waking costs more than it
 # saves, and holds the slot for at most this long); a longer one parks the run WAITING.
@@ -46,6 +47,8 @@ class AttemptContext:
         )
         self.interrupts = self._steps.interrupts
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
+        self._outputs = deps.outputs
+        self._batch_s = deps.settings.stream_batch_ms / 1000
         self._family = Family(deps, run, run.attempt)  # its child runs
 
     def _moved(self, run: RunRecord) -> None:
@@ -97,11 +100,12 @@ class AttemptContext:
     ) -> Any:
         """A durable step (`workflows.steps`): `fn(*args, **kwargs)` run once per run, its
         result recorded; the occurrence is taken here, at the call. `retry`, `timeout`, `shield`
-        and `limit` are the step's policy (`workflows.calls`), never passed to `fn`."""
+        and `limit` are the step's policy (`workflows.calls`), never passed to `fn`. The streams
+        `fn` opens end with it (`workflows.streams`)."""
         policy = None
         if retry is not None or timeout is not None or shield or limit is not None:
             policy = StepPolicy(retry=retry, timeout=timeout, shield=shield, limit=limit)
-        return self._steps.call(name, fn, args, kwargs, policy)
+        return within_step(self._steps.call(name, fn, args, kwargs, policy))
 
     def record_usage(
         self, *, input_tokens: int, output_tokens: int, model: str | None = None
@@ -116,6 +120,13 @@ class AttemptContext:
         """A cancel was requested of this run (pushed by the worker, or found by a heartbeat):
         the step being awaited is interrupted (`workflows.calls.Interrupts`)."""
         self.interrupts.request()
+
+    # --- streams (`workflows.streams`): display only, never journaled -------------------------
+
+    def stream(self, name: str) -> StreamWriter:
+        """A writer of the run's stream `name`: `write(text)` is batched to Redis, `close()`
+        (or leaving `async with`, or the end of the step it was opened in) ends it."""
+        return StreamWriter(self._outputs, self.run_id, name, batch_s=self._batch_s)
 
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
         if not type or len(type) > 64:

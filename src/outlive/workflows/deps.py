@@ -13,6 +13,7 @@ from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.ids import RunId
+from outlive.realtime.outputs import OutputStore
 from outlive.workflows.calls import Limits
 
 
@@ -42,6 +43,7 @@ class WorkflowDeps:
     agents: AgentRegistry
     http: httpx.AsyncClient
     settings: Settings
+    outputs: OutputStore | None = None  # runs' output streams (`ctx.stream`); None: not kept
     limits: Limits | None = None  # named limits shared across workers (`ctx.step(limit=...)`)
     cancels: CancelWatch | None = None  # None: a cancel is seen by the heartbeat only
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy import ForeignKey, LargeBinary, UniqueConstraint
+from sqlalchemy import ForeignKey, Index, LargeBinary, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from outlive.db.models.base import Base, now_default, uuid_pk
@@ -37,6 +37,11 @@ class User(Base):
 
 class ApiToken(Base):
     __tablename__ = "api_tokens"
+    __table_args__ = (
+        Index(
+            "ix_api_tokens_parent_id", "parent_id", postgresql_where=text("parent_id IS NOT NULL")
+        ),
+    )
 
     id: Mapped[UUID] = uuid_pk()
     tenant_id: Mapped[UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
@@ -45,3 +50,6 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = now_default()
     expires_at: Mapped[datetime | None]  # None: never; the token stops working at this instant
     revoked_at: Mapped[datetime | None]  # set once by `outlive token revoke`, never cleared
+    # A run read token (`createRunReadToken`): reads this one run only, and dies with `parent_id`.
+    run_id: Mapped[UUID | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    parent_id: Mapped[UUID | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"))

@@ -1,0 +1,289 @@
+"""Any `pydantic_ai.Agent` as an Outlive agent: `durable(agent, name=, input_model=, prompt=)`.
+
+It follows pydantic-ai's durable-execution interface as its Temporal, DBOS and Prefect
+integrations do: a wrapper model (`DurableModel`) and wrapper toolsets (`DurableToolset`) put in
+place with `Agent.override` for the run, so the agent itself is not changed.
+
+- **Every model request is a durable step** (`model.request`): its `ModelResponse` is recorded
+  (with its usage), and a later attempt of the run gets it back without asking the model again.
+  While the step runs, the response's text deltas go to the run's stream `answer`.
+- **Every tool call is a durable step** (`tool.<name>`): a tool that completed is never run
+  again by a later attempt; its result is recorded as JSON (a model comes back as a dict).
+- **Approvals.** A tool marked `requires_approval=True` defers its call: the run waits
+  (WAITING, no worker held) for the signal `approval`, whose payload `{approved, reason}`
+  answers the call (`ToolApproved`, or `ToolDenied(reason)`), and the agent goes on.
+
+Replaying a run is deterministic because everything that is not deterministic (the model, the
+tools, the approvals) comes from the journal: the agent is run again from the top on each
+attempt, and each step returns what it recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, TypeAdapter
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.agent import AgentRunResult
+from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    PartDeltaEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+    ToolCallPart,
+)
+from pydantic_ai.models import (
+    CompletedStreamedResponse,
+    Model,
+    ModelRequestParameters,
+    StreamedResponse,
+    infer_model,
+)
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import RunContext as ToolContext
+from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+
+from outlive.agents.registry import Agent, RunContext
+from outlive.errors import RetryableFault
+
+P = TypeVar("P", bound=BaseModel)
+
+ANSWER = "answer"  # the stream the model's text goes to
+APPROVAL = "approval"  # the signal that answers a tool call waiting for approval
+_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+class DurableModel(WrapperModel):
+    """A model whose every request is a durable step of the run (`model.request`)."""
+
+    def __init__(self, wrapped: Model, run: RunContext, *, stream: str | None = ANSWER) -> None:
+        super().__init__(wrapped)
+        self.run = run
+        self.stream_name = stream
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        response: ModelResponse = await self.run.step(
+            "model.request", self._ask, messages, model_settings, model_request_parameters
+        )
+        return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: ToolContext[Any] | None = None,
+    ) -> AsyncIterator[StreamedResponse]:
+        """The step streams (to `answer`) and records the whole response; the agent is given it
+        as a completed stream, its parts replayed as events (as pydantic-ai's DBOS model)."""
+        response = await self.request(messages, model_settings, model_request_parameters)
+        yield CompletedStreamedResponse(
+            response, model_request_parameters=model_request_parameters, replay_events=True
+        )
+
+    async def _ask(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        """The step's body: ask the model (streaming its text when a stream is named)."""
+        try:
+            if self.stream_name is None:
+                response = await self.wrapped.request(messages, model_settings, parameters)
+            else:
+                response = await self._streamed(messages, model_settings, parameters)
+        except ModelHTTPError as exc:
+            if exc.status_code == 429 or exc.status_code >= 500:
+                raise RetryableFault(f"model answered {exc.status_code}") from exc
+            raise
+        except ModelAPIError as exc:  # unreachable, timed out, cut off
+            raise RetryableFault(f"model request failed: {exc}") from exc
+        usage = response.usage
+        self.run.record_usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            model=response.model_name,
+        )  # with this step, once: Run.usage
+        await self.run.emit("message", _message_event(response))
+        return response
+
+    async def _streamed(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        assert self.stream_name is not None  # noqa: S101 (checked by the caller)
+        out = self.run.stream(self.stream_name)
+        async with self.wrapped.request_stream(messages, model_settings, parameters) as streamed:
+            async for event in streamed:
+                if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                    out.write(event.part.content)
+                elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+                    out.write(event.delta.content_delta)
+        await out.close()
+        return streamed.get()
+
+
+def _message_event(response: ModelResponse) -> dict[str, Any]:
+    """The `message` event a model step appends: its text, the tools it calls, its usage."""
+    text = "".join(p.content for p in response.parts if isinstance(p, TextPart))
+    calls = [
+        {"tool": p.tool_name, "id": p.tool_call_id, "args": p.args_as_dict()}
+        for p in response.parts
+        if isinstance(p, ToolCallPart)
+    ]
+    usage = {
+        "inputTokens": response.usage.input_tokens,
+        "outputTokens": response.usage.output_tokens,
+    }
+    return {"role": "assistant", "content": text, "toolCalls": calls, "usage": usage}
+
+
+class DurableToolset(WrapperToolset[Any]):
+    """A toolset whose every call is a durable step of the run (`tool.<name>`)."""
+
+    def __init__(self, wrapped: AbstractToolset[Any], run: RunContext) -> None:
+        super().__init__(wrapped)
+        self.run = run
+
+    async def call_tool(
+        self,
+        name: str,
+        tool_args: dict[str, Any],
+        ctx: ToolContext[Any],
+        tool: ToolsetTool[Any],
+    ) -> Any:
+        async def call() -> Any:
+            result = await self.wrapped.call_tool(name, tool_args, ctx, tool)
+            await self.run.emit("tool", {"tool": name, "id": ctx.tool_call_id})
+            return _JSON.dump_python(result, mode="json")
+
+        return await self.run.step(f"tool.{name}", call)
+
+
+class Approval(BaseModel):
+    """The payload of the signal `approval`."""
+
+    approved: bool
+    reason: str | None = None
+
+
+def _answers(requests: DeferredToolRequests, payloads: Sequence[Any]) -> DeferredToolResults:
+    approvals: dict[str, Any] = {}
+    for call, payload in zip(requests.approvals, payloads, strict=True):
+        answer = Approval.model_validate(payload or {"approved": False})
+        approvals[call.tool_call_id] = (
+            True
+            if answer.approved
+            else ToolDenied(answer.reason or "The tool call was not approved.")
+        )
+    return DeferredToolResults(approvals=approvals)
+
+
+class DeferredCallsUnsupported(Exception):
+    """A tool deferred its call for external execution: only approvals are answered here."""
+
+
+class _Durable(Generic[P]):
+    def __init__(
+        self,
+        agent: PydanticAgent[Any, Any],
+        prompt: Callable[[P], str],
+        deps: Callable[[RunContext, P], Any] | None,
+        model: Callable[[RunContext], Model] | None,
+        stream: str | None,
+    ) -> None:
+        self.agent, self.prompt, self.deps, self.model, self.stream = (
+            agent,
+            prompt,
+            deps,
+            model,
+            stream,
+        )
+
+    async def __call__(self, ctx: RunContext, params: P) -> dict[str, Any]:
+        agent = self.agent
+        inner = self.model(ctx) if self.model is not None else infer_model(agent.model)  # type: ignore[arg-type]  # the agent's own model
+        model = DurableModel(inner, ctx, stream=self.stream)
+        toolsets = [DurableToolset(t, ctx) for t in agent.toolsets]
+        deps = self.deps(ctx, params) if self.deps is not None else None
+        history: list[ModelMessage] | None = None
+        answers: DeferredToolResults | None = None
+        with agent.override(model=model, toolsets=toolsets, tools=[]):  # its tools: in toolsets
+            while True:
+                result: AgentRunResult[Any] = await agent.run(
+                    self.prompt(params) if history is None else None,
+                    message_history=history,
+                    deferred_tool_results=answers,
+                    output_type=[agent.output_type, DeferredToolRequests],
+                    deps=deps,
+                )
+                output = result.output
+                if not isinstance(output, DeferredToolRequests):
+                    return {"output": _JSON.dump_python(output, mode="json")}
+                if output.calls:
+                    raise DeferredCallsUnsupported(
+                        f"tools {[c.tool_name for c in output.calls]} deferred their calls; only"
+                        " approvals (requires_approval=True) are answered, by the signal"
+                        f" {APPROVAL!r}"
+                    )
+                payloads = [await ctx.wait_for(APPROVAL) for _ in output.approvals]
+                history, answers = result.all_messages(), _answers(output, payloads)
+
+
+def openai_compatible(ctx: RunContext, model: str | None = None) -> Model:
+    """A chat model on the deployment's OpenAI-compatible endpoint (`OUTLIVE_LLM_BASE_URL`,
+    `OUTLIVE_LLM_API_KEY`, `OUTLIVE_LLM_MODEL`), through the run's HTTP client. Pass it as
+    `durable(..., model=openai_compatible)`."""
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    settings = ctx.settings
+    if not settings.llm_base_url:
+        raise ModelNotConfigured("this agent needs OUTLIVE_LLM_BASE_URL")
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else "none"
+    provider = OpenAIProvider(base_url=settings.llm_base_url, api_key=key, http_client=ctx.http)
+    return OpenAIChatModel(model or settings.llm_model, provider=provider)
+
+
+class ModelNotConfigured(Exception):
+    """No model endpoint is configured."""
+
+
+def durable(
+    agent: PydanticAgent[Any, Any],
+    *,
+    name: str,
+    input_model: type[P],
+    prompt: Callable[[P], str],
+    description: str | None = None,
+    deps: Callable[[RunContext, P], Any] | None = None,
+    model: Callable[[RunContext], Model] | None = None,
+    stream: str | None = ANSWER,
+) -> Agent[P]:
+    """`agent` as an Outlive agent named `name`, whose input is `input_model` and whose user
+    prompt is `prompt(params)`. `deps(ctx, params)` makes the run's deps (none: None); `model(ctx)`
+    the model (none: the agent's own); `stream` names the stream its text goes to (None: none).
+    Its output is `{"output": <the agent's output, as JSON>}`."""
+    return Agent(
+        name=name,
+        description=description or f"pydantic-ai agent {agent.name or name!r}",
+        input_model=input_model,
+        run=_Durable(agent, prompt, deps, model, stream),
+    )

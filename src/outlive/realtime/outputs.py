@@ -1,0 +1,272 @@
+"""A run's partial output (`ctx.stream`), kept in one bounded Redis stream per run.
+
+Partial output is display, never state: the journaled step is the truth, and a client that
+missed chunks reads the step. So it lives in Redis only, apart from the nudges (which stay type
+and id): each run has one Redis stream (`outlive:output:<run id>`) whose entries are the chunks
+of all its named streams (`s`: the name, `t`: the text, `d`: "1" on the chunk that ends one).
+
+- **Bounded.** `append` is one Lua script: the chunks are added, their bytes counted beside the
+  stream, and the oldest entries deleted while the count is over `max_bytes`; both keys expire
+  `keep_s` after the last write. So a run's output costs Redis at most about `max_bytes`, kept
+  for `keep_s` after its stream ended.
+- **Cursors.** A chunk's cursor is its Redis entry id. `read_after` reads the entries after a
+  cursor (XRANGE from the next id), so a client that reconnects with its last cursor gets no
+  chunk twice and misses none that is still kept.
+- **Tails.** Readers of one run in one API process share one `Tail`: one blocking XREAD loop on
+  one Redis connection, fanned out to every reader's queue. A reader joins the tail first and
+  reads its backlog up to the tail's position second (no await between taking the position and
+  joining), so nothing falls between the backlog and the live chunks, and nothing comes twice.
+  The tail asks `settled()` about once a second when no chunk came; once the run settled it
+  reads what is left and ends every reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from outlive.config import Settings
+from outlive.errors import BadUserInput
+
+log = logging.getLogger(__name__)
+
+BLOCK_MS = 1000  # a tail's XREAD waits this long before it asks whether the run settled
+PAGE = 500  # entries per XRANGE / XREAD
+_CURSOR = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
+ENTRY_OVERHEAD = 32  # bytes counted per entry beside its name and text
+
+_APPEND = """
+local added = 0
+local last = false
+for i = 3, #ARGV, 3 do
+  last = redis.call('XADD', KEYS[1], '*', 's', ARGV[i], 't', ARGV[i + 1], 'd', ARGV[i + 2])
+  added = added + string.len(ARGV[i]) + string.len(ARGV[i + 1]) + 32
+end
+local size = redis.call('INCRBY', KEYS[2], added)
+local max = tonumber(ARGV[1])
+while size > max do
+  local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+  if #oldest == 0 then
+    redis.call('SET', KEYS[2], 0)
+    break
+  end
+  local fields = oldest[1][2]
+  redis.call('XDEL', KEYS[1], oldest[1][1])
+  size = redis.call('DECRBY', KEYS[2], string.len(fields[2]) + string.len(fields[4]) + 32)
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return last
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One entry of a run's output: `cursor` is its Redis entry id."""
+
+    cursor: str
+    stream: str
+    text: str
+    done: bool
+
+
+def output_key(run_id: object) -> str:
+    return f"outlive:output:{run_id}"
+
+
+def _size_key(run_id: object) -> str:
+    return f"outlive:output:{run_id}:bytes"
+
+
+def check_cursor(cursor: str | None) -> str | None:
+    """A cursor as given by a client: None, or a Redis entry id (`BadUserInput` otherwise)."""
+    if cursor is None:
+        return None
+    if not _CURSOR.match(cursor):
+        raise BadUserInput(f"{cursor!r} is not an output cursor (pass a chunk's `cursor`)")
+    return cursor
+
+
+def _after(cursor: str) -> str:
+    """The smallest entry id after `cursor` (XRANGE's start is inclusive)."""
+    ms, _, seq = cursor.partition("-")
+    return f"{ms}-{int(seq) + 1}"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _chunk(entry_id: bytes | str, fields: dict[Any, Any]) -> Chunk:
+    get = {_text(k): _text(v) for k, v in fields.items()}
+    return Chunk(_text(entry_id), get.get("s", ""), get.get("t", ""), get.get("d") == "1")
+
+
+class OutputStore:
+    """Writes and reads runs' output streams on one Redis client."""
+
+    def __init__(self, redis: Redis, *, max_bytes: int, keep_s: float) -> None:
+        self.redis = redis
+        self.max_bytes = max_bytes
+        self.keep_ms = max(1, int(keep_s * 1000))
+        self._append = redis.register_script(_APPEND)
+
+    @classmethod
+    def of(cls, redis: Redis, settings: Settings) -> OutputStore:
+        return cls(redis, max_bytes=settings.stream_max_bytes, keep_s=settings.stream_keep_s)
+
+    async def append(self, run_id: object, chunks: Sequence[tuple[str, str, bool]]) -> str | None:
+        """Add `(stream, text, done)` chunks in order; the last one's cursor."""
+        if not chunks:
+            return None
+        args: list[Any] = [self.max_bytes, self.keep_ms]
+        for stream, text, done in chunks:
+            args.extend((stream, text, "1" if done else "0"))
+        last = await self._append(keys=[output_key(run_id), _size_key(run_id)], args=args)
+        return None if not last else _text(last)
+
+    async def read_after(
+        self, run_id: object, cursor: str | None, *, until: str = "+", count: int = PAGE
+    ) -> list[Chunk]:
+        """Up to `count` chunks after `cursor` (None: from the oldest kept), up to `until`."""
+        start = "-" if cursor is None else _after(cursor)
+        entries = await self.redis.xrange(output_key(run_id), start, until, count=count)
+        return [_chunk(entry_id, fields) for entry_id, fields in entries]
+
+    async def last_cursor(self, run_id: object) -> str:
+        """The newest entry's id ("0-0" when there is none)."""
+        entries = await self.redis.xrevrange(output_key(run_id), "+", "-", count=1)
+        return _text(entries[0][0]) if entries else "0-0"
+
+
+_END = object()  # a reader's queue: the run settled, nothing more comes
+
+
+class Tail:
+    """The live chunks of one run for the readers of one process (see the module's docstring)."""
+
+    def __init__(
+        self,
+        store: OutputStore,
+        run_id: object,
+        settled: Callable[[], Awaitable[bool]],
+        *,
+        on_idle: Callable[[Tail], None],
+    ) -> None:
+        self.store, self.run_id, self._settled, self._on_idle = store, run_id, settled, on_idle
+        self.position: str | None = None  # the newest id handed to the readers
+        self.readers: set[asyncio.Queue[object]] = set()
+        self.ready = asyncio.Event()
+        self.ended = False
+        self.task = asyncio.get_running_loop().create_task(self._loop(), name=f"tail-{run_id}")
+
+    async def _loop(self) -> None:
+        try:
+            self.position = await self.store.last_cursor(self.run_id)
+            self.ready.set()
+            if await self._settled():  # nothing more comes: the backlog is all there is
+                self._end(_END)
+            while self.readers and not self.ended:
+                if not await self._read(block=True) and await self._settled():
+                    while await self._read(block=False):
+                        pass
+                    self._end(_END)
+        except (RedisError, OSError) as exc:
+            log.warning("run %s: its output stream cannot be read (%r)", self.run_id, exc)
+            self._end(exc)
+        finally:
+            self.ready.set()
+            self.ended = True
+            self._on_idle(self)
+
+    async def _read(self, *, block: bool) -> bool:
+        assert self.position is not None  # noqa: S101 (set before the loop)
+        found = await self.store.redis.xread(
+            {output_key(self.run_id): self.position},
+            count=PAGE,
+            block=BLOCK_MS if block else None,
+        )
+        chunks = [_chunk(i, f) for _, entries in found or () for i, f in entries]
+        if chunks:  # no await from here to the fan-out: a joining reader sees one position
+            self.position = chunks[-1].cursor
+            for queue in self.readers:
+                queue.put_nowait(chunks)
+        return bool(chunks)
+
+    def _end(self, why: object) -> None:
+        self.ended = True
+        for queue in self.readers:
+            queue.put_nowait(why)
+
+
+class OutputTails:
+    """The tails of one API process, one per run being read."""
+
+    def __init__(self, store: OutputStore) -> None:
+        self.store = store
+        self._tails: dict[object, Tail] = {}
+
+    def __len__(self) -> int:
+        return len(self._tails)
+
+    async def follow(
+        self, run_id: object, after: str | None, settled: Callable[[], Awaitable[bool]]
+    ) -> AsyncIterator[Chunk]:
+        """The chunks after `after` still kept, then live ones, until the run settled."""
+        tail = self._tails.get(run_id)
+        if tail is None or tail.ended:
+            tail = self._tails[run_id] = Tail(self.store, run_id, settled, on_idle=self._idle)
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        tail.readers.add(queue)
+        try:
+            await tail.ready.wait()
+            position = tail.position  # read with the join: the tail sends what comes after it
+            cursor = after
+            while position is not None and position != "0-0":
+                page = await self.store.read_after(run_id, cursor, until=position)
+                for chunk in page:
+                    yield chunk
+                if len(page) < PAGE:
+                    break
+                cursor = page[-1].cursor
+            last = after if position is None else _max(after, position)
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                assert isinstance(item, list)  # noqa: S101 (the tail puts lists of chunks)
+                for chunk in item:
+                    if _newer(chunk.cursor, last):
+                        yield chunk
+        finally:
+            tail.readers.discard(queue)
+            if not tail.readers and not tail.ended:
+                tail.ended = True  # a reader that comes now starts a tail of its own
+                self._idle(tail)
+                tail.task.cancel()
+
+    def _idle(self, tail: Tail) -> None:
+        if self._tails.get(tail.run_id) is tail:
+            del self._tails[tail.run_id]
+
+
+def _key(cursor: str) -> tuple[int, int]:
+    ms, _, seq = cursor.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _newer(cursor: str, than: str | None) -> bool:
+    return than is None or _key(cursor) > _key(than)
+
+
+def _max(a: str | None, b: str) -> str:
+    return b if a is None or _key(b) > _key(a) else a

@@ -1,0 +1,118 @@
+"""What an agent writes to a stream (`ctx.stream(name)`): display, never journaled.
+
+`StreamWriter.write(text)` only appends to a buffer; a flusher sends the buffer to the run's
+Redis stream (`realtime.outputs`) every `OUTLIVE_STREAM_BATCH_MS` (about 50 ms), so a model's
+token-sized deltas cost one Redis round trip per batch, not one per delta. `close()` sends what
+is left with a chunk that says `done`. A writer opened inside a durable step is closed when the
+step ends, completed or failed (`StreamScope`), so each stream ends with its step.
+
+Redis failing costs the display only: a batch that cannot be written is dropped and logged once
+per writer, and the run goes on (the journaled step is the truth a reader falls back to).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from contextvars import ContextVar
+from types import TracebackType
+from typing import TypeVar
+
+from redis.exceptions import RedisError
+
+from outlive.realtime.outputs import OutputStore
+
+log = logging.getLogger(__name__)
+
+MAX_NAME = 64
+T = TypeVar("T")
+
+# The writers opened by the step the current task is executing (closed when it ends).
+_OPENED: ContextVar[list[StreamWriter] | None] = ContextVar("outlive_streams", default=None)
+
+
+class StreamWriter:
+    """One named stream of one run; a no-op when the worker has no Redis (`store` None)."""
+
+    def __init__(
+        self, store: OutputStore | None, run_id: object, name: str, *, batch_s: float
+    ) -> None:
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
+            raise ValueError(f"a stream name is 1 to {MAX_NAME} characters")
+        self.name = name
+        self.closed = False
+        self._store, self._run_id, self._batch_s = store, run_id, batch_s
+        self._buffer: list[str] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._failed = False
+        opened = _OPENED.get()
+        if opened is not None:
+            opened.append(self)
+
+    def write(self, text: str) -> None:
+        """Append `text` (sent within about one batch interval); never blocks, never raises
+        for Redis."""
+        if self.closed:
+            raise RuntimeError(f"stream {self.name!r} is closed")
+        if not text or self._store is None:
+            return
+        self._buffer.append(text)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(self._batch_s)
+        await self._send(done=False)
+
+    async def _send(self, *, done: bool) -> None:
+        text, self._buffer = "".join(self._buffer), []
+        if self._store is None or (not text and not done):
+            return
+        chunks = [(self.name, text, False)] if text else []
+        if done:
+            chunks.append((self.name, "", True))
+        try:
+            await self._store.append(self._run_id, chunks)
+        except (RedisError, OSError) as exc:
+            if not self._failed:
+                log.warning("run %s: stream %r lost a batch (%r)", self._run_id, self.name, exc)
+            self._failed = True
+
+    async def close(self) -> None:
+        """Send what is left, then the chunk that ends the stream (`done`); once."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+            try:
+                await self._flusher
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+        await self._send(done=True)
+
+    async def __aenter__(self) -> StreamWriter:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+async def within_step(awaitable: Awaitable[T]) -> T:
+    """Await a durable step; the writers it opened are closed when it ends (with `done`)."""
+    opened: list[StreamWriter] = []
+    token = _OPENED.set(opened)
+    try:
+        return await awaitable
+    finally:
+        _OPENED.reset(token)
+        for writer in opened:
+            await asyncio.shield(writer.close())

@@ -1,0 +1,138 @@
+"""The example pydantic-ai agent (`examples.support`) against a real OpenAI-compatible stub on
+loopback, its worker SIGKILLed three times in one run: during a model request, during a tool
+call, and while the run is WAITING for an approval. The run succeeds; the stub is asked again
+only for the request in flight at a kill; a tool that completed runs once; the approval is
+taken once. Everything is counted by the stub, in this process, outside the killed workers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from outlive.config import Settings
+from outlive.db.tx import Sessions
+from outlive.ids import RunId
+from outlive.services import runs as runs_service
+from tests.agents.openai_stub import REPLY, Stub
+from tests.conftest import make_settings
+from tests.support import (
+    Api,
+    NudgeWatch,
+    Servers,
+    TenantHandle,
+    loopback_server,
+    service_env,
+    settled,
+    spawn_outlive,
+)
+
+pytestmark = pytest.mark.timeout(150)
+EXAMPLE = "examples.support:AGENT"
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
+@pytest.fixture
+async def stub() -> AsyncIterator[tuple[Stub, str]]:
+    served = Stub()
+    async with loopback_server(served.app) as url:
+        yield served, url
+        served.release_all()
+
+
+@pytest.fixture
+def settings(servers: Servers, stub: tuple[Stub, str]) -> Settings:
+    return make_settings(servers, agent_modules=[EXAMPLE], llm_base_url=stub[1] + "/v1")
+
+
+@pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+
+
+def start_worker(
+    settings: Settings, url: str, workers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> subprocess.Popen[bytes]:
+    log: IO[bytes] = (tmp_path / f"worker-{len(workers)}.log").open("wb")
+    env = service_env(
+        settings,
+        OUTLIVE_RUN_HEARTBEAT_S="2",  # a short lease: the take-over comes soon after a kill
+        OUTLIVE_RUN_SWEEP_S="1",
+        OUTLIVE_AGENT_MODULES=EXAMPLE,
+        OUTLIVE_LLM_BASE_URL=url + "/v1",
+        OUTLIVE_LLM_API_KEY="sk-stub",
+        SUPPORT_SHOP_URL=url,
+        PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
+    )
+    with log:
+        process = spawn_outlive("worker", "--concurrency", "2", env=env, log=log)
+    workers.append(process)
+    return process
+
+
+async def kill(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGKILL)
+    await asyncio.to_thread(process.wait, 10)
+
+
+async def test_the_example_agent_survives_three_sigkills_asking_and_refunding_once(
+    api: Api,
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    stub: tuple[Stub, str],
+    workers: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    served, url = stub
+    assert settings.redis_url is not None
+    first_request = served.hold("chat.1")
+    lookup = served.hold("lookup")
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+        worker = start_worker(settings, url, workers, tmp_path)
+        message = {"message": "Please refund order A-1"}
+        run_id = (await api.start_run(tenant.token, "support", message))["run"]["id"]
+        await asyncio.wait_for(first_request.wait(), 60)  # 1: during a model request
+        await kill(worker)
+        served.release("chat.1")
+        worker = start_worker(settings, url, workers, tmp_path)
+        await asyncio.wait_for(lookup.wait(), 60)  # 2: during a tool call
+        await kill(worker)
+        served.release("lookup")
+        worker = start_worker(settings, url, workers, tmp_path)
+        waiting = await watch.until(run_id, lambda r: r.status == "WAITING", timeout=60)
+        await kill(worker)  # 3: while WAITING for the approval
+        start_worker(settings, url, workers, tmp_path)
+        signal_run = """mutation($i: SignalRunInput!) { signalRun(input: $i) { accepted } }"""
+        answer = {"id": run_id, "name": "approval", "payload": {"approved": True}}
+        accepted = await api.gql(signal_run, {"i": answer}, token=tenant.token)
+        run = await watch.until(run_id, settled, timeout=60)
+    events = await runs_service.list_events(sessions, RunId(run.id))
+
+    assert waiting.waiting_for == "approval"
+    assert accepted["signalRun"]["accepted"] is True
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output == {"output": REPLY}
+    assert served.counts == {
+        "chat.1": 2,  # in flight at the first kill: asked again
+        "lookup": 2,  # in flight at the second kill: run again
+        "chat.2": 1,
+        "refund": 1,  # approved once, run once
+        "chat.3": 1,
+    }
+    kinds = [e.type for e in events]
+    assert kinds.count("signal") == 1
+    assert kinds.count("resumed") == 1  # the approval was taken once
+    assert kinds.count("tool") == 2  # lookup_order and refund, each recorded once
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
