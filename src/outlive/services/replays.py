@@ -94,17 +94,28 @@ def _record(r: Mapping[str, Any]) -> ReplayRecord:
 
 
 async def retry_run(
-    uow: UnitOfWork, run_id: RunId, *, validate: Validate, instances: RunInstances
+    uow: UnitOfWork,
+    run_id: RunId,
+    *,
+    validate: Validate,
+    instances: RunInstances,
+    input: Mapping[str, Any] | None = None,
+    reuse_steps: bool = False,
 ) -> runs.StartedRun:
-    """A new run with `run_id`'s agent, input, key, tags and strategy (`onConflict`): the key's
-    active run is met as the original start would have met it (handed back, queued behind,
-    cancelled, refused with RUN_ACTIVE, or signalled)."""
+    """A new run with `run_id`'s agent, input (or `input`, validated as for `startRun`), key,
+    tags and strategy (`onConflict`): the key's active run is met as the original start would have
+    met it (handed back, queued behind, cancelled, refused with RUN_ACTIVE, or signalled).
+    `reuse_steps`: the new run starts with a copy of the old run's journal, so it resumes at the
+    first step the old one did not finish (those steps saw the old input); only a settled run's
+    steps are reused."""
     tenant_id = TenantId(uow.require_tenant())
     source = await runs.read_run(uow, tenant_id, run_id)
     if source is None:
         raise NotFound(f"run {run_id} not found")
-    params = validate(source.agent, source.input)
-    return await starts.start(
+    if reuse_steps and source.is_active:
+        raise BadUserInput("only a settled run's steps can be reused: cancel it first")
+    params = validate(source.agent, source.input if input is None else input)
+    started = await starts.start(
         uow,
         agent=source.agent,
         params=params,
@@ -112,6 +123,9 @@ async def retry_run(
         retried_from=source.id,
         options=options_of(source.key, source.on_conflict, source.tags),
     )
+    if reuse_steps and started.created and source.step_seq:
+        await runs.copy_steps(uow, from_run=source.id, to_run=started.run.id)
+    return started
 
 
 # A replay never refuses nor signals: it waits for the key's active run instead (as a start

@@ -20,7 +20,7 @@ tenant while set; a key older than 24 h is cleared by the next start that meets 
 `startRun`; `on_conflict` keeps the strategy a run was started with, for retryRun and replays.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0017
 Create Date: 2026-12-04 12:40:00
 """
 
@@ -33,7 +33,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0015"
-down_revision: str | None = "0013"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
