@@ -48,7 +48,7 @@ async def main() -> None:
                     "; ".join(rnd.problems[:3]),
                 ]
             )
-    print(table(rows, ["strategy", "faults", "seconds", "samples", "problems", "first"]))  # noqa: T201
+    print(table(rows, ["strategy", "faults", "seconds", "samples", "problems", "first"]))
 
 
 if __name__ == "__main__":
