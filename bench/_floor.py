@@ -54,11 +54,13 @@ START_RUN_SQL = (
     " VALUES ($1, $2, $3::jsonb, NULL, CASE WHEN coalesce("
     "(SELECT max_running_runs FROM tenants WHERE id = $1), $4::int) >= $5::int"
     " THEN now() END)"
-    " ON CONFLICT (tenant_id, agent) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING RETURNING *"
+    " ON CONFLICT (tenant_id, agent, key)"
+    " WHERE status IN ('QUEUED', 'RUNNING') AND queued_behind_id IS NULL DO NOTHING RETURNING *"
 )
 INSERT_SQL = (
     "INSERT INTO runs (tenant_id, agent, input) VALUES ($1, 'demo', $2::jsonb)"
-    " ON CONFLICT (tenant_id, agent) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING RETURNING id"
+    " ON CONFLICT (tenant_id, agent, key)"
+    " WHERE status IN ('QUEUED', 'RUNNING') AND queued_behind_id IS NULL DO NOTHING RETURNING id"
 )
 
 

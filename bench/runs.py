@@ -60,7 +60,8 @@ START = (
     """mutation($input: StartRunInput!) { startRun(input: $input) { created run { id status } } }"""
 )
 INSERT = """INSERT INTO runs (tenant_id, agent, input, dispatched_at) VALUES ($1, 'demo', $2, now())
-ON CONFLICT (tenant_id, agent) WHERE status IN ('QUEUED', 'RUNNING') DO NOTHING RETURNING id"""
+ON CONFLICT (tenant_id, agent, key) WHERE status IN ('QUEUED', 'RUNNING')
+AND queued_behind_id IS NULL DO NOTHING RETURNING id"""
 INPUT = {"turns": 1, "delayMs": 0}
 RUNS_50 = json.dumps(
     {

@@ -21,6 +21,7 @@ SLOW_MODULES = (
     "tests/db/test_postgres_restart.py",
     "tests/fuzz/",
     "tests/jobs/test_sweep.py",
+    "tests/keys/test_race.py",
     "tests/realtime/test_cleanup.py",
     "tests/realtime/test_cluster.py",
     "tests/realtime/test_every_change.py",

@@ -5,7 +5,7 @@ DECLARE
     held integer;
 BEGIN
     SELECT coalesce(t.max_running_runs, p_default) INTO cap
-      FROM tenants t WHERE t.id = p_tenant FOR UPDATE;
+      FROM tenants t WHERE t.id = p_tenant FOR NO KEY UPDATE;
     IF NOT FOUND THEN RETURN; END IF;
     SELECT count(*) INTO held FROM runs r
      WHERE r.tenant_id = p_tenant AND r.status IN ('QUEUED', 'RUNNING')
