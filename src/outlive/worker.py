@@ -83,7 +83,11 @@ class WorkerHost:
         settings, sessions = self.settings, runtime.sessions
         return WorkerDeps(
             workflows=WorkflowDeps(
-                sessions=sessions, agents=runtime.agents, http=http.agents, settings=settings
+                sessions=sessions,
+                agents=runtime.agents,
+                http=http.agents,
+                settings=settings,
+                liveness=runtime.liveness,
             ),
             jobs=JobDeps(
                 sessions=sessions,

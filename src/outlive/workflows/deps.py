@@ -10,6 +10,7 @@ import httpx
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
+from outlive.db.liveness import Liveness
 from outlive.db.tx import Sessions
 
 
@@ -32,6 +33,12 @@ class WorkflowDeps:
     agents: AgentRegistry
     http: httpx.AsyncClient
     settings: Settings
+    liveness: Liveness | None = None  # this process's mark of life; None: the lease alone
+
+    @property
+    def worker_id(self) -> int | None:
+        """The liveness key a claim records (None while this process holds no lock)."""
+        return None if self.liveness is None else self.liveness.worker_id
 
     @property
     def lease_s(self) -> float:

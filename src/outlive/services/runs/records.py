@@ -41,6 +41,7 @@ class RunRecord:
     waiting_for: str | None = None  # while WAITING: the signal's name (None: a durable sleep)
     wake_at: datetime | None = None  # while WAITING: its timer, or the signal's timeout
     resumes: int = 0  # claims that resumed it from WAITING: attempts that are not retries
+    worker_id: int | None = None  # the liveness key of the worker process holding it (RUNNING)
 
     @property
     def is_waiting(self) -> bool:
@@ -99,6 +100,7 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         waiting_for=m["waiting_for"],
         wake_at=m["wake_at"],
         resumes=m["resumes"],
+        worker_id=m.get("worker_id"),
     )
 
 
