@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -18,6 +19,7 @@ from sqlalchemy import text
 
 from outlive.config import Settings
 from outlive.db.tx import Sessions
+from tests.conftest import new_tenant
 from tests.support import Api, NudgeWatch, TenantHandle, service_env, settled, spawn_outlive
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -158,3 +160,75 @@ async def test_a_frozen_worker_is_taken_over_by_its_lease_and_writes_nothing_onc
     assert late == [], "the thawed attempt recorded a step after it was taken over"
     assert sorted(s["attempt"] for s in steps)[-1] == 2
     assert len(steps) == 30
+
+
+DEAD_HOLDERS = text(
+    "SELECT count(*) FROM runs r WHERE r.status = 'RUNNING' AND r.worker_id IS NOT NULL"
+    " AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'"
+    " AND l.objid = CAST(r.worker_id AS oid) AND l.objsubid = 2 AND l.granted)"
+)
+
+
+async def test_a_rolling_sigterm_restart_leaves_no_run_waiting_for_a_lease(
+    api: Api,
+    settings: Settings,
+    sessions: Sessions,
+    worker_logs: list[tuple[Path, IO[bytes]]],
+    tmp_path: Path,
+) -> None:
+    """4 workers under load, each stopped with SIGTERM in turn (a replacement started with it):
+    every executing run is handed back before its worker's process ends, so none sits RUNNING
+    behind a dead holder for longer than the liveness check; the production lease (10 s) is
+    never waited for. The longest such stretch is measured."""
+    tenants = [await new_tenant(sessions, "roll") for _ in range(12)]
+    first = [start_worker(settings, worker_logs, tmp_path) for _ in range(4)]
+    for path, _ in worker_logs:
+        await until_logged(path, "worker started")
+    run_ids = [
+        (await api.start_run(handle.token, "demo", {"turns": 30, "delayMs": 200}))["run"]["id"]
+        for handle in tenants
+    ]
+    longest, stop_watch = 0.0, asyncio.Event()
+
+    async def watch_dead_holders() -> None:
+        nonlocal longest
+        since = None
+        while not stop_watch.is_set():
+            async with sessions.unit() as uow:
+                dead = (await uow.all(DEAD_HOLDERS))[0]["count"]
+            now = time.monotonic()
+            since = (since or now) if dead else None
+            longest = max(longest, now - since) if since is not None else longest
+            await asyncio.sleep(0.02)  # a sampling period, not a wait for an event
+
+    watcher = asyncio.create_task(watch_dead_holders())
+    replacements = []
+    try:
+        for process in first:
+            process.send_signal(signal.SIGTERM)
+            replacements.append(start_worker(settings, worker_logs, tmp_path))
+            assert await asyncio.to_thread(process.wait, 30) == 0
+        async with NudgeWatch(settings.redis_url or "", sessions, tenants[0].id) as watch:
+            done = await watch.until_true(
+                partial(_all_settled, sessions, run_ids), timeout=120, what="every run"
+            )
+    finally:
+        stop_watch.set()
+        await watcher
+        for process in first + replacements:
+            stop(process)
+    print(f"longest stretch of a RUNNING run with a dead holder: {longest:.2f}s")  # noqa: T201
+    assert done == ["SUCCEEDED"] * len(run_ids)
+    assert longest < 2.0, f"a run sat {longest:.1f}s behind a dead holder"
+    async with sessions.unit() as uow:
+        lost = await uow.all(text("SELECT count(*) FROM run_events WHERE type = 'lost'"))
+    assert lost[0]["count"] == 0, "a stopping worker's run was lost, not released"
+
+
+async def _all_settled(sessions: Sessions, run_ids: list[str]) -> list[str] | None:
+    async with sessions.unit() as uow:
+        rows = await uow.all(
+            text("SELECT status FROM runs WHERE id = ANY(CAST(:ids AS uuid[]))"), ids=run_ids
+        )
+    statuses = [r["status"] for r in rows]
+    return None if any(s in ("QUEUED", "RUNNING", "WAITING") for s in statuses) else statuses
