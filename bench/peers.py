@@ -193,7 +193,8 @@ class OutliveSystem(System):
         self.tenants: list[Any] = []
         self.queue = create_queue(redis_url, RUNS_QUEUE)
         self.instances = SaqRunInstances(
-            self.queue, Settings(database_url=database_url, redis_url=redis_url)
+            self.queue,
+            Settings(database_url=database_url, redis_url=redis_url, queue_timeout_s=60),
         )
 
     async def open(self) -> None:
