@@ -44,6 +44,21 @@ class RateLimited(DomainError):
         return {"retryAfter": self.retry_after}
 
 
+class RunActive(DomainError):
+    """`startRun` with `onConflict: REJECT` met an active run of its key: nothing was written;
+    `extensions.runId` names that run (contract §3)."""
+
+    code = "RUN_ACTIVE"
+
+    def __init__(self, run_id: object, message: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+    @property
+    def extensions(self) -> dict[str, object]:
+        return {"runId": str(self.run_id)}
+
+
 class QueueUnavailable(DomainError):
     """The row was written but the work could not be handed off; the row records it."""
 
@@ -69,6 +84,16 @@ class ServiceUnavailable(DomainError):
 
 class RetryableFault(Exception):
     """Raised by an agent for a fault that a later attempt can fix (429, 5xx, a timeout)."""
+
+
+class RetryAfter(RetryableFault):
+    """A retryable fault that says when to try again: inside a step with a `Retry` policy, the
+    next call waits `seconds` (instead of the policy's backoff); once the policy is used up (or
+    without one), the run's next attempt waits at least that long."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        super().__init__(message or f"retry after {seconds:g}s")
+        self.seconds = max(0.0, float(seconds))
 
 
 class RunCancelled(Exception):

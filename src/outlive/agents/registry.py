@@ -32,11 +32,13 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from outlive.db.models import RunConflict
 from outlive.errors import BadUserInput
 
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from outlive.agents.policy import Retry
     from outlive.config import Settings
     from outlive.ids import RunId, TenantId
 
@@ -90,15 +92,44 @@ class RunContext(Protocol):
 
     @overload
     def step(
-        self, name: str, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        shield: bool = False,
+        limit: str | None = None,
+        **kwargs: Any,
     ) -> Awaitable[T]: ...
 
     @overload
     def step(
-        self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+        self,
+        name: str,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        shield: bool = False,
+        limit: str | None = None,
+        **kwargs: Any,
     ) -> Awaitable[T]: ...
 
-    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        shield: bool = False,
+        limit: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """A durable step: `await ctx.step(name, fn, *args, **kwargs)` calls `fn` (sync or async)
         and records its JSON result, keyed by (`name`, occurrence: the how-many-th call of that
         name in this attempt, counted at the call). A later attempt of the run gets the recorded
@@ -106,7 +137,22 @@ class RunContext(Protocol):
         return annotation (a pydantic model comes back as that model; no annotation: plain JSON
         values), the same on the first attempt as on later ones. At most 256 KiB of JSON
         (`StepTooLarge`: the run fails). `emit` inside `fn` is written with the step, once. An
-        exception in `fn` records nothing and is handled as anywhere else in the run."""
+        exception in `fn` records nothing and is handled as anywhere else in the run.
+
+        The step's policy, keyword-only and never passed to `fn` (to give `fn` a keyword of one
+        of these names, bind it with `functools.partial`): `retry=Retry(attempts, backoff,
+        max_backoff)` calls `fn` again inside the attempt after a failure a retry can fix
+        (`outlive.agents.policy`); `timeout` bounds each call (seconds; a `TimeoutError`, which
+        a retry can fix); `shield=True` lets `fn` finish (and be recorded) when a cancel is
+        requested meanwhile, instead of interrupting it; `limit="llm"` takes one request of that
+        named limit (shared across workers, per tenant and global) before each call."""
+
+    def record_usage(
+        self, *, input_tokens: int, output_tokens: int, model: str | None = None
+    ) -> None:
+        """Inside a step's `fn`: count one model call's usage (tokens, and its cost when
+        `model` is in the price table); recorded with the step, so counted once. Outside a
+        step: `RuntimeError`. A step's result carrying `usage` is counted the same way."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +161,12 @@ class Agent(Generic[P]):
     description: str
     input_model: type[P]
     run: Callable[[RunContext, P], Awaitable[Any]]
+    # Keys (contract §4.1): the key of a run started without one, from its input (None: the
+    # default key ""), and what a start does when that key has an active run (None:
+    # RETURN_EXISTING). `Agent(..., key=lambda p: f"conversation:{p.conversation_id}",
+    # on_conflict=RunConflict.ENQUEUE)` gives each conversation its own line.
+    key: Callable[[P], str] | None = field(default=None, compare=False)
+    on_conflict: RunConflict | None = None
     input_schema: dict[str, Any] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -134,6 +186,16 @@ class Agent(Generic[P]):
 
     def parse(self, stored: Mapping[str, Any]) -> P:
         return self.input_model.model_validate(stored)
+
+    def default_key(self, params: Mapping[str, Any]) -> str:
+        """The key of a run started with `params` (validated) and no key: "" unless the agent
+        declares a `key`, which must give 0..200 characters ("" is the default key)."""
+        if self.key is None:
+            return ""
+        key = self.key(self.parse(params))
+        if not isinstance(key, str) or len(key) > 200:
+            raise BadUserInput(f"agent {self.name!r} derived a key that is not 0..200 characters")
+        return key
 
 
 def _load(path: str) -> list[Agent[Any]]:

@@ -8,12 +8,19 @@ from typing import Any, cast
 import strawberry
 from strawberry.scalars import JSON
 
+from outlive.db.models import RunConflict as DbRunConflict
 from outlive.db.models import RunStatus as DbRunStatus
 from outlive.schema.scalars import as_json
-from outlive.services.runs import EventRecord, RunPage, RunRecord, StepRecord
+from outlive.services.runs import MAX_ATTEMPTS, EventRecord, RunPage, RunRecord, StepRecord
 from outlive.services.runs import RunOrder as DbRunOrder
+from outlive.services.usage_tokens import RunUsage as UsageRecord
 
 RunStatus = strawberry.enum(DbRunStatus, name="RunStatus")
+RunConflict = strawberry.enum(
+    DbRunConflict,
+    name="RunConflict",
+    description="What `startRun` does when its key already has an active run.",
+)
 RunOrder = strawberry.enum(
     DbRunOrder, name="RunOrder", description="The order of `runs`, by creation time."
 )
@@ -52,6 +59,34 @@ class RunStep:
         )
 
 
+@strawberry.type(description="Model usage recorded by a run's steps, summed.")
+class RunUsage:
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None = strawberry.field(
+        description="USD, from the genai-prices table; null when a model was not in it."
+    )
+
+    @classmethod
+    def of(cls, u: UsageRecord) -> RunUsage:
+        cost = None if u.cost_usd is None else float(u.cost_usd)
+        return cls(
+            requests=u.requests,
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cost_usd=cost,
+        )
+
+
+def retries_left(r: RunRecord) -> int:
+    """Retries still allowed for retryable faults: claims that resumed the run from WAITING and
+    attempts that lost their worker use none. A QUEUED run is counted as its next claim will
+    be (a retry that is due has been used)."""
+    executed = r.attempt - r.lost_attempts - r.resumes + (r.status == DbRunStatus.QUEUED)
+    return max(0, MAX_ATTEMPTS - max(1, executed))
+
+
 @strawberry.type
 class Run:
     id: strawberry.ID
@@ -79,6 +114,16 @@ class Run:
     record: strawberry.Private[RunRecord]
     retried_from_id: strawberry.ID | None = strawberry.field(
         default=None, description="The run this one retried (retryRun, replayRuns), if any."
+    )
+
+    key: str = strawberry.field(
+        default="", description='Its exclusivity key; "" for the agent\'s default key.'
+    )
+    tags: list[str] = strawberry.field(default_factory=list)
+    queued_behind_id: strawberry.ID | None = strawberry.field(
+        default=None,
+        description="ENQUEUE: the run just ahead of this one in its key's line, while it waits "
+        "its turn (and as it was when it settled, should it settle waiting).",
     )
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
@@ -110,6 +155,21 @@ class Run:
     async def waiting_reason(self, info: strawberry.Info[Any, Any]) -> str | None:
         reason = await info.context.waiting_reason(self.record)
         return cast(str | None, reason)
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="Model usage recorded by the run's steps, summed (steps reused from "
+        "another run count there, not here)."
+    )
+    async def usage(self, info: strawberry.Info[Any, Any]) -> RunUsage:
+        found = await info.context.run_usage(self.record.id)
+        return RunUsage.of(cast(UsageRecord, found))
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="Retries still allowed for retryable faults: 2 for a fresh run (resumes "
+        "from WAITING and lost workers use none)."
+    )
+    def retries_left(self) -> int:
+        return retries_left(self.record)
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="While WAITING: the name of the signal the run waits for; null for a "
@@ -146,6 +206,11 @@ class Run:
             retried_from_id=None
             if r.retried_from_id is None
             else strawberry.ID(str(r.retried_from_id)),
+            key=r.key,
+            tags=list(r.tags),
+            queued_behind_id=None
+            if r.queued_behind_id is None
+            else strawberry.ID(str(r.queued_behind_id)),
         )
 
 
@@ -184,6 +249,23 @@ class RunConnection:
 class StartRunInput:
     agent: str
     input: JSON | None = strawberry.field(default=None, description="Omitted or null means {}.")
+    key: str | None = strawberry.field(
+        default=None,
+        description="Exclusivity key, 1..200 characters; null or omitted: the agent's default "
+        'key ("" unless the agent sets one).',
+    )
+    on_conflict: RunConflict | None = strawberry.field(  # type: ignore[valid-type]
+        default=None,
+        description="Null: the agent's default (RETURN_EXISTING unless the agent sets one).",
+    )
+    tags: list[str] | None = strawberry.field(
+        default=None, description="At most 10, each 1..64 characters of [A-Za-z0-9:_.@/-]."
+    )
+    idempotency_key: str | None = strawberry.field(
+        default=None,
+        description="1..200 characters; the same key within 24 h hands back the same run "
+        "(created: false), settled or not.",
+    )
 
 
 @strawberry.type

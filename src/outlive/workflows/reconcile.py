@@ -10,14 +10,16 @@ predicate of the write it makes, so a row a worker touched meanwhile is left alo
   there). The run is re-enqueued (a no-op when an instance is already queued or scheduled) and
   set back to QUEUED with a `lost` event, the attempt counted as lost; a run whose cancel was
   requested settles CANCELLED instead, and one that has lost its worker `MAX_LOST_ATTEMPTS`
-  times settles FAILED, saying so.
+  times without completing a step in those attempts settles FAILED, saying so.
 - **a lost instance** (contract §7): a QUEUED run (or a RUNNING one with no live lease) whose
   instance the engine no longer has, or has finished while the row is still active, is handed
   to the queue again (the row is the truth, the queue only a copy: Redis restarted empty,
   flushed or failed over), and runs; it is never failed for it. The relay in every worker
   (`services.relay`) does the same without a read. A run still waiting for a slot under its
   tenant's cap has no instance yet, by design: it is not lost, and its tenant's waiting runs are
-  dispatched instead (should a dispatch have been missed, a read makes up for it). A WAITING
+  dispatched instead (should a dispatch have been missed, a read makes up for it). A run
+  queued behind another run of its key has no instance either: the settle of the run ahead
+  moves it up (in the settle's own transaction), and its dispatch admits it. A WAITING
   run has no instance either: its timer lives in PostgreSQL and the relay wakes it.
 """
 
@@ -32,7 +34,13 @@ from outlive.errors import QueueUnavailable
 from outlive.ids import TenantId
 from outlive.services import relay
 from outlive.services.ports import InstanceState, RunInstances
-from outlive.services.runs import MAX_LOST_ATTEMPTS, RunRecord, requeue_lost, settle_run
+from outlive.services.runs import (
+    MAX_LOST_ATTEMPTS,
+    RunRecord,
+    barren_losses,
+    requeue_lost,
+    settle_run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +64,8 @@ async def reconcile_runs(
         and (r.status == RunStatus.QUEUED or r.lease_expires_at is None)
     ]
     waiting = {r.tenant_id for r in stale if r.is_waiting}
-    stale = [r for r in stale if not r.is_waiting]  # no instance yet, by design: not lost
+    # Waiting for a slot, or for its turn in its key's line: no instance yet, by design.
+    stale = [r for r in stale if not (r.is_waiting or r.is_behind)]
     for tenant_id in waiting:  # a dispatch that nobody triggered: admit what has a slot now
         await _dispatch(sessions, tenant_id)
     if not (lost_workers or stale):
@@ -90,7 +99,10 @@ def _worker_lost_before(run: RunRecord, cutoff: datetime) -> bool:
 async def _recover_lost_worker(
     sessions: Sessions, instances: RunInstances, run: RunRecord, *, grace_s: float
 ) -> RunRecord | None:
+    # Only the lost attempts that completed no step count (cheap test first: all of them).
     lost = run.lost_attempts + 1
+    if lost >= MAX_LOST_ATTEMPTS:
+        lost = await barren_losses(sessions, run.id, losing=run.attempt)
     if run.cancel_requested_at is not None or lost >= MAX_LOST_ATTEMPTS:
         cancelled = run.cancel_requested_at is not None
         async with sessions.unit(run.tenant_id) as uow:
@@ -114,7 +126,8 @@ async def _recover_lost_worker(
 
 def _gave_up(run: RunRecord, lost: int) -> str:
     return (
-        f"gave up: its worker was lost {lost} times (attempt {run.attempt}'s lease expired and "
+        f"gave up: its worker was lost {lost} times without completing a step (attempt "
+        f"{run.attempt}'s lease expired and "
         "nothing took it over); a run that kills its worker is not retried forever"
     )
 

@@ -73,12 +73,17 @@ def _announce(
         admission = uow.sessions.admission
         if (
             not run.is_active
-            and run.dispatched_at is not None
             and admission is not None
-            and admission.runs_capped(row["tenant_max_running"])
-        ):  # it held one of its tenant's slots: the next waiting run may have it
+            and (_held_a_capped_slot(run, admission, row) or run.key != "" or row["may_admit"])
+        ):  # it held one of its tenant's slots, or its key's next run may now start
             dispatch_after_commit(uow, run.tenant_id)
     return run
+
+
+def _held_a_capped_slot(run: RunRecord, admission: Any, row: Mapping[str, Any]) -> bool:
+    """It held one of its tenant's slots, and the tenant is capped: the next waiting run may have
+    it. (A run with a key of its own, or one that leaves a run waiting, always dispatches.)"""
+    return run.dispatched_at is not None and bool(admission.runs_capped(row["tenant_max_running"]))
 
 
 async def claim_run(
@@ -123,7 +128,9 @@ async def settle_run(
 ) -> RunRecord | None:
     """The terminal write. Returns None when the predicate found nothing to settle.
 
-    `attempt` fences the write on that attempt; `stale_before_s` only settles a row that has not
+    `attempt` fences the write on that attempt (and its SUCCEEDED becomes CANCELLED when a
+    cancel was requested before it: a cancel wins over a success it did not interrupt);
+    `stale_before_s` only settles a row that has not
     been updated for that long and holds no live lease (reconcile: a lost instance);
     `lost_before_s` (with `attempt`) only settles a RUNNING run whose lease expired that long ago
     (reconcile: a lost worker)."""
@@ -143,7 +150,8 @@ async def settle_run(
     if attempt is not None and lost_before_s is not None:
         move, params["attempt"], params["grace"] = queries.SETTLE_LOST, attempt, lost_before_s
     elif attempt is not None:
-        move, params["attempt"] = queries.SETTLE_ATTEMPT, attempt
+        settle = queries.SETTLE_SUCCESS if status == RunStatus.SUCCEEDED else queries.SETTLE_ATTEMPT
+        move, params["attempt"] = settle, attempt
     elif stale_before_s is not None:
         move, params["grace"] = queries.SETTLE_STALE, stale_before_s
     return await move_run(uow, move, **params)
