@@ -664,7 +664,9 @@ async def _main() -> None:
         this: dict[str, dict[str, float]] = {}
         for name in order:
             print(f"round {r + 1}: {name}", flush=True)
-            this[name] = await measure(name, only, args.count, logs)
+            into = logs / f"round-{r + 1}"  # a log of its own per round: "started" is per round
+            into.mkdir()
+            this[name] = await measure(name, only, args.count, into)
             print(f"  {json.dumps({k: round(v, 3) for k, v in this[name].items()})}", flush=True)
         rounds.append(this)
     print(report(rounds))
