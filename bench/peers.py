@@ -665,7 +665,7 @@ async def _main() -> None:
         for name in order:
             print(f"round {r + 1}: {name}", flush=True)
             into = logs / f"round-{r + 1}"  # a log of its own per round: "started" is per round
-            into.mkdir()
+            into.mkdir(exist_ok=True)
             this[name] = await measure(name, only, args.count, into)
             print(f"  {json.dumps({k: round(v, 3) for k, v in this[name].items()})}", flush=True)
         rounds.append(this)
