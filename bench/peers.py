@@ -53,9 +53,7 @@ import asyncpg
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common
-from _common import ADMIN_PG, BASE_REDIS, bench_env, table
-from redis.asyncio import Redis
+from _common import ADMIN_PG, bench_env, table
 
 from outlive.config import Settings
 from outlive.jobs.queues import RUNS_QUEUE, create_queue
@@ -624,29 +622,8 @@ def report(rounds: list[dict[str, dict[str, float]]]) -> str:
     return table(rows, ["measure", "Outlive median (range)", "DBOS median (range)"])
 
 
-@contextlib.asynccontextmanager
-async def own_redis_index() -> AsyncIterator[int]:
-    """A Redis db index nobody else uses meanwhile, claimed as the test runs claim theirs (a
-    shared index lets another process's worker take this bench's jobs)."""
-    admin = Redis.from_url(f"{BASE_REDIS.rstrip('/')}/0")
-    token = secrets.token_hex(4)
-    try:
-        for index in range(15, 0, -1):
-            if await admin.set(f"outlive:test-run:db{index}", token, nx=True, ex=3 * 3600):
-                break
-        else:
-            raise RuntimeError("every Redis db index 1-15 is claimed")
-        _common.REDIS_DB = index
-        yield index
-    finally:
-        if await admin.get(f"outlive:test-run:db{index}") == token.encode():
-            await admin.delete(f"outlive:test-run:db{index}")
-        await admin.aclose()
-
-
 async def main() -> None:
-    async with own_redis_index():
-        await _main()
+    await _main()  # `bench_env` claims a Redis db index of its own
 
 
 async def _main() -> None:

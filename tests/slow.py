@@ -33,6 +33,7 @@ SLOW_MODULES = (
     "tests/test_cli_limits.py",
     "tests/test_headers.py",
     "tests/waits/test_worker.py",
+    "tests/workflows/test_children_crash.py",
     "tests/workflows/test_crash.py",
     "tests/workflows/test_postgres_lost.py",
     "tests/workflows/test_steps_crash.py",

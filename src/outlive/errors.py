@@ -114,6 +114,17 @@ class StepResultInvalid(Exception):
     resolved): nothing was recorded, and the run fails without a retry."""
 
 
+class ChildFailed(Exception):
+    """A child run (`ctx.call`, `ctx.spawn`, `ctx.map`) settled FAILED or CANCELLED: raised in
+    its parent, carrying the child's id, status and error."""
+
+    def __init__(self, child_id: object, status: str, error: str | None) -> None:
+        super().__init__(f"child run {child_id} {status.lower()}: {error or 'no error given'}")
+        self.child_id = child_id
+        self.status = status
+        self.error = error
+
+
 class RunParked(Exception):
     """The run is WAITING now (a durable sleep, a wait for a signal): this attempt ends, and
     frees its worker slot, without settling the run. Raised by `ctx.sleep` and `ctx.wait_for`;

@@ -1,5 +1,6 @@
 """The `demo` agent (contract §6): turns of a delay and a `turn` event, with knobs for failure,
-a durable sleep after turn 1 (`pauseMs`) and a wait for a signal after the last (`awaitSignal`).
+a durable sleep after turn 1 (`pauseMs`), child runs after the turns (`children`, through
+`ctx.map`) and a wait for a signal after the last (`awaitSignal`).
 
 Each turn is a durable step (`ctx.step("turn", ...)`): an attempt that follows a retry, a lost
 worker or a wake from WAITING answers the turns already done from the journal and resumes at the
@@ -45,6 +46,12 @@ class DemoInput(BaseModel):
     signal_timeout_s: int = Field(
         3600, ge=1, le=2_592_000, description="how long to wait for the signal at most"
     )
+    children: int = Field(
+        0, ge=0, le=1000, description="after its turns, start this many child runs of demo"
+    )
+    child_turns: int = Field(1, ge=1, le=100, description="turns of each child run")
+    max_parallel: int = Field(10, ge=1, le=100, description="child runs live at once")
+    child_index: int | None = Field(None, ge=0, description="echoed in the output")
     usage_per_turn: TurnUsage | None = Field(
         None, description="each turn records this model usage (for tests of Run.usage)"
     )
@@ -78,13 +85,22 @@ async def run(ctx: RunContext, params: DemoInput) -> dict[str, Any]:
         await ctx.step("turn", play_turn, ctx, params, turn)
         if turn == 1 and params.pause_ms:
             await ctx.sleep(params.pause_ms / 1000)
+    output: dict[str, Any] = {"turns": params.turns}
+    if params.child_index is not None:
+        output["childIndex"] = params.child_index
+    if params.children:
+        inputs = [
+            {"turns": params.child_turns, "delayMs": params.delay_ms, "childIndex": i}
+            for i in range(params.children)
+        ]
+        output["childOutputs"] = await ctx.map("demo", inputs, max_parallel=params.max_parallel)
     if params.await_signal is None:
-        return {"turns": params.turns}
+        return output
     payload = await ctx.wait_for(
         params.await_signal, timeout=params.signal_timeout_s, default=_TIMED_OUT
     )
     timed_out = payload is _TIMED_OUT
-    return {"turns": params.turns, "signal": None if timed_out else payload, "timedOut": timed_out}
+    return {**output, "signal": None if timed_out else payload, "timedOut": timed_out}
 
 
 _TIMED_OUT = object()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -89,6 +89,44 @@ class RunContext(Protocol):
     async def delay(self, seconds: float) -> None:
         """Sleep in-process, holding the worker, looking at the run every second: a cancel
         request ends a long delay early (raising `RunCancelled`) instead of after it."""
+
+    async def spawn(
+        self,
+        agent: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        key: str | None = None,
+        abandon: bool = False,
+    ) -> Any:
+        """Start a child run of `agent` now; `await handle.result(timeout=…)` parks until it
+        settles. Identified by (this run, `name` or the agent's name, occurrence): a later
+        attempt gets the same child back, never a second one. `abandon`: left running when
+        this run settles or is cancelled (by default it is cancelled with it)."""
+
+    async def call(
+        self,
+        agent: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        key: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (durable)
+    ) -> Any:
+        """`spawn` and await the child's output: the run parks WAITING (`waitingFor:
+        "children"`, no worker, no slot) until it settles; `ChildFailed` when it failed."""
+
+    async def map(
+        self,
+        agent: str,
+        inputs: Sequence[Mapping[str, Any] | None],
+        *,
+        max_parallel: int = 10,
+        return_exceptions: bool = False,
+        name: str | None = None,
+    ) -> list[Any]:
+        """A child run per input, at most `max_parallel` live at once, their outputs in input
+        order (`ChildFailed` for a failed one, raised unless `return_exceptions`)."""
 
     @overload
     def step(

@@ -10,7 +10,7 @@ from typing import Any
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.tx import Sessions
-from outlive.errors import Unauthenticated
+from outlive.errors import BadUserInput, Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
 from outlive.realtime.registry import OpenSocket, SocketRegistry
@@ -18,7 +18,15 @@ from outlive.resolvers.loaders import Loaders
 from outlive.services import admission, timelines, webhooks
 from outlive.services.ports import RunInstances
 from outlive.services.ratelimits import RateLimiter
-from outlive.services.runs import EventRecord, RunRecord, StepRecord, check_steps_page
+from outlive.services.runs import (
+    MAX_PAGE,
+    EventRecord,
+    RunPage,
+    RunRecord,
+    StepRecord,
+    check_steps_page,
+    children,
+)
 from outlive.services.tenants import Principal
 from outlive.services.tokens import PrincipalCache
 from outlive.services.usage_tokens import RunUsage
@@ -90,6 +98,21 @@ class Context:
         timelines.check_events_page(first)
         self.require()
         return await self.loaders.events.load((run_id, after, first))
+
+    async def run_children(
+        self, run: RunRecord, *, first: int, after: str | None, statuses: Any
+    ) -> RunPage:
+        """A page of the run's children, oldest first (the run was read under this tenant)."""
+        if not 0 <= first <= MAX_PAGE:
+            raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
+        return await children.read_children_page(
+            self.services.sessions,
+            self.tenant_id,
+            run.id,
+            first=first,
+            after=after,
+            statuses=[s.value for s in statuses] if statuses else None,
+        )
 
     async def run_usage(self, run_id: RunId) -> RunUsage:
         """The run's summed model usage (one statement per page of runs)."""

@@ -21,7 +21,7 @@ from outlive.schema.runs import (
 from outlive.services import runs as runs_service
 from outlive.services import starts, waits
 from outlive.services.ratelimits import Bucket
-from outlive.services.runs import RunOrder, RunRecord
+from outlive.services.runs import RunOrder, RunRecord, children
 from outlive.services.runs.keys import start_options
 from outlive.workflows.reconcile import reconcile_runs
 
@@ -120,10 +120,22 @@ async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:
     return StartRunPayload(run=Run.of(started.run), created=started.created)
 
 
-async def cancel_run(info: Info, id: strawberry.ID) -> Run:
+async def cancel_run(
+    info: Info,
+    id: strawberry.ID,
+    cascade: Annotated[
+        bool,
+        strawberry.argument(
+            description="true: its live descendants are cancelled too (those started with "
+            "`abandon` aside); false: its children are left running, abandoned."
+        ),
+    ] = True,
+) -> Run:
     ctx = info.context
     run_id = runs_service.parse_run_id(id)
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        if not cascade:
+            await children.abandon_children(uow, run_id)
         record = await runs_service.cancel_run(uow, run_id)
     return Run.of(record)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from outlive.ids import EndpointId, RunId
-    from outlive.services.runs import EventRecord, StepRecord
+    from outlive.services.runs import EventRecord, RunPage, RunRecord, StepRecord
     from outlive.services.webhooks import DeliveryRecord
 
 
@@ -18,3 +20,7 @@ class SchemaContext(Protocol):
     async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]: ...
 
     async def run_steps(self, run_id: RunId, *, after: int, first: int) -> list[StepRecord]: ...
+
+    async def run_children(
+        self, run: RunRecord, *, first: int, after: str | None, statuses: Any
+    ) -> RunPage: ...

@@ -185,6 +185,32 @@ class Run:
     def wake_at(self) -> datetime | None:
         return self.record.wake_at if self.record.status == DbRunStatus.WAITING else None
 
+    @strawberry.field(
+        description="A child run: the run that started it (ctx.call, ctx.spawn, ctx.map)."
+    )  # type: ignore[untyped-decorator]
+    def parent_id(self) -> strawberry.ID | None:
+        parent = self.record.parent_id
+        return None if parent is None else strawberry.ID(str(parent))
+
+    @strawberry.field(description="The top of its tree of runs; itself for a top-level run.")  # type: ignore[untyped-decorator]
+    def root_id(self) -> strawberry.ID:
+        return strawberry.ID(str(self.record.tree_root))
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="The child runs it started, oldest first."
+    )
+    async def children(
+        self,
+        info: strawberry.Info[Any, Any],
+        first: int | None = 20,
+        after: str | None = None,
+        status: list[RunStatus] | None = None,  # type: ignore[valid-type]
+    ) -> RunConnection:
+        page = await info.context.run_children(
+            self.record, first=20 if first is None else first, after=after, statuses=status
+        )
+        return RunConnection.of(cast(RunPage, page))
+
     @classmethod
     def of(cls, r: RunRecord) -> Run:
         return cls(

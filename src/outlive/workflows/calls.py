@@ -115,6 +115,8 @@ async def call(
 ) -> Any:
     """`fn(*args, **kwargs)`, interruptible by a cancel, under `policy`. `reset()` is called
     before every call after the first (what a failed call buffered is dropped)."""
+    if interrupts.requested.is_set() and not (policy is not None and policy.shield):
+        raise RunCancelled()  # requested between steps: this one does not start
     if policy is None:
         return await _once(fn, args, kwargs, interrupts, shield=False)
     retry = policy.retry or Retry(attempts=1)

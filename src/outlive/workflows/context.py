@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
@@ -17,12 +17,14 @@ from outlive.services import waits
 from outlive.services.runs import RunRecord, append_event, read_run
 from outlive.services.usage_tokens import measured
 from outlive.workflows.calls import StepPolicy
+from outlive.workflows.children import ChildHandle, Family
 from outlive.workflows.deps import WorkflowDeps
 from outlive.workflows.steps import StepJournal, add_usage, buffered_events
 
 # A sleep this short or shorter is slept in-process (parking and waking costs more than it
 # saves, and holds the slot for at most this long); a longer one parks the run WAITING.
 DURABLE_SLEEP_MIN_S = 1.0
+MAX_PARALLEL = 1000  # live children of one map
 
 T = TypeVar("T")
 
@@ -44,6 +46,7 @@ class AttemptContext:
         )
         self.interrupts = self._steps.interrupts
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
+        self._family = Family(deps, run, run.attempt)  # its child runs
 
     def _moved(self, run: RunRecord) -> None:
         self._fresh = run
@@ -216,6 +219,58 @@ class AttemptContext:
         """Sleep in-process, holding the worker: a cancel request ends it at once (raising
         `RunCancelled`) instead of after it."""
         await self.interrupts.pause(seconds)
+
+    async def spawn(
+        self,
+        agent: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        key: str | None = None,
+        abandon: bool = False,
+    ) -> ChildHandle:
+        """Start a child run of `agent` now (`workflows.children`); await its result later."""
+        family = self._family
+        return await family.handle(
+            family.spec(family.next_step(name or agent), agent, input, key=key, abandon=abandon)
+        )
+
+    async def call(
+        self,
+        agent: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        key: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (durable: from the child's start)
+    ) -> Any:
+        """Start a child run, park until it settles, return its output (`ChildFailed`)."""
+        handle = await self.spawn(agent, input, name=name, key=key)
+        return await handle.result(timeout=timeout)
+
+    async def map(
+        self,
+        agent: str,
+        inputs: Sequence[Mapping[str, Any] | None],
+        *,
+        max_parallel: int = 10,
+        return_exceptions: bool = False,
+        name: str | None = None,
+    ) -> list[Any]:
+        """A child run of `agent` per input, at most `max_parallel` live at once; their outputs
+        in input order (a failed child raises `ChildFailed`, or stands in the list as one with
+        `return_exceptions`)."""
+        if not 1 <= max_parallel <= MAX_PARALLEL:
+            raise ValueError(f"max_parallel is 1 to {MAX_PARALLEL}")
+        family = self._family
+        base = family.next_step(name or agent)
+        specs = [family.spec(f"{base}[{i}]", agent, one) for i, one in enumerate(inputs)]
+        return await family.gather(
+            [s.step for s in specs],
+            limit=max_parallel,
+            pending=specs,
+            fail_fast=not return_exceptions,
+        )
 
     async def _read(self) -> RunRecord | None:
         return await read_run(self._sessions, self.tenant_id, self.run_id)

@@ -28,6 +28,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Numeric,
+    SmallInteger,
     String,
     UniqueConstraint,
     text,
@@ -138,6 +139,20 @@ class Run(Base):
             "worker_id",
             postgresql_where=text("status = 'RUNNING'"),
         ),
+        Index(  # a child's identity under its parent: started once, however often asked
+            "uq_runs_parent_step",
+            "parent_id",
+            "parent_step",
+            unique=True,
+            postgresql_where=text("parent_id IS NOT NULL"),
+        ),
+        Index(  # Run.children, oldest first; a parent's live children at its settle or cancel
+            "ix_runs_children",
+            "parent_id",
+            "created_at",
+            "id",
+            postgresql_where=text("parent_id IS NOT NULL"),
+        ),
         Index(
             "ix_runs_settled_finished_at",
             "finished_at",
@@ -193,6 +208,19 @@ class Run(Base):
     queued_behind_id: Mapped[UUID | None]
     tags: Mapped[list[str]] = mapped_column(ARRAY(String), server_default=text("'{}'"))
     idempotency_key: Mapped[str | None]
+
+    # A child run (`ctx.call` / `ctx.spawn` / `ctx.map`, see `outlive.workflows.children`): the
+    # run that started it, the top of its tree (NULL: a top-level run, its own root), its
+    # identity under its parent ("name#occurrence"), its depth (0 at the top), and whether it
+    # is left running when its parent settles. `children_settled` counts a parent's settled
+    # children (the trigger `outlive_child_settled`): a parent parks only at the count it read.
+    parent_id: Mapped[UUID | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    root_id: Mapped[UUID | None]
+    parent_step: Mapped[str | None]
+    depth: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
+    children_settled: Mapped[int] = mapped_column(server_default=text("0"))
+    wake_at_children: Mapped[int | None]  # WAITING for children: woken at this count
+    abandon_with_parent: Mapped[bool] = mapped_column(server_default=text("false"))
 
 
 class RunEvent(Base):

@@ -8,6 +8,7 @@ named constants built at import). The names below are the slice's public API:
 `from outlive.services.runs import X` keeps working whichever slice X lives in.
 """
 
+from outlive.services.runs.admit import dispatch_after_commit
 from outlive.services.runs.moves import (
     MAX_ATTEMPTS,
     MAX_LOST_ATTEMPTS,
@@ -15,7 +16,6 @@ from outlive.services.runs.moves import (
     append_event,
     cancel_run,
     claim_run,
-    dispatch_after_commit,
     heartbeat,
     move_run,
     requeue_lost,

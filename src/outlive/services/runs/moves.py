@@ -28,6 +28,8 @@ from outlive.errors import NotFound
 from outlive.ids import RunId, TenantId
 from outlive.services import webhooks
 from outlive.services.runs import queries
+from outlive.services.runs.admit import dispatch_after_commit
+from outlive.services.runs.cascade import cancel_descendants
 from outlive.services.runs.queries import Move
 from outlive.services.runs.reads import read_run
 from outlive.services.runs.records import SETTLED_STATUSES, RunRecord, as_json, to_record
@@ -35,18 +37,6 @@ from outlive.telemetry import logs, metrics
 
 MAX_ATTEMPTS = 3  # execute has two retries
 MAX_LOST_ATTEMPTS = 3  # a run whose worker dies this many times fails: it may be what kills it
-
-
-def dispatch_after_commit(uow: Unit, tenant_id: TenantId) -> None:
-    """After the commit, admit the tenant's waiting runs up to its cap (and enqueue them)."""
-    admission = uow.sessions.admission
-    if admission is None:
-        raise RuntimeError("no admission is wired: a waiting run is never started inline")
-
-    async def dispatch() -> None:
-        await admission.dispatch_runs(tenant_id)
-
-    uow.after_commit(dispatch)
 
 
 async def move_run(uow: Unit, move: Move, **params: Any) -> RunRecord | None:
@@ -70,6 +60,7 @@ def _announce(
     uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
     if may_settle:
         webhooks.announce_deliveries(uow, run.tenant_id, row["delivery_ids"] or ())
+        _announce_to_family(uow, run, live_children=bool(row["live_children"]))
         admission = uow.sessions.admission
         if (
             not run.is_active
@@ -78,6 +69,23 @@ def _announce(
         ):  # it held one of its tenant's slots, or its key's next run may now start
             dispatch_after_commit(uow, run.tenant_id)
     return run
+
+
+def _announce_to_family(uow: Unit, run: RunRecord, *, live_children: bool) -> None:
+    """A child that settled changed its parent (`children`, and maybe woke it: the trigger
+    `outlive_child_settled` did that in the same transaction, leaving it to be admitted by the
+    dispatch that every settle of a run with a key makes). A run that settled, or was asked to
+    stop, with live children cancels them after the commit."""
+    if run.parent_id is not None and not run.is_active:
+        uow.nudge("run.updated", run.parent_id, tenant_id=run.tenant_id)
+        uow.nudge("run.event", run.parent_id, tenant_id=run.tenant_id)
+    if live_children and (not run.is_active or run.cancel_requested_at is not None):
+        sessions, tenant_id, run_id = uow.sessions, run.tenant_id, run.id
+
+        async def cascade() -> None:
+            await cancel_descendants(sessions, tenant_id, run_id)
+
+        uow.after_commit(cascade)
 
 
 def _held_a_capped_slot(run: RunRecord, admission: Any, row: Mapping[str, Any]) -> bool:

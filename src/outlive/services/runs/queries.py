@@ -184,7 +184,8 @@ class Move:
     """A conditional UPDATE of one run and its timeline event, as one prepared statement (built
     by `move`, at import). `changes_run`: the run's visible state changes (nudge `run.updated`);
     `may_settle`: it can settle the run, so it also writes the settle's webhook deliveries and
-    returns `delivery_ids`, `tenant_max_running` and `may_admit`."""
+    returns `delivery_ids`, `tenant_max_running`, `may_admit` and `live_children` (it has
+    children that its settle or cancel must cancel: `services.runs.children`)."""
 
     statement: Statement
     changes_run: bool
@@ -211,13 +212,16 @@ def move(
         delivery_ids = (
             ", ARRAY(SELECT id FROM delivered) AS delivery_ids, (SELECT max_running_runs"
             " FROM tenants WHERE id = moved.tenant_id) AS tenant_max_running, "
-            f"{_MAY_ADMIT} AS may_admit"
+            f"{_MAY_ADMIT} AS may_admit,"
+            " EXISTS (SELECT 1 FROM runs c WHERE c.parent_id = moved.id AND c.status IN"
+            " ('QUEUED', 'RUNNING', 'WAITING') AND NOT c.abandon_with_parent) AS live_children"
         )
         columns = (
             *RUN_COLUMNS,
             column("delivery_ids"),
             column("tenant_max_running"),
             column("may_admit"),
+            column("live_children"),
         )
     sql = f"""WITH moved AS (UPDATE runs SET {sets} WHERE {where} RETURNING *),
         appended AS (INSERT INTO run_events (run_id, seq, type, data)
@@ -296,6 +300,13 @@ RELEASE = move(
 # writes `lost` just before `claimed`, in the same statement.
 _LOST_REASON = "its worker stopped heartbeating and the lease expired"
 _GONE_REASON = "its worker process ended"
+# A child is never claimed once its parent or its root settled or was asked to stop (unless it
+# was started abandoned): the cascade that cancels it may still be on its way down the tree.
+_PARENT_LIVE = (
+    "(runs.parent_id IS NULL OR runs.abandon_with_parent OR NOT EXISTS (SELECT 1 FROM runs p"
+    " WHERE p.id IN (runs.parent_id, runs.root_id)"
+    " AND (p.status NOT IN ('QUEUED', 'RUNNING', 'WAITING') OR p.cancel_requested_at IS NOT NULL)))"
+)
 CLAIM = prepare(
     text(
         f"""WITH prior AS (SELECT id, status AS was, {LEASE_EXPIRED} AS expired
@@ -310,6 +321,7 @@ CLAIM = prepare(
               AND ((runs.status = 'QUEUED' AND runs.dispatched_at IS NOT NULL)
                    OR (runs.status = 'RUNNING' AND {LEASE_EXPIRED})
                    OR (runs.status = 'RUNNING' AND {WORKER_GONE}))
+              AND {_PARENT_LIVE}
             RETURNING runs.*, prior.was, prior.expired),
         appended AS (
             INSERT INTO run_events (run_id, seq, type, data)

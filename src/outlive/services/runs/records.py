@@ -41,6 +41,11 @@ class RunRecord:
     waiting_for: str | None = None  # while WAITING: the signal's name (None: a durable sleep)
     wake_at: datetime | None = None  # while WAITING: its timer, or the signal's timeout
     resumes: int = 0  # claims that resumed it from WAITING: attempts that are not retries
+    parent_id: RunId | None = None  # a child run: the run that started it
+    root_id: RunId | None = None  # the top of its tree; None: a top-level run (its own root)
+    parent_step: str | None = None  # a child's identity under its parent ("name#occurrence")
+    depth: int = 0  # 0 at the top of a tree
+    children_settled: int = 0  # how many of its children settled so far
     key: str = ""  # its exclusivity key; "" is the agent's default
     on_conflict: str | None = None  # the strategy it was started with (None: before keys)
     queued_behind_id: RunId | None = None  # ENQUEUE: the run just ahead of it in its key's line
@@ -62,6 +67,11 @@ class RunRecord:
     def is_behind(self) -> bool:
         """QUEUED behind another run of its key (ENQUEUE): not active until its turn."""
         return self.status == RunStatus.QUEUED and self.queued_behind_id is not None
+
+    @property
+    def tree_root(self) -> RunId:
+        """The top of its tree: itself for a top-level run."""
+        return self.root_id or self.id
 
     @property
     def is_active(self) -> bool:
@@ -117,6 +127,11 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         waiting_for=m["waiting_for"],
         wake_at=m["wake_at"],
         resumes=m["resumes"],
+        parent_id=m.get("parent_id"),
+        root_id=m.get("root_id"),
+        parent_step=m.get("parent_step"),
+        depth=m.get("depth", 0),
+        children_settled=m.get("children_settled", 0),
         key=m.get("key", ""),
         on_conflict=m.get("on_conflict"),
         queued_behind_id=m.get("queued_behind_id"),

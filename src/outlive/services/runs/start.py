@@ -23,8 +23,9 @@ from outlive.ids import RunId, TenantId
 from outlive.services import relay
 from outlive.services.ports import RunInstances
 from outlive.services.runs import queries
+from outlive.services.runs.admit import dispatch_after_commit
 from outlive.services.runs.keys import DEFAULT_OPTIONS, StartOptions
-from outlive.services.runs.moves import dispatch_after_commit, move_run
+from outlive.services.runs.moves import move_run
 from outlive.services.runs.records import RunRecord, StartedRun, to_record
 from outlive.telemetry import metrics
 

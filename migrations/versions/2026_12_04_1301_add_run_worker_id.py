@@ -8,7 +8,7 @@ reads to find them. NULL: a claim made without a liveness
 connection (the lease alone decides).
 
 Revision ID: 0019
-Revises: 0015
+Revises: 0016
 Create Date: 2026-12-04 12:40:00
 """
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0019"
-down_revision: str | None = "0015"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
