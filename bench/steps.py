@@ -98,6 +98,9 @@ class NoInstances:
     async def states(self, run_ids: Any) -> list[Any]:
         return []
 
+    async def redeliver(self, run_ids: Any) -> int:
+        return 0
+
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)

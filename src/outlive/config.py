@@ -61,6 +61,16 @@ class Settings(BaseSettings):
     run_heartbeat_s: float = Field(10.0, gt=0, description="a run's job is stuck after this")
     run_sweep_s: int = Field(5, ge=1, description="how often a worker looks for stuck jobs")
     shutdown_grace_s: float = Field(10.0, ge=0, description="jobs-queue drain time at stop")
+    # Process liveness (docs/liveness.md): a worker holds a session advisory lock on a
+    # connection of its own; a run whose worker's lock is free is claimed again at once.
+    liveness_check_s: float = Field(
+        0.5, gt=0, description="how often a worker's relay looks for runs of a gone worker"
+    )
+    db_liveness_url: str | None = Field(
+        None,
+        description="the PostgreSQL server itself, for the liveness connection (not PgBouncer in"
+        " transaction mode); unset: DATABASE_URL, or no liveness with OUTLIVE_DB_PGBOUNCER=1",
+    )
 
     # Tenant fairness: caps per tenant, overridable per tenant (`outlive tenant set-limits`).
     tenant_max_running_runs: int = Field(
@@ -276,7 +286,7 @@ class Settings(BaseSettings):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
-    @field_validator("database_url")
+    @field_validator("database_url", "db_liveness_url")
     @classmethod
     def _check_database_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("postgresql://", "postgres://")):
@@ -290,6 +300,14 @@ class Settings(BaseSettings):
         if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("REDIS_URL must be redis://…, rediss://… or unix://…")
         return value
+
+    def liveness_url(self) -> str | None:
+        """Where a worker holds its liveness lock: `OUTLIVE_DB_LIVENESS_URL`, else DATABASE_URL
+        unless that is PgBouncer in transaction mode (a session lock cannot live there: the
+        lease alone decides then)."""
+        if self.db_liveness_url:
+            return self.db_liveness_url
+        return None if self.db_pgbouncer else self.database_url
 
     def require_services(self) -> tuple[str, str]:
         """The two URLs a server process cannot run without; never a silent inline fallback."""

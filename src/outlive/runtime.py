@@ -11,7 +11,8 @@ Roles:
   off the response path), the control hub (nudges, revocations) with its socket registry and
   principal cache, the sampler.
 - `worker`: the database, Redis, both queues, the publisher (nudges awaited), the HTTP clients
-  (agents, webhook deliveries), the sampler and, with `OUTLIVE_METRICS_PORT`, the metrics server.
+  (agents, webhook deliveries), the liveness connection (`outlive.db.liveness`), the sampler and,
+  with `OUTLIVE_METRICS_PORT`, the metrics server.
 - `cli`: the database only, on a pool of one or two connections.
 - `cli-queues`: that, plus Redis, the queues, the publisher and admission (commands that
   enqueue: `tenant set-limits`, `jobs redrive`, `cron run`, `token revoke`).
@@ -37,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from outlive.agents.registry import AgentRegistry
 from outlive.config import MissingServiceError, Settings
 from outlive.db.engine import create_engine_for, create_sessions, open_raw_pool
+from outlive.db.liveness import Liveness
 from outlive.db.tx import Sessions
 from outlive.ids import TokenId
 from outlive.jobs.handlers.webhook_deliver_v1 import create_client as webhook_client
@@ -106,6 +108,7 @@ class Runtime:
     realtime: Realtime | None = None  # `api`
     http: HttpClients | None = None  # `worker`
     sampler: Sampler | None = None  # `api`, `worker`
+    liveness: Liveness | None = None  # `worker`, unless no direct connection (PgBouncer)
 
     def require_queues(self) -> Queues:
         if self.queues is None:
@@ -147,6 +150,7 @@ async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]
             queues=queues,
             realtime=realtime,
             http=await _open_http(stack) if role == "worker" else None,
+            liveness=await _open_liveness(stack, settings) if role == "worker" else None,
             sampler=await _open_sampler(stack, settings, role, engine, sessions, queues, realtime)
             if server
             else None,
@@ -286,6 +290,23 @@ async def _open_realtime(
 
     stack.push_async_callback(stop)
     return Realtime(hub, auth, sockets)
+
+
+async def _open_liveness(stack: AsyncExitStack, settings: Settings) -> Liveness | None:
+    """The worker's mark of life: a connection of its own, outside every pool, holding its
+    liveness lock (`outlive.db.liveness`). It is closed last of the database's resources but
+    before a stopping worker's runs would wait on it: `WorkerHost` releases them first."""
+    url = settings.liveness_url()
+    if url is None:
+        log.warning(
+            "no liveness connection (behind PgBouncer without OUTLIVE_DB_LIVENESS_URL): a dead"
+            " worker's runs are taken over once their lease expires"
+        )
+        return None
+    liveness = Liveness(url)
+    await liveness.start()
+    stack.push_async_callback(liveness.stop)
+    return liveness
 
 
 async def _open_http(stack: AsyncExitStack) -> HttpClients:

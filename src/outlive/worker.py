@@ -100,6 +100,7 @@ class WorkerHost:
                 outputs=OutputStore.of(queues.redis, settings),
                 cancels=self.cancels,
                 limits=NamedLimits(queues.redis, sessions, settings),
+                liveness=runtime.liveness,
             ),
             jobs=JobDeps(
                 sessions=sessions,

@@ -22,6 +22,7 @@ the PostgreSQL fault, the time to the first successful mutation (`pg_recovery_s`
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from datetime import datetime
@@ -92,13 +93,18 @@ def _check_attempts(
     """Attempt k+1 may only be claimed after attempt k ended (`retrying`, `released`) or was
     lost; a lost attempt's last sign of life is more than a lease before the next claim."""
     last_at: datetime | None = None  # the current attempt's latest event
-    ended = lost = False
+    ended = lost = gone = False
     for event in timeline:
         kind = event["type"]
         if kind == "claimed":
             if last_at is not None:
                 gap = (event["at"] - last_at).total_seconds()
-                if not (ended or lost) or (lost and gap <= plan.heartbeat_s):
+                # Before a lease is over only when PostgreSQL saw the holder's process end (a
+                # SIGKILL in between): docs/liveness.md.
+                died = gone and any(
+                    last_at.timestamp() <= k <= event["at"].timestamp() for k in kills
+                )
+                if not (ended or lost) or (lost and gap <= plan.heartbeat_s and not died):
                     report.concurrent_attempts += 1
                     report.violations.append(f"{name}: attempt claimed {gap:.3f}s after the last")
                 if lost:
@@ -108,8 +114,16 @@ def _check_attempts(
             ended = True
         elif kind == "lost":
             lost = True
+            gone = _reason(event) == "its worker process ended"
             continue  # the lost attempt's last sign of life stays `last_at`
         last_at = event["at"]
+
+
+def _reason(event: Any) -> str | None:
+    data = event.get("data")
+    if isinstance(data, str):
+        data = json.loads(data)
+    return data.get("reason") if isinstance(data, dict) else None
 
 
 def _reclaim_latency(claimed: float, alive: float, report: Report, kills: list[float]) -> None:

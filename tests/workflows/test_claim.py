@@ -32,6 +32,9 @@ class NoInstances:
     async def states(self, run_ids: Any) -> list[Any]:
         raise AssertionError("not used")
 
+    async def redeliver(self, run_ids: Any) -> int:
+        return 0
+
 
 async def new_run(sessions: Sessions, tenant: TenantHandle, agent: str = "demo") -> RunId:
     async with sessions.unit(tenant.id) as uow:

@@ -9,6 +9,10 @@ batch is followed by another at once. While the queue is unreachable the loop re
 own, a quarter of a second and doubling up to 2 s, so the work is handed within seconds of Redis
 coming back; it listens to nothing meanwhile.
 
+Beside the passes, every `OUTLIVE_LIVENESS_CHECK_S` it hands again the runs whose worker
+process is gone (`Relay.hand_orphans`): that is how a SIGKILLed worker's runs go on within about
+a second instead of a lease and a sweep.
+
 Behind PgBouncer in transaction mode LISTEN cannot work, so the loop only scans there.
 """
 
@@ -56,8 +60,17 @@ class RedisQueueMarker:
 
 
 class RelayLoop:
-    def __init__(self, relay: Relay, *, scan_s: float, listen_url: str | None) -> None:
+    def __init__(
+        self,
+        relay: Relay,
+        *,
+        scan_s: float,
+        listen_url: str | None,
+        orphans_s: float | None = None,
+    ) -> None:
         self.relay = relay
+        self._orphans_s = orphans_s  # None: this worker looks for no gone worker's runs
+        self._orphans: asyncio.Task[None] | None = None
         self.scan_s = scan_s
         self._listen_url = listen_url
         self._listener: asyncpg.Connection | None = None
@@ -67,12 +80,15 @@ class RelayLoop:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name="outlive-relay")
+        if self._orphans_s is not None:
+            self._orphans = asyncio.create_task(self.watch_orphans(), name="outlive-orphans")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        for task in (self._orphans, self._task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -113,6 +129,17 @@ class RelayLoop:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, until)):
                     await self._wake.wait()
+
+    async def watch_orphans(self) -> None:
+        """Every `OUTLIVE_LIVENESS_CHECK_S`: hand again the runs whose worker process is gone
+        (`Relay.hand_orphans`: one statement when there are none)."""
+        assert self._orphans_s is not None  # noqa: S101 (started only with a period)
+        while True:
+            await asyncio.sleep(self._orphans_s)
+            try:
+                await self.relay.hand_orphans()
+            except Exception as exc:  # noqa: BLE001 (PostgreSQL or the queue away: next time)
+                log.debug("relay: cannot look for a gone worker's runs (%r)", exc)
 
     async def _listen(self) -> None:
         """(Re)connect the LISTEN connection when it is missing; a failure only means waking up
@@ -156,4 +183,9 @@ def build_relay(
         default_jobs_cap=settings.tenant_max_inflight_jobs,
     )
     listen_url = None if settings.db_pgbouncer else database_url
-    return RelayLoop(relay, scan_s=settings.relay_scan_s, listen_url=listen_url)
+    return RelayLoop(
+        relay,
+        scan_s=settings.relay_scan_s,
+        listen_url=listen_url,
+        orphans_s=settings.liveness_check_s,
+    )

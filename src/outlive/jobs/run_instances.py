@@ -12,7 +12,9 @@ Every saq option is set on purpose; saq's defaults (a 10 s timeout, one attempt)
 - `heartbeat = OUTLIVE_RUN_HEARTBEAT_S` (10 s): an executing attempt touches its job (and extends
   its row's lease) every third of that; the sweep (every `OUTLIVE_RUN_SWEEP_S`, 5 s) re-delivers a
   job whose worker stopped touching it, and the new delivery takes over the run once the row's
-  lease has expired: a SIGKILLed worker's run is re-claimed within about 15 s.
+  lease has expired. That is the path of a frozen or partitioned worker; a worker process that
+  died is seen sooner: its liveness lock is free in PostgreSQL, and the relay re-delivers its
+  runs' jobs at once (`redeliver`), within about `OUTLIVE_LIVENESS_CHECK_S`.
 - `retry_delay`: set per retry by the workflow (`RetryLater`), exact; `retry_backoff` stays off
   because saq would add full jitter.
 - `ttl = 3600`: how long saq keeps a *finished* job. A queued, scheduled or active job has no
@@ -29,12 +31,14 @@ from typing import Any
 from uuid import UUID
 
 from redis.exceptions import RedisError
+from saq.job import Status
 from saq.queue.redis import RedisQueue
 
 from outlive.config import Settings
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId
 from outlive.jobs.deps import RunsContext
+from outlive.jobs.queues import OutliveRedisQueue
 from outlive.services.ports import InstanceState
 from outlive.workflows.runs import RetryLater, run_attempt
 
@@ -58,6 +62,7 @@ class SaqRunInstances:
             "retry_backoff": False,
         }
         self._timeout_s = settings.queue_timeout_s  # a hung Redis holds no request longer
+        self._due_now: Any = None
 
     async def start(self, run_id: RunId) -> None:
         """Enqueue the instance; a no-op while one is queued, scheduled or executing (the job key
@@ -92,6 +97,47 @@ class SaqRunInstances:
             else InstanceState.MISSING
             for score, exists in zip(replies[::2], replies[1::2], strict=True)
         ]
+
+    async def redeliver(self, run_ids: Sequence[RunId]) -> int:
+        """Deliver these instances again now: their worker process is gone (its liveness lock is
+        free in PostgreSQL). A job still active on the dead worker is re-queued by the queue's
+        compare-and-set repair (`OutliveRedisQueue.repair`: nothing happens if a live worker
+        touched it meanwhile); a job scheduled for later (a delivery waiting for the holder's
+        lease) is made due now; a missing or finished one is enqueued again."""
+        handed = 0
+        try:
+            async with asyncio.timeout(self._timeout_s * 4):
+                for run_id in run_ids:
+                    handed += await self._redeliver(self.queue.job_id(str(run_id)), run_id)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise QueueUnavailable(f"the run queue is unreachable: {exc!r}") from exc
+        return handed
+
+    async def _redeliver(self, job_id: str, run_id: RunId) -> int:
+        seen = await self.queue.redis.get(job_id)
+        job = None if seen is None else self.queue.deserialize(seen)
+        if seen is None or job is None or job.status in _FINISHED:
+            await self.start(run_id)
+            return 1
+        if job.status == Status.ACTIVE and isinstance(self.queue, OutliveRedisQueue):
+            return int(await self.queue.repair(job_id.encode(), seen))
+        if self._due_now is None:
+            self._due_now = self.queue.redis.register_script(_DUE_NOW)
+        keys = [self.queue.namespace("incomplete"), self.queue.namespace("queued")]
+        return int(await self._due_now(keys=keys, args=[job_id], client=self.queue.redis))
+
+
+_FINISHED = (Status.COMPLETE, Status.FAILED, Status.ABORTED)
+
+# KEYS: incomplete, queued. ARGV: the job id. A job scheduled for later (its score is a time):
+# due now, as saq's own schedule script makes it (score 0, pushed to the queued list).
+_DUE_NOW = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) <= 1 then return 0 end
+redis.call('ZADD', KEYS[1], 0, ARGV[1])
+redis.call('RPUSH', KEYS[2], ARGV[1])
+return 1
+"""
 
 
 class SaqAttemptControl:

@@ -26,3 +26,9 @@ class RunInstances(Protocol):
 
     async def states(self, run_ids: Sequence[RunId]) -> list[InstanceState]:
         """The engine's view of each instance, in order."""
+
+    async def redeliver(self, run_ids: Sequence[RunId]) -> int:
+        """The process executing these instances is gone (PostgreSQL says so): deliver each one
+        again now, whatever the engine believes (its job still looks active on the dead
+        worker). How many were handed again; raises `QueueUnavailable` when the engine cannot be
+        reached."""

@@ -11,6 +11,7 @@ import httpx
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
+from outlive.db.liveness import Liveness
 from outlive.db.tx import Sessions
 from outlive.ids import RunId
 from outlive.realtime.outputs import OutputStore
@@ -46,6 +47,12 @@ class WorkflowDeps:
     outputs: OutputStore | None = None  # runs' output streams (`ctx.stream`); None: not kept
     limits: Limits | None = None  # named limits shared across workers (`ctx.step(limit=...)`)
     cancels: CancelWatch | None = None  # None: a cancel is seen by the heartbeat only
+    liveness: Liveness | None = None  # this process's mark of life; None: the lease alone
+
+    @property
+    def worker_id(self) -> int | None:
+        """The liveness key a claim records (None while this process holds no lock)."""
+        return None if self.liveness is None else self.liveness.worker_id
 
     @property
     def lease_s(self) -> float:

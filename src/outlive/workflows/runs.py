@@ -4,8 +4,9 @@ The workflow engine (saq, through `outlive.jobs.run_instances`) calls `run_attem
 delivery of the run's instance. What happens to the attempt is decided here:
 
 - nothing to claim: the run was cancelled or settled before this attempt (return quietly), or
-  another attempt holds it under a live lease (a second delivery of the same run: come back
-  when that lease would have expired, without using up one of saq's attempts);
+  another attempt holds it under a live lease and its worker process is alive (a second delivery
+  of the same run: come back when that lease would have expired, without using up one of saq's
+  attempts; should that process die meanwhile, the relay makes this delivery due at once);
 - a cancel already requested, or the lost-worker budget spent (the claim took over the expired
   lease of a worker that died, `MAX_LOST_ATTEMPTS` times, counting only the lost attempts that
   completed no step since their claim: a run that makes progress is never failed for it): settle;
@@ -100,7 +101,7 @@ async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl
 async def _attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> None:
     claiming = time.monotonic()  # the lease runs from no earlier than this
     async with deps.sessions.unit(single_statement=True) as uow:
-        run = await claim_run(uow, run_id, lease_s=deps.lease_s)
+        run = await claim_run(uow, run_id, lease_s=deps.lease_s, worker_id=deps.worker_id)
     if run is None:
         await _not_claimed(deps, run_id)
         return

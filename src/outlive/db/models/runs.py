@@ -134,6 +134,11 @@ class Run(Base):
             "wake_at",
             postgresql_where=text("status = 'WAITING'"),
         ),
+        Index(  # the relay's look for runs of a gone worker (`outlive.db.liveness`)
+            "ix_runs_running",
+            "worker_id",
+            postgresql_where=text("status = 'RUNNING'"),
+        ),
         Index(  # a child's identity under its parent: started once, however often asked
             "uq_runs_parent_step",
             "parent_id",
@@ -174,6 +179,10 @@ class Run(Base):
     lease_expires_at: Mapped[datetime | None]
     heartbeat_at: Mapped[datetime | None]
     lost_attempts: Mapped[int] = mapped_column(server_default=text("0"))
+    # The liveness key of the worker process whose attempt holds a RUNNING run: that process
+    # holds a session advisory lock on it while it lives (`outlive.db.liveness`); a free lock
+    # means the process is gone and the run may be claimed at once. NULL: the lease alone.
+    worker_id: Mapped[int | None]
     # Admitted under its tenant's cap (see `outlive.services.admission`); NULL: waiting for a slot.
     dispatched_at: Mapped[datetime | None]
 

@@ -38,6 +38,12 @@ lives in PostgreSQL only: a Redis that lost its data loses no timer. `RelayLoop`
 longer than until the earliest timer (one probe of `ix_runs_wake`), and a run that parks wakes
 it (NOTIFY), so a timer fires within a pass of its due time.
 
+Every `OUTLIVE_LIVENESS_CHECK_S` (0.5 s) the relay also asks PostgreSQL for RUNNING runs whose
+worker process is gone: the run records its holder's liveness key, whose session-level lock
+PostgreSQL frees when the process dies (`outlive.db.liveness`). Such a run's job still looks
+active on the dead worker, so the relay delivers it again at once (`hand_orphans`), and that
+delivery's claim takes the run over without waiting for its lease.
+
 Nothing is settled, claimed or admitted here: the relay only hands over what PostgreSQL says is
 due. It is not a sweeper cron repairing what nobody looks at: it copies due rows from the truth
 to the queue, the way a transactional outbox relay does, and reconcile-on-read still repairs what
@@ -69,6 +75,7 @@ from outlive.services.relay.queries import (
     MISSED_JOB_DISPATCHES,
     MISSED_RUN_DISPATCHES,
     NEXT_WAKE,
+    ORPHANED,
     QUEUE_TIMEOUT_S,
     RETRY_LATER,
     RETRY_S,
@@ -248,6 +255,20 @@ class Relay:
             await asyncio.gather(*(self._instances.start(run_id) for run_id in chunk))
         if running:
             log.warning("handed the instances of %d RUNNING run(s) again", len(running))
+
+    async def hand_orphans(self) -> int:
+        """RUNNING runs whose worker process is gone (its liveness lock is free in PostgreSQL:
+        `outlive.db.liveness`): their jobs still look active on the dead worker, where nothing
+        would deliver them before the sweep and the lease. Each one's instance is delivered
+        again now, and that delivery's claim takes the run over. One statement when there are
+        none. How many were handed; raises `QueueUnavailable` when the queue cannot be reached."""
+        rows = await self._sessions.all(ORPHANED, batch=self.batch)
+        if not rows:
+            return 0
+        handed = await self._instances.redeliver([RunId(r["id"]) for r in rows])
+        if handed:
+            log.warning("handed again %d run(s) whose worker process is gone", handed)
+        return handed
 
     async def _not_in_queue(self, taken: list[Taken]) -> list[RunId]:
         """The runs to enqueue: every one whose hand-off failed, and of the others those the

@@ -1,9 +1,11 @@
 """Moving a run: the claim, heartbeats, timeline events, requeues and settles.
 
 The row is the claim, and the claim's lease lives in the row. A claim takes a run only when it is
-QUEUED (and admitted), or RUNNING with an expired lease (`lease_expires_at`): the attempt that
-holds a run extends its lease with every heartbeat and every timeline event, so a second delivery
-of the same run cannot claim it while the first is alive, whatever the queue does. Taking over an
+QUEUED (and admitted), or RUNNING with an expired lease (`lease_expires_at`), or RUNNING held
+by a worker process that is gone (`worker_id`, whose liveness lock is free: `outlive.db.liveness`):
+the attempt that holds a run extends its lease with every heartbeat and every timeline event, and
+its process holds its liveness lock, so a second delivery of the same run cannot claim it while
+the first is alive, whatever the queue does. Taking over an
 expired lease counts a lost attempt (`lost_attempts`) and writes a `lost` event before the
 `claimed` one. A retried step re-claims instead of fighting a lock, a settled row is never
 claimed again, and a live attempt is never claimed from under itself.
@@ -92,11 +94,14 @@ def _held_a_capped_slot(run: RunRecord, admission: Any, row: Mapping[str, Any]) 
     return run.dispatched_at is not None and bool(admission.runs_capped(row["tenant_max_running"]))
 
 
-async def claim_run(uow: Unit, run_id: RunId, *, lease_s: float) -> RunRecord | None:
-    """Take the run for a new attempt holding a lease of `lease_s`; None means it was cancelled
-    or settled before this one, or another attempt holds it under a live lease. The unit's
-    tenant becomes the run's."""
-    row = await uow.one(queries.CLAIM, run_id=run_id, lease=lease_s)
+async def claim_run(
+    uow: Unit, run_id: RunId, *, lease_s: float, worker_id: int | None = None
+) -> RunRecord | None:
+    """Take the run for a new attempt holding a lease of `lease_s`, on behalf of the worker
+    process whose liveness key is `worker_id` (None: the lease alone decides); None means it
+    was cancelled or settled before this one, or another attempt holds it under a live lease
+    and its process is alive. The unit's tenant becomes the run's."""
+    row = await uow.one(queries.CLAIM, run_id=run_id, lease=lease_s, worker_id=worker_id)
     if row is None:
         return None
     run = _announce(uow, row, changes_run=True, may_settle=False)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import ARRAY, Uuid, bindparam, column, text
 
+from outlive.db.liveness import worker_gone
 from outlive.db.models import ACTIVE_SQL, HEAD_SQL, WAITING_SQL, Run, RunEvent, RunStep
 from outlive.db.raw import Statement, prepare
 from outlive.services.runs.timeline import INSERT_EVENTS, appended, bump
@@ -26,6 +27,7 @@ from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE
 ACTIVE = ACTIVE_SQL  # QUEUED, RUNNING or WAITING: the partial unique index's predicate
 RUN_COLUMNS = tuple(Run.__table__.c)
 LEASE_EXPIRED = "coalesce(lease_expires_at, '-infinity') < now()"
+WORKER_GONE = worker_gone("runs.worker_id")  # the holder's process ended (its session did)
 # The lease of the attempt holding a RUNNING run, extended by its heartbeats and its events.
 _LEASE = "lease_expires_at = now() + make_interval(secs => :lease), heartbeat_at = now()"
 
@@ -297,11 +299,14 @@ RELEASE = move(
     "status = 'RUNNING' AND attempt = :attempt",
 )
 
-# The claim: QUEUED, or RUNNING with an expired lease (its worker was lost). `prior` locks the row
+# The claim: QUEUED, or RUNNING with an expired lease or whose worker process is gone (its
+# liveness lock is free: `outlive.db.liveness`; checked last, so only for a live lease). It
+# records the claimer's liveness key (`:worker_id`, NULL without one). `prior` locks the row
 # first, so `was` is the status the UPDATE really replaced, also when a concurrent claim won and
 # the UPDATE re-checks its predicate on the newer row. Taking over a lost attempt counts it and
 # writes `lost` just before `claimed`, in the same statement.
 _LOST_REASON = "its worker stopped heartbeating and the lease expired"
+_GONE_REASON = "its worker process ended"
 # A child is never claimed once its parent or its root settled or was asked to stop (unless it
 # was started abandoned): the cascade that cancels it may still be on its way down the tree.
 _PARENT_LIVE = (
@@ -312,28 +317,31 @@ _PARENT_LIVE = (
 _CLAIM_EVENTS = appended(
     (
         "'lost'",
-        f"jsonb_build_object('attempt', attempt - 1, 'reason', '{_LOST_REASON}')",
+        "jsonb_build_object('attempt', attempt - 1, 'reason', CASE WHEN expired"
+        f" THEN '{_LOST_REASON}' ELSE '{_GONE_REASON}' END)",
         "was = 'RUNNING'",
     ),
     ("'claimed'", "jsonb_build_object('attempt', attempt)"),
 )
 CLAIM = prepare(
     text(
-        f"""WITH prior AS (SELECT id, status AS was FROM runs WHERE id = :run_id FOR UPDATE),
+        f"""WITH prior AS (SELECT id, status AS was, {LEASE_EXPIRED} AS expired
+                         FROM runs WHERE id = :run_id FOR UPDATE),
         moved AS (
             UPDATE runs SET status = 'RUNNING', attempt = attempt + 1,
-                started_at = coalesce(started_at, now()), {_LEASE},
+                started_at = coalesce(started_at, now()), {_LEASE}, worker_id = :worker_id,
                 lost_attempts = lost_attempts + CAST(prior.was = 'RUNNING' AS int),
                 {bump("1 + CAST(prior.was = 'RUNNING' AS int)")}, updated_at = now()
             FROM prior
             WHERE runs.id = prior.id
               AND ((runs.status = 'QUEUED' AND runs.dispatched_at IS NOT NULL)
-                   OR (runs.status = 'RUNNING' AND {LEASE_EXPIRED}))
+                   OR (runs.status = 'RUNNING' AND {LEASE_EXPIRED})
+                   OR (runs.status = 'RUNNING' AND {WORKER_GONE}))
               AND {_PARENT_LIVE}
-            RETURNING runs.*, prior.was),
+            RETURNING runs.*, prior.was, prior.expired),
         appended AS ({_CLAIM_EVENTS})
         SELECT moved.* FROM moved"""
-    ).columns(*RUN_COLUMNS, column("was"))
+    ).columns(*RUN_COLUMNS, column("was"), column("expired"))
 )
 # The lost attempts that count towards `MAX_LOST_ATTEMPTS`: those that completed no step since
 # their claim (CONTRACT §7: a run that makes progress is never failed for losing workers). The

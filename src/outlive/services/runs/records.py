@@ -52,6 +52,7 @@ class RunRecord:
     queued_behind_id: RunId | None = None  # ENQUEUE: the run just ahead of it in its key's line
     tags: tuple[str, ...] = ()
     idempotency_key: str | None = None
+    worker_id: int | None = None  # the liveness key of the worker process holding it (RUNNING)
 
     @property
     def is_waiting(self) -> bool:
@@ -137,6 +138,7 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         queued_behind_id=m.get("queued_behind_id"),
         tags=tuple(m.get("tags") or ()),
         idempotency_key=m.get("idempotency_key"),
+        worker_id=m.get("worker_id"),
     )
 
 

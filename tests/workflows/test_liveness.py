@@ -1,0 +1,234 @@
+"""Process liveness with real worker processes (docs/liveness.md): a SIGKILLed worker's runs are
+claimed again within about a second, not a lease and a sweep later; a frozen worker (SIGSTOP)
+is still judged by its lease, and once thawed (SIGCONT) it writes nothing (fencing)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import IO
+
+import pytest
+from sqlalchemy import text
+
+from outlive.config import Settings
+from outlive.db.tx import Sessions
+from tests.conftest import new_tenant
+from tests.support import Api, NudgeWatch, TenantHandle, service_env, settled, spawn_outlive
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+RECLAIM_DEADLINE_S = 5.0  # the lease path takes 10 s + a 5 s sweep with these settings
+
+
+@pytest.fixture
+def worker_logs() -> Iterator[list[tuple[Path, IO[bytes]]]]:
+    logs: list[tuple[Path, IO[bytes]]] = []
+    yield logs
+    for _, log in logs:
+        log.close()
+
+
+def start_worker(
+    settings: Settings, logs: list[tuple[Path, IO[bytes]]], tmp_path: Path, **env: str
+) -> subprocess.Popen[bytes]:
+    path = tmp_path / f"worker-{len(logs)}.log"
+    log = path.open("wb")
+    logs.append((path, log))
+    defaults = {"OUTLIVE_RUN_HEARTBEAT_S": "10", "OUTLIVE_RUN_SWEEP_S": "5", **env}
+    return spawn_outlive(
+        "worker", "--concurrency", "4", env=service_env(settings, **defaults), log=log
+    )
+
+
+async def until_logged(path: Path, text: str, timeout: float = 90) -> str:
+    """The worker's log, once it says `text` (its own announcement: nothing else tells a test)."""
+    deadline = time.monotonic() + timeout
+    while text not in (logged := await asyncio.to_thread(path.read_text, errors="replace")):
+        assert time.monotonic() < deadline, f"{path.name} never said {text!r}"
+        await asyncio.sleep(0.05)
+    return logged
+
+
+async def two_workers(
+    settings: Settings, logs: list[tuple[Path, IO[bytes]]], tmp_path: Path, **env: str
+) -> dict[int, subprocess.Popen[bytes]]:
+    """Two started workers, by the liveness key each holds (the `worker_id` of its claims)."""
+    workers = [start_worker(settings, logs, tmp_path, **env) for _ in range(2)]
+    by_key = {}
+    for (path, _), process in zip(logs[-2:], workers, strict=True):
+        logged = await until_logged(path, "worker started")
+        found = re.search(r"holds its lock \(worker id (\d+)\)", logged)
+        assert found is not None
+        by_key[int(found.group(1))] = process
+    return by_key
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGCONT)
+        process.kill()
+    process.wait(timeout=10)
+
+
+async def test_a_sigkilled_worker_s_runs_are_claimed_again_within_a_second(
+    api: Api,
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    worker_logs: list[tuple[Path, IO[bytes]]],
+    tmp_path: Path,
+) -> None:
+    assert settings.redis_url is not None
+    workers = await two_workers(settings, worker_logs, tmp_path)
+    try:
+        async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+            started = await api.start_run(tenant.token, "demo", {"turns": 40, "delayMs": 250})
+            run_id = started["run"]["id"]
+            await watch.until_events(run_id, lambda es: any(e.type == "turn" for e in es))
+            holder = await watch.until(run_id, lambda r: r.worker_id is not None)
+            assert holder.worker_id in workers
+            workers[holder.worker_id].send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+            taken = await watch.until(run_id, lambda r: r.attempt == 2, timeout=30)
+            took = time.monotonic() - killed_at
+            done = await watch.until(run_id, settled, timeout=60)
+            timeline = await watch.until_events(run_id, lambda es: True)
+    finally:
+        for process in workers.values():
+            stop(process)
+    print(f"re-claimed after {took:.2f}s (the lease path: 10 s + a 5 s sweep)")  # noqa: T201 (the figure, with -s)
+    assert took < RECLAIM_DEADLINE_S, f"re-claimed only after {took:.1f}s"
+    assert taken.worker_id is not None
+    assert taken.worker_id != holder.worker_id
+    assert done.status == "SUCCEEDED"
+    assert done.output == {"turns": 40}
+    lost = [e.data for e in timeline if e.type == "lost"]
+    assert lost == [{"attempt": 1, "reason": "its worker process ended"}]
+
+
+async def test_a_frozen_worker_is_taken_over_by_its_lease_and_writes_nothing_once_thawed(
+    api: Api,
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    worker_logs: list[tuple[Path, IO[bytes]]],
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP keeps the frozen process's socket, so its liveness lock: only the lease (2 s here)
+    lets another worker take the run, as before liveness; after SIGCONT its attempt's writes
+    are fenced out (no turn of attempt 1 is recorded after the take-over)."""
+    assert settings.redis_url is not None
+    short = {"OUTLIVE_RUN_HEARTBEAT_S": "2", "OUTLIVE_RUN_SWEEP_S": "1"}
+    workers = await two_workers(settings, worker_logs, tmp_path, **short)
+    try:
+        async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+            started = await api.start_run(tenant.token, "demo", {"turns": 30, "delayMs": 300})
+            run_id = started["run"]["id"]
+            await watch.until_events(run_id, lambda es: any(e.type == "turn" for e in es))
+            holder = await watch.until(run_id, lambda r: r.worker_id is not None)
+            assert holder.worker_id in workers
+            frozen = workers[holder.worker_id]
+            frozen.send_signal(signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            taken = await watch.until(run_id, lambda r: r.attempt == 2, timeout=60)
+            took = time.monotonic() - stopped_at
+            frozen.send_signal(signal.SIGCONT)
+            run = await watch.until(run_id, settled, timeout=90)
+            frozen_log = worker_logs[list(workers.values()).index(frozen)][0]
+            await until_logged(frozen_log, "lost its lease", timeout=30)
+            async with sessions.unit() as uow:
+                steps = await uow.all(
+                    text("SELECT attempt, completed_at FROM run_steps WHERE run_id = :run_id"),
+                    run_id=run_id,
+                )
+    finally:
+        for process in workers.values():
+            stop(process)
+    print(f"a frozen worker's run was taken over after {took:.2f}s (lease 2 s)")  # noqa: T201 (the figure, with -s)
+    assert took >= 1.0, "taken over before any lease could expire: the lock was not held"
+    assert run.status == "SUCCEEDED"
+    assert run.output == {"turns": 30}
+    assert taken.heartbeat_at is not None
+    late = [s for s in steps if s["attempt"] == 1 and s["completed_at"] > taken.heartbeat_at]
+    assert late == [], "the thawed attempt recorded a step after it was taken over"
+    assert sorted(s["attempt"] for s in steps)[-1] == 2
+    assert len(steps) == 30
+
+
+DEAD_HOLDERS = text(
+    "SELECT count(*) FROM runs r WHERE r.status = 'RUNNING' AND r.worker_id IS NOT NULL"
+    " AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'"
+    " AND l.objid = CAST(r.worker_id AS oid) AND l.objsubid = 2 AND l.granted)"
+)
+
+
+async def test_a_rolling_sigterm_restart_leaves_no_run_waiting_for_a_lease(
+    api: Api,
+    settings: Settings,
+    sessions: Sessions,
+    worker_logs: list[tuple[Path, IO[bytes]]],
+    tmp_path: Path,
+) -> None:
+    """4 workers under load, each stopped with SIGTERM in turn (a replacement started with it):
+    every executing run is handed back before its worker's process ends, so none sits RUNNING
+    behind a dead holder for longer than the liveness check; the production lease (10 s) is
+    never waited for. The longest such stretch is measured."""
+    tenants = [await new_tenant(sessions, "roll") for _ in range(12)]
+    first = [start_worker(settings, worker_logs, tmp_path) for _ in range(4)]
+    for path, _ in worker_logs:
+        await until_logged(path, "worker started")
+    run_ids = [
+        (await api.start_run(handle.token, "demo", {"turns": 30, "delayMs": 200}))["run"]["id"]
+        for handle in tenants
+    ]
+    longest, stop_watch = 0.0, asyncio.Event()
+
+    async def watch_dead_holders() -> None:
+        nonlocal longest
+        since = None
+        while not stop_watch.is_set():
+            async with sessions.unit() as uow:
+                dead = (await uow.all(DEAD_HOLDERS))[0]["count"]
+            now = time.monotonic()
+            since = (since or now) if dead else None
+            longest = max(longest, now - since) if since is not None else longest
+            await asyncio.sleep(0.02)  # a sampling period, not a wait for an event
+
+    watcher = asyncio.create_task(watch_dead_holders())
+    replacements = []
+    try:
+        for process in first:
+            process.send_signal(signal.SIGTERM)
+            replacements.append(start_worker(settings, worker_logs, tmp_path))
+            assert await asyncio.to_thread(process.wait, 30) == 0
+        async with NudgeWatch(settings.redis_url or "", sessions, tenants[0].id) as watch:
+            done = await watch.until_true(
+                partial(_all_settled, sessions, run_ids), timeout=120, what="every run"
+            )
+    finally:
+        stop_watch.set()
+        await watcher
+        for process in first + replacements:
+            stop(process)
+    print(f"longest stretch of a RUNNING run with a dead holder: {longest:.2f}s")  # noqa: T201
+    assert done == ["SUCCEEDED"] * len(run_ids)
+    assert longest < 2.0, f"a run sat {longest:.1f}s behind a dead holder"
+    async with sessions.unit() as uow:
+        lost = await uow.all(text("SELECT count(*) FROM run_events WHERE type = 'lost'"))
+    assert lost[0]["count"] == 0, "a stopping worker's run was lost, not released"
+
+
+async def _all_settled(sessions: Sessions, run_ids: list[str]) -> list[str] | None:
+    async with sessions.unit() as uow:
+        rows = await uow.all(
+            text("SELECT status FROM runs WHERE id = ANY(CAST(:ids AS uuid[]))"), ids=run_ids
+        )
+    statuses = [r["status"] for r in rows]
+    return None if any(s in ("QUEUED", "RUNNING", "WAITING") for s in statuses) else statuses
