@@ -291,10 +291,11 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
         sign_in(page, tenant, "/runs")
         run_id = stack.start_run(tenant, turns=10, delayMs=500)
         page.goto(f"/runs/{run_id}")
+        expect(page.get_by_role("list", name="Why it is here")).to_contain_text("lease runs out at")
+        page.get_by_role("tab", name="Waterfall").click()
         waterfall = page.get_by_role("list", name="Waterfall")
         expect(waterfall.locator('[data-end="running"]')).to_have_count(1, timeout=30_000)
         expect(page.get_by_role("list", name="Attempt 1 turns")).to_contain_text("turn 2")
-        expect(page.get_by_role("list", name="Why it is here")).to_contain_text("lease runs out at")
 
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait(timeout=10)
@@ -308,9 +309,6 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
         expect(bands.nth(0)).to_contain_text("silent after")
         expect(bands.nth(1)).to_have_attribute("data-end", "succeeded")
         expect(bands.nth(1)).to_contain_text(re.compile(r"\+\d"))  # its offset from the start
-        why = page.get_by_role("list", name="Why it is here")
-        expect(why).to_contain_text("Attempt 1 lost its worker")
-        expect(why).to_contain_text("1 attempt(s) lost their worker")
         # each band holds its own turns, each with its offset and duration, each expandable
         expect(
             page.get_by_role("list", name="Attempt 2 turns").locator("li.segment-turn").last
@@ -322,9 +320,11 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
         expect(payload).to_be_visible()
         expect(payload).to_contain_text('"turn": 1')
         assert_accessible(page, "run page (waterfall)")
-        page.get_by_role("heading", name="Why it is here").scroll_into_view_if_needed()
-        page.evaluate("window.scrollBy(0, -16)")
         shoot(page, "run-waterfall", tmp_path)
+        page.get_by_role("tab", name="Overview").click()
+        why = page.get_by_role("list", name="Why it is here")
+        expect(why).to_contain_text("Attempt 1 lost its worker")
+        expect(why).to_contain_text("1 attempt(s) lost their worker")
         data = stack.gql(
             tenant, "query($id: ID!) { run(id: $id) { lostAttempts } }", {"id": run_id}
         )
@@ -353,7 +353,7 @@ def test_360_px_wide_without_sideways_scrolling(
     sign_in(page, tenant, path)
     expect(page.locator("main h1").first).to_be_visible()
     if path.startswith("/runs/") and path != "/runs/new":
-        expect(page.get_by_role("list", name="Waterfall")).to_be_visible()
+        expect(page.get_by_role("list", name="Why it is here")).to_be_visible()
     if path == "/runs":
         expect(page.locator("tbody tr")).to_have_count(1)
     overflow = page.evaluate(
@@ -375,6 +375,9 @@ def test_every_screen_has_no_serious_accessibility_violation(
     for path, heading in (
         ("/runs", "Runs"),
         (f"/runs/{done}", None),
+        (f"/runs/{done}?tab=steps", None),
+        (f"/runs/{done}?tab=waterfall", None),
+        (f"/runs/{done}?tab=events", None),
         ("/runs/new", "Start a run"),
         ("/replays", "Replays"),
         ("/agents", "Agents"),
@@ -388,7 +391,7 @@ def test_every_screen_has_no_serious_accessibility_violation(
         if heading:
             expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
         else:
-            expect(page.get_by_role("list", name="Waterfall")).to_be_visible()
+            expect(page.get_by_role("tabpanel")).to_be_visible()
         for theme in ("light", "dark"):
             page.emulate_media(color_scheme=theme)
             assert_accessible(page, f"{path} ({theme})")

@@ -43,14 +43,17 @@ def test_approve_a_run_waiting_for_approval(
     expect(why).to_contain_text("Waiting for the signal approval until")
     expect(why.locator("code").first).to_have_text("approval")
     expect(why).to_contain_text("(in 60 min)")  # signalTimeoutS defaults to an hour
+    assert_accessible(page, "run page (waiting for approval)")
+    page.get_by_role("tab", name="Steps").click()
     steps = page.get_by_role("table", name="Steps").get_by_test_id("step")
     expect(steps).to_have_count(2)
     expect(steps.nth(0)).to_contain_text("turn")
+    page.get_by_role("tab", name="Waterfall").click()
     waits = page.get_by_role("list", name="Waterfall").locator('li[data-end="wait"]')
     expect(waits).to_have_count(1)
     expect(waits.first).to_contain_text("still waiting")
     expect(waits.first).to_contain_text("Waiting for approval")
-    assert_accessible(page, "run page (waiting for approval)")
+    page.get_by_role("tab", name="Overview").click()
     page.emulate_media(color_scheme="light")
     page.get_by_role("heading", name="Why it is here").scroll_into_view_if_needed()
     page.evaluate("window.scrollBy(0, -16)")
@@ -61,10 +64,12 @@ def test_approve_a_run_waiting_for_approval(
     expect(status).to_have_text("SUCCEEDED", timeout=30_000)
     expect(page.get_by_test_id("signal-outcome")).to_have_attribute("data-accepted", "true")
     expect(page.get_by_label("Output")).to_contain_text('"approved": true')
+    expect(page.get_by_role("group", name="Approval")).to_have_count(0)
+    page.get_by_role("tab", name="Waterfall").click()
     expect(waits.first).to_have_attribute("data-by", "signal")
     expect(waits.first).to_contain_text("woken by a signal")
+    page.get_by_role("tab", name="Steps").click()
     expect(steps).to_have_count(2)  # the turns ran once: the resume replayed none of them
-    expect(page.get_by_role("group", name="Approval")).to_have_count(0)
     statuses = page.evaluate("window.__statuses")
     assert statuses.index("WAITING") < statuses.index("SUCCEEDED"), statuses
     assert page.evaluate("window.__noReload") is True

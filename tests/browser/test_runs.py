@@ -63,12 +63,13 @@ def test_a_demo_run_goes_queued_running_succeeded_without_a_reload(
     assert page.evaluate("window.__statuses") == ["QUEUED", "RUNNING", "SUCCEEDED"]
     assert page.evaluate("window.__noReload") is True
 
+    expect(page.get_by_label("Output")).to_contain_text('"turns": 3')
+    page.get_by_role("tab", name="Events").click()
     timeline = page.get_by_role("list", name="Timeline")
     # claimed, then a turn and its durable step 3 times, then succeeded
     expect(timeline.get_by_role("listitem")).to_have_count(8)
     expect(timeline.locator("li.event-step")).to_have_count(3)
     expect(timeline.get_by_role("listitem").last).to_contain_text("succeeded")
-    expect(page.get_by_label("Output")).to_contain_text('"turns": 3')
     expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
 
 
@@ -78,6 +79,7 @@ def test_cancel_a_running_run(page: Page, tenant: Tenant, sign_in: SignIn, stack
     status = page.get_by_test_id("run-status")
     expect(status).to_have_text("RUNNING", timeout=20_000)
     # a turn or two on the timeline: the run is really under way
+    page.get_by_role("tab", name="Events").click()
     expect(page.get_by_role("list", name="Timeline")).to_contain_text("turn", timeout=10_000)
 
     page.get_by_role("button", name="Cancel run").click()

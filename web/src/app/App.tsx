@@ -7,7 +7,7 @@ import { Agents } from "../screens/Agents";
 import { Invitations } from "../screens/Invitations";
 import { Queue } from "../screens/Queue";
 import { Replays } from "../screens/Replays";
-import { RunDetail } from "../screens/RunDetail";
+import { RunDetail } from "../screens/run/RunDetail";
 import { RunsList } from "../screens/RunsList";
 import { SignIn } from "../screens/SignIn";
 import { StartRun } from "../screens/StartRun";

@@ -30,11 +30,11 @@ export function useLocation(): { path: string; params: URLSearchParams } {
   return { path: url.pathname, params: url.searchParams };
 }
 
-export function navigate(to: string, options: { replace?: boolean } = {}): void {
+export function navigate(to: string, options: { replace?: boolean; keepScroll?: boolean } = {}): void {
   if (to === snapshot()) return;
   if (options.replace) window.history.replaceState(null, "", to);
   else window.history.pushState(null, "", to);
-  window.scrollTo({ top: 0 });
+  if (!options.keepScroll) window.scrollTo({ top: 0 });
   notify();
 }
 

@@ -1,0 +1,203 @@
+import { useMutation, useQuery } from "@apollo/client/react";
+import { useEffect } from "react";
+import { CANCEL_RUN, RETRY_RUN, RUN_DETAIL, RUN_TIMELINE, RUN_WHY } from "../../api/documents/runs";
+import { describeError } from "../../api/errors";
+import { ACTIVE_STATUSES } from "../../api/types";
+import { Link, navigate, useLocation } from "../../app/router";
+import { CopyButton, ErrorNote, Loading, StatusBadge, useNow, When } from "../../ui/common";
+import { formatDuration, formatTime, shortId } from "../../ui/format";
+import { buildWaterfall } from "../../ui/waterfall";
+import { Timeline } from "./Events";
+import { Overview } from "./Overview";
+import { StepsPanel } from "./Steps";
+import { RUN_TABS, type RunTab, tabHref, tabOf } from "./tabs";
+import { Tabs } from "./Tabs";
+import type { DetailRun } from "./types";
+import { WaterfallPanel } from "./Waterfall";
+
+/**
+ * One run: its heading, facts and actions, then a tab each for the overview (why, signal, input,
+ * output), its steps, its waterfall and its events. Its fields are live on run.updated, its
+ * timeline on run.event.
+ */
+export function RunDetail({ id }: { id: string }) {
+  const { data, error, loading } = useQuery(RUN_DETAIL, { variables: { id } });
+  const why = useQuery(RUN_WHY, { variables: { id } });
+  const refetchWhy = why.refetch;
+  const run = data?.run;
+
+  useEffect(() => {
+    document.title = `Run ${shortId(id)} · Outlive`;
+  }, [id]);
+  // Heartbeats extend the lease without a nudge (contract §5): when the lease on screen runs
+  // out, ask for the run again, so the page never says "ran out" of a lease that was extended.
+  const leaseExpiresAt = run?.status === "RUNNING" ? (why.data?.run?.leaseExpiresAt ?? null) : null;
+  useEffect(() => {
+    if (!leaseExpiresAt) return;
+    const wait = Math.max(new Date(leaseExpiresAt).getTime() - Date.now(), 0) + 500;
+    const timer = setTimeout(() => void refetchWhy().catch(() => undefined), Math.min(wait, 2 ** 31 - 1));
+    return () => clearTimeout(timer);
+  }, [leaseExpiresAt, refetchWhy]);
+
+  if (error && !run) return <ErrorNote error={error} />;
+  if (!data && loading) return <Loading />;
+  if (!run) {
+    return (
+      <section>
+        <h1>Run not found</h1>
+        <p>
+          There is no run <code>{id}</code> in this tenant. <Link to="/runs">All runs</Link>
+        </p>
+      </section>
+    );
+  }
+  return (
+    <section aria-labelledby="run-heading">
+      <p className="crumbs">
+        <Link to="/runs">← All runs</Link>
+      </p>
+      <RunHead run={run} />
+      {error && <ErrorNote error={error} />}
+      <RunFacts run={run} />
+      {run.error && (
+        <div className="note note-error" role="note" aria-label="Error">
+          <strong>Error:</strong> {run.error}
+        </div>
+      )}
+      <RunTabs run={{ ...run, ...(why.data?.run ?? {}) }} />
+    </section>
+  );
+}
+
+/** The heading and the run's one action: Cancel run while active, Retry once settled. */
+function RunHead({ run }: { run: DetailRun }) {
+  const { params } = useLocation();
+  const [cancelRun, cancelling] = useMutation(CANCEL_RUN);
+  const [retryRun, retrying] = useMutation(RETRY_RUN);
+  const active = ACTIVE_STATUSES.includes(run.status);
+  const onRetry = async () => {
+    try {
+      const result = await retryRun({ variables: { id: run.id } });
+      const payload = result.data?.retryRun;
+      if (payload) navigate(`/runs/${payload.run.id}${payload.created ? "" : "?existing=1"}`);
+    } catch {
+      // shown below from `retrying.error`
+    }
+  };
+  return (
+    <>
+      <div className="section-head">
+        <h1 id="run-heading">
+          Run <span className="mono">{shortId(run.id)}</span> <span className="muted">· {run.agent}</span>
+        </h1>
+        <div className="toolbar">
+          {active ? (
+            <button
+              type="button"
+              className="danger"
+              disabled={run.cancelRequestedAt !== null || cancelling.loading}
+              onClick={() => void cancelRun({ variables: { id: run.id } }).catch(() => undefined)}
+            >
+              Cancel run
+            </button>
+          ) : (
+            <button type="button" className="primary" disabled={retrying.loading} onClick={() => void onRetry()}>
+              Retry
+            </button>
+          )}
+        </div>
+      </div>
+      {params.get("existing") && active && (
+        <p className="note" role="note">
+          This agent already had an active run, so here it is: one {run.agent} run at a time.
+        </p>
+      )}
+      {cancelling.error && (
+        <p className="note note-error" role="alert">
+          {describeError(cancelling.error)}
+        </p>
+      )}
+      {retrying.error && (
+        <p className="note note-error" role="alert">
+          {describeError(retrying.error)}
+        </p>
+      )}
+    </>
+  );
+}
+
+function RunFacts({ run }: { run: DetailRun }) {
+  const active = ACTIVE_STATUSES.includes(run.status);
+  return (
+    <dl className="facts">
+      <div>
+        <dt>Status</dt>
+        <dd aria-live="polite">
+          <StatusBadge status={run.status} testId="run-status" />
+          {run.cancelRequestedAt !== null && active && (
+            <span className="muted small fact-note"> cancel requested {formatTime(run.cancelRequestedAt)}</span>
+          )}
+        </dd>
+      </div>
+      <div>
+        <dt>Attempt</dt>
+        <dd>{run.attempt}</dd>
+      </div>
+      <div>
+        <dt>Created</dt>
+        <dd>
+          <When iso={run.createdAt} />
+        </dd>
+      </div>
+      <div>
+        <dt>Started</dt>
+        <dd>
+          <When iso={run.startedAt} />
+        </dd>
+      </div>
+      <div>
+        <dt>Finished</dt>
+        <dd>
+          <When iso={run.finishedAt} />
+        </dd>
+      </div>
+      <div>
+        <dt>Duration</dt>
+        <dd>{formatDuration(run.startedAt, run.finishedAt)}</dd>
+      </div>
+      <div className="wide">
+        <dt>Id</dt>
+        <dd>
+          <span className="mono">{run.id}</span> <CopyButton value={run.id} label="Copy run id" />
+        </dd>
+      </div>
+    </dl>
+  );
+}
+
+/** The tabs under the facts; only the open one renders (a 1,000-step run draws one list at a time). */
+function RunTabs({ run }: { run: DetailRun }) {
+  const { path, params } = useLocation();
+  const tab: RunTab = tabOf(params);
+  const { data } = useQuery(RUN_TIMELINE, { variables: { id: run.id, after: 0 } });
+  const events = data?.run?.events ?? [];
+  const now = useNow(ACTIVE_STATUSES.includes(run.status) ? 1000 : 30_000); // a live band grows
+  const waterfall = buildWaterfall(events, run, now);
+  const items = RUN_TABS.map((t) => ({
+    id: t.id,
+    label: t.label,
+    href: tabHref(path, params, t.id),
+    count: t.id === "events" ? events.length : null,
+  }));
+  return (
+    <>
+      <Tabs label="Run" items={items} current={tab} />
+      <div role="tabpanel" id={`tabpanel-${tab}`} aria-labelledby={`tab-${tab}`} className="tabpanel">
+        {tab === "overview" && <Overview run={run} waterfall={waterfall} now={now} />}
+        {tab === "steps" && <StepsPanel id={run.id} />}
+        {tab === "waterfall" && <WaterfallPanel waterfall={waterfall} events={events} />}
+        {tab === "events" && <Timeline id={run.id} />}
+      </div>
+    </>
+  );
+}
