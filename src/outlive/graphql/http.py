@@ -37,6 +37,7 @@ from starlette.types import Receive, Scope, Send
 
 from outlive.config import Settings
 from outlive.errors import BadUserInput
+from outlive.graphql import anonymous
 from outlive.graphql.coalescing import Coalescer, SharedExecutionCancelled
 from outlive.graphql.documents import Documents, Operation, Prepared
 from outlive.graphql.documents import Scope as ReadScope
@@ -81,6 +82,7 @@ class Answer:
     route: Route = Route.REFUSED
     has_errors: bool = True
     execution: str | None = None  # the shared execution that made it (random; coalesced reads)
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +106,12 @@ class Refused(Exception):
 def refusal(status: int, message: str, code: str = "BAD_USER_INPUT") -> Refused:
     """A refusal in the contract's error shape (strawberry's status and message for the same)."""
     return Refused(Answer(status, encode(error_payload(message, code))))
+
+
+def unauthenticated() -> Refused:
+    """401, as `app.py` answers a request without a token (`anonymous.py` lets one through)."""
+    body = encode(error_payload("missing bearer token", "UNAUTHENTICATED"))
+    return Refused(Answer(401, body, headers=((b"www-authenticate", b"Bearer"),)))
 
 
 def refused_with(errors: list[GraphQLError]) -> Refused:
@@ -135,6 +143,8 @@ class Pipeline:
             prepared = self._document(request, context)  # parsed and validated once per process
             name = request.operation_name
             operation = self._checked(request, prepared)  # known, allowed, valid
+            if context.principal is None and not anonymous.is_anonymous(operation):
+                raise unauthenticated()  # no token: acceptInvitation only (`anonymous.py`)
             declared, kind = operation.node.name, operation.type.value
             label = declared.value if declared is not None else None
             with observe_operation(label, kind, request.traceparent) as seen:
@@ -147,13 +157,17 @@ class Pipeline:
         await send_answer(send, answer)  # coded errors, JSON encoded once (`_answer`)
 
     def _document(self, request: Request, context: Context) -> Prepared:
+        principal = context.principal
+        if principal is None and not anonymous.may_try(request.query):
+            raise unauthenticated()
         try:
             prepared = request_document(
                 self.documents,
                 request.query,
                 request.extensions,
-                owner=context.require().tenant.id,  # a hash is found by its tenant only
-                persisted=self.settings.persisted_queries_max > 0,
+                # a hash is found by its tenant only; none for a request without a token
+                owner=principal.tenant.id if principal else anonymous.ANONYMOUS_OWNER,
+                persisted=self.settings.persisted_queries_max > 0 and principal is not None,
             )
         except PersistedQueryNotFound:
             raise refusal(200, "PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND") from None
@@ -393,5 +407,6 @@ async def send_answer(send: Send, answer: Answer) -> None:
     ]
     if answer.execution is not None:
         headers.append((EXECUTION_HEADER, answer.execution.encode()))
+    headers.extend(answer.headers)
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body})

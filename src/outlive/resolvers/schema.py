@@ -21,7 +21,7 @@ from outlive.resolvers import tenants as tenant_fields
 from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
 from outlive.schema.agents import Agent
-from outlive.schema.invitations import Invitation
+from outlive.schema.invitations import AcceptInvitationPayload, Invitation
 from outlive.schema.nudges import Nudge
 from outlive.schema.replays import RunReplay
 from outlive.schema.runs import Run, RunConnection, SignalRunPayload, StartRunPayload
@@ -72,6 +72,19 @@ class Mutation:
         resolver=webhook_fields.delete_webhook_endpoint
     )
     invite_member: Invitation = strawberry.mutation(resolver=invitation_fields.invite_member)
+    accept_invitation: AcceptInvitationPayload = strawberry.mutation(
+        resolver=invitation_fields.accept_invitation,
+        description="No bearer token: the emailed code is the credential (single use, expiring "
+        "with the invitation). A refused code answers BAD_USER_INPUT with extensions.reason.",
+    )
+    revoke_invitation: Invitation = strawberry.mutation(
+        resolver=invitation_fields.revoke_invitation,
+        description="Its code stops working; an accepted invitation cannot be revoked.",
+    )
+    resend_invitation: Invitation = strawberry.mutation(
+        resolver=invitation_fields.resend_invitation,
+        description="Sends it again with a new code and a new week (the old link stops working).",
+    )
     retry_run: StartRunPayload = strawberry.mutation(
         resolver=replay_fields.retry_run,
         description="A new run with the same agent and input, linked by retriedFromId; when "

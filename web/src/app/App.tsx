@@ -2,7 +2,9 @@ import { ApolloProvider, useQuery } from "@apollo/client/react";
 import { useEffect, useState, useSyncExternalStore } from "react";
 import { createClient } from "../api/client";
 import { VIEWER } from "../api/documents/viewer";
+import { getInvitation, onInvitation } from "../auth/invitation";
 import { getPendingSwitch, getToken, markTokenAccepted, onPendingSwitch, onTokenChange, setToken } from "../auth/token";
+import { AcceptInvitation } from "../screens/AcceptInvitation";
 import { Agents } from "../screens/Agents";
 import { Invitations } from "../screens/Invitations";
 import { Queue } from "../screens/Queue";
@@ -26,6 +28,8 @@ function useToken(): string | null {
 export function App() {
   const token = useToken();
   const pending = useSyncExternalStore(onPendingSwitch, getPendingSwitch);
+  const invitation = useSyncExternalStore(onInvitation, getInvitation);
+  if (invitation) return <AcceptInvitation link={invitation} />;
   if (!token) return <SignIn />;
   if (pending) return <SwitchTenant current={token} next={pending} />;
   // A new token is a new person or tenant: a fresh cache and a fresh socket.
