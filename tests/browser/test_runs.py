@@ -83,6 +83,10 @@ def test_cancel_a_running_run(page: Page, tenant: Tenant, sign_in: SignIn, stack
     expect(page.get_by_role("list", name="Timeline")).to_contain_text("turn", timeout=10_000)
 
     page.get_by_role("button", name="Cancel run").click()
+    confirm = page.get_by_role("group", name="Cancel this run?")
+    expect(confirm.get_by_role("button", name="Yes, cancel it")).to_be_focused()
+    assert stack.run_status(run_id) == "RUNNING"  # nothing happens before the confirmation
+    confirm.get_by_role("button", name="Yes, cancel it").click()
     expect(status).to_have_text("CANCELLED", timeout=20_000)
     expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
     expect(page.get_by_role("list", name="Timeline").get_by_role("listitem").last).to_contain_text(

@@ -68,6 +68,7 @@ def test_every_screen_renders_with_named_controls(
     expect(page.get_by_role("list", name="Timeline")).to_contain_text("turn")
     shoot(page, "run-running", tmp_path)
     page.get_by_role("button", name="Cancel run").click()
+    page.get_by_role("button", name="Yes, cancel it").click()
     expect(page.get_by_test_id("run-status")).to_have_text("CANCELLED")
 
     page.get_by_role("navigation", name="Main").get_by_role("link", name="New run").click()

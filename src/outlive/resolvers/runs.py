@@ -122,5 +122,6 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
             payload=input.payload,
             idempotency_key=input.idempotency_key,
             instances=s.instances,
+            sender=ctx.require().user.email,
         )
     return SignalRunPayload(run=Run.of(result.run), accepted=result.accepted)

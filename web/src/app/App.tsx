@@ -6,6 +6,7 @@ import { getInvitation, onInvitation } from "../auth/invitation";
 import { getPendingSwitch, getToken, markTokenAccepted, onPendingSwitch, onTokenChange, setToken } from "../auth/token";
 import { AcceptInvitation } from "../screens/AcceptInvitation";
 import { Agents } from "../screens/Agents";
+import { AwaitingInput } from "../screens/AwaitingInput";
 import { Invitations } from "../screens/Invitations";
 import { Queue } from "../screens/Queue";
 import { Replays } from "../screens/Replays";
@@ -51,6 +52,7 @@ function SignedIn() {
 const NAV = [
   { to: "/runs", label: "Runs", match: ["runs", "run"] },
   { to: "/runs/new", label: "New run", match: ["startRun"] },
+  { to: "/awaiting", label: "Awaiting input", match: ["awaiting"] },
   { to: "/queue", label: "Queue", match: ["queue"] },
   { to: "/replays", label: "Replays", match: ["replays"] },
   { to: "/agents", label: "Agents", match: ["agents"] },
@@ -164,6 +166,8 @@ function Screen({ route }: { route: ReturnType<typeof matchRoute> }) {
       return <Agents />;
     case "queue":
       return <Queue />;
+    case "awaiting":
+      return <AwaitingInput />;
 
     case "notFound":
       return (

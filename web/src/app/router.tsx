@@ -69,6 +69,7 @@ export type Route =
   | { name: "replays" }
   | { name: "agents" }
   | { name: "queue" }
+  | { name: "awaiting" }
   | { name: "notFound" };
 
 export function matchRoute(path: string): Route {
@@ -83,5 +84,6 @@ export function matchRoute(path: string): Route {
   if (parts.length === 1 && parts[0] === "replays") return { name: "replays" };
   if (parts.length === 1 && parts[0] === "agents") return { name: "agents" };
   if (parts.length === 1 && parts[0] === "queue") return { name: "queue" };
+  if (parts.length === 1 && parts[0] === "awaiting") return { name: "awaiting" };
   return { name: "notFound" };
 }

@@ -159,6 +159,7 @@ async def signal_run(
     payload: Any,
     idempotency_key: str | None,
     instances: RunInstances,
+    sender: str | None = None,
 ) -> SignalResult:
     """Deliver signal `name` to the unit's tenant's run: kept in its mailbox, and taken at once
     when the run is WAITING for that name (woken, and handed to the queue after the commit).
@@ -196,6 +197,7 @@ async def signal_run(
             name=name,
             seq=inserted["seq"],
             payload=encoded,
+            sender=sender,
             default_cap=0 if admission is None else admission.max_running_runs,
             agents=0 if admission is None else admission.agents,
         )
@@ -218,7 +220,9 @@ async def signal_run(
 
         uow.after_commit(hand)
     else:
-        kept = await uow.one(queries.SIGNAL_EVENT, run_id=run_id, name=name)
+        kept = await uow.one(
+            queries.SIGNAL_EVENT, run_id=run_id, name=name, payload=encoded, sender=sender
+        )
         assert kept is not None  # noqa: S101 (the row is locked above)
         woken = run_record(kept)
     uow.nudge("run.event", run_id, tenant_id=tenant_id)

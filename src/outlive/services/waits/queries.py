@@ -107,21 +107,24 @@ WAKE_BY_SIGNAL = prepare(
               FROM moved WHERE w.run_id = moved.id AND w.resolved_at IS NULL),
         appended AS (
             INSERT INTO run_events (run_id, seq, type, data)
-            SELECT id, event_seq - 1, 'signal', jsonb_build_object('name', CAST(:name AS text))
+            SELECT id, event_seq - 1, 'signal', jsonb_build_object('name', CAST(:name AS text), 'payload', CAST(:payload AS jsonb),
+                   'by', CAST(:sender AS text))
               FROM moved
             UNION ALL
             SELECT id, event_seq, 'resumed', '{{"by": "signal"}}'::jsonb FROM moved)
         SELECT moved.* FROM moved"""
     ).columns(*RUN_COLUMNS)
 )
-# Kept in the mailbox: only the `signal` event.
+# Kept in the mailbox: only the `signal` event. Both record the payload and who sent it (`by`:
+# the email of the token's user), the run's audit trail of its approvals.
 SIGNAL_EVENT = prepare(
     text(
         """WITH moved AS (
             UPDATE runs SET event_seq = event_seq + 1 WHERE id = :run_id RETURNING *),
         appended AS (
             INSERT INTO run_events (run_id, seq, type, data)
-            SELECT id, event_seq, 'signal', jsonb_build_object('name', CAST(:name AS text))
+            SELECT id, event_seq, 'signal', jsonb_build_object('name', CAST(:name AS text), 'payload', CAST(:payload AS jsonb),
+                   'by', CAST(:sender AS text))
               FROM moved)
         SELECT moved.* FROM moved"""
     ).columns(*RUN_COLUMNS)

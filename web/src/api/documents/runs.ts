@@ -10,6 +10,7 @@ export {
   RunDetailDocument as RUN_DETAIL,
   RunFieldsFragmentDoc as RUN_FIELDS,
   QueueDocument as QUEUE,
+  AwaitingInputDocument as AWAITING_INPUT,
   RunsDocument as RUNS,
   RunWhyDocument as RUN_WHY,
   RunTimelineDocument as RUN_TIMELINE,

@@ -1,5 +1,5 @@
 import { useMutation, useQuery } from "@apollo/client/react";
-import { useEffect } from "react";
+import { useEffect, useState } from "react";
 import { CANCEL_RUN, RETRY_RUN, RUN_DETAIL, RUN_TIMELINE, RUN_WHY } from "../../api/documents/runs";
 import { describeError } from "../../api/errors";
 import { ACTIVE_STATUSES } from "../../api/types";
@@ -74,6 +74,7 @@ function RunHead({ run }: { run: DetailRun }) {
   const { params } = useLocation();
   const [cancelRun, cancelling] = useMutation(CANCEL_RUN);
   const [retryRun, retrying] = useMutation(RETRY_RUN);
+  const [confirming, setConfirming] = useState(false);
   const active = ACTIVE_STATUSES.includes(run.status);
   const onRetry = async () => {
     try {
@@ -92,14 +93,37 @@ function RunHead({ run }: { run: DetailRun }) {
         </h1>
         <div className="toolbar">
           {active ? (
-            <button
-              type="button"
-              className="danger"
-              disabled={run.cancelRequestedAt !== null || cancelling.loading}
-              onClick={() => void cancelRun({ variables: { id: run.id } }).catch(() => undefined)}
-            >
-              Cancel run
-            </button>
+            confirming ? (
+              <span role="group" aria-label="Cancel this run?" className="confirm">
+                <span className="small">Cancel this run? It stops before its next turn.</span>
+                <button
+                  type="button"
+                  className="danger"
+                  autoFocus
+                  aria-disabled={cancelling.loading ? true : undefined}
+                  onClick={() => {
+                    if (cancelling.loading) return;
+                    void cancelRun({ variables: { id: run.id } })
+                      .then(() => setConfirming(false))
+                      .catch(() => undefined);
+                  }}
+                >
+                  Yes, cancel it
+                </button>
+                <button type="button" className="quiet" onClick={() => setConfirming(false)}>
+                  Keep it running
+                </button>
+              </span>
+            ) : (
+              <button
+                type="button"
+                className="danger"
+                disabled={run.cancelRequestedAt !== null}
+                onClick={() => setConfirming(true)}
+              >
+                Cancel run
+              </button>
+            )
           ) : (
             <button type="button" className="primary" disabled={retrying.loading} onClick={() => void onRetry()}>
               Retry
@@ -193,7 +217,7 @@ function RunTabs({ run }: { run: DetailRun }) {
     <>
       <Tabs label="Run" items={items} current={tab} />
       <div role="tabpanel" id={`tabpanel-${tab}`} aria-labelledby={`tab-${tab}`} className="tabpanel">
-        {tab === "overview" && <Overview run={run} waterfall={waterfall} now={now} />}
+        {tab === "overview" && <Overview run={run} waterfall={waterfall} now={now} events={events} />}
         {tab === "steps" && <StepsPanel id={run.id} />}
         {tab === "waterfall" && <WaterfallPanel waterfall={waterfall} events={events} />}
         {tab === "events" && <Timeline id={run.id} />}

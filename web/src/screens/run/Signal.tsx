@@ -1,9 +1,10 @@
 import { useMutation } from "@apollo/client/react";
-import { type FormEvent, useState } from "react";
+import { type FormEvent, useEffect, useState } from "react";
 import { SIGNAL_RUN } from "../../api/documents/runs";
 import { describeError } from "../../api/errors";
 import { ACTIVE_STATUSES } from "../../api/types";
-import { APPROVAL, approvalInput, NOT_ACCEPTED, readSignalForm, type SignalInput } from "../../ui/signal";
+import { ApprovalActions } from "../../ui/Approval";
+import { APPROVAL, NOT_ACCEPTED, readSignalForm, type SignalInput } from "../../ui/signal";
 import type { DetailRun } from "./types";
 
 /**
@@ -19,6 +20,10 @@ export function SignalPanel({ run }: { run: DetailRun }) {
   const [outcome, setOutcome] = useState<{ accepted: boolean; name: string } | null>(null);
   const waitsForApproval = run.status === "WAITING" && run.waitingFor === APPROVAL;
   const settled = !ACTIVE_STATUSES.includes(run.status);
+  const [approvalShown, setApprovalShown] = useState(waitsForApproval);
+  useEffect(() => {
+    if (waitsForApproval) setApprovalShown(true);
+  }, [waitsForApproval]);
 
   const send = async (input: SignalInput) => {
     setOutcome(null);
@@ -61,33 +66,26 @@ export function SignalPanel({ run }: { run: DetailRun }) {
         ))}
     </>
   );
-  // A settled run takes no signal: the form goes, but the answer to the last send stays (an
-  // `accepted: false` that raced the settle must still be seen).
-  if (settled) {
-    return outcome || sending.error ? (
-      <section className="panel" aria-labelledby="signal-heading">
-        <h2 id="signal-heading">Signal</h2>
-        {answer}
-      </section>
-    ) : null;
-  }
+  // Approve / Reject stay mounted once shown: their answer (and the focus) stays after the run
+  // resumes. A settled run takes no signal: the form goes, but the answer to the last send stays
+  // (an `accepted: false` that raced the settle must still be seen).
+  if (settled && !outcome && !sending.error && !approvalShown) return null;
 
   return (
     <section className="panel" aria-labelledby="signal-heading">
       <h2 id="signal-heading">Signal</h2>
-      {waitsForApproval && (
-        <div className="actions approval" role="group" aria-label="Approval">
-          <button type="button" className="primary" disabled={sending.loading} onClick={() => void send(approvalInput(run, true))}>
-            Approve
-          </button>
-          <button type="button" className="danger" disabled={sending.loading} onClick={() => void send(approvalInput(run, false))}>
-            Reject
-          </button>
-          <span className="muted small">
-            sends the signal <code>approval</code> with <code>{"{approved: true}"}</code> or <code>{"{approved: false}"}</code>
-          </span>
-        </div>
+      {approvalShown && (
+        <>
+          <ApprovalActions run={run} waiting={waitsForApproval} />
+          {waitsForApproval && (
+            <p className="muted small">
+              Approve sends the signal <code>approval</code> with <code>{"{approved: true}"}</code>; Reject sends{" "}
+              <code>{"{approved: false}"}</code> and the reason, if you give one.
+            </p>
+          )}
+        </>
       )}
+      {!settled && (
       <form onSubmit={submit} noValidate aria-label="Send a signal" className="signal-form">
         <div className="field">
           <label htmlFor="signal-name">Name</label>
@@ -139,6 +137,7 @@ export function SignalPanel({ run }: { run: DetailRun }) {
           </button>
         </div>
       </form>
+      )}
       {answer}
     </section>
   );
