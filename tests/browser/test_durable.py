@@ -134,7 +134,9 @@ def test_approve_and_reject_from_the_awaiting_input_view(
     sign_in(page, tenant, "/awaiting")
     row = page.locator(f'tr[data-run-id="{approve}"]')
     expect(row).to_contain_text("approval", timeout=30_000)
-    expect(row.locator("td[data-label=Until]")).to_contain_text("in 60 min")  # until when: the signal's timeout
+    expect(row.locator("td[data-label=Until]")).to_contain_text(
+        "in 60 min"
+    )  # until when: the signal's timeout
     assert_accessible(page, "awaiting input")
     page.emulate_media(color_scheme="dark")
     assert_accessible(page, "awaiting input (dark)")

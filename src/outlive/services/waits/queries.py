@@ -107,8 +107,8 @@ WAKE_BY_SIGNAL = prepare(
               FROM moved WHERE w.run_id = moved.id AND w.resolved_at IS NULL),
         appended AS (
             INSERT INTO run_events (run_id, seq, type, data)
-            SELECT id, event_seq - 1, 'signal', jsonb_build_object('name', CAST(:name AS text), 'payload', CAST(:payload AS jsonb),
-                   'by', CAST(:sender AS text))
+            SELECT id, event_seq - 1, 'signal', jsonb_build_object('name', CAST(:name AS text),
+                   'payload', CAST(:payload AS jsonb), 'by', CAST(:sender AS text))
               FROM moved
             UNION ALL
             SELECT id, event_seq, 'resumed', '{{"by": "signal"}}'::jsonb FROM moved)
@@ -123,8 +123,8 @@ SIGNAL_EVENT = prepare(
             UPDATE runs SET event_seq = event_seq + 1 WHERE id = :run_id RETURNING *),
         appended AS (
             INSERT INTO run_events (run_id, seq, type, data)
-            SELECT id, event_seq, 'signal', jsonb_build_object('name', CAST(:name AS text), 'payload', CAST(:payload AS jsonb),
-                   'by', CAST(:sender AS text))
+            SELECT id, event_seq, 'signal', jsonb_build_object('name', CAST(:name AS text),
+                   'payload', CAST(:payload AS jsonb), 'by', CAST(:sender AS text))
               FROM moved)
         SELECT moved.* FROM moved"""
     ).columns(*RUN_COLUMNS)
