@@ -1,6 +1,6 @@
 """Benchmark: durable steps (`ctx.step`), each part beside a floor measured in the same run.
 
-    uv run python bench/steps.py [--steps 1000] [--commits 600] [--only commit,memo,resume]
+    uv run python bench/steps.py [--steps 1000] [--commits 600] [--only commit,memo,resume,policy]
 
 In-process, against a fresh migrated database, through Outlive's own code (`AttemptContext`,
 the worker's single-statement units on the raw asyncpg pool), not a mock:
@@ -16,6 +16,11 @@ the worker's single-statement units on the raw asyncpg pool), not a mock:
 3. `memo`: that resumed attempt runs the agent again: every one of the `--steps` steps is a memo
    hit, answered from memory (the statement count must stay 0). Per step, beside the floor of
    calling the same `fn` directly (no journal). Target <= 50 us per step.
+
+4. `policy`: the step commit of 1. beside the same step declaring a policy and a named limit
+   (`retry=Retry(attempts=5)`, `timeout=30`, `limit="llm"`, the limit taken from Redis with a
+   global rate too high to wait on, and a tenant share), in alternating blocks of 50. The
+   figure is what the policy and the limit add to the p50. Target <= 1 ms.
 
 The durable sleeps (10,000 sleeping runs: worker slots held, wake-up lateness beside a bare
 due-row loop) are measured by `bench/waits.py`: they need a worker process and minutes, not a
@@ -44,12 +49,14 @@ from sqlalchemy import text
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Env, bench_env, table
 
+from outlive.agents.policy import Retry
 from outlive.agents.registry import AgentRegistry
-from outlive.config import Settings
+from outlive.config import Rate, Settings
 from outlive.db.engine import create_engine, create_sessions
 from outlive.db.raw import Statement, create_pool
 from outlive.db.tx import Sessions
 from outlive.ids import RunId, TenantId
+from outlive.services.limits import NamedLimits
 from outlive.services.runs import RunRecord, claim_run, start_run
 from outlive.services.tenants import create_token
 from outlive.workflows.runs import AttemptContext, WorkflowDeps
@@ -167,6 +174,9 @@ async def bench(env: Env, args: argparse.Namespace) -> None:
             rows.append(["step commit p99 (ms)", f"{pct(ours, 0.99) * 1e3:.2f}",
                          f"{pct(bare, 0.99) * 1e3:.2f}", "<= 15"])  # fmt: skip
 
+        if "policy" in parts:
+            rows.extend(await bench_policy(env, sessions, deps, answer, args.commits))
+
         if parts & {"resume", "memo"}:
             _, big = await new_run(sessions, "demo")
             first = AttemptContext(deps, await claim(sessions, big))
@@ -228,11 +238,65 @@ async def bench(env: Env, args: argparse.Namespace) -> None:
     print(table(rows, ["figure", "outlive", "floor", "target"]))
 
 
+async def bench_policy(
+    env: Env, sessions: Sessions, deps: WorkflowDeps, answer: Callable[[int], Any], commits: int
+) -> list[list[object]]:
+    """Part 4: the step commit with and without a policy and a named limit, alternating."""
+    from redis.asyncio import Redis
+
+    redis = Redis.from_url(env.redis_url)
+    limited = Settings(
+        database_url=env.database_url, redis_url=env.redis_url, limit_llm=Rate(10**9, 1)
+    )
+    policy_deps = WorkflowDeps(
+        sessions=deps.sessions,
+        agents=deps.agents,
+        http=deps.http,
+        settings=limited,
+        limits=NamedLimits(redis, sessions, limited),
+    )
+    plain_ctx = AttemptContext(deps, await claim(sessions, (await new_run(sessions, "a"))[1]))
+    policy_ctx = AttemptContext(
+        policy_deps, await claim(sessions, (await new_run(sessions, "b"))[1])
+    )
+    retry = Retry(attempts=5, backoff=1.0, max_backoff=60)
+    plain: list[float] = []
+    with_policy: list[float] = []
+    try:
+        for block in range(commits // BLOCK):
+            for k in range(BLOCK):
+                i = block * BLOCK + k
+                began = time.perf_counter()
+                await plain_ctx.step(f"plain-{i}", answer, i)
+                plain.append(time.perf_counter() - began)
+            for k in range(BLOCK):
+                i = block * BLOCK + k
+                began = time.perf_counter()
+                await policy_ctx.step(
+                    f"policy-{i}", answer, i, retry=retry, timeout=30, limit="llm"
+                )
+                with_policy.append(time.perf_counter() - began)
+    finally:
+        await redis.aclose()
+    added = statistics.median(with_policy) - statistics.median(plain)
+    return [
+        [
+            "step commit with policy + limit, p50 (ms)",
+            f"{statistics.median(with_policy) * 1e3:.2f}",
+            f"{statistics.median(plain) * 1e3:.2f}",
+            "",
+        ],
+        ["added by policy + limit, p50 (ms)", f"{added * 1e3:.2f}", "0", "<= 1"],
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=1000, help="steps of the resumed run")
     parser.add_argument("--commits", type=int, default=600, help="step commits timed")
-    parser.add_argument("--only", default="commit,memo,resume", help="parts, comma-separated")
+    parser.add_argument(
+        "--only", default="commit,memo,resume,policy", help="parts, comma-separated"
+    )
     args = parser.parse_args()
 
     async def go() -> None:

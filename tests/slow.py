@@ -36,6 +36,8 @@ SLOW_MODULES = (
     "tests/workflows/test_crash.py",
     "tests/workflows/test_postgres_lost.py",
     "tests/workflows/test_steps_crash.py",
+    "tests/workflows/test_usage_crash.py",
+    "tests/agents/test_model_limits.py",
 )
 SLOW_TESTS = (
     "tests/test_run_budget.py::test_one_run_costs_what_the_budget_says",

@@ -93,7 +93,18 @@ class Settings(BaseSettings):
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
     llm_model: str = "gpt-4o-mini"
-    llm_timeout_s: float = Field(60.0, gt=0)
+    llm_timeout_s: float = Field(60.0, gt=0, description="one model call's deadline, seconds")
+    llm_retry_backoff_s: float = Field(
+        1.0,
+        ge=0,
+        description="the llm agent's first wait before calling again after a 429/5xx without"
+        " Retry-After (doubling, capped at 60 s, up to 5 calls)",
+    )
+    llm_models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="the models an llm run may choose with `model` (comma-separated); empty:"
+        " only OUTLIVE_LLM_MODEL",
+    )
 
     # Agents beside the installed entry points: "module:attribute" (an Agent or a list of them).
     agent_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -157,6 +168,19 @@ class Settings(BaseSettings):
     webhook_timeout_s: float = Field(10.0, gt=0, description="total deadline of one delivery")
     webhook_max_response_bytes: int = Field(4096, ge=0, description="read of a response body")
     webhook_max_endpoints: int = Field(50, ge=1, description="webhook endpoints per tenant")
+    # Named limits shared across workers (`ctx.step(limit="llm")`, `services.limits`).
+    limit_llm: RateSetting = Field(
+        None,
+        description="the llm limit for the whole deployment, N/S (N model calls per S seconds),"
+        " spread evenly; off (the default): none",
+    )
+    limit_tenant_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="a tenant without a rate of its own (tenant set-limits --llm-rate) may use"
+        " at most this share of OUTLIVE_LIMIT_LLM",
+    )
     rate_start_run: RateSetting = Rate(1000, 10)
     rate_signal_run: RateSetting = Rate(1000, 10)
     rate_invite: RateSetting = Rate(100, 3600)
@@ -213,7 +237,7 @@ class Settings(BaseSettings):
     replay_max_runs: int = Field(1000, ge=1, description="most runs one replayRuns may start")
     replay_max_rate: float = Field(20.0, gt=0, description="fastest replayRuns pace, runs/s")
 
-    @field_validator("allowed_origins", "agent_modules", mode="before")
+    @field_validator("allowed_origins", "agent_modules", "llm_models", mode="before")
     @classmethod
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str):

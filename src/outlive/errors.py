@@ -71,6 +71,16 @@ class RetryableFault(Exception):
     """Raised by an agent for a fault that a later attempt can fix (429, 5xx, a timeout)."""
 
 
+class RetryAfter(RetryableFault):
+    """A retryable fault that says when to try again: inside a step with a `Retry` policy, the
+    next call waits `seconds` (instead of the policy's backoff); once the policy is used up (or
+    without one), the run's next attempt waits at least that long."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        super().__init__(message or f"retry after {seconds:g}s")
+        self.seconds = max(0.0, float(seconds))
+
+
 class RunCancelled(Exception):
     """Raised inside a run when its cancel request is seen at a turn boundary."""
 

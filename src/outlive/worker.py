@@ -26,6 +26,7 @@ from outlive.config import Settings
 from outlive.cron.deps import CronDeps
 from outlive.cron.dispatch import cron_jobs
 from outlive.cron.loading import load_table
+from outlive.jobs.cancels import CancelListener
 from outlive.jobs.consumer import consume
 from outlive.jobs.deps import JobDeps
 from outlive.jobs.handlers import HANDLERS
@@ -35,6 +36,7 @@ from outlive.jobs.relay import RelayLoop, build_relay
 from outlive.jobs.run_instances import run_workflow
 from outlive.jobs.telemetry import instrumented_run_task
 from outlive.runtime import Queues, Runtime, open_runtime
+from outlive.services.limits import NamedLimits
 from outlive.services.ratelimits import RateLimiter
 from outlive.workflows.runs import WorkflowDeps
 
@@ -62,6 +64,7 @@ class WorkerHost:
         self.jobs_concurrency = jobs_concurrency
         self.deps: WorkerDeps | None = None
         self.relay: RelayLoop | None = None
+        self.cancels: CancelListener | None = None
         self._stack = AsyncExitStack()
 
     async def start(self) -> None:
@@ -69,6 +72,7 @@ class WorkerHost:
         what was opened."""
         try:
             runtime = await self._stack.enter_async_context(open_runtime(self.settings, "worker"))
+            await self._start_cancels()
             self.deps = self.deps_for(runtime)
             await self._start_workers(runtime.require_queues(), self.deps)
             self._start_relay(runtime)
@@ -83,7 +87,12 @@ class WorkerHost:
         settings, sessions = self.settings, runtime.sessions
         return WorkerDeps(
             workflows=WorkflowDeps(
-                sessions=sessions, agents=runtime.agents, http=http.agents, settings=settings
+                sessions=sessions,
+                agents=runtime.agents,
+                http=http.agents,
+                settings=settings,
+                cancels=self.cancels,
+                limits=NamedLimits(queues.redis, sessions, settings),
             ),
             jobs=JobDeps(
                 sessions=sessions,
@@ -132,6 +141,15 @@ class WorkerHost:
             worker.context["outlive"] = deps
             worker.SIGNALS = []  # the embedding process owns the signals
         return [runs_worker, jobs_worker]
+
+    async def _start_cancels(self) -> None:
+        """The LISTEN connection that pushes cancel requests to the attempts (`jobs.cancels`);
+        none behind PgBouncer in transaction mode (the heartbeats find them there)."""
+        database_url, _ = self.settings.require_services()
+        listen_url = None if self.settings.db_pgbouncer else database_url
+        self.cancels = CancelListener(listen_url)
+        await self.cancels.start()
+        self._stack.push_async_callback(self.cancels.stop)
 
     def _start_relay(self, runtime: Runtime) -> None:
         """The relay (`services.relay`): hands the queue whatever PostgreSQL says is due. It

@@ -73,6 +73,8 @@ async def llm_settings(servers: Any, model: tuple[FakeModel, str]) -> AsyncItera
         llm_base_url=model[1],
         llm_api_key="sk-test",
         llm_model="tiny",
+        llm_models=["small", "large"],
+        llm_retry_backoff_s=0.01,
         run_retry_delay_s=0.05,
     )
     host = WorkerHost(settings, concurrency=2)
@@ -104,7 +106,7 @@ async def test_each_reply_is_a_message_event_and_a_cut_reply_is_continued(
         api, llm_settings, sessions, tenant, {"prompt": "Tell a story", "maxTurns": 3}
     )
     assert run.status == "SUCCEEDED"
-    assert run.output == {"reply": " a time.", "turns": 2}
+    assert run.output == {"reply": "Once upon a time.", "turns": 2}  # the whole answer
     assert [e.data["content"] for e in events if e.type == "message"] == ["Once upon", " a time."]
     assert fake.requests[0] == {
         "model": "tiny",
@@ -114,7 +116,7 @@ async def test_each_reply_is_a_message_event_and_a_cut_reply_is_continued(
     assert fake.headers[0] == "Bearer sk-test"
 
 
-async def test_429_and_5xx_are_retried(
+async def test_429_and_5xx_are_retried_inside_the_call(
     api: Api,
     llm_settings: Settings,
     sessions: Sessions,
@@ -125,8 +127,33 @@ async def test_429_and_5xx_are_retried(
     fake.script = [(429, "slow down", ""), (503, "busy", ""), (200, "hello", "stop")]
     run, events = await _run(api, llm_settings, sessions, tenant, {"prompt": "hi"})
     assert run.status == "SUCCEEDED"
-    assert run.attempt == 3
-    assert [e.type for e in events].count("retrying") == 2
+    assert run.attempt == 1  # the call's own retries; the run's are untouched
+    assert len(fake.requests) == 3
+    assert [e.type for e in events].count("retrying") == 0
+
+
+async def test_a_system_prompt_and_an_allowed_model_are_sent(
+    api: Api,
+    llm_settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    model: tuple[FakeModel, str],
+) -> None:
+    fake, _ = model
+    input = {"prompt": "hi", "system": "Be brief.", "model": "large"}
+    run, _ = await _run(api, llm_settings, sessions, tenant, input)
+    assert run.status == "SUCCEEDED"
+    assert fake.requests[0] == {
+        "model": "large",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "hi"},
+        ],
+    }
+    refused, _ = await _run(api, llm_settings, sessions, tenant, {"prompt": "hi", "model": "x"})
+    assert refused.status == "FAILED"
+    assert "not allowed" in (refused.error or "")
+    assert len(fake.requests) == 1  # a model not allowed is never asked
 
 
 async def test_a_4xx_fails_the_run_at_once(
@@ -141,7 +168,8 @@ async def test_a_4xx_fails_the_run_at_once(
     run, _ = await _run(api, llm_settings, sessions, tenant, {"prompt": "hi"})
     assert run.status == "FAILED"
     assert run.attempt == 1
-    assert "answered 400" in (run.error or "")
+    assert run.error == "LlmRejected: llm endpoint answered 400"  # not the endpoint's body
+    assert "bad model" not in (run.error or "")
 
 
 async def test_an_unreachable_endpoint_is_a_retryable_fault(
@@ -152,7 +180,10 @@ async def test_an_unreachable_endpoint_is_a_retryable_fault(
     port = sock.getsockname()[1]
     sock.close()  # nothing listens here
     settings = make_settings(
-        servers, llm_base_url=f"http://127.0.0.1:{port}/v1", run_retry_delay_s=0.05
+        servers,
+        llm_base_url=f"http://127.0.0.1:{port}/v1",
+        llm_retry_backoff_s=0.01,
+        run_retry_delay_s=0.05,
     )
     host = WorkerHost(settings, concurrency=2)
     await host.start()
@@ -173,15 +204,16 @@ async def test_a_retry_mid_conversation_does_not_pay_for_the_earlier_replies_aga
     model: tuple[FakeModel, str],
 ) -> None:
     fake, _ = model
-    fake.script = [(200, "Once upon", "length"), (503, "busy", ""), (200, " a time.", "stop")]
+    # Five 503s use up the call's own retries: the run's retry takes over.
+    fake.script = [(200, "Once upon", "length"), *[(503, "busy", "")] * 5, (200, " a time.", "")]
     run, events = await _run(
         api, llm_settings, sessions, tenant, {"prompt": "Tell a story", "maxTurns": 3}
     )
     assert run.status == "SUCCEEDED"
     assert run.attempt == 2
-    assert run.output == {"reply": " a time.", "turns": 2}
-    assert len(fake.requests) == 3  # the first reply was not asked for again
-    assert fake.requests[2]["messages"][1] == {"role": "assistant", "content": "Once upon"}
+    assert run.output == {"reply": "Once upon a time.", "turns": 2}
+    assert len(fake.requests) == 7  # the first reply was not asked for again
+    assert fake.requests[6]["messages"][1] == {"role": "assistant", "content": "Once upon"}
     assert [e.data["content"] for e in events if e.type == "message"] == ["Once upon", " a time."]
     assert [e.data for e in events if e.type == "step"] == [
         {"name": "reply", "occurrence": 1},

@@ -220,3 +220,33 @@ async def test_the_lease_is_cleared_when_the_run_is_requeued_or_settled(
     settled = await read(sessions, tenant, run_id)
     assert (settled.status, settled.lease_expires_at) == (RunStatus.SUCCEEDED, None)
     assert settled.heartbeat_at is not None
+
+
+async def test_only_lost_attempts_that_completed_no_step_count_towards_failing_a_run(
+    deps: WorkflowDeps, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """CONTRACT §7, round four. Attempts 1 and 3 record a step before their worker is lost;
+    attempts 2, 4 and 5 record none: only the fifth loss makes three that count."""
+    run_id = await start(sessions, tenant, {"turns": 1, "delayMs": 0})
+    for attempt in range(1, 6):
+        async with sessions.unit() as uow:
+            assert await claim_run(uow, run_id, lease_s=30) is not None
+            if attempt in (1, 3):
+                await runs_service.record_step(
+                    uow,
+                    run_id,
+                    attempt=attempt,
+                    lease_s=30,
+                    name="w",
+                    occurrence=attempt,
+                    result="1",
+                )
+        await expire_lease(sessions, run_id)
+        async with sessions.unit() as uow:
+            barren = await runs_service.barren_losses(uow, run_id, losing=attempt)
+        assert barren == {1: 0, 2: 1, 3: 1, 4: 2, 5: 3}[attempt]  # as reconcile counts them
+    assert await deliver(deps, run_id) == "done"  # takes over the fifth lost lease, gives up
+    run = await read(sessions, tenant, run_id)
+    assert (run.status, run.lost_attempts) == (RunStatus.FAILED, 5)
+    assert run.error is not None
+    assert "its worker was lost 3 times without completing a step" in run.error

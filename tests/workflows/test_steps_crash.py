@@ -137,3 +137,67 @@ async def test_the_demo_killed_after_turn_2_shows_each_turn_exactly_once(
     assert [e.data["turn"] for e in events if e.type == "turn"] == [1, 2, 3, 4, 5, 6]
     assert [e.type for e in events].count("claimed") == 2
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+def claims(events: list[runs_service.EventRecord]) -> int:
+    return sum(e.type == "claimed" for e in events)
+
+
+async def test_a_run_that_completes_a_step_between_four_sigkills_succeeds(
+    api: Api,
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    workers: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    """CONTRACT §7, round four: a lost attempt that completed a step since its claim does not
+    count towards the 3 that fail a run. Each of four workers is killed just after the step its
+    attempt completed (a new one every time): the run makes progress, and succeeds."""
+    assert settings.redis_url is not None
+    counter = tmp_path / "executions.txt"
+    worker = start_worker(settings, workers, tmp_path)
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+        input = {"steps": 6, "delayMs": 300, "counterFile": str(counter)}
+        run_id = (await api.start_run(tenant.token, "counted", input))["run"]["id"]
+        for kills in range(1, 5):  # attempt `kills` is killed after recording step `kills`
+            await watch.until_events(run_id, lambda es, n=kills: step_events(es) >= n, timeout=60)
+            await kill(worker)
+            worker = start_worker(settings, workers, tmp_path)
+        run = await watch.until(run_id, settled, timeout=90)
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output == {"squares": [1, 4, 9, 16, 25, 36]}
+    assert (run.attempt, run.lost_attempts) == (5, 4)
+    rows = await sessions.all(
+        text("SELECT occurrence, attempt FROM run_steps WHERE run_id = :id ORDER BY seq"),
+        id=RunId(run.id),
+    )
+    assert [r["attempt"] for r in rows][:4] == [1, 2, 3, 4]  # each lost attempt made progress
+
+
+async def test_a_run_that_completes_no_step_and_loses_its_worker_3_times_fails(
+    api: Api,
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    workers: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    """The other side of the rule: three workers killed while the run's first step is still
+    running (no attempt completes a step) fail the run, saying so."""
+    assert settings.redis_url is not None
+    counter = tmp_path / "executions.txt"
+    worker = start_worker(settings, workers, tmp_path)
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+        input = {"steps": 1, "delayMs": 10_000, "counterFile": str(counter)}
+        run_id = (await api.start_run(tenant.token, "counted", input))["run"]["id"]
+        for kills in range(1, 4):  # attempt `kills` is killed while its step sleeps
+            await watch.until_events(run_id, lambda es, n=kills: claims(es) >= n, timeout=60)
+            await kill(worker)
+            worker = start_worker(settings, workers, tmp_path)
+        run = await watch.until(run_id, settled, timeout=60)
+    assert run.status == "FAILED"
+    assert run.lost_attempts == 3
+    assert run.error is not None
+    assert "its worker was lost 3 times without completing a step" in run.error
+    assert not counter.exists()  # no step ever completed

@@ -17,6 +17,13 @@ from outlive.agents.registry import Agent, RunContext
 from outlive.errors import RetryableFault
 
 
+class TurnUsage(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    input_tokens: int = Field(0, ge=0, le=10_000_000)
+    output_tokens: int = Field(0, ge=0, le=10_000_000)
+
+
 class DemoInput(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -38,6 +45,9 @@ class DemoInput(BaseModel):
     signal_timeout_s: int = Field(
         3600, ge=1, le=2_592_000, description="how long to wait for the signal at most"
     )
+    usage_per_turn: TurnUsage | None = Field(
+        None, description="each turn records this model usage (for tests of Run.usage)"
+    )
 
 
 class DemoFailure(Exception):
@@ -53,6 +63,12 @@ async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int:
         raise DemoFailure(f"failing at turn {turn} as asked")
     if params.delay_ms:
         await ctx.delay(params.delay_ms / 1000)
+    if params.usage_per_turn is not None:
+        ctx.record_usage(
+            input_tokens=params.usage_per_turn.input_tokens,
+            output_tokens=params.usage_per_turn.output_tokens,
+            model="demo",
+        )
     await ctx.emit("turn", {"turn": turn})
     return turn
 

@@ -3,20 +3,41 @@
 Each model call is a durable step (`ctx.step("reply", ...)`) and its reply a `message` event
 written with it: an attempt after a crash mid-conversation gets the earlier replies back from the
 journal instead of paying for them again. A reply cut off by the length limit is continued, up
-to `maxTurns` replies. 429, 5xx, transport errors and timeouts are retryable faults; any other
-non-2xx answer, or a missing configuration, fails the run at once.
+to `maxTurns` replies, and the output's `reply` is the whole answer, the replies joined.
+
+Each call has its own policy (`call_retry`): a 429, a 5xx, a transport error or a timeout
+(`OUTLIVE_LLM_TIMEOUT_S`, per call) is retried inside the attempt, up to 5 calls, waiting what a
+`Retry-After` says or else a backoff from 1 s (`OUTLIVE_LLM_RETRY_BACKOFF_S`) doubling to 60 s,
+with jitter; only then is it a
+retryable fault of the run. Each call takes the named limit `llm` first (`outlive.services.limits`)
+and records the endpoint's `usage`. Any other answer fails the run at once. What the tenant reads
+of a failure (`Run.error`) names the status, never the endpoint's body: that body may carry the
+operator's account details (issue 26, L2); it is logged for the operator instead.
+
+The model-call code (`Endpoint`, `complete`) is kept apart from the agent so that other agents
+(and a streaming variant) can reuse it.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from outlive.agents.policy import Retry, parse_retry_after
 from outlive.agents.registry import Agent, RunContext
-from outlive.errors import RetryableFault
+from outlive.config import Settings
+from outlive.errors import RetryableFault, RetryAfter
+
+log = logging.getLogger(__name__)
+
+CALL_ATTEMPTS = 5
+CALL_MAX_BACKOFF_S = 60.0
+LIMIT = "llm"
 
 
 class LlmInput(BaseModel):
@@ -24,73 +45,142 @@ class LlmInput(BaseModel):
 
     prompt: str = Field(min_length=1, max_length=20_000)
     max_turns: int = Field(1, ge=1, le=20, description="most model replies to ask for")
+    system: str | None = Field(None, max_length=20_000, description="a system prompt")
+    model: str | None = Field(
+        None, min_length=1, max_length=200, description="one of OUTLIVE_LLM_MODELS"
+    )
 
 
 class LlmNotConfigured(Exception):
-    """OUTLIVE_LLM_BASE_URL is not set."""
+    """OUTLIVE_LLM_BASE_URL is not set, or the run asked for a model it does not allow."""
 
 
 class LlmRejected(Exception):
     """The endpoint refused the request in a way a retry cannot fix."""
 
 
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where and how to call the model: `Endpoint.from_settings(settings)`."""
+
+    url: str
+    headers: dict[str, str]
+    timeout_s: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Endpoint:
+        if not settings.llm_base_url:
+            raise LlmNotConfigured("the llm agent needs OUTLIVE_LLM_BASE_URL")
+        headers = {}
+        if settings.llm_api_key is not None:
+            headers["Authorization"] = f"Bearer {settings.llm_api_key.get_secret_value()}"
+        url = settings.llm_base_url.rstrip("/") + "/chat/completions"
+        return cls(url, headers, settings.llm_timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    content: str
+    finish_reason: str | None
+    usage: dict[str, int] | None
+
+
+def call_retry(settings: Settings) -> Retry:
+    """The policy of one model call: up to 5 calls, backoff from `OUTLIVE_LLM_RETRY_BACKOFF_S`."""
+    return Retry(
+        attempts=CALL_ATTEMPTS,
+        backoff=settings.llm_retry_backoff_s,
+        max_backoff=CALL_MAX_BACKOFF_S,
+    )
+
+
+def choose_model(settings: Settings, asked: str | None) -> str:
+    """The model to call: `asked` when `OUTLIVE_LLM_MODELS` allows it (or it is the default),
+    else `LlmNotConfigured`; the default `OUTLIVE_LLM_MODEL` when none was asked for."""
+    if asked is None or asked == settings.llm_model:
+        return settings.llm_model
+    if asked not in settings.llm_models:
+        raise LlmNotConfigured(f"model {asked!r} is not allowed here (OUTLIVE_LLM_MODELS)")
+    return asked
+
+
+async def complete(
+    http: httpx.AsyncClient, endpoint: Endpoint, model: str, messages: list[dict[str, str]]
+) -> Completion:
+    """One chat completion. A 429/5xx or a transport error is a `RetryableFault` (`RetryAfter`
+    when the answer says when); another non-2xx, or a body that is not a completion, is
+    `LlmRejected`. Neither carries the endpoint's body (it is logged)."""
+    try:
+        response = await http.post(
+            endpoint.url,
+            json={"model": model, "messages": messages},
+            headers=endpoint.headers,
+            timeout=endpoint.timeout_s,
+        )
+    except httpx.TimeoutException as exc:
+        raise RetryableFault(f"llm endpoint did not answer within {endpoint.timeout_s:g}s") from exc
+    except httpx.TransportError as exc:
+        raise RetryableFault(f"llm endpoint unreachable ({type(exc).__name__})") from exc
+    status = response.status_code
+    if status == 429 or status >= 500:
+        log.info("llm endpoint answered %s: %.500s", status, response.text)
+        wait = parse_retry_after(response.headers.get("retry-after"))
+        if wait is not None and status in (429, 503):
+            raise RetryAfter(wait, f"llm endpoint answered {status} (retry after {wait:g}s)")
+        raise RetryableFault(f"llm endpoint answered {status}")
+    if not response.is_success:
+        log.warning("llm endpoint answered %s: %.500s", status, response.text)
+        raise LlmRejected(f"llm endpoint answered {status}")
+    return _completion(response)
+
+
+def _completion(response: httpx.Response) -> Completion:
+    try:
+        body = response.json()
+        choice: dict[str, Any] = body["choices"][0]
+        content = str((choice.get("message") or {}).get("content") or "")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        log.warning("llm endpoint answered an unexpected body: %.500s", response.text)
+        raise LlmRejected("llm endpoint answered a body that is not a chat completion") from exc
+    usage = body.get("usage") if isinstance(body, dict) else None
+    counts = None
+    if isinstance(usage, dict):
+        counts = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return Completion(content, choice.get("finish_reason"), counts)
+
+
 async def run(ctx: RunContext, params: LlmInput) -> dict[str, Any]:
-    settings = ctx.settings
-    if not settings.llm_base_url:
-        raise LlmNotConfigured("the llm agent needs OUTLIVE_LLM_BASE_URL")
-    headers = {}
-    if settings.llm_api_key is not None:
-        headers["Authorization"] = f"Bearer {settings.llm_api_key.get_secret_value()}"
-    url = settings.llm_base_url.rstrip("/") + "/chat/completions"
-    messages: list[dict[str, str]] = [{"role": "user", "content": params.prompt}]
-    reply = ""
-    turns = 0
+    endpoint = Endpoint.from_settings(ctx.settings)
+    model = choose_model(ctx.settings, params.model)
+    messages: list[dict[str, str]] = []
+    if params.system:
+        messages.append({"role": "system", "content": params.system})
+    messages.append({"role": "user", "content": params.prompt})
 
     async def ask() -> dict[str, Any]:
-        await ctx.checkpoint()
-        choice = await _complete(
-            ctx.http, url, headers, settings.llm_model, messages, settings.llm_timeout_s
+        done = await complete(ctx.http, endpoint, model, messages)
+        usage = done.usage or {}
+        ctx.record_usage(
+            input_tokens=usage.get("prompt_tokens", 0),
+            output_tokens=usage.get("completion_tokens", 0),
+            model=model,
         )
-        content = str(choice.get("message", {}).get("content") or "")
-        await ctx.emit("message", {"role": "assistant", "content": content})
-        return {"content": content, "finish_reason": choice.get("finish_reason")}
+        await ctx.emit("message", {"role": "assistant", "content": done.content})
+        return {"content": done.content, "finish_reason": done.finish_reason}
 
+    retry = call_retry(ctx.settings)
+    replies: list[str] = []
     for _ in range(params.max_turns):
-        choice = await ctx.step("reply", ask)
-        reply = str(choice["content"])
-        turns += 1
-        messages.append({"role": "assistant", "content": reply})
+        await ctx.checkpoint()
+        choice = await ctx.step(
+            "reply", ask, retry=retry, timeout=endpoint.timeout_s + 5, limit=LIMIT
+        )
+        replies.append(str(choice["content"]))
+        messages.append({"role": "assistant", "content": replies[-1]})
         if choice["finish_reason"] != "length":
             break
         messages.append({"role": "user", "content": "Continue."})
-    return {"reply": reply, "turns": turns}
-
-
-async def _complete(
-    http: httpx.AsyncClient,
-    url: str,
-    headers: dict[str, str],
-    model: str,
-    messages: list[dict[str, str]],
-    timeout_s: float,
-) -> dict[str, Any]:
-    try:
-        response = await http.post(
-            url, json={"model": model, "messages": messages}, headers=headers, timeout=timeout_s
-        )
-    except httpx.TransportError as exc:  # timeouts included
-        raise RetryableFault(f"llm endpoint unreachable: {exc!r}") from exc
-    if response.status_code == 429 or response.status_code >= 500:
-        raise RetryableFault(f"llm endpoint answered {response.status_code}")
-    if not response.is_success:
-        raise LlmRejected(f"llm endpoint answered {response.status_code}: {response.text[:200]}")
-    try:
-        choice: dict[str, Any] = response.json()["choices"][0]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise LlmRejected(
-            f"llm endpoint answered an unexpected body: {response.text[:200]}"
-        ) from exc
-    return choice
+    return {"reply": "".join(replies), "turns": len(replies)}
 
 
 AGENT = Agent(

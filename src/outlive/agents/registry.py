@@ -37,6 +37,7 @@ from outlive.errors import BadUserInput
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from outlive.agents.policy import Retry
     from outlive.config import Settings
     from outlive.ids import RunId, TenantId
 
@@ -90,15 +91,44 @@ class RunContext(Protocol):
 
     @overload
     def step(
-        self, name: str, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        shield: bool = False,
+        limit: str | None = None,
+        **kwargs: Any,
     ) -> Awaitable[T]: ...
 
     @overload
     def step(
-        self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+        self,
+        name: str,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        shield: bool = False,
+        limit: str | None = None,
+        **kwargs: Any,
     ) -> Awaitable[T]: ...
 
-    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        shield: bool = False,
+        limit: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """A durable step: `await ctx.step(name, fn, *args, **kwargs)` calls `fn` (sync or async)
         and records its JSON result, keyed by (`name`, occurrence: the how-many-th call of that
         name in this attempt, counted at the call). A later attempt of the run gets the recorded
@@ -106,7 +136,22 @@ class RunContext(Protocol):
         return annotation (a pydantic model comes back as that model; no annotation: plain JSON
         values), the same on the first attempt as on later ones. At most 256 KiB of JSON
         (`StepTooLarge`: the run fails). `emit` inside `fn` is written with the step, once. An
-        exception in `fn` records nothing and is handled as anywhere else in the run."""
+        exception in `fn` records nothing and is handled as anywhere else in the run.
+
+        The step's policy, keyword-only and never passed to `fn` (to give `fn` a keyword of one
+        of these names, bind it with `functools.partial`): `retry=Retry(attempts, backoff,
+        max_backoff)` calls `fn` again inside the attempt after a failure a retry can fix
+        (`outlive.agents.policy`); `timeout` bounds each call (seconds; a `TimeoutError`, which
+        a retry can fix); `shield=True` lets `fn` finish (and be recorded) when a cancel is
+        requested meanwhile, instead of interrupting it; `limit="llm"` takes one request of that
+        named limit (shared across workers, per tenant and global) before each call."""
+
+    def record_usage(
+        self, *, input_tokens: int, output_tokens: int, model: str | None = None
+    ) -> None:
+        """Inside a step's `fn`: count one model call's usage (tokens, and its cost when
+        `model` is in the price table); recorded with the step, so counted once. Outside a
+        step: `RuntimeError`. A step's result carrying `usage` is counted the same way."""
 
 
 @dataclass(frozen=True)

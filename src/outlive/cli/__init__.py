@@ -98,6 +98,12 @@ def _parser() -> argparse.ArgumentParser:
     limits.add_argument("--tenant", required=True, help="the tenant's slug")
     limits.add_argument("--max-running-runs", type=limit, default=KEEP)
     limits.add_argument("--max-inflight-jobs", type=limit, default=KEEP)
+    limits.add_argument(
+        "--llm-rate",
+        default=KEEP,
+        metavar="N/S",
+        help="its own rate of the llm limit (N calls per S seconds), or 'default'",
+    )
     limits.set_defaults(func=_command("tenants", "cmd_tenant_set_limits"))
 
     schema = sub.add_parser("schema", help="print the GraphQL SDL")

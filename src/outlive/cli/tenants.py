@@ -7,14 +7,23 @@ import argparse
 from outlive.cli.common import KEEP, load_settings, run
 from outlive.config import Settings
 from outlive.runtime import open_runtime
+from outlive.services.limits import parse_rate, set_llm_rate
 from outlive.services.tenants import set_limits
 
 
-async def set_tenant_limits(settings: Settings, slug: str, changes: dict[str, int | None]) -> str:
-    """Set the caps, then admit what the new caps let through (when Redis is configured)."""
+async def set_tenant_limits(
+    settings: Settings,
+    slug: str,
+    changes: dict[str, int | None],
+    llm_rate: str | None = None,
+) -> str:
+    """Set the caps (and the tenant's `llm` rate: "N/S" or "default"), then admit what the new
+    caps let through (when Redis is configured)."""
     async with open_runtime(settings, "cli-queues" if settings.redis_url else "cli") as runtime:
         async with runtime.sessions.unit() as uow:
             limits = await set_limits(uow, tenant_slug=slug, changes=changes)
+            if llm_rate is not None:
+                await set_llm_rate(uow, tenant_slug=slug, rate=parse_rate(llm_rate))
         admission = runtime.sessions.admission
         if admission is not None:
             await admission.dispatch_runs(limits.id)
@@ -33,4 +42,5 @@ def cmd_tenant_set_limits(args: argparse.Namespace) -> None:
         )
         if value is not KEEP
     }
-    print(run(set_tenant_limits(load_settings(), args.tenant, changes)))  # noqa: T201
+    llm_rate = None if args.llm_rate is KEEP else args.llm_rate
+    print(run(set_tenant_limits(load_settings(), args.tenant, changes, llm_rate)))  # noqa: T201

@@ -21,6 +21,7 @@ from outlive.services.ratelimits import RateLimiter
 from outlive.services.runs import EventRecord, RunRecord, StepRecord, check_steps_page
 from outlive.services.tenants import Principal
 from outlive.services.tokens import PrincipalCache
+from outlive.services.usage_tokens import RunUsage
 from outlive.services.webhooks import DeliveryRecord
 
 
@@ -89,6 +90,11 @@ class Context:
         timelines.check_events_page(first)
         self.require()
         return await self.loaders.events.load((run_id, after, first))
+
+    async def run_usage(self, run_id: RunId) -> RunUsage:
+        """The run's summed model usage (one statement per page of runs)."""
+        self.require()
+        return await self.loaders.usage.load(run_id)
 
     async def run_steps(self, run_id: RunId, *, after: int, first: int) -> list[StepRecord]:
         check_steps_page(first)  # this field's error, not the whole batch's

@@ -18,7 +18,7 @@ from strawberry.dataloader import DataLoader
 
 from outlive.db.tx import Sessions
 from outlive.ids import EndpointId, RunId, TenantId
-from outlive.services import outbox, timelines, webhooks
+from outlive.services import outbox, timelines, usage_tokens, webhooks
 from outlive.services.runs import EventRecord, StepRecord, list_steps_of_runs
 from outlive.services.webhooks import DeliveryRecord
 
@@ -62,6 +62,13 @@ class Loaders:
         self.deliveries: DataLoader[DeliveriesKey, list[DeliveryRecord]] = DataLoader(
             self._load_deliveries, cache=False
         )
+        self.usage: DataLoader[RunId, usage_tokens.RunUsage] = DataLoader(
+            self._load_usage, cache=False
+        )
+
+    async def _load_usage(self, keys: Sequence[RunId]) -> list[usage_tokens.RunUsage]:
+        found = await usage_tokens.usage_of_runs(self._sessions, keys)
+        return [found[key] for key in keys]
 
     async def _load_events(self, keys: Sequence[EventsKey]) -> list[list[EventRecord]]:
         async def load(ids: list[RunId], page: tuple[int, int]) -> dict[RunId, list[EventRecord]]:

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import strawberry
+from strawberry.scalars import JSON
 
+from outlive.errors import BadUserInput
 from outlive.resolvers.context import Context
 from outlive.schema.replays import ReplayRunsFilter, RunReplay
 from outlive.schema.runs import Run, StartRunPayload
@@ -31,8 +33,15 @@ def _validator(ctx: Context) -> replays.Validate:
     return validate
 
 
-async def retry_run(info: Info, id: strawberry.ID) -> StartRunPayload:
+async def retry_run(
+    info: Info,
+    id: strawberry.ID,
+    input: JSON | None = None,
+    reuse_steps: bool | None = False,
+) -> StartRunPayload:
     ctx = info.context
+    if input is not None and not isinstance(input, Mapping):
+        raise BadUserInput("input must be a JSON object")
     run_id = runs_service.parse_run_id(id)
     await ctx.services.limiter.take(  # startRun's bucket: a retry starts a run
         start_run_bucket(ctx.tenant_id, ctx.services.settings.rate_start_run),
@@ -40,7 +49,12 @@ async def retry_run(info: Info, id: strawberry.ID) -> StartRunPayload:
     )
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         started = await replays.retry_run(
-            uow, run_id, validate=_validator(ctx), instances=ctx.services.instances
+            uow,
+            run_id,
+            validate=_validator(ctx),
+            instances=ctx.services.instances,
+            input=input,
+            reuse_steps=bool(reuse_steps),
         )
     return StartRunPayload(run=Run.of(started.run), created=started.created)
 

@@ -26,7 +26,7 @@ from outlive.schema.nudges import Nudge
 from outlive.schema.replays import RunReplay
 from outlive.schema.runs import Run, RunConnection, SignalRunPayload, StartRunPayload
 from outlive.schema.tenants import Viewer
-from outlive.schema.usage import AgentStats, UsageDay
+from outlive.schema.usage import AgentStats, UsageDay, UsageTokensDay
 from outlive.schema.webhooks import (
     CreateWebhookEndpointPayload,
     WebhookDelivery,
@@ -46,6 +46,10 @@ class Query:
     invitations: list[Invitation] = strawberry.field(resolver=invitation_fields.list_invitations)
     usage: list[UsageDay] = strawberry.field(
         resolver=usage_fields.usage, description="Runs per UTC day, agent and status."
+    )
+    usage_tokens: list[UsageTokensDay] = strawberry.field(
+        resolver=usage_fields.usage_tokens,
+        description="Model tokens and cost per UTC day (when the steps completed) and agent.",
     )
     agent_stats: list[AgentStats] = strawberry.field(
         resolver=usage_fields.agent_stats,
@@ -87,8 +91,11 @@ class Mutation:
     )
     retry_run: StartRunPayload = strawberry.mutation(
         resolver=replay_fields.retry_run,
-        description="A new run with the same agent and input, linked by retriedFromId; when "
-        "the agent has an active run, that run comes back with created: false.",
+        description="A new run with the same agent and input (or `input`, validated as for "
+        "startRun), linked by retriedFromId; when the agent has an active run, that run comes "
+        "back with created: false. `reuseSteps`: the new run starts with a copy of the old run's "
+        "recorded steps and resumes at the first one it did not finish (reused steps saw the old "
+        "input).",
     )
     replay_runs: RunReplay = strawberry.mutation(
         resolver=replay_fields.replay_runs,

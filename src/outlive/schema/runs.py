@@ -10,8 +10,9 @@ from strawberry.scalars import JSON
 
 from outlive.db.models import RunStatus as DbRunStatus
 from outlive.schema.scalars import as_json
-from outlive.services.runs import EventRecord, RunPage, RunRecord, StepRecord
+from outlive.services.runs import MAX_ATTEMPTS, EventRecord, RunPage, RunRecord, StepRecord
 from outlive.services.runs import RunOrder as DbRunOrder
+from outlive.services.usage_tokens import RunUsage as UsageRecord
 
 RunStatus = strawberry.enum(DbRunStatus, name="RunStatus")
 RunOrder = strawberry.enum(
@@ -50,6 +51,34 @@ class RunStep:
             attempt=record.attempt,
             completed_at=record.completed_at,
         )
+
+
+@strawberry.type(description="Model usage recorded by a run's steps, summed.")
+class RunUsage:
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None = strawberry.field(
+        description="USD, from the genai-prices table; null when a model was not in it."
+    )
+
+    @classmethod
+    def of(cls, u: UsageRecord) -> RunUsage:
+        cost = None if u.cost_usd is None else float(u.cost_usd)
+        return cls(
+            requests=u.requests,
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cost_usd=cost,
+        )
+
+
+def retries_left(r: RunRecord) -> int:
+    """Retries still allowed for retryable faults: claims that resumed the run from WAITING and
+    attempts that lost their worker use none. A QUEUED run is counted as its next claim will
+    be (a retry that is due has been used)."""
+    executed = r.attempt - r.lost_attempts - r.resumes + (r.status == DbRunStatus.QUEUED)
+    return max(0, MAX_ATTEMPTS - max(1, executed))
 
 
 @strawberry.type
@@ -110,6 +139,21 @@ class Run:
     async def waiting_reason(self, info: strawberry.Info[Any, Any]) -> str | None:
         reason = await info.context.waiting_reason(self.record)
         return cast(str | None, reason)
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="Model usage recorded by the run's steps, summed (steps reused from "
+        "another run count there, not here)."
+    )
+    async def usage(self, info: strawberry.Info[Any, Any]) -> RunUsage:
+        found = await info.context.run_usage(self.record.id)
+        return RunUsage.of(cast(UsageRecord, found))
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="Retries still allowed for retryable faults: 2 for a fresh run (resumes "
+        "from WAITING and lost workers use none)."
+    )
+    def retries_left(self) -> int:
+        return retries_left(self.record)
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="While WAITING: the name of the signal the run waits for; null for a "

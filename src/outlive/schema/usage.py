@@ -8,6 +8,7 @@ from outlive.db.models import RunStatus as DbRunStatus
 from outlive.schema.runs import RunStatus
 from outlive.services.usage import AgentStats as AgentStatsRecord
 from outlive.services.usage import UsageDay as UsageRecord
+from outlive.services.usage_tokens import UsageTokensDay as TokensRecord
 
 
 @strawberry.type
@@ -44,4 +45,26 @@ class AgentStats:
             failed=a.failed,
             cancelled=a.cancelled,
             p50_duration_ms=a.p50_duration_ms,
+        )
+
+
+@strawberry.type(description="Model tokens and cost per UTC day and agent (usageTokens).")
+class UsageTokensDay:
+    day: str = strawberry.field(description="YYYY-MM-DD, UTC: when the steps completed")
+    agent: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None = strawberry.field(
+        description="USD, from the genai-prices table; null when a model was not in it."
+    )
+
+    @classmethod
+    def of(cls, u: TokensRecord) -> UsageTokensDay:
+        cost = None if u.cost_usd is None else float(u.cost_usd)
+        return cls(
+            day=u.day,
+            agent=u.agent,
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cost_usd=cost,
         )

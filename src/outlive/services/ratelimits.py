@@ -67,6 +67,9 @@ return {1, 0}
 """
 
 
+TAKE_SCRIPT = _TAKE  # also the named limits' (`services.limits`)
+
+
 @dataclass(frozen=True, slots=True)
 class Bucket:
     """One limit on one subject: `what` names the action, `subject` whose bucket it is."""

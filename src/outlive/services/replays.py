@@ -93,17 +93,31 @@ def _record(r: Mapping[str, Any]) -> ReplayRecord:
 
 
 async def retry_run(
-    uow: UnitOfWork, run_id: RunId, *, validate: Validate, instances: RunInstances
+    uow: UnitOfWork,
+    run_id: RunId,
+    *,
+    validate: Validate,
+    instances: RunInstances,
+    input: Mapping[str, Any] | None = None,
+    reuse_steps: bool = False,
 ) -> runs.StartedRun:
-    """A new run with `run_id`'s agent and input, or the agent's active run handed back."""
+    """A new run with `run_id`'s agent and input (or `input`, validated as for `startRun`), or
+    the agent's active run handed back. `reuse_steps`: the new run starts with a copy of the old
+    run's journal, so it resumes at the first step the old one did not finish (those steps saw
+    the old input); only a settled run's steps are reused."""
     tenant_id = TenantId(uow.require_tenant())
     source = await runs.read_run(uow, tenant_id, run_id)
     if source is None:
         raise NotFound(f"run {run_id} not found")
-    params = validate(source.agent, source.input)
-    return await runs.start_run(
+    if reuse_steps and source.is_active:
+        raise BadUserInput("only a settled run's steps can be reused: cancel it first")
+    params = validate(source.agent, source.input if input is None else input)
+    started = await runs.start_run(
         uow, agent=source.agent, params=params, instances=instances, retried_from=source.id
     )
+    if reuse_steps and started.created and source.step_seq:
+        await runs.copy_steps(uow, from_run=source.id, to_run=started.run.id)
+    return started
 
 
 # --- replayRuns ------------------------------------------------------------------------------

@@ -3,22 +3,23 @@ durable sleeps and waits. Every write is fenced on the attempt."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
+from outlive.agents.policy import Retry
 from outlive.db.models import RunStatus
 from outlive.errors import RunCancelled, RunParked, RunSuperseded
 from outlive.ids import RunId, TenantId
 from outlive.services import waits
 from outlive.services.runs import RunRecord, append_event, read_run
+from outlive.services.usage_tokens import measured
+from outlive.workflows.calls import StepPolicy
 from outlive.workflows.deps import WorkflowDeps
-from outlive.workflows.steps import StepJournal, buffered_events
+from outlive.workflows.steps import StepJournal, add_usage, buffered_events
 
-CANCEL_POLL_S = 1.0  # how often a sleeping agent looks for a cancel request
 # A sleep this short or shorter is slept in-process (parking and waking costs more than it
 # saves, and holds the slot for at most this long); a longer one parks the run WAITING.
 DURABLE_SLEEP_MIN_S = 1.0
@@ -38,7 +39,10 @@ class AttemptContext:
         self._sessions = deps.sessions
         self._lease_s = deps.lease_s
         self._fresh: RunRecord | None = run  # the row as this attempt last wrote it
-        self._steps = StepJournal(deps.sessions, run, lease_s=deps.lease_s, recorded=self._moved)
+        self._steps = StepJournal(
+            deps.sessions, run, lease_s=deps.lease_s, recorded=self._moved, limits=deps.limits
+        )
+        self.interrupts = self._steps.interrupts
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
 
     def _moved(self, run: RunRecord) -> None:
@@ -50,18 +54,65 @@ class AttemptContext:
 
     @overload
     def step(
-        self, name: str, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        shield: bool = False,
+        limit: str | None = None,
+        **kwargs: Any,
     ) -> Awaitable[T]: ...
 
     @overload
     def step(
-        self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+        self,
+        name: str,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        shield: bool = False,
+        limit: str | None = None,
+        **kwargs: Any,
     ) -> Awaitable[T]: ...
 
-    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        shield: bool = False,
+        limit: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """A durable step (`workflows.steps`): `fn(*args, **kwargs)` run once per run, its
-        result recorded; the occurrence is taken here, at the call."""
-        return self._steps.call(name, fn, args, kwargs)
+        result recorded; the occurrence is taken here, at the call. `retry`, `timeout`, `shield`
+        and `limit` are the step's policy (`workflows.calls`), never passed to `fn`."""
+        policy = None
+        if retry is not None or timeout is not None or shield or limit is not None:
+            policy = StepPolicy(retry=retry, timeout=timeout, shield=shield, limit=limit)
+        return self._steps.call(name, fn, args, kwargs, policy)
+
+    def record_usage(
+        self, *, input_tokens: int, output_tokens: int, model: str | None = None
+    ) -> None:
+        """Count one model call's usage in the step being executed (recorded with it, once)."""
+        add_usage(
+            self._steps,
+            measured(input_tokens=input_tokens, output_tokens=output_tokens, model=model),
+        )
+
+    def cancel_requested(self) -> None:
+        """A cancel was requested of this run (pushed by the worker, or found by a heartbeat):
+        the step being awaited is interrupted (`workflows.calls.Interrupts`)."""
+        self.interrupts.request()
 
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
         if not type or len(type) > 64:
@@ -86,7 +137,7 @@ class AttemptContext:
             run = await self._read()
         if run is None or run.status != RunStatus.RUNNING or run.attempt != self.attempt:
             raise RunSuperseded(f"attempt {self.attempt} of run {self.run_id} no longer holds it")
-        if run.cancel_requested_at is not None:
+        if run.cancel_requested_at is not None or self.interrupts.requested.is_set():
             raise RunCancelled()
 
     async def sleep(self, seconds: float) -> None:
@@ -162,15 +213,9 @@ class AttemptContext:
         return outcome
 
     async def delay(self, seconds: float) -> None:
-        """Sleep in-process, holding the worker, looking at the run every second: a cancel
-        request ends a long delay early (raising `RunCancelled`) instead of after it."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        while (left := deadline - loop.time()) > 0:
-            await asyncio.sleep(min(left, CANCEL_POLL_S))
-            if left > CANCEL_POLL_S:
-                self._fresh = None
-                await self.checkpoint()
+        """Sleep in-process, holding the worker: a cancel request ends it at once (raising
+        `RunCancelled`) instead of after it."""
+        await self.interrupts.pause(seconds)
 
     async def _read(self) -> RunRecord | None:
         return await read_run(self._sessions, self.tenant_id, self.run_id)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -11,6 +12,8 @@ import httpx
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.tx import Sessions
+from outlive.ids import RunId
+from outlive.workflows.calls import Limits
 
 
 class AttemptControl(Protocol):
@@ -26,12 +29,21 @@ class AttemptControl(Protocol):
         """The engine should not count this delivery against the instance's retries."""
 
 
+class CancelWatch(Protocol):
+    """Pushes cancel requests to the attempts of this process (`outlive.jobs.cancels`)."""
+
+    def watch(self, run_id: RunId, requested: Callable[[], None]) -> Callable[[], None]:
+        """Call `requested()` when a cancel of `run_id` is requested; returns the unwatch."""
+
+
 @dataclass
 class WorkflowDeps:
     sessions: Sessions
     agents: AgentRegistry
     http: httpx.AsyncClient
     settings: Settings
+    limits: Limits | None = None  # named limits shared across workers (`ctx.step(limit=...)`)
+    cancels: CancelWatch | None = None  # None: a cancel is seen by the heartbeat only
 
     @property
     def lease_s(self) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -30,9 +30,16 @@ class Lease:
     The heartbeats stop before the attempt settles, so they never race its own terminal write."""
 
     def __init__(
-        self, deps: WorkflowDeps, run: RunRecord, control: AttemptControl, *, since: float
+        self,
+        deps: WorkflowDeps,
+        run: RunRecord,
+        control: AttemptControl,
+        *,
+        since: float,
+        cancelled: Callable[[], None] | None = None,
     ) -> None:
         self._deps, self._run, self._control = deps, run, control
+        self._cancelled = cancelled  # told when a heartbeat finds a cancel requested
         self.since = since  # monotonic: the start of the last heartbeat (or claim) that succeeded
         self.lost = False
         self.expiring = False
@@ -84,6 +91,8 @@ class Lease:
             self.lost = True
             return
         self.since = max(self.since, started)
+        if beat.cancel_requested and self._cancelled is not None:
+            self._cancelled()  # the fallback for a missed notification (or no LISTEN)
         # The engine's heartbeat only keeps its sweep away; a Redis that hangs must not stall
         # the loop that keeps the lease (the truth) alive.
         async with asyncio.timeout(self._deps.lease_s / HEARTBEATS_PER_LEASE):

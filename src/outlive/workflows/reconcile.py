@@ -10,7 +10,7 @@ predicate of the write it makes, so a row a worker touched meanwhile is left alo
   there). The run is re-enqueued (a no-op when an instance is already queued or scheduled) and
   set back to QUEUED with a `lost` event, the attempt counted as lost; a run whose cancel was
   requested settles CANCELLED instead, and one that has lost its worker `MAX_LOST_ATTEMPTS`
-  times settles FAILED, saying so.
+  times without completing a step in those attempts settles FAILED, saying so.
 - **a lost instance** (contract §7): a QUEUED run (or a RUNNING one with no live lease) whose
   instance the engine no longer has, or has finished while the row is still active, is handed
   to the queue again (the row is the truth, the queue only a copy: Redis restarted empty,
@@ -32,7 +32,13 @@ from outlive.errors import QueueUnavailable
 from outlive.ids import TenantId
 from outlive.services import relay
 from outlive.services.ports import InstanceState, RunInstances
-from outlive.services.runs import MAX_LOST_ATTEMPTS, RunRecord, requeue_lost, settle_run
+from outlive.services.runs import (
+    MAX_LOST_ATTEMPTS,
+    RunRecord,
+    barren_losses,
+    requeue_lost,
+    settle_run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +96,10 @@ def _worker_lost_before(run: RunRecord, cutoff: datetime) -> bool:
 async def _recover_lost_worker(
     sessions: Sessions, instances: RunInstances, run: RunRecord, *, grace_s: float
 ) -> RunRecord | None:
+    # Only the lost attempts that completed no step count (cheap test first: all of them).
     lost = run.lost_attempts + 1
+    if lost >= MAX_LOST_ATTEMPTS:
+        lost = await barren_losses(sessions, run.id, losing=run.attempt)
     if run.cancel_requested_at is not None or lost >= MAX_LOST_ATTEMPTS:
         cancelled = run.cancel_requested_at is not None
         async with sessions.unit(run.tenant_id) as uow:
@@ -114,7 +123,8 @@ async def _recover_lost_worker(
 
 def _gave_up(run: RunRecord, lost: int) -> str:
     return (
-        f"gave up: its worker was lost {lost} times (attempt {run.attempt}'s lease expired and "
+        f"gave up: its worker was lost {lost} times without completing a step (attempt "
+        f"{run.attempt}'s lease expired and "
         "nothing took it over); a run that kills its worker is not retried forever"
     )
 

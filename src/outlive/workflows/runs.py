@@ -7,7 +7,8 @@ delivery of the run's instance. What happens to the attempt is decided here:
   another attempt holds it under a live lease (a second delivery of the same run: come back
   when that lease would have expired, without using up one of saq's attempts);
 - a cancel already requested, or the lost-worker budget spent (the claim took over the expired
-  lease of a worker that died, `MAX_LOST_ATTEMPTS` times): settle;
+  lease of a worker that died, `MAX_LOST_ATTEMPTS` times, counting only the lost attempts that
+  completed no step since their claim: a run that makes progress is never failed for it): settle;
 - execute the agent under `OUTLIVE_RUN_TIMEOUT_S`, heartbeating meanwhile: every third of
   `OUTLIVE_RUN_HEARTBEAT_S` the row's lease is extended (and saq's job touched); a heartbeat that
   finds the run taken over or settled stops the attempt at once;
@@ -40,11 +41,13 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from outlive.db.models import RunStatus
 from outlive.errors import (
     RetryableFault,
+    RetryAfter,
     RunCancelled,
     RunParked,
     RunSuperseded,
@@ -55,6 +58,7 @@ from outlive.services.runs import (
     MAX_ATTEMPTS,
     MAX_LOST_ATTEMPTS,
     RunRecord,
+    barren_losses,
     claim_run,
     lease_left,
     requeue_run,
@@ -103,10 +107,14 @@ async def _attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -
     if run.cancel_requested_at is not None:
         await _settle(deps, run, RunStatus.CANCELLED)
         return
-    if run.lost_attempts >= MAX_LOST_ATTEMPTS:
+    # Only a lost attempt that completed no step counts (cheap test first: all of them).
+    if (
+        run.lost_attempts >= MAX_LOST_ATTEMPTS
+        and (barren := await barren_losses(deps.sessions, run.id)) >= MAX_LOST_ATTEMPTS
+    ):
         error = (
-            f"gave up: its worker was lost {run.lost_attempts} times (the last one's lease "
-            "expired); a run that kills its worker is not retried forever"
+            f"gave up: its worker was lost {barren} times without completing a step (the last "
+            "one's lease expired); a run that kills its worker is not retried forever"
         )
         await _settle(deps, run, RunStatus.FAILED, error=error)
         return
@@ -133,11 +141,12 @@ async def _not_claimed(deps: WorkflowDeps, run_id: RunId) -> None:
 async def _execute(
     deps: WorkflowDeps, run: RunRecord, agent: Any, control: AttemptControl, *, since: float
 ) -> None:
-    lease = Lease(deps, run, control, since=since)
+    context = AttemptContext(deps, run)
+    lease = Lease(deps, run, control, since=since, cancelled=context.cancel_requested)
+    unwatch = _watch_cancels(deps, run, context)
     try:
         async with lease.kept():
             async with asyncio.timeout(deps.settings.run_timeout_s):
-                context = AttemptContext(deps, run)
                 await context.resume()
                 output = await agent.run(context, agent.parse(run.input))
         json.dumps(output)  # a result that is not JSON is the agent's bug, not a retry's
@@ -167,6 +176,18 @@ async def _execute(
         await _settle(deps, run, RunStatus.FAILED, error=_describe(exc))
     else:
         await _settle(deps, run, RunStatus.SUCCEEDED, output=output)
+    finally:
+        unwatch()
+
+
+def _watch_cancels(
+    deps: WorkflowDeps, run: RunRecord, context: AttemptContext
+) -> Callable[[], None]:
+    """A cancel request of the run reaches the attempt as soon as it commits (the worker LISTENs
+    for it); without that, the heartbeat finds it."""
+    if deps.cancels is None:
+        return lambda: None
+    return deps.cancels.watch(run.id, context.cancel_requested)
 
 
 def _uncancel() -> None:
@@ -216,6 +237,8 @@ async def _retry_or_fail(deps: WorkflowDeps, run: RunRecord, fault: Exception) -
         )
         return
     delay = deps.settings.run_retry_delay_s * 2 ** (executed - 1)
+    if isinstance(fault, RetryAfter):  # the fault said when: not sooner
+        delay = max(delay, fault.seconds)
     async with deps.sessions.unit(run.tenant_id) as uow:
         requeued = await requeue_run(
             uow, run, event="retrying", data={"delayS": delay, "error": error}

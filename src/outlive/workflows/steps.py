@@ -34,7 +34,9 @@ from outlive.services.runs import (
     load_journal,
     record_step,
 )
+from outlive.services.usage_tokens import StepUsage, usage_in
 from outlive.telemetry import metrics
+from outlive.workflows.calls import Interrupts, Limits, StepPolicy, call
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 _ADAPTERS: dict[tuple[Any, Any], TypeAdapter[Any]] = {}
@@ -43,11 +45,18 @@ MAX_CACHED_ADAPTERS = 10_000
 
 @dataclass(eq=False)
 class _Frame:
-    """The durable step the current task is executing: `emit` buffers its events here, to be
-    written with the step's journal row (once, whatever the attempt)."""
+    """The durable step the current task is executing: `emit` buffers its events here, and
+    `record_usage` its usage, to be written with the step's journal row (once, whatever the
+    attempt)."""
 
     journal: StepJournal
     events: list[dict[str, Any]] = field(default_factory=list)
+    usage: StepUsage | None = None
+
+    def reset(self) -> None:
+        """A failed call of the step's function: what it buffered is dropped."""
+        self.events.clear()
+        self.usage = None
 
 
 _IN_STEP: ContextVar[_Frame | None] = ContextVar("outlive_in_step", default=None)
@@ -57,6 +66,15 @@ def buffered_events(journal: StepJournal) -> list[dict[str, Any]] | None:
     """Inside one of `journal`'s steps: the list its events go to; None otherwise."""
     frame = _IN_STEP.get()
     return frame.events if frame is not None and frame.journal is journal else None
+
+
+def add_usage(journal: StepJournal, usage: StepUsage) -> None:
+    """Count `usage` in the step being executed (`ctx.record_usage`); outside one of
+    `journal`'s steps, a `RuntimeError` (usage is recorded with a step, so it is counted once)."""
+    frame = _IN_STEP.get()
+    if frame is None or frame.journal is not journal:
+        raise RuntimeError("record_usage is called inside a step (ctx.step), where it is kept")
+    frame.usage = usage if frame.usage is None else frame.usage + usage
 
 
 def result_adapter(fn: Callable[..., Any], name: str) -> TypeAdapter[Any]:
@@ -101,8 +119,12 @@ class StepJournal:
         *,
         lease_s: float,
         recorded: Callable[[RunRecord], None],
+        interrupts: Interrupts | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self._sessions = sessions
+        self.interrupts = interrupts or Interrupts()
+        self._limits = limits
         self._run = run
         self._lease_s = lease_s
         self._recorded = recorded
@@ -115,7 +137,12 @@ class StepJournal:
             self._journal = await load_journal(self._sessions, self._run.id)
 
     def call(
-        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        policy: StepPolicy | None = None,
     ) -> Any:
         """The step's awaitable; its occurrence is taken now, synchronously."""
         if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME:
@@ -124,7 +151,7 @@ class StepJournal:
             raise RuntimeError(f"step {name!r} was called inside another step; steps do not nest")
         occurrence = self._occurrences.get(name, 0) + 1
         self._occurrences[name] = occurrence
-        return self._step(name, occurrence, fn, args, kwargs)
+        return self._step(name, occurrence, fn, args, kwargs, policy)
 
     async def _step(
         self,
@@ -133,6 +160,7 @@ class StepJournal:
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        policy: StepPolicy | None,
     ) -> Any:
         adapter = result_adapter(fn, name)
         recorded = self._journal.get((name, occurrence))
@@ -142,18 +170,31 @@ class StepJournal:
         frame = _Frame(self)
         token = _IN_STEP.set(frame)
         try:
-            value = fn(*args, **kwargs)
-            if inspect.isawaitable(value):
-                value = await value
+            value = await call(
+                fn,
+                args,
+                kwargs,
+                policy=policy,
+                interrupts=self.interrupts,
+                limits=self._limits,
+                tenant_id=self._run.tenant_id,
+                reset=frame.reset,
+            )
         finally:
             _IN_STEP.reset(token)
+        usage = frame.usage if frame.usage is not None else usage_in(value)
         result = _encode(adapter, value, name, occurrence)
-        await self._commit(name, occurrence, result, frame.events)
+        await self._commit(name, occurrence, result, frame.events, usage)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
         return adapter.validate_json(result)  # what a later attempt would get back
 
     async def _commit(
-        self, name: str, occurrence: int, result: str, events: list[dict[str, Any]]
+        self,
+        name: str,
+        occurrence: int,
+        result: str,
+        events: list[dict[str, Any]],
+        usage: StepUsage | None,
     ) -> None:
         run = self._run
         async with self._sessions.unit(run.tenant_id, single_statement=True) as uow:
@@ -166,6 +207,7 @@ class StepJournal:
                 occurrence=occurrence,
                 result=result,
                 events=events,
+                usage=usage,
             )
         if done is None:
             raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -22,6 +23,7 @@ from sqlalchemy import (
     ForeignKey,
     Identity,
     Index,
+    Numeric,
     String,
     UniqueConstraint,
     text,
@@ -159,6 +161,13 @@ class RunStep(Base):
     attempt: Mapped[int]
     result: Mapped[Any] = mapped_column(JSONB)
     completed_at: Mapped[datetime] = now_default()
+    # The model usage the step recorded (`ctx.record_usage`): none for most steps, and none for
+    # a step copied from another run (`retryRun(reuseSteps: true)`): that run paid for it.
+    requests: Mapped[int] = mapped_column(server_default="0")
+    input_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    output_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    model: Mapped[str | None]
+    cost_usd: Mapped[Decimal | None] = mapped_column(Numeric)
 
 
 class RunWait(Base):

@@ -21,6 +21,8 @@ class Tenant(Base):
     # Per-tenant caps (`outlive tenant set-limits`); NULL: the deployment's default.
     max_running_runs: Mapped[int | None]
     max_inflight_jobs: Mapped[int | None]
+    # Its own rate of the `llm` named limit, "N/S" (NULL: a share of the global one).
+    llm_rate: Mapped[str | None]
 
 
 class User(Base):

@@ -118,7 +118,9 @@ async def settle_run(
 ) -> RunRecord | None:
     """The terminal write. Returns None when the predicate found nothing to settle.
 
-    `attempt` fences the write on that attempt; `stale_before_s` only settles a row that has not
+    `attempt` fences the write on that attempt (and its SUCCEEDED becomes CANCELLED when a
+    cancel was requested before it: a cancel wins over a success it did not interrupt);
+    `stale_before_s` only settles a row that has not
     been updated for that long and holds no live lease (reconcile: a lost instance);
     `lost_before_s` (with `attempt`) only settles a RUNNING run whose lease expired that long ago
     (reconcile: a lost worker)."""
@@ -138,7 +140,8 @@ async def settle_run(
     if attempt is not None and lost_before_s is not None:
         move, params["attempt"], params["grace"] = queries.SETTLE_LOST, attempt, lost_before_s
     elif attempt is not None:
-        move, params["attempt"] = queries.SETTLE_ATTEMPT, attempt
+        settle = queries.SETTLE_SUCCESS if status == RunStatus.SUCCEEDED else queries.SETTLE_ATTEMPT
+        move, params["attempt"] = settle, attempt
     elif stale_before_s is not None:
         move, params["grace"] = queries.SETTLE_STALE, stale_before_s
     return await move_run(uow, move, **params)

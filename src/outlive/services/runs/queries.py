@@ -160,6 +160,17 @@ SETTLE_ATTEMPT = move(
     event_type=_SETTLED_EVENT,
     may_settle=True,
 )
+# An attempt's success: a cancel requested before it (`cancel_requested_at`, however late in the
+# last step) wins, and the run settles CANCELLED, with no output, in the same statement.
+_UNCANCELLED = "cancel_requested_at IS NULL"
+SETTLE_SUCCESS = move(
+    f"status = CASE WHEN {_UNCANCELLED} THEN :status ELSE 'CANCELLED' END, "
+    f"output = CASE WHEN {_UNCANCELLED} THEN CAST(:output AS jsonb) END, error = :error, "
+    "finished_at = now(), lease_expires_at = NULL",
+    "status = 'RUNNING' AND attempt = :attempt",
+    event_type=_SETTLED_EVENT,
+    may_settle=True,
+)
 SETTLE_STALE = move(  # an instance lost (reconcile): never a run whose attempt is alive
     _SETTLE,
     "updated_at < now() - make_interval(secs => :grace)"
@@ -221,6 +232,20 @@ CLAIM = prepare(
         SELECT moved.* FROM moved"""
     ).columns(*RUN_COLUMNS, column("was"))
 )
+# The lost attempts that count towards `MAX_LOST_ATTEMPTS`: those that completed no step since
+# their claim (CONTRACT §7: a run that makes progress is never failed for losing workers). The
+# attempts lost so far are named by the `lost` events; `:attempt` (when not NULL) is one about to
+# be counted lost (reconcile). `run_steps.attempt` is the attempt that recorded the step.
+BARREN_LOSSES = prepare(
+    text(
+        "SELECT count(*) AS barren FROM ("
+        "  SELECT CAST(data->>'attempt' AS int) AS attempt FROM run_events"
+        "  WHERE run_id = :run_id AND type = 'lost'"
+        "  UNION SELECT CAST(:attempt AS int) WHERE CAST(:attempt AS int) IS NOT NULL) lost"
+        " WHERE NOT EXISTS (SELECT 1 FROM run_steps s"
+        "   WHERE s.run_id = :run_id AND s.attempt = lost.attempt)"
+    )
+)
 # A heartbeat: the attempt still holds the run; its lease is extended. No event, no nudge.
 HEARTBEAT = prepare(
     text(
@@ -245,8 +270,11 @@ STEP_DONE = Move(
                 WHERE id = :run_id AND {ACTIVE} AND status = 'RUNNING' AND attempt = :attempt
                 RETURNING *),
             stepped AS (
-                INSERT INTO run_steps (run_id, name, occurrence, seq, attempt, result)
-                SELECT id, :name, :occurrence, step_seq, attempt, CAST(:result AS jsonb)
+                INSERT INTO run_steps (run_id, name, occurrence, seq, attempt, result,
+                                       requests, input_tokens, output_tokens, model, cost_usd)
+                SELECT id, :name, :occurrence, step_seq, attempt, CAST(:result AS jsonb),
+                       :requests, :input_tokens, :output_tokens, CAST(:model AS text),
+                       CAST(:cost_usd AS numeric)
                 FROM moved),
             appended AS (
                 INSERT INTO run_events (run_id, seq, type, data)
@@ -283,5 +311,20 @@ STEPS_OF_RUNS = prepare(
         RunStep.occurrence,
         RunStep.attempt,
         RunStep.completed_at,
+    )
+)
+
+# `retryRun(reuseSteps: true)`: the new run starts with a copy of the old run's journal (same
+# names, occurrences and seqs; `attempt` 0 marks a step it did not execute itself) and no usage
+# (the old run paid for it). `step_seq` follows, so the first attempt loads the journal.
+COPY_STEPS = prepare(
+    text(
+        f"""WITH copied AS (
+                INSERT INTO run_steps (run_id, name, occurrence, seq, attempt, result)
+                SELECT :to_run, name, occurrence, seq, 0, result FROM run_steps
+                WHERE run_id = :from_run
+                RETURNING seq)
+            UPDATE runs SET step_seq = (SELECT coalesce(max(seq), 0) FROM copied)
+            WHERE id = :to_run AND {ACTIVE} RETURNING step_seq"""
     )
 )

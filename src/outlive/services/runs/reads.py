@@ -51,6 +51,14 @@ async def lease_left(db: Db, run_id: RunId) -> float | None:
     return float(row["left_s"] or 0.0)
 
 
+async def barren_losses(db: Db, run_id: RunId, *, losing: int | None = None) -> int:
+    """How many of the run's lost attempts completed no step since their claim: only those count
+    towards `MAX_LOST_ATTEMPTS` (a run that makes progress is never failed for losing workers).
+    `losing`: an attempt about to be counted lost, counted too when it completed no step."""
+    row = await db.one(queries.BARREN_LOSSES, run_id=run_id, attempt=losing)
+    return int(row["barren"]) if row is not None else 0
+
+
 def encode_cursor(run: RunRecord) -> str:
     raw = f"{run.created_at.isoformat()}|{run.id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")

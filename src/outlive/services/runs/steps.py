@@ -19,6 +19,7 @@ from outlive.ids import RunId
 from outlive.services.runs import queries
 from outlive.services.runs.moves import move_run
 from outlive.services.runs.records import RunRecord, StepRecord, to_step
+from outlive.services.usage_tokens import StepUsage
 
 MAX_STEP_BYTES = 256 * 1024  # a step's result, serialized: recorded inline in the journal
 MAX_STEP_NAME = 200
@@ -37,6 +38,7 @@ async def record_step(
     occurrence: int,
     result: str,
     events: Sequence[Mapping[str, Any]] = (),
+    usage: StepUsage | None = None,
 ) -> RunRecord | None:
     """Record the step's `result` (JSON text) with `events` ({type, data}, emitted while it ran)
     and its `step` event, extending the attempt's lease: the run as it is now, or None when
@@ -53,11 +55,24 @@ async def record_step(
         occurrence=occurrence,
         result=result,
         events=json.dumps(timeline),
+        requests=usage.requests if usage else 0,
+        input_tokens=usage.input_tokens if usage else 0,
+        output_tokens=usage.output_tokens if usage else 0,
+        model=usage.model if usage else None,
+        cost_usd=None if usage is None or usage.cost_usd is None else str(usage.cost_usd),
     )
     if run is not None:  # one `run.event` per event appended (`move_run` sent the first)
         for _ in timeline[1:]:
             uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
     return run
+
+
+async def copy_steps(uow: Unit, *, from_run: RunId, to_run: RunId) -> int:
+    """Give the new run `to_run` a copy of `from_run`'s journal (`retryRun(reuseSteps: true)`),
+    in one statement: its first attempt resumes at the first step the old run did not finish.
+    The copied steps carry no usage. The number of steps copied."""
+    row = await uow.one(queries.COPY_STEPS, from_run=from_run, to_run=to_run)
+    return 0 if row is None else int(row["step_seq"])
 
 
 async def load_journal(db: Db, run_id: RunId) -> Journal:

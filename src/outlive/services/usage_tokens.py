@@ -1,0 +1,216 @@
+"""Model usage: what a run's steps recorded (`Run.usage`) and its roll-up per UTC day and agent
+(`usageTokens`).
+
+A step records usage with `ctx.record_usage(...)` or by returning a value that carries `usage`
+(`usage_in`); it is written with the step's journal row (`run_steps.requests`, `input_tokens`,
+`output_tokens`, `model`, `cost_usd`), in the statement that records the step, so it is counted
+exactly once: a step whose commit did not land (a crash, a cancel) records nothing, and its
+replay by a later attempt records its usage then. The cost comes from the `genai-prices` package
+(a maintained price table) when the usage is recorded; it is NULL when the model is not in it,
+and a sum that includes an unknown cost is NULL too (a partial sum would read as a total).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import ARRAY, Uuid, bindparam, text
+
+from outlive.db.raw import prepare
+from outlive.db.tx import Db
+from outlive.errors import BadUserInput
+from outlive.ids import RunId, TenantId
+
+log = logging.getLogger(__name__)
+
+MAX_DAYS = 366
+MAX_TOKENS = 10**12  # one call's count, as sanity
+
+
+@dataclass(frozen=True, slots=True)
+class StepUsage:
+    """What one step's calls used: `cost_usd` None when a model was not in the price table."""
+
+    requests: int = 1
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model: str | None = None
+    cost_usd: Decimal | None = None
+
+    def __add__(self, other: StepUsage) -> StepUsage:
+        cost = None
+        if self.cost_usd is not None and other.cost_usd is not None:
+            cost = self.cost_usd + other.cost_usd
+        return StepUsage(
+            requests=self.requests + other.requests,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            model=other.model or self.model,
+            cost_usd=cost,
+        )
+
+
+def measured(
+    *, input_tokens: int, output_tokens: int, model: str | None, requests: int = 1
+) -> StepUsage:
+    """One call's usage, priced (`cost_usd` None when the model is unknown)."""
+    for count in (input_tokens, output_tokens, requests):
+        if not isinstance(count, int) or not 0 <= count <= MAX_TOKENS:
+            raise ValueError("usage counts are whole numbers from 0")
+    return StepUsage(
+        requests=requests,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        model=model,
+        cost_usd=price(model, input_tokens, output_tokens),
+    )
+
+
+def price(model: str | None, input_tokens: int, output_tokens: int) -> Decimal | None:
+    """The cost in USD by the `genai-prices` table; None when the model is not in it."""
+    if not model:
+        return None
+    per_million = _prices(model)
+    if per_million is None:
+        return None
+    per_input, per_output = per_million
+    return (per_input * input_tokens + per_output * output_tokens) / 1_000_000
+
+
+@lru_cache(maxsize=256)
+def _prices(model: str) -> tuple[Decimal, Decimal] | None:
+    """(input, output) USD per million tokens, looked up once per model and process."""
+    try:
+        from genai_prices import Usage, calc_price
+
+        million = 1_000_000
+        per_input = calc_price(Usage(input_tokens=million, output_tokens=0), model_ref=model)
+        per_output = calc_price(Usage(input_tokens=0, output_tokens=million), model_ref=model)
+    except LookupError:
+        return None
+    except Exception:
+        log.warning("no price for model %r", model, exc_info=True)
+        return None
+    return Decimal(per_input.total_price), Decimal(per_output.total_price)
+
+
+def usage_in(value: Any) -> StepUsage | None:
+    """The usage a step's result carries, if any: a mapping (or object) with `usage` holding
+    input and output token counts (`input_tokens`/`output_tokens`, `prompt_tokens`/
+    `completion_tokens` or `inputTokens`/`outputTokens`) and maybe `model`."""
+    usage = value.get("usage") if isinstance(value, Mapping) else getattr(value, "usage", None)
+    if usage is None:
+        return None
+    fields = usage if isinstance(usage, Mapping) else getattr(usage, "__dict__", {})
+    inputs = _first(fields, "input_tokens", "prompt_tokens", "inputTokens")
+    outputs = _first(fields, "output_tokens", "completion_tokens", "outputTokens")
+    if inputs is None and outputs is None:
+        return None
+    model = fields.get("model")
+    if model is None and isinstance(value, Mapping):
+        model = value.get("model")
+    return measured(
+        input_tokens=inputs or 0,
+        output_tokens=outputs or 0,
+        model=model if isinstance(model, str) else None,
+    )
+
+
+def _first(fields: Mapping[str, Any], *names: str) -> int | None:
+    for name in names:
+        found = fields.get(name)
+        if isinstance(found, int) and not isinstance(found, bool):
+            return found
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class RunUsage:
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: Decimal | None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTokensDay:
+    day: str
+    agent: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: Decimal | None
+
+
+NONE = RunUsage(0, 0, 0, None)
+# The statements below are assembled from these constants only, at import: no value is pasted.
+_COST = (
+    "CASE WHEN bool_and(cost_usd IS NOT NULL) FILTER (WHERE requests > 0)"
+    " THEN sum(cost_usd) FILTER (WHERE requests > 0) END"
+)
+_STEP_COST = (
+    "CASE WHEN bool_and(s.cost_usd IS NOT NULL) FILTER (WHERE s.requests > 0)"
+    " THEN sum(s.cost_usd) FILTER (WHERE s.requests > 0) END"
+)
+_OF_RUNS = prepare(
+    text(
+        "SELECT run_id, sum(requests) AS requests, sum(input_tokens) AS input_tokens,"  # noqa: S608
+        f" sum(output_tokens) AS output_tokens, {_COST} AS cost_usd"
+        " FROM run_steps WHERE run_id = ANY(:run_ids) AND requests > 0 GROUP BY run_id"
+    ).bindparams(bindparam("run_ids", type_=ARRAY(Uuid())))
+)
+_TOKENS_DAYS = prepare(
+    text(
+        "SELECT to_char((s.completed_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS day,"  # noqa: S608
+        " r.agent, sum(s.input_tokens) AS input_tokens, sum(s.output_tokens) AS output_tokens,"
+        f" {_STEP_COST} AS cost_usd"
+        " FROM runs r JOIN run_steps s ON s.run_id = r.id"
+        " WHERE r.tenant_id = :tenant_id AND r.created_at >= :runs_since"
+        " AND s.completed_at >= :since AND s.requests > 0"
+        " GROUP BY 1, 2 ORDER BY 1, 2"
+    )
+)
+
+
+async def usage_of_runs(db: Db, run_ids: Sequence[RunId]) -> dict[RunId, RunUsage]:
+    """Each run's summed usage (zeros when it recorded none), in one statement. The runs were
+    read tenant-scoped by the caller."""
+    found = dict.fromkeys(run_ids, NONE)
+    if not run_ids:
+        return found
+    for row in await db.all(_OF_RUNS, run_ids=list(dict.fromkeys(run_ids))):
+        found[RunId(row["run_id"])] = RunUsage(
+            int(row["requests"]),
+            int(row["input_tokens"]),
+            int(row["output_tokens"]),
+            row["cost_usd"],
+        )
+    return found
+
+
+async def usage_tokens(db: Db, tenant_id: TenantId, *, days: int) -> list[UsageTokensDay]:
+    """Tokens and cost per UTC day and agent over the last `days` days (today included), by
+    when each step completed. Steps of runs created more than a run's longest life before that
+    are not looked at (`runs_since`: 31 days earlier)."""
+    if not 1 <= days <= MAX_DAYS:
+        raise BadUserInput(f"days must be between 1 and {MAX_DAYS}")
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    since = today - timedelta(days=days - 1)
+    rows = await db.all(
+        _TOKENS_DAYS, tenant_id=tenant_id, since=since, runs_since=since - timedelta(days=31)
+    )
+    return [
+        UsageTokensDay(
+            row["day"],
+            row["agent"],
+            int(row["input_tokens"]),
+            int(row["output_tokens"]),
+            row["cost_usd"],
+        )
+        for row in rows
+    ]

@@ -1,0 +1,150 @@
+"""Calling a step's function: its policy (retries, timeout, limit) and the cancel that interrupts.
+
+`Interrupts` is one attempt's side of a cancel request. A request is pushed to the attempt (the
+worker LISTENs for it, `outlive.jobs.cancels`; the heartbeat finds it too, as a fallback) and
+`request()` cancels the step function being awaited, unless that step is shielded: the step
+records nothing and the attempt raises `RunCancelled`. A shielded step runs to its end and is
+recorded; the cancel then wins at the next checkpoint, or at the settle (an attempt's success is
+fenced on no cancel having been requested: `queries.SETTLE_SUCCESS`).
+
+`call` runs the function once, or under its `Retry` policy: a failure that a retry can fix is
+retried inside the attempt after the policy's backoff (or the `Retry-After` the failure carries),
+waiting on the cancel request, so a cancel during a backoff is seen at once as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from outlive.agents.policy import Retry, is_retryable, retry_after_of
+from outlive.errors import RunCancelled
+from outlive.ids import TenantId
+
+
+class Limits(Protocol):
+    """Named limits shared across workers (`outlive.services.limits`)."""
+
+    async def acquire(self, tenant_id: TenantId, name: str, *, tokens: int = 0) -> None:
+        """Wait until one request of `name` is allowed for the tenant (and globally)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepPolicy:
+    """What a step declared: `retry` (None: one call), `timeout` per call (seconds), `shield`
+    (a cancel waits for it), `limit` (a named limit taken before each call)."""
+
+    retry: Retry | None = None
+    timeout: float | None = None
+    shield: bool = False
+    limit: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError("a step's timeout is positive (or None: none)")
+        if self.limit is not None and not 0 < len(self.limit) <= 64:
+            raise ValueError("a limit's name is 1 to 64 characters")
+
+
+class Interrupts:
+    """One attempt's cancel request, and the step function it would interrupt."""
+
+    def __init__(self) -> None:
+        self.requested = asyncio.Event()
+        self._current: asyncio.Future[Any] | None = None
+        self._shielded = False
+
+    def request(self) -> None:
+        """A cancel was requested: interrupt the step being awaited (not a shielded one)."""
+        self.requested.set()
+        if self._current is not None and not self._shielded:
+            self._current.cancel()
+
+    async def await_step(self, awaitable: Any, *, shield: bool) -> Any:
+        """Await a step function's awaitable as a task of its own, which `request()` cancels;
+        `RunCancelled` when it did (and nothing else cancelled this task meanwhile)."""
+        if self.requested.is_set() and not shield:
+            _close(awaitable)
+            raise RunCancelled()
+        inner = asyncio.ensure_future(awaitable)
+        self._current, self._shielded = inner, shield
+        try:
+            return await inner
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if inner.cancelled() and self.requested.is_set() and not _cancelling(task):
+                raise RunCancelled() from None
+            raise
+        finally:
+            self._current = None
+
+    async def pause(self, seconds: float) -> None:
+        """Wait `seconds`, or raise `RunCancelled` as soon as a cancel is requested."""
+        if seconds <= 0:
+            return
+        try:
+            async with asyncio.timeout(seconds):
+                await self.requested.wait()
+        except TimeoutError:
+            return
+        raise RunCancelled()
+
+
+def _cancelling(task: asyncio.Task[Any] | None) -> bool:
+    return task is not None and task.cancelling() > 0
+
+
+def _close(awaitable: Any) -> None:
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()
+
+
+async def call(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    policy: StepPolicy | None,
+    interrupts: Interrupts,
+    limits: Limits | None,
+    tenant_id: TenantId,
+    reset: Callable[[], None],
+) -> Any:
+    """`fn(*args, **kwargs)`, interruptible by a cancel, under `policy`. `reset()` is called
+    before every call after the first (what a failed call buffered is dropped)."""
+    if policy is None:
+        return await _once(fn, args, kwargs, interrupts, shield=False)
+    retry = policy.retry or Retry(attempts=1)
+    failures = 0
+    while True:
+        if policy.limit is not None and limits is not None:  # a wait a cancel interrupts
+            await interrupts.await_step(limits.acquire(tenant_id, policy.limit), shield=False)
+        try:
+            if policy.timeout is None:
+                return await _once(fn, args, kwargs, interrupts, shield=policy.shield)
+            async with asyncio.timeout(policy.timeout):
+                return await _once(fn, args, kwargs, interrupts, shield=policy.shield)
+        except Exception as exc:
+            failures += 1
+            if failures >= retry.attempts or not is_retryable(exc):
+                raise
+            delay = retry.delay(failures, retry_after_of(exc))
+        reset()
+        await interrupts.pause(delay)
+
+
+async def _once(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    interrupts: Interrupts,
+    *,
+    shield: bool,
+) -> Any:
+    value = fn(*args, **kwargs)
+    if inspect.isawaitable(value):
+        value = await interrupts.await_step(value, shield=shield)
+    return value
