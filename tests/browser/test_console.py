@@ -62,7 +62,9 @@ def test_retry_a_failed_run_from_its_page(
     expect(page.get_by_test_id("run-status")).to_have_text("FAILED")
     expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
 
-    page.get_by_role("button", name="Retry").click()
+    expect(page.get_by_test_id("run-attempt")).to_have_text("Attempt 1 of 3")
+    expect(page.get_by_role("button", name="Retry from where it failed")).to_be_visible()
+    page.get_by_role("button", name="Retry", exact=True).click()
     expect(page).not_to_have_url(re.compile(failed))
     match = re.search(r"/runs/([0-9a-f-]{36})$", page.url)
     assert match, page.url
@@ -78,6 +80,25 @@ def test_retry_a_failed_run_from_its_page(
     assert_accessible(page, "run page (retried)")
     page.get_by_role("link", name="Open the run it retries").click()
     expect(page).to_have_url(re.compile(f"/runs/{failed}$"))
+
+    # Retry with edited input: the JSON is checked before anything is sent
+    page.get_by_role("button", name="Retry with edited input…").click()
+    editor = page.get_by_label("Input for the new run (JSON)")
+    editor.fill("{turns: 1")
+    page.get_by_role("button", name="Retry with this input").click()
+    expect(page.get_by_text("The input is not valid JSON")).to_be_visible()
+    assert_accessible(page, "run page (retry with edited input)")
+    editor.fill('{"turns": 1, "delayMs": 0}')
+    page.get_by_role("button", name="Retry with this input").click()
+    expect(page).not_to_have_url(re.compile(failed))
+    expect(page.get_by_test_id("run-status")).to_have_text("SUCCEEDED", timeout=30_000)
+    edited = page.url.rsplit("/", 1)[-1]
+    data = stack.gql(
+        tenant, "query($id: ID!) { run(id: $id) { retriedFromId input } }", {"id": edited}
+    )
+    assert data["run"]["retriedFromId"] == failed
+    assert "failAtTurn" not in data["run"]["input"]  # the edited input, with its defaults
+    expect(page.get_by_role("button", name="Run again", exact=True)).to_be_visible()
 
 
 def test_replay_failed_runs_with_live_progress_then_cancel_one(

@@ -64,6 +64,9 @@ def test_approve_a_run_waiting_for_approval(
     approval.get_by_role("button", name="Approve").click()
     expect(status).to_have_text("SUCCEEDED", timeout=30_000)
     outcome = approval.get_by_test_id("approval-outcome")
+    # resumed from the wait, never retried: the count says so
+    expect(page.get_by_test_id("run-attempt")).to_have_text("Attempt 1 of 3, resumed once")
+    expect(page.get_by_role("button", name="Run again", exact=True)).to_be_visible()
     expect(outcome).to_have_attribute("data-decision", "approved")
     # the buttons went with the wait: the answer, next to where they were, has the focus
     expect(approval.get_by_role("button")).to_have_count(0)

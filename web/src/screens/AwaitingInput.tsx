@@ -87,7 +87,7 @@ export function AwaitingInput() {
                           run={run}
                           waiting={still}
                           label={`Approval of run ${shortId(run.id)}`}
-                          onDecided={() => setDecided((m: Map<string, WaitingRun>) => new Map(m).set(run.id, run))}
+                          onSend={() => setDecided((m: Map<string, WaitingRun>) => new Map(m).set(run.id, run))}
                         />
                       ) : (
                         <Link to={`/runs/${run.id}`}>Send {run.waitingFor} on its page</Link>

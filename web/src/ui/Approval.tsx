@@ -10,19 +10,19 @@ export type Decision = { kind: "approved" | "rejected" | "refused"; text: string
  * Approve, or Reject with an optional reason after a confirmation, for a run WAITING for
  * `approval`. The answer (accepted, not accepted, or the error) is written right next to the
  * buttons; keyboard focus stays on the button pressed, or moves to the answer when the buttons go
- * away (the run resumed). `waiting`: the run still waits (the buttons show); `onDecided` tells the
- * caller the decision was accepted (a list keeps the row until the person moves on).
+ * away (the run resumed). `waiting`: the run still waits (the buttons show); `onSend` tells the caller
+ * a decision is being sent (a list keeps the row, and this answer, until the person moves on).
  */
 export function ApprovalActions({
   run,
   waiting,
   label = "Approval",
-  onDecided,
+  onSend,
 }: {
   run: { id: string; attempt: number };
   waiting: boolean;
   label?: string;
-  onDecided?: (decision: Decision) => void;
+  onSend?: () => void;
 }) {
   const [signalRun, sending] = useMutation(SIGNAL_RUN);
   const [rejecting, setRejecting] = useState(false);
@@ -34,6 +34,7 @@ export function ApprovalActions({
   const send = async (input: SignalInput, kind: "approved" | "rejected") => {
     if (sending.loading) return; // aria-disabled, not disabled: focus stays on the button
     setDecision(null);
+    onSend?.(); // before the answer updates the cache (and a list may drop the run)
     try {
       const result = await signalRun({ variables: { input } });
       const accepted = result.data?.signalRun.accepted ?? false;
@@ -42,7 +43,6 @@ export function ApprovalActions({
         : { kind: "refused", text: NOT_ACCEPTED };
       setDecision(made);
       setRejecting(false);
-      if (accepted) onDecided?.(made);
     } catch {
       // shown next to the buttons from `sending.error`
     }

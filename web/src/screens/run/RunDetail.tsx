@@ -1,14 +1,16 @@
 import { useMutation, useQuery } from "@apollo/client/react";
 import { useEffect, useState } from "react";
-import { CANCEL_RUN, RETRY_RUN, RUN_DETAIL, RUN_TIMELINE, RUN_WHY } from "../../api/documents/runs";
+import { CANCEL_RUN, RUN_DETAIL, RUN_TIMELINE, RUN_WHY } from "../../api/documents/runs";
 import { describeError } from "../../api/errors";
 import { ACTIVE_STATUSES } from "../../api/types";
-import { Link, navigate, useLocation } from "../../app/router";
+import { Link, useLocation } from "../../app/router";
 import { CopyButton, ErrorNote, Loading, StatusBadge, useNow, When } from "../../ui/common";
 import { formatDuration, formatTime, shortId } from "../../ui/format";
-import { buildWaterfall } from "../../ui/waterfall";
+import { attemptLabel, type AttemptCount, countAttempts } from "../../ui/attempts";
+import { buildWaterfall, type TimelineEvent, type Waterfall } from "../../ui/waterfall";
 import { Timeline } from "./Events";
 import { Overview } from "./Overview";
+import { RetryActions } from "./Retry";
 import { StepsPanel } from "./Steps";
 import { RUN_TABS, type RunTab, tabHref, tabOf } from "./tabs";
 import { Tabs } from "./Tabs";
@@ -51,20 +53,29 @@ export function RunDetail({ id }: { id: string }) {
       </section>
     );
   }
+  return <RunBody run={{ ...run, ...(why.data?.run ?? {}) }} error={error} />;
+}
+
+/** The run's page once it is known: its timeline (and so its waterfall) is read once, here. */
+function RunBody({ run, error }: { run: DetailRun; error: unknown }) {
+  const { data } = useQuery(RUN_TIMELINE, { variables: { id: run.id, after: 0 } });
+  const events = data?.run?.events ?? [];
+  const now = useNow(ACTIVE_STATUSES.includes(run.status) ? 1000 : 30_000); // a live band grows
+  const waterfall = buildWaterfall(events, run, now);
   return (
     <section aria-labelledby="run-heading">
       <p className="crumbs">
         <Link to="/runs">← All runs</Link>
       </p>
       <RunHead run={run} />
-      {error && <ErrorNote error={error} />}
-      <RunFacts run={run} />
+      {error ? <ErrorNote error={error} /> : null}
+      <RunFacts run={run} count={countAttempts(waterfall, run.retriesLeft)} />
       {run.error && (
         <div className="note note-error" role="note" aria-label="Error">
           <strong>Error:</strong> {run.error}
         </div>
       )}
-      <RunTabs run={{ ...run, ...(why.data?.run ?? {}) }} />
+      <RunTabs run={run} events={events} waterfall={waterfall} now={now} />
     </section>
   );
 }
@@ -73,18 +84,8 @@ export function RunDetail({ id }: { id: string }) {
 function RunHead({ run }: { run: DetailRun }) {
   const { params } = useLocation();
   const [cancelRun, cancelling] = useMutation(CANCEL_RUN);
-  const [retryRun, retrying] = useMutation(RETRY_RUN);
   const [confirming, setConfirming] = useState(false);
   const active = ACTIVE_STATUSES.includes(run.status);
-  const onRetry = async () => {
-    try {
-      const result = await retryRun({ variables: { id: run.id } });
-      const payload = result.data?.retryRun;
-      if (payload) navigate(`/runs/${payload.run.id}${payload.created ? "" : "?existing=1"}`);
-    } catch {
-      // shown below from `retrying.error`
-    }
-  };
   return (
     <>
       <div className="section-head">
@@ -125,9 +126,7 @@ function RunHead({ run }: { run: DetailRun }) {
               </button>
             )
           ) : (
-            <button type="button" className="primary" disabled={retrying.loading} onClick={() => void onRetry()}>
-              Retry
-            </button>
+            <RetryActions run={run} />
           )}
         </div>
       </div>
@@ -141,16 +140,11 @@ function RunHead({ run }: { run: DetailRun }) {
           {describeError(cancelling.error)}
         </p>
       )}
-      {retrying.error && (
-        <p className="note note-error" role="alert">
-          {describeError(retrying.error)}
-        </p>
-      )}
     </>
   );
 }
 
-function RunFacts({ run }: { run: DetailRun }) {
+function RunFacts({ run, count }: { run: DetailRun; count: AttemptCount }) {
   const active = ACTIVE_STATUSES.includes(run.status);
   return (
     <dl className="facts">
@@ -165,7 +159,9 @@ function RunFacts({ run }: { run: DetailRun }) {
       </div>
       <div>
         <dt>Attempt</dt>
-        <dd>{run.attempt}</dd>
+        <dd data-testid="run-attempt" title={`${run.attempt} claim(s) by a worker in all`}>
+          {attemptLabel(count)}
+        </dd>
       </div>
       <div>
         <dt>Created</dt>
@@ -200,13 +196,19 @@ function RunFacts({ run }: { run: DetailRun }) {
 }
 
 /** The tabs under the facts; only the open one renders (a 1,000-step run draws one list at a time). */
-function RunTabs({ run }: { run: DetailRun }) {
+function RunTabs({
+  run,
+  events,
+  waterfall,
+  now,
+}: {
+  run: DetailRun;
+  events: readonly TimelineEvent[];
+  waterfall: Waterfall;
+  now: number;
+}) {
   const { path, params } = useLocation();
   const tab: RunTab = tabOf(params);
-  const { data } = useQuery(RUN_TIMELINE, { variables: { id: run.id, after: 0 } });
-  const events = data?.run?.events ?? [];
-  const now = useNow(ACTIVE_STATUSES.includes(run.status) ? 1000 : 30_000); // a live band grows
-  const waterfall = buildWaterfall(events, run, now);
   const items = RUN_TABS.map((t) => ({
     id: t.id,
     label: t.label,

@@ -1,3 +1,4 @@
+import { attemptLabel, countAttempts } from "../../ui/attempts";
 import { formatRelative, formatTime, shortId } from "../../ui/format";
 import { APPROVAL } from "../../ui/signal";
 import { waitingDetail, waitingSentence } from "../../ui/waiting";
@@ -18,7 +19,7 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
       );
       break;
     case "RUNNING": {
-      lines.push(`Attempt ${run.attempt} is running.`);
+      lines.push(`${attemptLabel(countAttempts(waterfall, run.retriesLeft))}: running.`);
       if (run.heartbeatAt) {
         lines.push(`Its worker was last heard from at ${formatTime(run.heartbeatAt)} (${formatRelative(run.heartbeatAt, now)}).`);
       }
@@ -39,7 +40,7 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
       if (run.waitingFor === APPROVAL) lines.push("Approve or Reject below sends it `{approved: true}` or `{approved: false}`.");
       break;
     case "SUCCEEDED":
-      lines.push(`It succeeded ${formatRelative(run.finishedAt, now)} after ${run.attempt} attempt(s).`);
+      lines.push(`It succeeded ${formatRelative(run.finishedAt, now)} (${attemptLabel(countAttempts(waterfall, run.retriesLeft))}).`);
       break;
     case "FAILED":
       lines.push(`It failed ${formatRelative(run.finishedAt, now)}${run.error ? `: ${run.error}` : "."}`);
