@@ -21,7 +21,7 @@ from outlive.schema.runs import (
 from outlive.services import runs as runs_service
 from outlive.services import waits
 from outlive.services.ratelimits import Bucket
-from outlive.services.runs import RunOrder, RunRecord
+from outlive.services.runs import RunOrder, RunRecord, lookup
 from outlive.workflows.reconcile import reconcile_runs
 
 Info = strawberry.Info[Context, None]
@@ -125,3 +125,10 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
             sender=ctx.require().user.email,
         )
     return SignalRunPayload(run=Run.of(result.run), accepted=result.accepted)
+
+
+async def runs_by_id_prefix(info: Info, prefix: str, first: int = 10) -> list[Run]:
+    """The tenant's runs whose id starts with `prefix` (4 to 32 hex digits), newest first."""
+    ctx = info.context
+    found = await lookup.find_by_prefix(ctx.services.sessions, ctx.tenant_id, prefix, limit=first)
+    return [Run.of(r) for r in await _reconciled(ctx, found)] if found else []

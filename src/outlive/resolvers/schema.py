@@ -40,6 +40,11 @@ class Query:
     agents: list[Agent] = strawberry.field(resolver=tenant_fields.agents)
     run: Run | None = strawberry.field(resolver=run_fields.run)
     runs: RunConnection = strawberry.field(resolver=run_fields.runs)
+    runs_by_id_prefix: list[Run] = strawberry.field(
+        resolver=run_fields.runs_by_id_prefix,
+        description="The runs whose id starts with `prefix` (4 to 32 hex digits, dashes ignored), "
+        "newest first, at most `first` (20): the console's short ids.",
+    )
     webhook_endpoints: list[WebhookEndpoint] = strawberry.field(
         resolver=webhook_fields.webhook_endpoints
     )

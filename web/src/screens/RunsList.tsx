@@ -10,6 +10,12 @@ import { formatDuration, shortId, timeZone } from "../ui/format";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/** The start of a run id, as the console shows it: 4 to 32 hex digits (dashes ignored). */
+export function isIdPrefix(value: string): boolean {
+  const digits = value.trim().replace(/-/g, "");
+  return /^[0-9a-f]{4,32}$/i.test(digits);
+}
+
 function emptyText(filters: RunFilters): string {
   if (!filters.status.length && !filters.agent && !filters.from && !filters.to) return "No runs yet.";
   const which = filters.status.map((s) => s.toLowerCase()).join(" or ");
@@ -45,11 +51,11 @@ export function RunsList() {
   const onSearch = (event: FormEvent) => {
     event.preventDefault();
     const id = search.trim();
-    if (UUID.test(id)) {
+    if (UUID.test(id) || isIdPrefix(id)) {
       setSearchError(null);
-      navigate(`/runs/${id.toLowerCase()}`);
+      navigate(`/runs/${id.toLowerCase()}`); // a short id is looked up there (runsByIdPrefix)
     } else {
-      setSearchError("Paste a whole run id (a UUID such as 0b6c1f4e-7f3e-4d0e-9a55-1d2b3c4d5e6f).");
+      setSearchError("Paste a run id, or its first 4 or more characters (such as 0b6c1f4e).");
     }
   };
   const edges = data?.runs.edges ?? [];
@@ -73,7 +79,7 @@ export function RunsList() {
           <input
             id="run-search"
             type="search"
-            placeholder="Paste a run id"
+            placeholder="Run id or short id"
             value={search}
             aria-invalid={searchError ? true : undefined}
             aria-describedby={searchError ? "run-search-error" : undefined}

@@ -11,6 +11,7 @@ export {
   RunFieldsFragmentDoc as RUN_FIELDS,
   QueueDocument as QUEUE,
   AwaitingInputDocument as AWAITING_INPUT,
+  RunsByIdPrefixDocument as RUNS_BY_ID_PREFIX,
   RunsDocument as RUNS,
   RunWhyDocument as RUN_WHY,
   RunTimelineDocument as RUN_TIMELINE,

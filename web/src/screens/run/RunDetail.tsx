@@ -1,9 +1,9 @@
 import { useMutation, useQuery } from "@apollo/client/react";
-import { useEffect, useState } from "react";
-import { CANCEL_RUN, RUN_DETAIL, RUN_TIMELINE, RUN_WHY } from "../../api/documents/runs";
+import { type ReactNode, useEffect, useState } from "react";
+import { CANCEL_RUN, RUN_DETAIL, RUNS_BY_ID_PREFIX, RUN_TIMELINE, RUN_WHY } from "../../api/documents/runs";
 import { describeError } from "../../api/errors";
 import { ACTIVE_STATUSES } from "../../api/types";
-import { Link, useLocation } from "../../app/router";
+import { Link, navigate, useLocation } from "../../app/router";
 import { CopyButton, ErrorNote, Loading, StatusBadge, useNow, When } from "../../ui/common";
 import { formatDuration, formatTime, shortId } from "../../ui/format";
 import { attemptLabel, type AttemptCount, countAttempts } from "../../ui/attempts";
@@ -23,6 +23,75 @@ import { WaterfallPanel } from "./Waterfall";
  * timeline on run.event.
  */
 export function RunDetail({ id }: { id: string }) {
+  return FULL_ID.test(id) ? <RunById id={id} /> : <RunByPrefix prefix={id} />;
+}
+
+const FULL_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** The page of a run that could not be shown, with a heading and a way back. */
+function NoRun({ title, children }: { title: string; children: ReactNode }) {
+  useEffect(() => {
+    document.title = `${title} · Outlive`;
+  }, [title]);
+  return (
+    <section aria-labelledby="norun-heading">
+      <h1 id="norun-heading">{title}</h1>
+      {children}
+      <p>
+        <Link to="/runs">← All runs</Link>
+      </p>
+    </section>
+  );
+}
+
+/** `/runs/<short id>`: one match opens it (the address becomes its full id), several are listed. */
+function RunByPrefix({ prefix }: { prefix: string }) {
+  const { data, error, loading } = useQuery(RUNS_BY_ID_PREFIX, { variables: { prefix } });
+  const found = data?.runsByIdPrefix ?? [];
+  const only = found.length === 1 ? found[0]!.id : null;
+  useEffect(() => {
+    if (only) navigate(`/runs/${only}`, { replace: true });
+  }, [only]);
+  if (error) {
+    return (
+      <NoRun title="Run not found">
+        <p className="note note-error" role="alert">
+          {describeError(error)}
+        </p>
+      </NoRun>
+    );
+  }
+  if (!data && loading) return <Loading />;
+  if (only) return <Loading />;
+  if (found.length === 0) {
+    return (
+      <NoRun title="Run not found">
+        <p>
+          No run in this tenant has an id that starts with <code>{prefix}</code>.
+        </p>
+      </NoRun>
+    );
+  }
+  return (
+    <NoRun title={`Runs starting with ${prefix}`}>
+      <p>Several runs have an id that starts with that; pick one:</p>
+      <ul>
+        {found.map((r) => (
+          <li key={r.id}>
+            <Link to={`/runs/${r.id}`} className="mono">
+              {r.id}
+            </Link>{" "}
+            <span className="muted">
+              {r.agent} · <StatusBadge status={r.status} /> · <When iso={r.createdAt} />
+            </span>
+          </li>
+        ))}
+      </ul>
+    </NoRun>
+  );
+}
+
+function RunById({ id }: { id: string }) {
   const { data, error, loading } = useQuery(RUN_DETAIL, { variables: { id } });
   const why = useQuery(RUN_WHY, { variables: { id } });
   const refetchWhy = why.refetch;
@@ -41,16 +110,21 @@ export function RunDetail({ id }: { id: string }) {
     return () => clearTimeout(timer);
   }, [leaseExpiresAt, refetchWhy]);
 
-  if (error && !run) return <ErrorNote error={error} />;
+  if (error && !run) {
+    return (
+      <NoRun title="This run cannot be shown">
+        <ErrorNote error={error} />
+      </NoRun>
+    );
+  }
   if (!data && loading) return <Loading />;
   if (!run) {
     return (
-      <section>
-        <h1>Run not found</h1>
+      <NoRun title="Run not found">
         <p>
-          There is no run <code>{id}</code> in this tenant. <Link to="/runs">All runs</Link>
+          There is no run <code>{id}</code> in this tenant.
         </p>
-      </section>
+      </NoRun>
     );
   }
   return <RunBody run={{ ...run, ...(why.data?.run ?? {}) }} error={error} />;
