@@ -385,37 +385,56 @@ def test_360_px_wide_without_sideways_scrolling(
 
 
 def test_every_screen_has_no_serious_accessibility_violation(
-    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack, tmp_path: Path
 ) -> None:
+    """axe-core on every screen, in light and dark, at 1440 px and at 390 px (a phone: the
+    filters fold, the lists become cards); at 390 x 844 each screen is also photographed (kept
+    only with OUTLIVE_SCREENSHOTS)."""
     page.goto("/")
     expect(page.get_by_role("button", name="Sign in")).to_be_visible()
     assert_accessible(page, "sign in")
     done = stack.start_run(tenant, turns=2, delayMs=0)
     stack.wait_settled(tenant, done)
     sign_in(page, tenant, "/runs")
-    for path, heading in (
-        ("/runs", "Runs"),
-        (f"/runs/{done}", None),
-        (f"/runs/{done}?tab=steps", None),
-        (f"/runs/{done}?tab=waterfall", None),
-        (f"/runs/{done}?tab=events", None),
-        ("/runs/new", "Start a run"),
-        ("/replays", "Replays"),
-        ("/agents", "Agents"),
-        ("/queue", "Queue"),
-        ("/webhooks", "Webhooks"),
-        ("/invitations", "Invitations"),
-        ("/usage", "Usage"),
-        ("/nowhere", "Not found"),
-    ):
-        page.goto(path)
-        if heading:
-            expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
-        else:
-            expect(page.get_by_role("tabpanel")).to_be_visible()
-        for theme in ("light", "dark"):
-            page.emulate_media(color_scheme=theme)
-            assert_accessible(page, f"{path} ({theme})")
+    screens = (
+        ("/runs", "Runs", "runs"),
+        (f"/runs/{done}", None, "run"),
+        (f"/runs/{done}?tab=steps", None, "run-steps"),
+        (f"/runs/{done}?tab=waterfall", None, "run-waterfall-tab"),
+        (f"/runs/{done}?tab=events", None, "run-events"),
+        ("/runs/new", "Start a run", "start-run"),
+        ("/awaiting", "Awaiting input", "awaiting"),
+        ("/replays", "Replays", "replays"),
+        ("/agents", "Agents", "agents"),
+        ("/queue", "Queue", "queue"),
+        ("/webhooks", "Webhooks", "webhooks"),
+        ("/invitations", "Invitations", "invitations"),
+        ("/usage", "Usage", "usage"),
+        ("/runs/ffff0000", "Run not found", "run-not-found"),
+        ("/nowhere", "Not found", "not-found"),
+    )
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        for path, heading, name in screens:
+            page.goto(path)
+            if heading:
+                expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
+            else:
+                expect(page.get_by_role("tabpanel")).to_be_visible()
+            for theme in ("light", "dark"):
+                page.emulate_media(color_scheme=theme)
+                assert_accessible(page, f"{path} ({theme}, {width} px)")
+            if width == 390:
+                page.emulate_media(color_scheme="light")
+                shoot(page, f"mobile-{name}", tmp_path)
+    page.goto("/runs")
+    # at 390 px the filters are folded away and the rows are cards
+    expect(page.get_by_role("group", name="Status")).to_be_hidden()
+    page.locator(".filters-fold > summary").click()
+    expect(page.get_by_role("group", name="Status")).to_be_visible()
+    row = page.locator(f'tr[data-run-id="{done}"]')
+    assert row.evaluate("(tr) => getComputedStyle(tr).display") == "block"
+    page.set_viewport_size({"width": 1440, "height": 900})
     # the agents screen counts the run above: one run in 24 h, all succeeded
     page.goto("/agents")
     demo = page.get_by_role("article", name="Agent demo")

@@ -113,16 +113,16 @@ function InvitationRow({ invitation: i, earlier }: { invitation: Invitation; ear
   const settled = i.status === "ACCEPTED" || i.status === "REVOKED" || i.status === "EXPIRED";
   return (
     <tr data-email={i.email}>
-      <td>
+      <td data-label="Email">
         {i.email}
         {earlier > 0 && <span className="muted small"> ({earlier} earlier)</span>}
       </td>
-      <td>
+      <td data-label="Status">
         <StatusBadge status={i.status} />
         {i.lastError && i.status !== "ACCEPTED" && <span className="muted small"> {i.lastError}</span>}
       </td>
-      <td>{i.status === "ACCEPTED" ? `accepted ${formatTime(i.acceptedAt)}` : formatTime(i.sentAt)}</td>
-      <td>{settled ? "—" : formatTime(i.expiresAt)}</td>
+      <td data-label="Sent">{i.status === "ACCEPTED" ? `accepted ${formatTime(i.acceptedAt)}` : formatTime(i.sentAt)}</td>
+      <td data-label="Works until">{settled ? "—" : formatTime(i.expiresAt)}</td>
       <td>
         <div className="actions">
           {RESENDABLE.has(i.status) && !confirming && (

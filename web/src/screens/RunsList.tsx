@@ -7,6 +7,7 @@ import { Link, navigate, useLocation } from "../app/router";
 import { filtersFromParams, isoOrNull, listUrl, type RunFilters, toLocalInput } from "./runFilters";
 import { CopyButton, ErrorNote, Loading, StatusBadge, When } from "../ui/common";
 import { formatDuration, shortId, timeZone } from "../ui/format";
+import { useNarrow } from "../ui/narrow";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -27,6 +28,7 @@ function emptyText(filters: RunFilters): string {
  * the URL holds it all. */
 export function RunsList() {
   const { params } = useLocation();
+  const narrow = useNarrow();
   const filters = filtersFromParams(params);
   const { status, agent, after, from, to, order } = filters;
   const newestFirst = order === "NEWEST_FIRST";
@@ -59,6 +61,7 @@ export function RunsList() {
     }
   };
   const edges = data?.runs.edges ?? [];
+  const filtered = status.length > 0 || Boolean(agent || from || to);
 
   return (
     <section aria-labelledby="runs-heading">
@@ -94,6 +97,10 @@ export function RunsList() {
         </div>
         <button type="submit">Open</button>
       </form>
+      <details className="filters-fold" open={!narrow || filtered}>
+      <summary>
+        Filters{filtered ? " (on)" : ""}
+      </summary>
       <div className="filters">
         <fieldset className="checks status-filter">
           <legend>Status</legend>
@@ -148,6 +155,7 @@ export function RunsList() {
           </button>
         )}
       </div>
+      </details>
       {error && <ErrorNote error={error} />}
       {!data && loading && <Loading />}
       {data && edges.length === 0 && (
@@ -164,7 +172,7 @@ export function RunsList() {
               <th scope="col">Run</th>
               <th scope="col">Agent</th>
               <th scope="col">Status</th>
-              <th scope="col" className="col-optional">Attempt</th>
+              <th scope="col" className="col-optional" title="claims by a worker: resumes and retries alike">Claims</th>
               <th scope="col" aria-sort={newestFirst ? "descending" : "ascending"}>
                 <button
                   type="button"
@@ -182,24 +190,24 @@ export function RunsList() {
           <tbody>
             {edges.map(({ node: run }) => (
               <tr key={run.id} data-run-id={run.id}>
-                <td>
+                <td data-label="Run">
                   <Link to={`/runs/${run.id}`} className="mono" aria-label={`Run ${run.id}`}>
                     {shortId(run.id)}
                   </Link>{" "}
                   <CopyButton value={run.id} label={`Copy run id ${shortId(run.id)}`} />
                 </td>
-                <td>{run.agent}</td>
-                <td>
+                <td data-label="Agent">{run.agent}</td>
+                <td data-label="Status">
                   <StatusBadge status={run.status} />
                   {run.cancelRequestedAt && run.status === "RUNNING" && (
                     <span className="muted small"> cancelling</span>
                   )}
                 </td>
-                <td className="col-optional">{run.attempt}</td>
-                <td>
+                <td className="col-optional" data-label="Claims">{run.attempt}</td>
+                <td data-label="Created">
                   <When iso={run.createdAt} />
                 </td>
-                <td className="col-optional">{formatDuration(run.startedAt, run.finishedAt)}</td>
+                <td className="col-optional" data-label="Duration">{formatDuration(run.startedAt, run.finishedAt)}</td>
               </tr>
             ))}
           </tbody>
