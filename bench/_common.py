@@ -25,7 +25,9 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN_PG = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BASE_REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
-REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "13"))
+# A bench claims a Redis db index the way a test run does (`tests/conftest.py`: a key per index
+# in db 0), from the top down, so a bench never flushes a test run's index, nor another bench's.
+REDIS_CLAIMS = range(15, 0, -1)
 
 
 @dataclass
@@ -44,7 +46,8 @@ async def bench_env() -> AsyncIterator[Env]:
     admin = await asyncpg.connect(ADMIN_PG)
     await admin.execute(f'CREATE DATABASE "{name}"')
     url = make_url(ADMIN_PG).set(database=name).render_as_string(hide_password=False)
-    redis_url = f"{BASE_REDIS.rstrip('/')}/{REDIS_DB}"
+    index = await _claim_redis_index(name)
+    redis_url = f"{BASE_REDIS.rstrip('/')}/{index}"
     redis = Redis.from_url(redis_url)
     await redis.flushdb()
     try:
@@ -62,6 +65,26 @@ async def bench_env() -> AsyncIterator[Env]:
         await redis.aclose()
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+        if not os.environ.get("BENCH_REDIS_DB"):  # the claim was ours
+            claims = Redis.from_url(f"{BASE_REDIS.rstrip('/')}/0")
+            await claims.delete(f"outlive:test-run:db{index}")
+            await claims.aclose()
+
+
+async def _claim_redis_index(owner: str) -> int:
+    """A Redis db index nobody else (a test run, another bench) holds; `BENCH_REDIS_DB` forces
+    one."""
+    forced = os.environ.get("BENCH_REDIS_DB")
+    if forced:
+        return int(forced)
+    claims = Redis.from_url(f"{BASE_REDIS.rstrip('/')}/0")
+    try:
+        for index in REDIS_CLAIMS:
+            if await claims.set(f"outlive:test-run:db{index}", owner, nx=True, ex=6 * 3600):
+                return index
+    finally:
+        await claims.aclose()
+    raise RuntimeError("every Redis db index 1-15 is claimed by a test run or a bench")
 
 
 def free_port() -> int:

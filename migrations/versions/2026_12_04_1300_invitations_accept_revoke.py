@@ -7,7 +7,7 @@ too: before, only PENDING and FAILED rows expired, so a SENT link worked for eve
 index follows: a partial index on `expires_at` over the rows that can still expire.
 
 Revision ID: 0020
-Revises: 0017
+Revises: 0015
 Create Date: 2026-12-04 13:00:00
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0020"
-down_revision: str | None = "0017"
+down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

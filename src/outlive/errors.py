@@ -44,6 +44,21 @@ class RateLimited(DomainError):
         return {"retryAfter": self.retry_after}
 
 
+class RunActive(DomainError):
+    """`startRun` with `onConflict: REJECT` met an active run of its key: nothing was written;
+    `extensions.runId` names that run (contract §3)."""
+
+    code = "RUN_ACTIVE"
+
+    def __init__(self, run_id: object, message: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+    @property
+    def extensions(self) -> dict[str, object]:
+        return {"runId": str(self.run_id)}
+
+
 class QueueUnavailable(DomainError):
     """The row was written but the work could not be handed off; the row records it."""
 

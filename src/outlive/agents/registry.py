@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from outlive.db.models import RunConflict
 from outlive.errors import BadUserInput
 
 if TYPE_CHECKING:
@@ -160,6 +161,12 @@ class Agent(Generic[P]):
     description: str
     input_model: type[P]
     run: Callable[[RunContext, P], Awaitable[Any]]
+    # Keys (contract §4.1): the key of a run started without one, from its input (None: the
+    # default key ""), and what a start does when that key has an active run (None:
+    # RETURN_EXISTING). `Agent(..., key=lambda p: f"conversation:{p.conversation_id}",
+    # on_conflict=RunConflict.ENQUEUE)` gives each conversation its own line.
+    key: Callable[[P], str] | None = field(default=None, compare=False)
+    on_conflict: RunConflict | None = None
     input_schema: dict[str, Any] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -179,6 +186,16 @@ class Agent(Generic[P]):
 
     def parse(self, stored: Mapping[str, Any]) -> P:
         return self.input_model.model_validate(stored)
+
+    def default_key(self, params: Mapping[str, Any]) -> str:
+        """The key of a run started with `params` (validated) and no key: "" unless the agent
+        declares a `key`, which must give 0..200 characters ("" is the default key)."""
+        if self.key is None:
+            return ""
+        key = self.key(self.parse(params))
+        if not isinstance(key, str) or len(key) > 200:
+            raise BadUserInput(f"agent {self.name!r} derived a key that is not 0..200 characters")
+        return key
 
 
 def _load(path: str) -> list[Agent[Any]]:

@@ -19,9 +19,10 @@ from outlive.schema.runs import (
     StartRunPayload,
 )
 from outlive.services import runs as runs_service
-from outlive.services import waits
+from outlive.services import starts, waits
 from outlive.services.ratelimits import Bucket
 from outlive.services.runs import RunOrder, RunRecord, lookup
+from outlive.services.runs.keys import start_options
 from outlive.workflows.reconcile import reconcile_runs
 
 Info = strawberry.Info[Context, None]
@@ -63,6 +64,12 @@ async def runs(
         RunOrder,
         strawberry.argument(description="Newest first (the default) or oldest first."),
     ] = RunOrder.NEWEST_FIRST,
+    key: Annotated[
+        str | None, strawberry.argument(description='Only runs of this key ("": the default).')
+    ] = None,
+    tags: Annotated[
+        list[str] | None, strawberry.argument(description="Only runs carrying all of these.")
+    ] = None,
 ) -> RunConnection:
     ctx = info.context
     page = await runs_service.read_runs(
@@ -75,6 +82,8 @@ async def runs(
         since=created_since,
         until=created_before,
         order=order,
+        key=key,
+        tags=tags,
     )
     page.runs[:] = await _reconciled(ctx, page.runs)
     return RunConnection.of(page)
@@ -85,15 +94,29 @@ async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:
     s = ctx.services
     agent = s.agents.require(input.agent)
     params = agent.validate(cast(Any, input.input))  # BAD_USER_INPUT before anything is written
+    options = start_options(
+        key=input.key,
+        default_key=agent.default_key(params) if input.key is None else "",
+        on_conflict=input.on_conflict,
+        default_on_conflict=agent.on_conflict,
+        tags=input.tags,
+        idempotency_key=input.idempotency_key,
+    )
     await s.limiter.take(
         Bucket("start-run", str(ctx.tenant_id), s.settings.rate_start_run),
         message="too many runs started: try again in a moment",
     )
-    # One idempotent write (insert, or read the active run): no transaction needed around it.
-    async with s.sessions.unit(ctx.tenant_id, single_statement=True) as uow:
-        started = await runs_service.start_run(
-            uow, agent=agent.name, params=params, instances=s.instances
-        )
+    if not options.in_a_transaction:
+        # One idempotent write (insert, or read the active run): no transaction needed around it.
+        async with s.sessions.unit(ctx.tenant_id, single_statement=True) as one:
+            started = await starts.start(
+                one, agent=agent.name, params=params, instances=s.instances, options=options
+            )
+    else:  # a line to join, runs to cancel, a signal to deliver: one transaction
+        async with s.sessions.unit(ctx.tenant_id) as uow:
+            started = await starts.start(
+                uow, agent=agent.name, params=params, instances=s.instances, options=options
+            )
     return StartRunPayload(run=Run.of(started.run), created=started.created)
 
 

@@ -8,6 +8,7 @@ from typing import Any, cast
 import strawberry
 from strawberry.scalars import JSON
 
+from outlive.db.models import RunConflict as DbRunConflict
 from outlive.db.models import RunStatus as DbRunStatus
 from outlive.schema.scalars import as_json
 from outlive.services.runs import MAX_ATTEMPTS, EventRecord, RunPage, RunRecord, StepRecord
@@ -15,6 +16,11 @@ from outlive.services.runs import RunOrder as DbRunOrder
 from outlive.services.usage_tokens import RunUsage as UsageRecord
 
 RunStatus = strawberry.enum(DbRunStatus, name="RunStatus")
+RunConflict = strawberry.enum(
+    DbRunConflict,
+    name="RunConflict",
+    description="What `startRun` does when its key already has an active run.",
+)
 RunOrder = strawberry.enum(
     DbRunOrder, name="RunOrder", description="The order of `runs`, by creation time."
 )
@@ -110,6 +116,16 @@ class Run:
         default=None, description="The run this one retried (retryRun, replayRuns), if any."
     )
 
+    key: str = strawberry.field(
+        default="", description='Its exclusivity key; "" for the agent\'s default key.'
+    )
+    tags: list[str] = strawberry.field(default_factory=list)
+    queued_behind_id: strawberry.ID | None = strawberry.field(
+        default=None,
+        description="ENQUEUE: the run just ahead of this one in its key's line, while it waits "
+        "its turn (and as it was when it settled, should it settle waiting).",
+    )
+
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="Timeline events with seq > after, ascending."
     )
@@ -190,6 +206,11 @@ class Run:
             retried_from_id=None
             if r.retried_from_id is None
             else strawberry.ID(str(r.retried_from_id)),
+            key=r.key,
+            tags=list(r.tags),
+            queued_behind_id=None
+            if r.queued_behind_id is None
+            else strawberry.ID(str(r.queued_behind_id)),
         )
 
 
@@ -228,6 +249,23 @@ class RunConnection:
 class StartRunInput:
     agent: str
     input: JSON | None = strawberry.field(default=None, description="Omitted or null means {}.")
+    key: str | None = strawberry.field(
+        default=None,
+        description="Exclusivity key, 1..200 characters; null or omitted: the agent's default "
+        'key ("" unless the agent sets one).',
+    )
+    on_conflict: RunConflict | None = strawberry.field(  # type: ignore[valid-type]
+        default=None,
+        description="Null: the agent's default (RETURN_EXISTING unless the agent sets one).",
+    )
+    tags: list[str] | None = strawberry.field(
+        default=None, description="At most 10, each 1..64 characters of [A-Za-z0-9:_.@/-]."
+    )
+    idempotency_key: str | None = strawberry.field(
+        default=None,
+        description="1..200 characters; the same key within 24 h hands back the same run "
+        "(created: false), settled or not.",
+    )
 
 
 @strawberry.type

@@ -117,7 +117,7 @@ _POSITION = prepare(
     text(
         """SELECT (SELECT count(*) FROM runs w
                     WHERE w.tenant_id = :tenant_id AND w.status = 'QUEUED'
-                      AND w.dispatched_at IS NULL
+                      AND w.dispatched_at IS NULL AND w.queued_behind_id IS NULL
                       AND (w.created_at, w.id) < (:created_at, :run_id)) + 1 AS position,
                   (SELECT max_running_runs FROM tenants WHERE id = :tenant_id) AS cap"""
     )
@@ -152,12 +152,21 @@ class WaitingRun(Protocol):
     def handoff_failed_at(self) -> Any: ...
     @property
     def status(self) -> RunStatus: ...
+    @property
+    def queued_behind_id(self) -> RunId | None: ...
+    @property
+    def key(self) -> str: ...
 
 
 async def waiting_reason_of(sessions: Sessions, run: WaitingRun) -> str | None:
     """Why a QUEUED run is not running yet: the queue could not be reached to hand it over (the
     relay hands it once it is back), or where it is in line under its tenant's cap. None for
     any other run."""
+    if run.status is RunStatus.QUEUED and run.queued_behind_id is not None:
+        return (
+            f"queued behind run {run.queued_behind_id} of its key {run.key!r}:"
+            " runs of one key start one at a time, in order"
+        )
     if run.status is RunStatus.QUEUED and run.handoff_failed_at is not None:
         return relay.WAITING_FOR_QUEUE
     if not run.is_waiting or sessions.admission is None:

@@ -29,14 +29,15 @@ from sqlalchemy import Select, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from outlive.db.models import ReplayStatus, Run, RunReplay, RunStatus
+from outlive.db.models import ReplayStatus, Run, RunConflict, RunReplay, RunStatus
 from outlive.db.models.base import columns_of
 from outlive.db.raw import prepare
 from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import RunId, TenantId
-from outlive.services import runs
+from outlive.services import runs, starts
 from outlive.services.ports import RunInstances
+from outlive.services.runs.keys import StartOptions
 
 REPLAY_JOB = "run.replay.v1"
 DEFAULT_STATUSES = (RunStatus.FAILED,)
@@ -101,10 +102,12 @@ async def retry_run(
     input: Mapping[str, Any] | None = None,
     reuse_steps: bool = False,
 ) -> runs.StartedRun:
-    """A new run with `run_id`'s agent and input (or `input`, validated as for `startRun`), or
-    the agent's active run handed back. `reuse_steps`: the new run starts with a copy of the old
-    run's journal, so it resumes at the first step the old one did not finish (those steps saw
-    the old input); only a settled run's steps are reused."""
+    """A new run with `run_id`'s agent, input (or `input`, validated as for `startRun`), key,
+    tags and strategy (`onConflict`): the key's active run is met as the original start would have
+    met it (handed back, queued behind, cancelled, refused with RUN_ACTIVE, or signalled).
+    `reuse_steps`: the new run starts with a copy of the old run's journal, so it resumes at the
+    first step the old one did not finish (those steps saw the old input); only a settled run's
+    steps are reused."""
     tenant_id = TenantId(uow.require_tenant())
     source = await runs.read_run(uow, tenant_id, run_id)
     if source is None:
@@ -112,12 +115,33 @@ async def retry_run(
     if reuse_steps and source.is_active:
         raise BadUserInput("only a settled run's steps can be reused: cancel it first")
     params = validate(source.agent, source.input if input is None else input)
-    started = await runs.start_run(
-        uow, agent=source.agent, params=params, instances=instances, retried_from=source.id
+    started = await starts.start(
+        uow,
+        agent=source.agent,
+        params=params,
+        instances=instances,
+        retried_from=source.id,
+        options=options_of(source.key, source.on_conflict, source.tags),
     )
     if reuse_steps and started.created and source.step_seq:
         await runs.copy_steps(uow, from_run=source.id, to_run=started.run.id)
     return started
+
+
+# A replay never refuses nor signals: it waits for the key's active run instead (as a start
+# that hands it back does), and goes on once that run has settled.
+_REPLAYED = frozenset({RunConflict.REJECT, RunConflict.SIGNAL_EXISTING})
+
+
+def options_of(
+    key: str, on_conflict: str | None, tags: Sequence[str], *, replay: bool = False
+) -> StartOptions:
+    """The options a retry or a replay of a run starts with: the original's key, tags and
+    strategy (a replay turns REJECT and SIGNAL_EXISTING into RETURN_EXISTING)."""
+    strategy = RunConflict(on_conflict) if on_conflict else RunConflict.RETURN_EXISTING
+    if replay and strategy in _REPLAYED:
+        strategy = RunConflict.RETURN_EXISTING
+    return StartOptions(key=key, on_conflict=strategy, tags=tuple(tags))
 
 
 # --- replayRuns ------------------------------------------------------------------------------
@@ -292,7 +316,12 @@ async def _start_batch(
             if admit is not None and not await admit(row.tenant_id):
                 return  # the next tick goes on from this run
             started = await runs.start_run(
-                uow, agent=run.agent, params=params, instances=instances, retried_from=RunId(run.id)
+                uow,
+                agent=run.agent,
+                params=params,
+                instances=instances,
+                retried_from=RunId(run.id),
+                options=options_of(run.key, run.on_conflict, run.tags, replay=True),
             )
             if not started.created:
                 row.waiting_for_run_id = started.run.id

@@ -17,7 +17,9 @@ predicate of the write it makes, so a row a worker touched meanwhile is left alo
   flushed or failed over), and runs; it is never failed for it. The relay in every worker
   (`services.relay`) does the same without a read. A run still waiting for a slot under its
   tenant's cap has no instance yet, by design: it is not lost, and its tenant's waiting runs are
-  dispatched instead (should a dispatch have been missed, a read makes up for it). A WAITING
+  dispatched instead (should a dispatch have been missed, a read makes up for it). A run
+  queued behind another run of its key has no instance either: the settle of the run ahead
+  moves it up (in the settle's own transaction), and its dispatch admits it. A WAITING
   run has no instance either: its timer lives in PostgreSQL and the relay wakes it.
 """
 
@@ -62,7 +64,8 @@ async def reconcile_runs(
         and (r.status == RunStatus.QUEUED or r.lease_expires_at is None)
     ]
     waiting = {r.tenant_id for r in stale if r.is_waiting}
-    stale = [r for r in stale if not r.is_waiting]  # no instance yet, by design: not lost
+    # Waiting for a slot, or for its turn in its key's line: no instance yet, by design.
+    stale = [r for r in stale if not (r.is_waiting or r.is_behind)]
     for tenant_id in waiting:  # a dispatch that nobody triggered: admit what has a slot now
         await _dispatch(sessions, tenant_id)
     if not (lost_workers or stale):

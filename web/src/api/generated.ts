@@ -31,6 +31,14 @@ export type ReplayStatus =
   | 'FAILED'
   | 'RUNNING';
 
+/** What `startRun` does when its key already has an active run. */
+export type RunConflict =
+  | 'CANCEL_PREVIOUS'
+  | 'ENQUEUE'
+  | 'REJECT'
+  | 'RETURN_EXISTING'
+  | 'SIGNAL_EXISTING';
+
 /** The order of `runs`, by creation time. */
 export type RunOrder =
   | 'NEWEST_FIRST'
@@ -56,8 +64,16 @@ export type SignalRunInput = {
 
 export type StartRunInput = {
   agent: string;
+  /** 1..200 characters; the same key within 24 h hands back the same run (created: false), settled or not. */
+  idempotencyKey?: string | null | undefined;
   /** Omitted or null means {}. */
   input?: unknown;
+  /** Exclusivity key, 1..200 characters; null or omitted: the agent's default key ("" unless the agent sets one). */
+  key?: string | null | undefined;
+  /** Null: the agent's default (RETURN_EXISTING unless the agent sets one). */
+  onConflict?: RunConflict | null | undefined;
+  /** At most 10, each 1..64 characters of [A-Za-z0-9:_.@/-]. */
+  tags?: Array<string> | null | undefined;
 };
 
 export type AgentStatsFieldsFragment = { agent: string, hours: number, runs: number, succeeded: number, failed: number, cancelled: number, p50DurationMs: number | null };

@@ -14,8 +14,8 @@ BEGIN
     UPDATE runs u SET dispatched_at = now(), relay_after = now() + interval '10 seconds'
      WHERE u.id IN (SELECT w.id FROM runs w
                      WHERE w.tenant_id = p_tenant AND w.status = 'QUEUED'
-                       AND w.dispatched_at IS NULL
+                       AND w.dispatched_at IS NULL AND w.queued_behind_id IS NULL
                      ORDER BY w.created_at, w.id LIMIT greatest(cap - held, 0))
-       AND u.status = 'QUEUED' AND u.dispatched_at IS NULL
+       AND u.status = 'QUEUED' AND u.dispatched_at IS NULL AND u.queued_behind_id IS NULL
     RETURNING u.id;
 END $$;

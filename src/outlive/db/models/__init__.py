@@ -7,7 +7,10 @@ from outlive.db.models.replays import ReplayStatus, RunReplay
 from outlive.db.models.runs import (
     ACTIVE_SQL,
     ACTIVE_STATUSES,
+    HEAD_SQL,
+    WAITING_SQL,
     Run,
+    RunConflict,
     RunEvent,
     RunSignal,
     RunStatus,
@@ -21,6 +24,8 @@ from outlive.db.models.webhooks import DeliveryStatus, WebhookDelivery, WebhookE
 __all__ = [
     "ACTIVE_SQL",
     "ACTIVE_STATUSES",
+    "HEAD_SQL",
+    "WAITING_SQL",
     "ApiToken",
     "Base",
     "DeliveryStatus",
@@ -29,6 +34,7 @@ __all__ = [
     "RejectedJob",
     "ReplayStatus",
     "Run",
+    "RunConflict",
     "RunEvent",
     "RunReplay",
     "RunSignal",

@@ -3,7 +3,11 @@
 `runs` carries the claim: `status` + `attempt` move only through conditional updates (see
 `outlive.services.runs`), and `lease_expires_at` is the claim's lease: a RUNNING run is held by
 its attempt until the lease expires without a heartbeat. The partial unique index over the active
-statuses is what makes "one active run per tenant and agent" true across every process.
+statuses is what makes "one active run per tenant, agent and key" true across every process: the
+run at the head of its key's line is in it; runs QUEUED behind it (`queued_behind_id` set, under
+the ENQUEUE strategy) are not, and a trigger (`outlive_advance_line`) moves the line on in the
+same transaction as any settle. A second unique index lets only one run stand directly behind
+another, so two concurrent ENQUEUEs cannot fork a line.
 `event_seq` is the per-run counter that keeps timeline `seq` gap-free: it is bumped in the same
 statement that inserts the event, under the row lock, and rolls back with it. `step_seq` does
 the same for the durable-step journal (`run_steps`): the completion order of its steps.
@@ -28,7 +32,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from outlive.db.models.base import Base, now_default, uuid_pk
@@ -43,10 +47,25 @@ class RunStatus(enum.StrEnum):
     WAITING = "WAITING"  # parked on a durable sleep or a signal: holds no worker, no slot
 
 
+class RunConflict(enum.StrEnum):
+    """What `startRun` does when its key already has an active run (contract §4.1)."""
+
+    RETURN_EXISTING = "RETURN_EXISTING"
+    ENQUEUE = "ENQUEUE"
+    CANCEL_PREVIOUS = "CANCEL_PREVIOUS"
+    REJECT = "REJECT"
+    SIGNAL_EXISTING = "SIGNAL_EXISTING"
+
+
 # Active: not settled. WAITING keeps its (tenant, agent) slot but holds no worker and no place
 # under its tenant's cap (the dispatch function counts QUEUED and RUNNING only).
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
 ACTIVE_SQL = "status IN ('QUEUED', 'RUNNING', 'WAITING')"
+# The head of its key's line: the run the partial unique index holds one of per key.
+HEAD_SQL = f"{ACTIVE_SQL} AND queued_behind_id IS NULL"
+BEHIND_SQL = "status = 'QUEUED' AND queued_behind_id IS NOT NULL"
+# QUEUED and waiting for a slot under its tenant's cap (not for its turn in a key's line).
+WAITING_SQL = "status = 'QUEUED' AND dispatched_at IS NULL AND queued_behind_id IS NULL"
 # The relay's first look at a row: the fast path (the enqueue after its commit) handed it by then.
 RELAY_FIRST_LOOK = "now() + interval '10 seconds'"
 _STATUS_LIST = ", ".join(f"'{s.value}'" for s in RunStatus)
@@ -57,11 +76,39 @@ class Run(Base):
     __table_args__ = (
         CheckConstraint(f"status IN ({_STATUS_LIST})", name="status"),
         Index(
-            "uq_runs_one_active_per_agent",
+            "uq_runs_one_active_per_key",
             "tenant_id",
             "agent",
+            "key",
             unique=True,
-            postgresql_where=text(ACTIVE_SQL),
+            postgresql_where=text(HEAD_SQL),
+        ),
+        Index(  # one run directly behind another: a key's line never forks
+            "uq_runs_queued_behind",
+            "queued_behind_id",
+            unique=True,
+            postgresql_where=text(BEHIND_SQL),
+        ),
+        Index(
+            "uq_runs_idempotency_key",
+            "tenant_id",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
+        Index(  # runs(key:), and a key's line
+            "ix_runs_tenant_key",
+            "tenant_id",
+            "key",
+            text("created_at DESC"),
+            text("id DESC"),
+            postgresql_where=text("key <> ''"),
+        ),
+        Index(  # runs(tags:): runs carrying all of them
+            "ix_runs_tags",
+            "tags",
+            postgresql_using="gin",
+            postgresql_where=text("tags <> '{}'"),
         ),
         Index("ix_runs_tenant_newest", "tenant_id", text("created_at DESC"), text("id DESC")),
         Index(
@@ -69,7 +116,7 @@ class Run(Base):
             "tenant_id",
             "created_at",
             "id",
-            postgresql_where=text("status = 'QUEUED' AND dispatched_at IS NULL"),
+            postgresql_where=text(WAITING_SQL),
         ),
         Index(
             "ix_runs_in_flight",
@@ -129,6 +176,14 @@ class Run(Base):
     waiting_for: Mapped[str | None]
     wake_at: Mapped[datetime | None]
     resumes: Mapped[int] = mapped_column(server_default=text("0"))
+    # Keys (contract §4.1): the exclusivity key ('' = the agent's default), the strategy it was
+    # started with (retryRun and replays use it again), the run just ahead of it in its key's
+    # line while it waits its turn (ENQUEUE; kept once settled), its tags and idempotency key.
+    key: Mapped[str] = mapped_column(server_default=text("''"))
+    on_conflict: Mapped[str | None]
+    queued_behind_id: Mapped[UUID | None]
+    tags: Mapped[list[str]] = mapped_column(ARRAY(String), server_default=text("'{}'"))
+    idempotency_key: Mapped[str | None]
 
 
 class RunEvent(Base):

@@ -106,9 +106,13 @@ HANDED = prepare(
 )
 
 
+# A run QUEUED behind another run of its key waits for its turn, not for a slot (`ix_runs_waiting`).
+_IN_LINE = {"runs": " AND queued_behind_id IS NULL"}
+
+
 def _loose_scan(name: str, table: str, status: str) -> str:
     """The distinct tenants of a table's waiting rows: one index probe per tenant."""
-    waiting = f"status = '{status}' AND dispatched_at IS NULL"
+    waiting = f"status = '{status}' AND dispatched_at IS NULL" + _IN_LINE.get(table, "")
     return f"""
     {name} AS (
         (SELECT tenant_id FROM {table} WHERE {waiting} ORDER BY tenant_id LIMIT 1)
@@ -121,7 +125,9 @@ def _loose_scan(name: str, table: str, status: str) -> str:
 def _oldest_waiting(table: str, status: str) -> str:
     return (
         f"(SELECT min(x.created_at) FROM {table} x WHERE x.tenant_id = w.tenant_id"
-        f" AND x.status = '{status}' AND x.dispatched_at IS NULL)"
+        f" AND x.status = '{status}' AND x.dispatched_at IS NULL"
+        + _IN_LINE.get(table, "").replace(" AND ", " AND x.")
+        + ")"
     )
 
 
@@ -170,12 +176,13 @@ MISSED_JOB_DISPATCHES = prepare(
 # --- timers: WAITING runs whose sleep or signal timeout is due -----------------------------------
 
 # A woken run: QUEUED again, admitted at once unless its tenant's cap is below the number of
-# agents (the INSERT's shortcut: then the dispatch function admits it). Not a retry: `resumes`.
+# agents or it has a key of its own (the INSERT's shortcut: else the dispatch function admits
+# it). Not a retry: `resumes`.
 WOKEN_SETS = (
     "status = 'QUEUED', waiting_for = NULL, wake_at = NULL, resumes = resumes + 1,"
     " lease_expires_at = NULL, updated_at = now(), relay_after = now() + interval '10 seconds',"
     " dispatched_at = CASE WHEN coalesce((SELECT t.max_running_runs FROM tenants t"
-    " WHERE t.id = runs.tenant_id), :default_cap) >= :agents THEN now() END"
+    " WHERE t.id = runs.tenant_id), :default_cap) >= :agents AND runs.key = '' THEN now() END"
 )
 _BY = "CASE WHEN waited_for IS NULL THEN 'timer' ELSE 'timeout' END"
 WAKE_DUE = prepare(

@@ -71,12 +71,17 @@ def _announce(
         admission = uow.sessions.admission
         if (
             not run.is_active
-            and run.dispatched_at is not None
             and admission is not None
-            and admission.runs_capped(row["tenant_max_running"])
-        ):  # it held one of its tenant's slots: the next waiting run may have it
+            and (_held_a_capped_slot(run, admission, row) or run.key != "" or row["may_admit"])
+        ):  # it held one of its tenant's slots, or its key's next run may now start
             dispatch_after_commit(uow, run.tenant_id)
     return run
+
+
+def _held_a_capped_slot(run: RunRecord, admission: Any, row: Mapping[str, Any]) -> bool:
+    """It held one of its tenant's slots, and the tenant is capped: the next waiting run may have
+    it. (A run with a key of its own, or one that leaves a run waiting, always dispatches.)"""
+    return run.dispatched_at is not None and bool(admission.runs_capped(row["tenant_max_running"]))
 
 
 async def claim_run(uow: Unit, run_id: RunId, *, lease_s: float) -> RunRecord | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import ARRAY, Uuid, bindparam, column, text
 
-from outlive.db.models import ACTIVE_SQL, Run, RunEvent, RunStep
+from outlive.db.models import ACTIVE_SQL, HEAD_SQL, WAITING_SQL, Run, RunEvent, RunStep
 from outlive.db.raw import Statement, prepare
 from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE
 
@@ -30,21 +30,77 @@ _LEASE = "lease_expires_at = now() + make_interval(secs => :lease), heartbeat_at
 
 # --- starting and reading ---------------------------------------------------------------------
 
-# Admitted at once when its tenant's cap is at least the number of agents (it can never be
-# exceeded then: one active run per agent); otherwise written waiting for a dispatch.
+# Admitted at once when its tenant's cap is at least the number of agents and it has the agent's
+# default key (at most one such run per agent is active then, so the cap holds); otherwise written
+# waiting for a dispatch. ON CONFLICT with no target: the key's head (`uq_runs_one_active_per_key`)
+# and the tenant's idempotency key (`uq_runs_idempotency_key`) are both arbiters.
+_INSERT_COLUMNS = (
+    "tenant_id, agent, key, on_conflict, tags, idempotency_key, input, retried_from_id,"
+    " queued_behind_id, dispatched_at"
+)
+_INSERT_VALUES = (
+    ":tenant_id, :agent, CAST(:key AS text), :on_conflict, CAST(:tags AS text[]), :idempotency_key,"
+    " CAST(:input AS jsonb), :retried_from_id"
+)
 INSERT_RUN = prepare(
     text(
-        "INSERT INTO runs (tenant_id, agent, input, retried_from_id, dispatched_at)"
-        " VALUES (:tenant_id, :agent, CAST(:input AS jsonb), :retried_from_id, CASE WHEN coalesce("
+        f"INSERT INTO runs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES}, NULL, CASE WHEN coalesce("
         "(SELECT max_running_runs FROM tenants WHERE id = :tenant_id), :default_cap) >= :agents"
-        " THEN now() END)"
-        f" ON CONFLICT (tenant_id, agent) WHERE {ACTIVE} DO NOTHING RETURNING *"
+        " AND CAST(:key AS text) = '' THEN now() END)"
+        " ON CONFLICT DO NOTHING RETURNING *"
     ).columns(*RUN_COLUMNS)
 )
+# The head of a key's line: its active run.
 ACTIVE_RUN = prepare(
     text(
-        f"SELECT * FROM runs WHERE tenant_id = :tenant_id AND agent = :agent AND {ACTIVE}"
+        "SELECT * FROM runs WHERE tenant_id = :tenant_id AND agent = :agent AND key = :key"
+        f" AND {HEAD_SQL}"
     ).columns(*RUN_COLUMNS)
+)
+# A key's line, head first: the head and the chain of runs QUEUED behind it.
+_LINE = f"""line AS (
+    SELECT id, 1 AS pos FROM runs
+     WHERE tenant_id = :tenant_id AND agent = :agent AND key = :key AND {HEAD_SQL}
+    UNION ALL
+    SELECT r.id, line.pos + 1 FROM runs r JOIN line ON r.queued_behind_id = line.id
+     WHERE r.status = 'QUEUED')"""
+LINE = prepare(text(f"WITH RECURSIVE {_LINE} SELECT id FROM line ORDER BY pos"))
+# Join the end of a key's line (ENQUEUE). The tail is locked FOR SHARE until the commit, so it
+# cannot settle before this run is behind it (its settle's trigger then moves the line on); a
+# tail that settled first matches nothing, and a run that got behind it first is a conflict
+# (`uq_runs_queued_behind`): either way nothing is written and the caller looks again.
+INSERT_BEHIND = prepare(
+    text(
+        f"""WITH RECURSIVE {_LINE},
+        tail AS (SELECT r.id FROM runs r
+                  WHERE r.id = (SELECT id FROM line ORDER BY pos DESC LIMIT 1) AND {ACTIVE}
+                  FOR SHARE)
+        INSERT INTO runs ({_INSERT_COLUMNS})
+        SELECT {_INSERT_VALUES}, tail.id, NULL FROM tail
+        ON CONFLICT DO NOTHING RETURNING *"""
+    ).columns(*RUN_COLUMNS)
+)
+# Line changes of one key (ENQUEUE, CANCEL_PREVIOUS) take turns, for the rest of the transaction.
+LOCK_KEY = prepare(
+    text(
+        "SELECT pg_advisory_xact_lock(hashtextextended("
+        "CAST(CAST(:tenant_id AS uuid) AS text) || '/' || :agent || '/' || :key, 7))"
+        " IS NULL AS locked"
+    )
+)
+BY_IDEMPOTENCY_KEY = prepare(
+    text(
+        "SELECT *, created_at > now() - interval '24 hours' AS fresh FROM runs"
+        " WHERE tenant_id = :tenant_id AND idempotency_key = :idempotency_key"
+    ).columns(*RUN_COLUMNS, column("fresh"))
+)
+# An idempotency key older than 24 h no longer names its run: the next start takes it over.
+EXPIRE_IDEMPOTENCY_KEY = prepare(
+    text(
+        "UPDATE runs SET idempotency_key = NULL WHERE tenant_id = :tenant_id"
+        " AND idempotency_key = :idempotency_key AND created_at <= now() - interval '24 hours'"
+        " RETURNING id"
+    )
 )
 GET_RUN = prepare(
     text("SELECT * FROM runs WHERE id = :run_id AND tenant_id = :tenant_id").columns(*RUN_COLUMNS)
@@ -57,7 +113,14 @@ LEASE_LEFT = prepare(
 )
 
 
-def _runs_page(order: str, beyond: str) -> Statement:
+# The optional filters of `runs(key:, tags:)`, each spelled so that the planner can use its
+# partial index (`ix_runs_tenant_key`, `ix_runs_tags`): one statement per combination.
+_KEY_FILTER = " AND key = CAST(:key AS text)"
+_TAGS_FILTER = " AND tags @> CAST(:tags AS varchar[]) AND tags <> '{}'"
+PAGE_FILTERS = ("", _KEY_FILTER, _TAGS_FILTER, _KEY_FILTER + _TAGS_FILTER)
+
+
+def _runs_page(order: str, beyond: str, filters: str = "") -> Statement:
     """A page of a tenant's runs in `order` of (created_at, id), keyset-paginated: the rows
     `beyond` the cursor's. `ix_runs_tenant_newest` serves either direction (a backward scan)."""
     return prepare(
@@ -71,14 +134,18 @@ def _runs_page(order: str, beyond: str) -> Statement:
             " AND (CAST(:since AS timestamptz) IS NULL"
             " OR created_at >= CAST(:since AS timestamptz))"
             " AND (CAST(:until AS timestamptz) IS NULL"
-            " OR created_at < CAST(:until AS timestamptz))"
+            f" OR created_at < CAST(:until AS timestamptz)){filters}"
             f" ORDER BY created_at {order}, id {order} LIMIT :limit"
         ).columns(*RUN_COLUMNS)
     )
 
 
-RUNS_PAGE = _runs_page("DESC", "<")  # newest first
-RUNS_PAGE_OLDEST_FIRST = _runs_page("ASC", ">")
+# (newest first?, filters) -> the statement
+RUNS_PAGES = {
+    (newest, filters): _runs_page("DESC" if newest else "ASC", "<" if newest else ">", filters)
+    for newest in (True, False)
+    for filters in PAGE_FILTERS
+}
 
 EVENTS = prepare(
     text(
@@ -101,12 +168,21 @@ EVENTS_OF_RUNS = prepare(
 # --- moving a run: every write below carries the predicate -------------------------------------
 
 
+# A settle may let a run in: its successor in its key's line (which the settle's trigger makes
+# the head), or a run of its tenant waiting for a slot. (The statement's snapshot predates the
+# trigger's write, so the successor is still seen behind the settled run.)
+_MAY_ADMIT = (
+    "(EXISTS (SELECT 1 FROM runs b WHERE b.queued_behind_id = moved.id AND b.status = 'QUEUED')"
+    f" OR EXISTS (SELECT 1 FROM runs w WHERE w.tenant_id = moved.tenant_id AND {WAITING_SQL}))"
+)
+
+
 @dataclass(frozen=True)
 class Move:
     """A conditional UPDATE of one run and its timeline event, as one prepared statement (built
     by `move`, at import). `changes_run`: the run's visible state changes (nudge `run.updated`);
     `may_settle`: it can settle the run, so it also writes the settle's webhook deliveries and
-    returns `delivery_ids` and `tenant_max_running`."""
+    returns `delivery_ids`, `tenant_max_running` and `may_admit`."""
 
     statement: Statement
     changes_run: bool
@@ -132,9 +208,15 @@ def move(
         deliveries = f",\n{SETTLED_DELIVERIES_CTE}"
         delivery_ids = (
             ", ARRAY(SELECT id FROM delivered) AS delivery_ids, (SELECT max_running_runs"
-            " FROM tenants WHERE id = moved.tenant_id) AS tenant_max_running"
+            " FROM tenants WHERE id = moved.tenant_id) AS tenant_max_running, "
+            f"{_MAY_ADMIT} AS may_admit"
         )
-        columns = (*RUN_COLUMNS, column("delivery_ids"), column("tenant_max_running"))
+        columns = (
+            *RUN_COLUMNS,
+            column("delivery_ids"),
+            column("tenant_max_running"),
+            column("may_admit"),
+        )
     sql = f"""WITH moved AS (UPDATE runs SET {sets} WHERE {where} RETURNING *),
         appended AS (INSERT INTO run_events (run_id, seq, type, data)
                      SELECT id, event_seq, {event_type}, {event_data} FROM moved)

@@ -14,6 +14,7 @@ from outlive.db.tx import Db
 from outlive.errors import BadUserInput
 from outlive.ids import RunId, TenantId
 from outlive.services.runs import queries
+from outlive.services.runs.keys import MAX_KEY, check_tags
 from outlive.services.runs.records import EventRecord, RunPage, RunRecord, to_event, to_record
 
 MAX_PAGE = 100
@@ -26,10 +27,6 @@ class RunOrder(StrEnum):
     OLDEST_FIRST = "OLDEST_FIRST"
 
 
-_PAGES = {
-    RunOrder.NEWEST_FIRST: queries.RUNS_PAGE,
-    RunOrder.OLDEST_FIRST: queries.RUNS_PAGE_OLDEST_FIRST,
-}
 MAX_EVENTS_PAGE = 1000
 
 
@@ -84,17 +81,24 @@ async def read_runs(
     since: datetime | None = None,
     until: datetime | None = None,
     order: RunOrder = RunOrder.NEWEST_FIRST,
+    key: str | None = None,
+    tags: Sequence[str] | None = None,
 ) -> RunPage:
     """A page of the tenant's runs in `order` (newest first by default), keyset-paginated on
     (created_at, id): `after` is a run's cursor, and the page holds the runs that come after it
-    in that order; with `since` / `until`, only those created in [since, until)."""
+    in that order; with `since` / `until`, only those created in [since, until); with `key`,
+    only that key's runs ("": the agents' default key); with `tags`, only runs carrying all."""
     if not 0 <= first <= MAX_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
+    if key is not None and len(key) > MAX_KEY:
+        raise BadUserInput(f"a key is at most {MAX_KEY} characters")
+    wanted = list(check_tags(tags))
     if since is not None and until is not None and since >= until:
         raise BadUserInput("createdBefore must be after createdSince")
     at, run_id = decode_cursor(after) if after is not None else (None, None)
+    filters = queries.PAGE_FILTERS[(key is not None) + 2 * bool(wanted)]
     rows = await db.all(
-        _PAGES[order],
+        queries.RUNS_PAGES[(order is RunOrder.NEWEST_FIRST, filters)],
         tenant_id=tenant_id,
         after_at=at,
         after_id=run_id,
@@ -103,6 +107,8 @@ async def read_runs(
         since=since,
         until=until,
         limit=first + 1,
+        **({"key": key} if key is not None else {}),
+        **({"tags": wanted} if wanted else {}),
     )
     runs = [to_record(row) for row in rows]
     page = runs[:first]

@@ -41,14 +41,30 @@ class RunRecord:
     waiting_for: str | None = None  # while WAITING: the signal's name (None: a durable sleep)
     wake_at: datetime | None = None  # while WAITING: its timer, or the signal's timeout
     resumes: int = 0  # claims that resumed it from WAITING: attempts that are not retries
+    key: str = ""  # its exclusivity key; "" is the agent's default
+    on_conflict: str | None = None  # the strategy it was started with (None: before keys)
+    queued_behind_id: RunId | None = None  # ENQUEUE: the run just ahead of it in its key's line
+    tags: tuple[str, ...] = ()
+    idempotency_key: str | None = None
 
     @property
     def is_waiting(self) -> bool:
-        """QUEUED and not admitted yet: waiting for a slot under its tenant's cap."""
-        return self.status == RunStatus.QUEUED and self.dispatched_at is None
+        """QUEUED and not admitted yet: waiting for a slot under its tenant's cap (a run queued
+        behind another run of its key waits for its turn first: `is_behind`)."""
+        return (
+            self.status == RunStatus.QUEUED
+            and self.dispatched_at is None
+            and self.queued_behind_id is None
+        )
+
+    @property
+    def is_behind(self) -> bool:
+        """QUEUED behind another run of its key (ENQUEUE): not active until its turn."""
+        return self.status == RunStatus.QUEUED and self.queued_behind_id is not None
 
     @property
     def is_active(self) -> bool:
+        """QUEUED, RUNNING or WAITING: not settled (a run behind its key's head included)."""
         return self.status in ACTIVE_STATUSES
 
 
@@ -64,6 +80,7 @@ class EventRecord:
 class StartedRun:
     run: RunRecord  # replaced after the commit when the queue could not take the run
     created: bool
+    idempotent: bool = False  # handed back for its idempotency key
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +116,11 @@ def to_record(m: Mapping[Any, Any]) -> RunRecord:
         waiting_for=m["waiting_for"],
         wake_at=m["wake_at"],
         resumes=m["resumes"],
+        key=m.get("key", ""),
+        on_conflict=m.get("on_conflict"),
+        queued_behind_id=m.get("queued_behind_id"),
+        tags=tuple(m.get("tags") or ()),
+        idempotency_key=m.get("idempotency_key"),
     )
 
 

@@ -1,21 +1,30 @@
-"""Starting a run: insert it, or hand back the tenant's active run of that agent."""
+"""Starting a run: insert it, or meet the active run of its key as its strategy says.
+
+RETURN_EXISTING hands the active run back; REJECT raises `RunActive` (nothing written); ENQUEUE
+joins the end of the key's line (`queries.INSERT_BEHIND`); CANCEL_PREVIOUS cancels every run of
+the line and joins its end, so the newest start is the one that runs; SIGNAL_EXISTING hands the
+active run back for the caller to signal (`services.starts`). Lines change under a per-key
+advisory lock, and the tail a run joins is locked until the commit, so its settle (whose trigger
+moves the line on) comes after the run is behind it."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from outlive.db.models import RunStatus
-from outlive.db.tx import Unit
-from outlive.errors import QueueUnavailable
+from outlive.db.models import RunConflict, RunStatus
+from outlive.db.tx import StatementUnit, Unit
+from outlive.errors import QueueUnavailable, RunActive
 from outlive.ids import RunId, TenantId
 from outlive.services import relay
 from outlive.services.ports import RunInstances
 from outlive.services.runs import queries
-from outlive.services.runs.moves import dispatch_after_commit
+from outlive.services.runs.keys import DEFAULT_OPTIONS, StartOptions
+from outlive.services.runs.moves import dispatch_after_commit, move_run
 from outlive.services.runs.records import RunRecord, StartedRun, to_record
 from outlive.telemetry import metrics
 
@@ -29,21 +38,28 @@ async def start_run(
     params: Mapping[str, Any],
     instances: RunInstances,
     retried_from: RunId | None = None,
+    options: StartOptions = DEFAULT_OPTIONS,
 ) -> StartedRun:
-    """Insert the run, or hand back the active one; the instance starts only after commit.
+    """Insert the run, or meet the active run of its key; the instance starts only after commit.
 
     Handing back a QUEUED run (or one whose lease has expired) also enqueues its instance again,
     which is a no-op while one is queued, scheduled or executing (the job key is the run id): a
     client that retries after an API died between its commit and its enqueue gets a run that
     will run, not one that can only fail. `retried_from`: the run this one retries (`retryRun`,
-    replays)."""
+    replays). A run queued behind another of its key starts when the line reaches it."""
+    if options.in_a_transaction and isinstance(uow, StatementUnit):
+        raise RuntimeError(f"{options.on_conflict} writes more than once: it needs a transaction")
     tenant_id = TenantId(uow.require_tenant())
-    run, created = await _insert_or_get_active(uow, tenant_id, agent, params, retried_from)
+    started = await _insert_or_meet(uow, tenant_id, agent, params, retried_from, options)
+    run, created = started.run, started.created
     if created:
         metrics.RUNS_STARTED.labels(run.agent).inc()
         uow.nudge("run.created", run.id)
-    started = StartedRun(run=run, created=created)
-    if run.is_waiting:
+    if run.is_behind:
+        pass  # its turn comes when the run ahead of it settles (`outlive_advance_line`)
+    elif run.is_waiting and created:
+        _admit_after_commit(uow, started)
+    elif run.is_waiting:
         dispatch_after_commit(uow, tenant_id)
     elif created:
 
@@ -63,6 +79,21 @@ async def start_run(
     return started
 
 
+def _admit_after_commit(uow: Unit, started: StartedRun) -> None:
+    """A new run that waits for a slot (a capped tenant, or a key of its own): its tenant's
+    dispatch after the commit, which admits it when a slot is free; the answer shows it so."""
+    admission = uow.sessions.admission
+    if admission is None:
+        raise RuntimeError("no admission is wired: a waiting run is never started inline")
+
+    async def admit() -> None:
+        admitted = await admission.dispatch_runs(started.run.tenant_id)
+        if started.run.id in admitted:
+            started.run = replace(started.run, dispatched_at=datetime.now(UTC))
+
+    uow.after_commit(admit)
+
+
 def _may_have_lost_its_instance(run: RunRecord) -> bool:
     if run.status == RunStatus.QUEUED:
         return True
@@ -71,31 +102,75 @@ def _may_have_lost_its_instance(run: RunRecord) -> bool:
     return run.lease_expires_at is None or run.lease_expires_at < datetime.now(UTC)
 
 
-async def _insert_or_get_active(
+async def _insert_or_meet(
     uow: Unit,
     tenant_id: TenantId,
     agent: str,
     params: Mapping[str, Any],
-    retried_from: RunId | None = None,
-) -> tuple[RunRecord, bool]:
+    retried_from: RunId | None,
+    options: StartOptions,
+) -> StartedRun:
     admission = uow.sessions.admission
     values = {
         "tenant_id": tenant_id,
         "agent": agent,
+        "key": options.key,
+        "on_conflict": options.on_conflict.value,
+        "tags": list(options.tags),
+        "idempotency_key": options.idempotency_key,
         "input": json.dumps(dict(params)),
         "retried_from_id": retried_from,
         "default_cap": 0 if admission is None else admission.max_running_runs,
         "agents": 0 if admission is None else admission.agents,
     }
-    # The conflicting run can settle between the two statements; then the insert wins next time.
-    for _ in range(10):
+    # The conflicting run can settle between two statements; then the insert wins next time.
+    for _ in range(20):
+        if options.idempotency_key is not None:
+            earlier = await _by_idempotency_key(uow, tenant_id, options.idempotency_key)
+            if earlier is not None:
+                return StartedRun(run=earlier, created=False, idempotent=True)
         row = await uow.one(queries.INSERT_RUN, **values)
         if row is not None:
-            return to_record(row), True
-        row = await uow.one(queries.ACTIVE_RUN, tenant_id=tenant_id, agent=agent)
-        if row is not None:
-            return to_record(row), False
-    raise RuntimeError(f"could not insert or find the active {agent!r} run")
+            return StartedRun(run=to_record(row), created=True)
+        head = await uow.one(queries.ACTIVE_RUN, tenant_id=tenant_id, agent=agent, key=options.key)
+        if head is None:
+            continue
+        met = await _meet(uow, to_record(head), options, values)
+        if met is not None:
+            return met
+    raise RuntimeError(f"could not insert or find the active {agent!r} run of {options.key!r}")
+
+
+async def _meet(
+    uow: Unit, head: RunRecord, options: StartOptions, values: Mapping[str, Any]
+) -> StartedRun | None:
+    """The strategy, facing the key's active run `head`; None: look again (the line moved)."""
+    strategy = options.on_conflict
+    if strategy is RunConflict.REJECT:
+        raise RunActive(head.id, f"run {head.id} is active for this key ({head.status.value})")
+    if strategy in (RunConflict.RETURN_EXISTING, RunConflict.SIGNAL_EXISTING):
+        return StartedRun(run=head, created=False)
+    key = {"tenant_id": head.tenant_id, "agent": head.agent, "key": head.key}
+    await uow.one(queries.LOCK_KEY, **key)
+    if strategy is RunConflict.CANCEL_PREVIOUS:
+        for member in await uow.all(queries.LINE, **key):
+            await move_run(uow, queries.CANCEL, run_id=member["id"], tenant_id=head.tenant_id)
+        first = await uow.one(queries.INSERT_RUN, **values)  # the line may be empty now
+        if first is not None:
+            return StartedRun(run=to_record(first), created=True)
+    behind = await uow.one(queries.INSERT_BEHIND, **values)
+    return None if behind is None else StartedRun(run=to_record(behind), created=True)
+
+
+async def _by_idempotency_key(uow: Unit, tenant_id: TenantId, key: str) -> RunRecord | None:
+    """The run this idempotency key named in the last 24 h; an older one lets the key go."""
+    row = await uow.one(queries.BY_IDEMPOTENCY_KEY, tenant_id=tenant_id, idempotency_key=key)
+    if row is None:
+        return None
+    if row["fresh"]:
+        return to_record(row)
+    await uow.one(queries.EXPIRE_IDEMPOTENCY_KEY, tenant_id=tenant_id, idempotency_key=key)
+    return None
 
 
 async def _start_instance(uow: Unit, instances: RunInstances, run: RunRecord) -> RunRecord:

@@ -1,0 +1,90 @@
+"""Run keys: what `startRun` is given beside the agent and the input, checked before any write.
+
+The seed's rule, one active run per (tenant, agent), becomes one active run per (tenant, agent,
+key); a run started with no key has its agent's default key ("" unless the agent declares one),
+so an agent that declares nothing keeps the seed's rule exactly. `on_conflict` says what a start
+does when its key already has an active run (contract §4.1, `RunConflict`). Tags and the
+idempotency key are stored on the run; all three are tenant-scoped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from outlive.db.models import RunConflict
+from outlive.errors import BadUserInput
+
+MAX_KEY = 200
+MAX_TAGS = 10
+MAX_TAG = 64
+MAX_IDEMPOTENCY_KEY = 200
+_TAG = re.compile(r"[A-Za-z0-9:_.@/-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class StartOptions:
+    """How a start meets its key's active run, and what it stores beside the input."""
+
+    key: str = ""
+    on_conflict: RunConflict = RunConflict.RETURN_EXISTING
+    tags: tuple[str, ...] = ()
+    idempotency_key: str | None = None
+
+    @property
+    def in_a_transaction(self) -> bool:
+        """The strategy writes more than one statement: the caller's unit must be a transaction."""
+        return self.on_conflict in (
+            RunConflict.ENQUEUE,
+            RunConflict.CANCEL_PREVIOUS,
+            RunConflict.SIGNAL_EXISTING,
+        )
+
+
+DEFAULT_OPTIONS = StartOptions()
+
+
+def check_key(key: str, *, what: str = "key") -> str:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY:
+        raise BadUserInput(f"a {what} is 1 to {MAX_KEY} characters")
+    return key
+
+
+def check_tags(tags: Sequence[str] | None) -> tuple[str, ...]:
+    """The tags in the order given, each once; at most 10, each 1..64 of [A-Za-z0-9:_.@/-]."""
+    if not tags:
+        return ()
+    unique = tuple(dict.fromkeys(tags))
+    if len(unique) > MAX_TAGS:
+        raise BadUserInput(f"a run has at most {MAX_TAGS} tags")
+    for tag in unique:
+        if not isinstance(tag, str) or _TAG.fullmatch(tag) is None:
+            raise BadUserInput(
+                f"tag {str(tag)[:80]!r}: a tag is 1 to {MAX_TAG} characters"
+                " of A-Z a-z 0-9 : _ . @ / -"
+            )
+    return unique
+
+
+def start_options(
+    *,
+    key: str | None,
+    default_key: str,
+    on_conflict: RunConflict | None,
+    default_on_conflict: RunConflict | None,
+    tags: Sequence[str] | None,
+    idempotency_key: str | None,
+) -> StartOptions:
+    """The checked options of one start; `BadUserInput` (nothing written) when one is wrong.
+    `key` None: the agent's `default_key`; `on_conflict` None: the agent's, or RETURN_EXISTING."""
+    if key is not None:
+        check_key(key)
+    if idempotency_key is not None:
+        check_key(idempotency_key, what="idempotencyKey")
+    return StartOptions(
+        key=default_key if key is None else key,
+        on_conflict=on_conflict or default_on_conflict or RunConflict.RETURN_EXISTING,
+        tags=check_tags(tags),
+        idempotency_key=idempotency_key,
+    )
