@@ -97,8 +97,9 @@ class OutliveGraphQL(GraphQL[Context, None]):
         if response is not None:
             await response(scope, receive, send)
             return
-        principal = scope["state"]["principal"]
-        logs.bind(tenant_id=principal.tenant.id)
+        principal = scope["state"]["principal"]  # None: no token, acceptInvitation only
+        if principal is not None:
+            logs.bind(tenant_id=principal.tenant.id)
         context = Context(services=self.services, principal=principal, request=request)
         await self.pipeline.serve(scope, receive, send, context)
 
@@ -114,8 +115,10 @@ class OutliveGraphQL(GraphQL[Context, None]):
         except ServiceUnavailable as exc:  # the token cannot be checked now: 503, not 401 or 500
             headers = {"Retry-After": str(exc.retry_after)}
             return JSONResponse(unavailable_payload(exc), status_code=503, headers=headers)
-        if principal is None:
+        if principal is None and (token or request.method != "POST"):
             return _unauthenticated("invalid bearer token" if token else "missing bearer token")
+        # A POST with no token at all goes on, as nobody: the pipeline serves it only when it is
+        # `acceptInvitation` (graphql/anonymous.py) and answers 401 otherwise.
         scope.setdefault("state", {})["principal"] = principal
         return None
 

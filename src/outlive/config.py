@@ -228,6 +228,8 @@ class Settings(BaseSettings):
     rate_signal_run: RateSetting = Rate(1000, 10)
     rate_invite: RateSetting = Rate(100, 3600)
     rate_invite_recipient: RateSetting = Rate(3, 3600)
+    # acceptInvitation takes no bearer token: its attempts are limited per client address.
+    rate_accept_invitation: RateSetting = Rate(20, 60)
     rate_create_webhook: RateSetting = Rate(20, 60)
     rate_redeliver_webhook: RateSetting = Rate(60, 60)
     rate_redeliver_webhook_endpoint: RateSetting = Rate(10, 60)

@@ -62,7 +62,9 @@ def test_retry_a_failed_run_from_its_page(
     expect(page.get_by_test_id("run-status")).to_have_text("FAILED")
     expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
 
-    page.get_by_role("button", name="Retry").click()
+    expect(page.get_by_test_id("run-attempt")).to_have_text("Attempt 1 of 3")
+    expect(page.get_by_role("button", name="Retry from where it failed")).to_be_visible()
+    page.get_by_role("button", name="Retry", exact=True).click()
     expect(page).not_to_have_url(re.compile(failed))
     match = re.search(r"/runs/([0-9a-f-]{36})$", page.url)
     assert match, page.url
@@ -78,6 +80,25 @@ def test_retry_a_failed_run_from_its_page(
     assert_accessible(page, "run page (retried)")
     page.get_by_role("link", name="Open the run it retries").click()
     expect(page).to_have_url(re.compile(f"/runs/{failed}$"))
+
+    # Retry with edited input: the JSON is checked before anything is sent
+    page.get_by_role("button", name="Retry with edited input…").click()
+    editor = page.get_by_label("Input for the new run (JSON)")
+    editor.fill("{turns: 1")
+    page.get_by_role("button", name="Retry with this input").click()
+    expect(page.get_by_text("The input is not valid JSON")).to_be_visible()
+    assert_accessible(page, "run page (retry with edited input)")
+    editor.fill('{"turns": 1, "delayMs": 0}')
+    page.get_by_role("button", name="Retry with this input").click()
+    expect(page).not_to_have_url(re.compile(failed))
+    expect(page.get_by_test_id("run-status")).to_have_text("SUCCEEDED", timeout=30_000)
+    edited = page.url.rsplit("/", 1)[-1]
+    data = stack.gql(
+        tenant, "query($id: ID!) { run(id: $id) { retriedFromId input } }", {"id": edited}
+    )
+    assert data["run"]["retriedFromId"] == failed
+    assert "failAtTurn" not in data["run"]["input"]  # the edited input, with its defaults
+    expect(page.get_by_role("button", name="Run again", exact=True)).to_be_visible()
 
 
 def test_replay_failed_runs_with_live_progress_then_cancel_one(
@@ -291,10 +312,11 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
         sign_in(page, tenant, "/runs")
         run_id = stack.start_run(tenant, turns=10, delayMs=500)
         page.goto(f"/runs/{run_id}")
+        expect(page.get_by_role("list", name="Why it is here")).to_contain_text("lease runs out at")
+        page.get_by_role("tab", name="Waterfall").click()
         waterfall = page.get_by_role("list", name="Waterfall")
         expect(waterfall.locator('[data-end="running"]')).to_have_count(1, timeout=30_000)
         expect(page.get_by_role("list", name="Attempt 1 turns")).to_contain_text("turn 2")
-        expect(page.get_by_role("list", name="Why it is here")).to_contain_text("lease runs out at")
 
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait(timeout=10)
@@ -308,9 +330,6 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
         expect(bands.nth(0)).to_contain_text("silent after")
         expect(bands.nth(1)).to_have_attribute("data-end", "succeeded")
         expect(bands.nth(1)).to_contain_text(re.compile(r"\+\d"))  # its offset from the start
-        why = page.get_by_role("list", name="Why it is here")
-        expect(why).to_contain_text("Attempt 1 lost its worker")
-        expect(why).to_contain_text("1 attempt(s) lost their worker")
         # each band holds its own turns, each with its offset and duration, each expandable
         expect(
             page.get_by_role("list", name="Attempt 2 turns").locator("li.segment-turn").last
@@ -322,9 +341,11 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
         expect(payload).to_be_visible()
         expect(payload).to_contain_text('"turn": 1')
         assert_accessible(page, "run page (waterfall)")
-        page.get_by_role("heading", name="Why it is here").scroll_into_view_if_needed()
-        page.evaluate("window.scrollBy(0, -16)")
         shoot(page, "run-waterfall", tmp_path)
+        page.get_by_role("tab", name="Overview").click()
+        why = page.get_by_role("list", name="Why it is here")
+        expect(why).to_contain_text("Attempt 1 lost its worker")
+        expect(why).to_contain_text("1 attempt(s) lost their worker")
         data = stack.gql(
             tenant, "query($id: ID!) { run(id: $id) { lostAttempts } }", {"id": run_id}
         )
@@ -353,7 +374,7 @@ def test_360_px_wide_without_sideways_scrolling(
     sign_in(page, tenant, path)
     expect(page.locator("main h1").first).to_be_visible()
     if path.startswith("/runs/") and path != "/runs/new":
-        expect(page.get_by_role("list", name="Waterfall")).to_be_visible()
+        expect(page.get_by_role("list", name="Why it is here")).to_be_visible()
     if path == "/runs":
         expect(page.locator("tbody tr")).to_have_count(1)
     overflow = page.evaluate(
@@ -364,34 +385,56 @@ def test_360_px_wide_without_sideways_scrolling(
 
 
 def test_every_screen_has_no_serious_accessibility_violation(
-    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack, tmp_path: Path
 ) -> None:
+    """axe-core on every screen, in light and dark, at 1440 px and at 390 px (a phone: the
+    filters fold, the lists become cards); at 390 x 844 each screen is also photographed (kept
+    only with OUTLIVE_SCREENSHOTS)."""
     page.goto("/")
     expect(page.get_by_role("button", name="Sign in")).to_be_visible()
     assert_accessible(page, "sign in")
     done = stack.start_run(tenant, turns=2, delayMs=0)
     stack.wait_settled(tenant, done)
     sign_in(page, tenant, "/runs")
-    for path, heading in (
-        ("/runs", "Runs"),
-        (f"/runs/{done}", None),
-        ("/runs/new", "Start a run"),
-        ("/replays", "Replays"),
-        ("/agents", "Agents"),
-        ("/queue", "Queue"),
-        ("/webhooks", "Webhooks"),
-        ("/invitations", "Invitations"),
-        ("/usage", "Usage"),
-        ("/nowhere", "Not found"),
-    ):
-        page.goto(path)
-        if heading:
-            expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
-        else:
-            expect(page.get_by_role("list", name="Waterfall")).to_be_visible()
-        for theme in ("light", "dark"):
-            page.emulate_media(color_scheme=theme)
-            assert_accessible(page, f"{path} ({theme})")
+    screens = (
+        ("/runs", "Runs", "runs"),
+        (f"/runs/{done}", None, "run"),
+        (f"/runs/{done}?tab=steps", None, "run-steps"),
+        (f"/runs/{done}?tab=waterfall", None, "run-waterfall-tab"),
+        (f"/runs/{done}?tab=events", None, "run-events"),
+        ("/runs/new", "Start a run", "start-run"),
+        ("/awaiting", "Awaiting input", "awaiting"),
+        ("/replays", "Replays", "replays"),
+        ("/agents", "Agents", "agents"),
+        ("/queue", "Queue", "queue"),
+        ("/webhooks", "Webhooks", "webhooks"),
+        ("/invitations", "Invitations", "invitations"),
+        ("/usage", "Usage", "usage"),
+        ("/runs/ffff0000", "Run not found", "run-not-found"),
+        ("/nowhere", "Not found", "not-found"),
+    )
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        for path, heading, name in screens:
+            page.goto(path)
+            if heading:
+                expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
+            else:
+                expect(page.get_by_role("tabpanel")).to_be_visible()
+            for theme in ("light", "dark"):
+                page.emulate_media(color_scheme=theme)
+                assert_accessible(page, f"{path} ({theme}, {width} px)")
+            if width == 390:
+                page.emulate_media(color_scheme="light")
+                shoot(page, f"mobile-{name}", tmp_path)
+    page.goto("/runs")
+    # at 390 px the filters are folded away and the rows are cards
+    expect(page.get_by_role("group", name="Status")).to_be_hidden()
+    page.locator(".filters-fold > summary").click()
+    expect(page.get_by_role("group", name="Status")).to_be_visible()
+    row = page.locator(f'tr[data-run-id="{done}"]')
+    assert row.evaluate("(tr) => getComputedStyle(tr).display") == "block"
+    page.set_viewport_size({"width": 1440, "height": 900})
     # the agents screen counts the run above: one run in 24 h, all succeeded
     page.goto("/agents")
     demo = page.get_by_role("article", name="Agent demo")

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import Contexts
+from tests.browser.conftest import Contexts, assert_accessible
 from tests.browser.stack import Stack, Tenant
 
 pytestmark = pytest.mark.browser
@@ -63,12 +63,13 @@ def test_a_demo_run_goes_queued_running_succeeded_without_a_reload(
     assert page.evaluate("window.__statuses") == ["QUEUED", "RUNNING", "SUCCEEDED"]
     assert page.evaluate("window.__noReload") is True
 
+    expect(page.get_by_label("Output")).to_contain_text('"turns": 3')
+    page.get_by_role("tab", name="Events").click()
     timeline = page.get_by_role("list", name="Timeline")
     # claimed, then a turn and its durable step 3 times, then succeeded
     expect(timeline.get_by_role("listitem")).to_have_count(8)
     expect(timeline.locator("li.event-step")).to_have_count(3)
     expect(timeline.get_by_role("listitem").last).to_contain_text("succeeded")
-    expect(page.get_by_label("Output")).to_contain_text('"turns": 3')
     expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
 
 
@@ -78,9 +79,14 @@ def test_cancel_a_running_run(page: Page, tenant: Tenant, sign_in: SignIn, stack
     status = page.get_by_test_id("run-status")
     expect(status).to_have_text("RUNNING", timeout=20_000)
     # a turn or two on the timeline: the run is really under way
+    page.get_by_role("tab", name="Events").click()
     expect(page.get_by_role("list", name="Timeline")).to_contain_text("turn", timeout=10_000)
 
     page.get_by_role("button", name="Cancel run").click()
+    confirm = page.get_by_role("group", name="Cancel this run?")
+    expect(confirm.get_by_role("button", name="Yes, cancel it")).to_be_focused()
+    assert stack.run_status(run_id) == "RUNNING"  # nothing happens before the confirmation
+    confirm.get_by_role("button", name="Yes, cancel it").click()
     expect(status).to_have_text("CANCELLED", timeout=20_000)
     expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
     expect(page.get_by_role("list", name="Timeline").get_by_role("listitem").last).to_contain_text(
@@ -163,3 +169,28 @@ def test_the_list_follows_a_run_by_asking_for_that_run_alone_with_persisted_quer
     gets = [entry for entry in during if entry[0] == "GET"]
     assert gets, during
     assert not any(has_query for _, _, has_query in gets), during  # the hash, never the text
+
+
+def test_a_short_id_finds_its_run_and_a_bad_one_gets_a_page_with_a_way_back(
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
+) -> None:
+    run_id = stack.start_run(tenant, turns=1, delayMs=0)
+    stack.wait_settled(tenant, run_id)
+    sign_in(page, tenant, "/runs")
+    page.get_by_role("searchbox", name="Run id").fill(run_id[:8])  # the short id the list shows
+    page.get_by_role("button", name="Open").click()
+    expect(page).to_have_url(re.compile(f"/runs/{run_id}$"))  # the address gets the full id
+    expect(page.get_by_test_id("run-status")).to_have_text("SUCCEEDED")
+
+    page.goto(f"/runs/{run_id[:6]}")
+    expect(page).to_have_url(re.compile(f"/runs/{run_id}$"))
+
+    other = "0000" if not run_id.startswith("0000") else "ffff"
+    page.goto(f"/runs/{other}")
+    expect(page.get_by_role("heading", name="Run not found")).to_be_visible()
+    assert_accessible(page, "run not found")
+    page.goto("/runs/not-an-id!")
+    expect(page.get_by_role("heading", name="Run not found")).to_be_visible()
+    expect(page.get_by_role("alert")).to_contain_text("is not the start of a run id")
+    page.get_by_role("link", name="← All runs").click()
+    expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()

@@ -58,14 +58,17 @@ def test_every_screen_renders_with_named_controls(
     page.get_by_role("link", name=f"Run {done}").click()
     expect(page.get_by_test_id("run-status")).to_have_text("SUCCEEDED")
     # claimed, then a turn and its durable step 4 times, then succeeded
+    page.get_by_role("tab", name="Events").click()
     expect(page.get_by_role("list", name="Timeline").get_by_role("listitem")).to_have_count(10)
     shoot(page, "run-detail", tmp_path, full_page=True)
 
     page.goto(f"/runs/{running}")
     expect(page.get_by_role("button", name="Cancel run")).to_be_enabled()
+    page.get_by_role("tab", name="Events").click()
     expect(page.get_by_role("list", name="Timeline")).to_contain_text("turn")
     shoot(page, "run-running", tmp_path)
     page.get_by_role("button", name="Cancel run").click()
+    page.get_by_role("button", name="Yes, cancel it").click()
     expect(page.get_by_test_id("run-status")).to_have_text("CANCELLED")
 
     page.get_by_role("navigation", name="Main").get_by_role("link", name="New run").click()

@@ -257,7 +257,10 @@ async def invitation_expired_by_cron(w: World) -> Counter[Pair]:
     invitation_id = await invite(w)  # no worker: it stays PENDING
     async with w.sessions.unit() as uow:
         await uow.session.execute(
-            text("UPDATE invitations SET created_at = now() - interval '8 days' WHERE id = :id"),
+            text(
+                "UPDATE invitations SET created_at = now() - interval '8 days',"
+                " expires_at = now() - interval '1 day' WHERE id = :id"
+            ),
             {"id": invitation_id},
         )
     assert w.settings.redis_url is not None

@@ -92,7 +92,12 @@ async def test_a_signal_sent_during_the_wait_resumes_the_run_with_its_payload(
     assert waited.data["until"] is not None
     at = types(events).index("waiting")
     assert types(events)[at : at + 4] == ["waiting", "signal", "resumed", "claimed"]
-    assert events[at + 1].data == {"name": "approval"}
+    # the signal's payload and who sent it: the run's audit trail
+    assert events[at + 1].data == {
+        "name": "approval",
+        "payload": {"ok": True},
+        "by": tenant.principal.user.email,
+    }
     assert events[at + 2].data == {"by": "signal"}
     assert events[at + 3].data == {"attempt": 2}
     assert types(events)[-1] == "succeeded"

@@ -1,12 +1,18 @@
 import { StrictMode } from "react";
 import { createRoot } from "react-dom/client";
 import { App } from "./app/App";
+import { adoptInvitationFromLocation } from "./auth/invitation";
 import { adoptTokenFromLocation, watchOtherTabs } from "./auth/token";
 import "./styles.css";
 import { applyTheme, loadTheme } from "./ui/shell";
 
 adoptTokenFromLocation();
-window.addEventListener("hashchange", adoptTokenFromLocation); // a link followed within the page
+adoptInvitationFromLocation();
+window.addEventListener("hashchange", () => {
+  // a link followed within the page
+  adoptTokenFromLocation();
+  adoptInvitationFromLocation();
+});
 watchOtherTabs();
 
 applyTheme(loadTheme()); // before the first paint: no flash of the other theme

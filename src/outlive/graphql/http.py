@@ -28,6 +28,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
+from uuid import UUID
 
 import orjson
 import strawberry
@@ -39,6 +40,7 @@ from outlive.config import Settings
 from outlive.db import reads
 from outlive.db.reads import ResponseTooLarge
 from outlive.errors import BadUserInput, ServiceUnavailable
+from outlive.graphql import anonymous
 from outlive.graphql.coalescing import Coalescer, SharedExecutionCancelled
 from outlive.graphql.documents import Documents, Operation, Prepared
 from outlive.graphql.documents import Scope as ReadScope
@@ -83,6 +85,7 @@ class Answer:
     route: Route = Route.REFUSED
     has_errors: bool = True
     execution: str | None = None  # the shared execution that made it (random; coalesced reads)
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,12 @@ class Refused(Exception):
 def refusal(status: int, message: str, code: str = "BAD_USER_INPUT") -> Refused:
     """A refusal in the contract's error shape (strawberry's status and message for the same)."""
     return Refused(Answer(status, encode(error_payload(message, code))))
+
+
+def unauthenticated() -> Refused:
+    """401, as `app.py` answers a request without a token (`anonymous.py` lets one through)."""
+    body = encode(error_payload("missing bearer token", "UNAUTHENTICATED"))
+    return Refused(Answer(401, body, headers=((b"www-authenticate", b"Bearer"),)))
 
 
 def refused_with(errors: list[GraphQLError]) -> Refused:
@@ -138,14 +147,17 @@ class Pipeline:
             prepared = self._document(request, context)  # parsed and validated once per process
             name = request.operation_name
             operation = self._checked(request, prepared)  # known, allowed, valid
-            if operation.type is OperationType.MUTATION and context.require().is_run_reader:
+            if context.principal is None and not anonymous.is_anonymous(operation):
+                raise unauthenticated()  # no token: acceptInvitation only (`anonymous.py`)
+            reader = context.principal is not None and context.principal.is_run_reader
+            if operation.type is OperationType.MUTATION and reader:
                 raise refusal(401, "a run read token changes nothing", "UNAUTHENTICATED")
             declared, kind = operation.node.name, operation.type.value
             label = declared.value if declared is not None else None
             with observe_operation(label, kind, request.traceparent) as seen:
                 route, plan = choose_route(self, prepared, name)  # a plan, or graphql-core
                 work = Work(request, prepared, operation, route, plan)
-                async with self.gates.held(context.require().tenant.id) as gate:
+                async with self.gates.held(_gate_key(context)) as gate:
                     with reads.scoped(reads.ReadScope(gate, self.settings.max_response_bytes)):
                         answer = await self._executed(work, context)  # the tenant's share
                 seen.route, seen.ok = answer.route, not answer.has_errors
@@ -154,13 +166,17 @@ class Pipeline:
         await send_answer(send, answer)  # coded errors, JSON encoded once (`_answer`)
 
     def _document(self, request: Request, context: Context) -> Prepared:
+        principal = context.principal
+        if principal is None and not anonymous.may_try(request.query):
+            raise unauthenticated()
         try:
             prepared = request_document(
                 self.documents,
                 request.query,
                 request.extensions,
-                owner=context.require().tenant.id,  # a hash is found by its tenant only
-                persisted=self.settings.persisted_queries_max > 0,
+                # a hash is found by its tenant only; none for a request without a token
+                owner=principal.tenant.id if principal else anonymous.ANONYMOUS_OWNER,
+                persisted=self.settings.persisted_queries_max > 0 and principal is not None,
             )
         except PersistedQueryNotFound:
             raise refusal(200, "PersistedQueryNotFound", "PERSISTED_QUERY_NOT_FOUND") from None
@@ -418,7 +434,16 @@ async def send_answer(send: Send, answer: Answer) -> None:
     ]
     if answer.execution is not None:
         headers.append((EXECUTION_HEADER, answer.execution.encode()))
+    headers.extend(answer.headers)
     if answer.status == 503:  # PostgreSQL unreachable, or stopping: what `retryAfter` says too
         headers.append((b"retry-after", str(ServiceUnavailable().retry_after).encode()))
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body})
+
+
+ANONYMOUS_GATE = UUID(int=0)  # the read gate of the requests that carry no token (acceptInvitation)
+
+
+def _gate_key(context: Context) -> UUID:
+    """Whose reads a request's statements count against: its tenant's, or the anonymous ones'."""
+    return ANONYMOUS_GATE if context.principal is None else context.principal.tenant.id

@@ -21,7 +21,7 @@ from outlive.schema.runs import (
 from outlive.services import runs as runs_service
 from outlive.services import starts, waits
 from outlive.services.ratelimits import Bucket
-from outlive.services.runs import RunOrder, RunRecord, children
+from outlive.services.runs import RunOrder, RunRecord, children, lookup
 from outlive.services.runs.keys import start_options
 from outlive.services.tokens import create_run_read_token as create_run_read_token_for
 from outlive.workflows.reconcile import reconcile_runs
@@ -181,5 +181,13 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
             idempotency_key=input.idempotency_key,
             instances=s.instances,
             mailbox=waits.Mailbox(s.settings.signal_mailbox_max, s.settings.signal_mailbox_bytes),
+            sender=ctx.require().user.email,
         )
     return SignalRunPayload(run=Run.of(result.run), accepted=result.accepted)
+
+
+async def runs_by_id_prefix(info: Info, prefix: str, first: int = 10) -> list[Run]:
+    """The tenant's runs whose id starts with `prefix` (4 to 32 hex digits), newest first."""
+    ctx = info.context
+    found = await lookup.find_by_prefix(ctx.services.sessions, ctx.tenant_id, prefix, limit=first)
+    return [Run.of(r) for r in await _reconciled(ctx, found)] if found else []

@@ -22,7 +22,7 @@ from outlive.resolvers import tenants as tenant_fields
 from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
 from outlive.schema.agents import Agent
-from outlive.schema.invitations import Invitation
+from outlive.schema.invitations import AcceptInvitationPayload, Invitation
 from outlive.schema.nudges import Nudge
 from outlive.schema.outputs import OutputChunk
 from outlive.schema.replays import RunReplay
@@ -42,6 +42,11 @@ class Query:
     agents: list[Agent] = strawberry.field(resolver=tenant_fields.agents)
     run: Run | None = strawberry.field(resolver=run_fields.run)
     runs: RunConnection = strawberry.field(resolver=run_fields.runs)
+    runs_by_id_prefix: list[Run] = strawberry.field(
+        resolver=run_fields.runs_by_id_prefix,
+        description="The runs whose id starts with `prefix` (4 to 32 hex digits, dashes ignored), "
+        "newest first, at most `first` (20): the console's short ids.",
+    )
     webhook_endpoints: list[WebhookEndpoint] = strawberry.field(
         resolver=webhook_fields.webhook_endpoints
     )
@@ -78,6 +83,19 @@ class Mutation:
         resolver=webhook_fields.delete_webhook_endpoint
     )
     invite_member: Invitation = strawberry.mutation(resolver=invitation_fields.invite_member)
+    accept_invitation: AcceptInvitationPayload = strawberry.mutation(
+        resolver=invitation_fields.accept_invitation,
+        description="No bearer token: the emailed code is the credential (single use, expiring "
+        "with the invitation). A refused code answers BAD_USER_INPUT with extensions.reason.",
+    )
+    revoke_invitation: Invitation = strawberry.mutation(
+        resolver=invitation_fields.revoke_invitation,
+        description="Its code stops working; an accepted invitation cannot be revoked.",
+    )
+    resend_invitation: Invitation = strawberry.mutation(
+        resolver=invitation_fields.resend_invitation,
+        description="Sends it again with a new code and a new week (the old link stops working).",
+    )
     retry_run: StartRunPayload = strawberry.mutation(
         resolver=replay_fields.retry_run,
         description="A new run with the same agent and input (or `input`, validated as for "

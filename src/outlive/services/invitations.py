@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
+from urllib.parse import quote, urlencode
 from uuid import UUID
 
 from sqlalchemy import text
@@ -28,6 +29,7 @@ from sqlalchemy import text
 from outlive.db.models import Invitation, InvitationStatus
 from outlive.db.raw import prepare
 from outlive.db.tx import Db, UnitOfWork
+from outlive.errors import BadUserInput, NotFound
 from outlive.ids import InvitationId, TenantId, UserId
 from outlive.services.addresses import parse_address
 
@@ -48,6 +50,8 @@ class InvitationRecord:
     updated_at: datetime
     tenant_id: TenantId
     dispatched_at: datetime | None
+    expires_at: datetime
+    accepted_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,8 @@ def _record(i: Mapping[str, Any]) -> InvitationRecord:
         updated_at=i["updated_at"],
         tenant_id=TenantId(i["tenant_id"]),
         dispatched_at=i["dispatched_at"],
+        expires_at=i["expires_at"],
+        accepted_at=i["accepted_at"],
     )
 
 
@@ -183,7 +189,10 @@ async def take_pending(uow: UnitOfWork, invitation_id: InvitationId) -> Outgoing
 
 
 def compose(outgoing: Outgoing, *, sender: str, public_url: str) -> EmailMessage:
-    link = f"{public_url.rstrip('/')}/#invitation={outgoing.token}"
+    # The tenant's name and the address ride along for the accept screen to say whose tenant
+    # it is before anything is sent; the code alone decides what accepting does.
+    about = urlencode({"tenant": outgoing.tenant_name, "email": outgoing.email}, quote_via=quote)
+    link = f"{public_url.rstrip('/')}/#invitation={outgoing.token}&{about}"
     message = EmailMessage()
     message["From"] = sender
     message["To"] = outgoing.email
@@ -239,12 +248,11 @@ async def finish(
     return True
 
 
-EXPIRE_AFTER_DAYS = 7
 _EXPIRE = prepare(
     text(
         """UPDATE invitations SET status = 'EXPIRED', updated_at = now() WHERE id IN (
-             SELECT id FROM invitations WHERE status IN ('PENDING', 'FAILED')
-               AND created_at < now() - make_interval(days => :days)
+             SELECT id FROM invitations WHERE status IN ('PENDING', 'SENT', 'FAILED')
+               AND expires_at < now()
              LIMIT :batch FOR UPDATE SKIP LOCKED)
            RETURNING id, tenant_id"""
     )
@@ -252,8 +260,163 @@ _EXPIRE = prepare(
 
 
 async def expire_batch(uow: UnitOfWork, *, batch: int = 500) -> int:
-    """PENDING or FAILED invitations older than 7 days become EXPIRED (one batch)."""
-    rows = await uow.all(_EXPIRE, days=EXPIRE_AFTER_DAYS, batch=batch)
+    """PENDING, SENT or FAILED invitations past their `expires_at` (7 days after they were made
+    or last resent) become EXPIRED (one batch)."""
+    rows = await uow.all(_EXPIRE, batch=batch)
     for row in rows:
         uow.nudge("invitation.updated", row["id"], tenant_id=row["tenant_id"])
     return len(rows)
+
+
+# --- accept, revoke, resend (contract §4.1) ----------------------------------------------------
+
+
+class InvitationRefused(BadUserInput):
+    """An invitation code that cannot be used, with why: `unknown`, `expired`, `revoked`,
+    `accepted` (used already) or `unsent` (not sent yet, or its sending failed)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    @property
+    def extensions(self) -> dict[str, object]:
+        return {"reason": self.reason}
+
+
+_REFUSALS = {
+    "unknown": "This invitation code is not valid: ask for a new invitation.",
+    "expired": "This invitation has expired: ask whoever invited you to send it again.",
+    "revoked": "This invitation was revoked: ask whoever invited you for a new one.",
+    "accepted": "This invitation was already accepted: sign in with your API token.",
+    "unsent": "This invitation was not sent yet: use the link in the email once it arrives.",
+}
+
+# Only a SENT invitation's code is the one its email carries (each send draws a new one, and a
+# resend draws one more), and only before `expires_at`; the row lock makes the code single use.
+_TAKE_CODE = prepare(
+    text(
+        "UPDATE invitations SET status = 'ACCEPTED', accepted_at = now(), updated_at = now()"
+        " WHERE token_hash = :token_hash AND status = 'SENT' AND expires_at > now()"
+        " RETURNING invitations.id, invitations.tenant_id, invitations.email,"
+        " (SELECT slug FROM tenants WHERE tenants.id = invitations.tenant_id) AS slug"
+    )
+)
+_CODE_STATUS = prepare(
+    text(
+        "SELECT status, expires_at <= now() AS is_expired FROM invitations"
+        " WHERE token_hash = :token_hash"
+    )
+)
+_MARK_ACCEPTED_BY = prepare(
+    text("UPDATE invitations SET accepted_by = :user_id WHERE id = :invitation_id")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    invitation_id: InvitationId
+    tenant_slug: str
+    email: str
+
+
+async def take_code(uow: UnitOfWork, code: str) -> Accepted:
+    """Mark the invitation whose emailed code this is ACCEPTED (once), or `InvitationRefused`.
+    The caller makes the user and the token in the same unit (`record_acceptance`)."""
+    token_hash = hashlib.sha256(code.strip().encode()).digest() if 0 < len(code) <= 200 else b""
+    row = await uow.one(_TAKE_CODE, token_hash=token_hash)
+    if row is None:
+        raise _refusal(await uow.one(_CODE_STATUS, token_hash=token_hash))
+    uow.nudge("invitation.updated", row["id"], tenant_id=row["tenant_id"])
+    return Accepted(InvitationId(row["id"]), row["slug"], row["email"])
+
+
+def _refusal(row: Mapping[str, Any] | None) -> InvitationRefused:
+    if row is None:
+        reason = "unknown"
+    elif row["status"] in ("EXPIRED", "REVOKED", "ACCEPTED"):
+        reason = row["status"].lower()
+    elif row["is_expired"]:
+        reason = "expired"
+    else:
+        reason = "unsent"
+    return InvitationRefused(reason, _REFUSALS[reason])
+
+
+async def record_acceptance(uow: UnitOfWork, invitation_id: InvitationId, user_id: UserId) -> None:
+    await uow.execute(_MARK_ACCEPTED_BY, invitation_id=invitation_id, user_id=user_id)
+
+
+_REVOKE = prepare(
+    text(
+        "UPDATE invitations SET status = 'REVOKED', updated_at = now()"
+        " WHERE id = :invitation_id AND tenant_id = :tenant_id AND status <> 'ACCEPTED'"
+        " RETURNING *"
+    ).columns(*_COLUMNS)
+)
+_ONE = prepare(
+    text("SELECT * FROM invitations WHERE id = :invitation_id AND tenant_id = :tenant_id").columns(
+        *_COLUMNS
+    )
+)
+
+
+async def revoke(uow: UnitOfWork, invitation_id: InvitationId) -> InvitationRecord:
+    """REVOKED: its code no longer works, and a send still due is not made. An accepted one
+    cannot be revoked (BAD_USER_INPUT); another tenant's id is NOT_FOUND."""
+    tenant_id = uow.require_tenant()
+    row = await uow.one(_REVOKE, invitation_id=invitation_id, tenant_id=tenant_id)
+    if row is None:
+        await _existing(uow, invitation_id, tenant_id)
+        raise BadUserInput("this invitation was accepted: it can no longer be revoked")
+    invitation = _record(row)
+    uow.nudge("invitation.updated", invitation.id)
+    _dispatch_after_commit(uow, tenant_id)  # a send it held a place for frees that place
+    return invitation
+
+
+async def _existing(
+    uow: UnitOfWork, invitation_id: InvitationId, tenant_id: UUID
+) -> InvitationRecord:
+    row = await uow.one(_ONE, invitation_id=invitation_id, tenant_id=tenant_id)
+    if row is None:
+        raise NotFound("there is no such invitation in this tenant")
+    return _record(row)
+
+
+# Back to PENDING with a fresh (unknown) code, a new week and no attempts: sent again by the job.
+# Unless the address already has a PENDING invitation (the partial unique index): that one goes.
+_RESEND = prepare(
+    text(
+        "UPDATE invitations SET status = 'PENDING', token_hash = :token_hash, attempts = 0,"
+        " last_error = NULL, sent_at = NULL, dispatched_at = NULL, updated_at = now(),"
+        " expires_at = now() + interval '7 days', relay_after = now() + interval '10 seconds'"
+        " WHERE id = :invitation_id AND tenant_id = :tenant_id"
+        " AND status IN ('SENT', 'FAILED', 'EXPIRED', 'REVOKED')"
+        " AND NOT EXISTS (SELECT 1 FROM invitations p WHERE p.tenant_id = :tenant_id"
+        " AND p.email = invitations.email AND p.status = 'PENDING')"
+        " RETURNING *"
+    ).columns(*_COLUMNS)
+)
+
+
+async def resend(uow: UnitOfWork, invitation_id: InvitationId) -> InvitationRecord:
+    """Send it again with a new code (the old link stops working) and a new week. A PENDING
+    one is being sent already, and an address with a PENDING invitation has that one: both are
+    handed back as they are. An accepted one cannot be resent (BAD_USER_INPUT)."""
+    tenant_id = uow.require_tenant()
+    row = await uow.one(
+        _RESEND,
+        invitation_id=invitation_id,
+        tenant_id=tenant_id,
+        token_hash=hashlib.sha256(secrets.token_bytes(32)).digest(),
+    )
+    if row is not None:
+        return _queue(uow, _record(row))
+    existing = await _existing(uow, invitation_id, tenant_id)
+    if existing.status is InvitationStatus.ACCEPTED:
+        raise BadUserInput("this invitation was accepted: there is nothing to resend")
+    if existing.status is InvitationStatus.PENDING:
+        return existing
+    pending = await uow.one(_PENDING, tenant_id=tenant_id, email=existing.email)
+    return existing if pending is None else _record(pending)

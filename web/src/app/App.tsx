@@ -2,12 +2,15 @@ import { ApolloProvider, useQuery } from "@apollo/client/react";
 import { useEffect, useState, useSyncExternalStore } from "react";
 import { createClient } from "../api/client";
 import { VIEWER } from "../api/documents/viewer";
+import { getInvitation, onInvitation } from "../auth/invitation";
 import { getPendingSwitch, getToken, markTokenAccepted, onPendingSwitch, onTokenChange, setToken } from "../auth/token";
+import { AcceptInvitation } from "../screens/AcceptInvitation";
 import { Agents } from "../screens/Agents";
+import { AwaitingInput } from "../screens/AwaitingInput";
 import { Invitations } from "../screens/Invitations";
 import { Queue } from "../screens/Queue";
 import { Replays } from "../screens/Replays";
-import { RunDetail } from "../screens/RunDetail";
+import { RunDetail } from "../screens/run/RunDetail";
 import { RunsList } from "../screens/RunsList";
 import { SignIn } from "../screens/SignIn";
 import { StartRun } from "../screens/StartRun";
@@ -26,6 +29,8 @@ function useToken(): string | null {
 export function App() {
   const token = useToken();
   const pending = useSyncExternalStore(onPendingSwitch, getPendingSwitch);
+  const invitation = useSyncExternalStore(onInvitation, getInvitation);
+  if (invitation) return <AcceptInvitation link={invitation} />;
   if (!token) return <SignIn />;
   if (pending) return <SwitchTenant current={token} next={pending} />;
   // A new token is a new person or tenant: a fresh cache and a fresh socket.
@@ -47,6 +52,7 @@ function SignedIn() {
 const NAV = [
   { to: "/runs", label: "Runs", match: ["runs", "run"] },
   { to: "/runs/new", label: "New run", match: ["startRun"] },
+  { to: "/awaiting", label: "Awaiting input", match: ["awaiting"] },
   { to: "/queue", label: "Queue", match: ["queue"] },
   { to: "/replays", label: "Replays", match: ["replays"] },
   { to: "/agents", label: "Agents", match: ["agents"] },
@@ -160,6 +166,8 @@ function Screen({ route }: { route: ReturnType<typeof matchRoute> }) {
       return <Agents />;
     case "queue":
       return <Queue />;
+    case "awaiting":
+      return <AwaitingInput />;
 
     case "notFound":
       return (

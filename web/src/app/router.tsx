@@ -30,11 +30,11 @@ export function useLocation(): { path: string; params: URLSearchParams } {
   return { path: url.pathname, params: url.searchParams };
 }
 
-export function navigate(to: string, options: { replace?: boolean } = {}): void {
+export function navigate(to: string, options: { replace?: boolean; keepScroll?: boolean } = {}): void {
   if (to === snapshot()) return;
   if (options.replace) window.history.replaceState(null, "", to);
   else window.history.pushState(null, "", to);
-  window.scrollTo({ top: 0 });
+  if (!options.keepScroll) window.scrollTo({ top: 0 });
   notify();
 }
 
@@ -69,6 +69,7 @@ export type Route =
   | { name: "replays" }
   | { name: "agents" }
   | { name: "queue" }
+  | { name: "awaiting" }
   | { name: "notFound" };
 
 export function matchRoute(path: string): Route {
@@ -83,5 +84,6 @@ export function matchRoute(path: string): Route {
   if (parts.length === 1 && parts[0] === "replays") return { name: "replays" };
   if (parts.length === 1 && parts[0] === "agents") return { name: "agents" };
   if (parts.length === 1 && parts[0] === "queue") return { name: "queue" };
+  if (parts.length === 1 && parts[0] === "awaiting") return { name: "awaiting" };
   return { name: "notFound" };
 }

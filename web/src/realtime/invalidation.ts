@@ -31,6 +31,7 @@ export type QueryKey =
 export const OPERATIONS = {
   Runs: "runs",
   Queue: "runs", // a runs list filtered by status (QUEUED)
+  AwaitingInput: "runs", // a runs list filtered by status (WAITING)
   RunDetail: "run",
   RunWhy: "run",
   RunTimeline: "runEvents",

@@ -7,8 +7,15 @@ import { Link, navigate, useLocation } from "../app/router";
 import { filtersFromParams, isoOrNull, listUrl, type RunFilters, toLocalInput } from "./runFilters";
 import { CopyButton, ErrorNote, Loading, StatusBadge, When } from "../ui/common";
 import { formatDuration, shortId, timeZone } from "../ui/format";
+import { useNarrow } from "../ui/narrow";
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** The start of a run id, as the console shows it: 4 to 32 hex digits (dashes ignored). */
+export function isIdPrefix(value: string): boolean {
+  const digits = value.trim().replace(/-/g, "");
+  return /^[0-9a-f]{4,32}$/i.test(digits);
+}
 
 function emptyText(filters: RunFilters): string {
   if (!filters.status.length && !filters.agent && !filters.from && !filters.to) return "No runs yet.";
@@ -21,6 +28,7 @@ function emptyText(filters: RunFilters): string {
  * the URL holds it all. */
 export function RunsList() {
   const { params } = useLocation();
+  const narrow = useNarrow();
   const filters = filtersFromParams(params);
   const { status, agent, after, from, to, order } = filters;
   const newestFirst = order === "NEWEST_FIRST";
@@ -45,14 +53,15 @@ export function RunsList() {
   const onSearch = (event: FormEvent) => {
     event.preventDefault();
     const id = search.trim();
-    if (UUID.test(id)) {
+    if (UUID.test(id) || isIdPrefix(id)) {
       setSearchError(null);
-      navigate(`/runs/${id.toLowerCase()}`);
+      navigate(`/runs/${id.toLowerCase()}`); // a short id is looked up there (runsByIdPrefix)
     } else {
-      setSearchError("Paste a whole run id (a UUID such as 0b6c1f4e-7f3e-4d0e-9a55-1d2b3c4d5e6f).");
+      setSearchError("Paste a run id, or its first 4 or more characters (such as 0b6c1f4e).");
     }
   };
   const edges = data?.runs.edges ?? [];
+  const filtered = status.length > 0 || Boolean(agent || from || to);
 
   return (
     <section aria-labelledby="runs-heading">
@@ -73,7 +82,7 @@ export function RunsList() {
           <input
             id="run-search"
             type="search"
-            placeholder="Paste a run id"
+            placeholder="Run id or short id"
             value={search}
             aria-invalid={searchError ? true : undefined}
             aria-describedby={searchError ? "run-search-error" : undefined}
@@ -88,6 +97,10 @@ export function RunsList() {
         </div>
         <button type="submit">Open</button>
       </form>
+      <details className="filters-fold" open={!narrow || filtered}>
+      <summary>
+        Filters{filtered ? " (on)" : ""}
+      </summary>
       <div className="filters">
         <fieldset className="checks status-filter">
           <legend>Status</legend>
@@ -142,6 +155,7 @@ export function RunsList() {
           </button>
         )}
       </div>
+      </details>
       {error && <ErrorNote error={error} />}
       {!data && loading && <Loading />}
       {data && edges.length === 0 && (
@@ -158,7 +172,7 @@ export function RunsList() {
               <th scope="col">Run</th>
               <th scope="col">Agent</th>
               <th scope="col">Status</th>
-              <th scope="col" className="col-optional">Attempt</th>
+              <th scope="col" className="col-optional" title="claims by a worker: resumes and retries alike">Claims</th>
               <th scope="col" aria-sort={newestFirst ? "descending" : "ascending"}>
                 <button
                   type="button"
@@ -176,24 +190,24 @@ export function RunsList() {
           <tbody>
             {edges.map(({ node: run }) => (
               <tr key={run.id} data-run-id={run.id}>
-                <td>
+                <td data-label="Run">
                   <Link to={`/runs/${run.id}`} className="mono" aria-label={`Run ${run.id}`}>
                     {shortId(run.id)}
                   </Link>{" "}
                   <CopyButton value={run.id} label={`Copy run id ${shortId(run.id)}`} />
                 </td>
-                <td>{run.agent}</td>
-                <td>
+                <td data-label="Agent">{run.agent}</td>
+                <td data-label="Status">
                   <StatusBadge status={run.status} />
                   {run.cancelRequestedAt && run.status === "RUNNING" && (
                     <span className="muted small"> cancelling</span>
                   )}
                 </td>
-                <td className="col-optional">{run.attempt}</td>
-                <td>
+                <td className="col-optional" data-label="Claims">{run.attempt}</td>
+                <td data-label="Created">
                   <When iso={run.createdAt} />
                 </td>
-                <td className="col-optional">{formatDuration(run.startedAt, run.finishedAt)}</td>
+                <td className="col-optional" data-label="Duration">{formatDuration(run.startedAt, run.finishedAt)}</td>
               </tr>
             ))}
           </tbody>

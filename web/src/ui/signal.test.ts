@@ -39,3 +39,13 @@ describe("approvalInput", () => {
     );
   });
 });
+
+describe("Reject", () => {
+  it("sends the reason only when one was given, under Approve's key", async () => {
+    const { rejectionInput, approvalInput } = await import("./signal");
+    const run = { id: "r", attempt: 2 };
+    expect(rejectionInput(run, "  ")).toEqual(approvalInput(run, false));
+    expect(rejectionInput(run, " too costly ").payload).toEqual({ approved: false, reason: "too costly" });
+    expect(rejectionInput(run, "x").idempotencyKey).toBe(approvalInput(run, true).idempotencyKey);
+  });
+});

@@ -53,3 +53,10 @@ export function approvalInput(run: { id: string; attempt: number }, approved: bo
 }
 
 export const NOT_ACCEPTED = "Not accepted: the run had settled, or this key was already used. Nothing was delivered.";
+
+/** Reject: `{approved: false}`, with the reason when one was given; the same key as Approve. */
+export function rejectionInput(run: { id: string; attempt: number }, reason: string): SignalInput {
+  const input = approvalInput(run, false);
+  const why = reason.trim();
+  return why ? { ...input, payload: { approved: false, reason: why } } : input;
+}

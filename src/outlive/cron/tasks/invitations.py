@@ -1,4 +1,4 @@
-"""`*/10 * * * *`: PENDING or FAILED invitations older than 7 days become EXPIRED."""
+"""`*/10 * * * *`: PENDING, SENT or FAILED invitations past their `expires_at` become EXPIRED."""
 
 from __future__ import annotations
 

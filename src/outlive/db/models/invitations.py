@@ -18,17 +18,22 @@ class InvitationStatus(enum.StrEnum):
     SENT = "SENT"
     FAILED = "FAILED"
     EXPIRED = "EXPIRED"
+    ACCEPTED = "ACCEPTED"  # its code made a user and a token (acceptInvitation)
+    REVOKED = "REVOKED"  # revoked before it was accepted: its code no longer works
 
 
 class Invitation(Base):
     __tablename__ = "invitations"
     __table_args__ = (
-        CheckConstraint("status IN ('PENDING', 'SENT', 'FAILED', 'EXPIRED')", name="status"),
+        CheckConstraint(
+            "status IN ('PENDING', 'SENT', 'FAILED', 'EXPIRED', 'ACCEPTED', 'REVOKED')",
+            name="status",
+        ),
         Index("ix_invitations_tenant_newest", "tenant_id", text("created_at DESC")),
         Index(
-            "ix_invitations_expirable_created_at",
-            "created_at",
-            postgresql_where=text("status IN ('PENDING', 'FAILED')"),
+            "ix_invitations_expirable",
+            "expires_at",
+            postgresql_where=text("status IN ('PENDING', 'SENT', 'FAILED')"),
         ),
         Index(
             "ix_invitations_pending",
@@ -71,3 +76,7 @@ class Invitation(Base):
     sent_at: Mapped[datetime | None]
     dispatched_at: Mapped[datetime | None]  # admitted under the tenant's jobs cap
     relay_after: Mapped[datetime] = mapped_column(server_default=text(RELAY_FIRST_LOOK))
+    # 7 days after it was made or last resent; its code works until then (acceptInvitation).
+    expires_at: Mapped[datetime] = mapped_column(server_default=text("now() + interval '7 days'"))
+    accepted_at: Mapped[datetime | None]
+    accepted_by: Mapped[UUID | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))

@@ -39,7 +39,13 @@ WOKEN_SETS = (
 
 # The run waits for this name: the signal is taken by its wait, and the run is woken (QUEUED,
 # admitted at once unless its tenant is capped), with `signal` and `resumed {by: signal}`.
-_SIGNAL = ("'signal'", "jsonb_build_object('name', CAST(:name AS text))")
+# The `signal` event records the payload and who sent it (`by`: the email of the token's user):
+# the run's audit trail of its approvals.
+_SIGNAL = (
+    "'signal'",
+    "jsonb_build_object('name', CAST(:name AS text), 'payload', CAST(:payload AS jsonb),"
+    " 'by', CAST(:sender AS text))",
+)
 _RESUMED_BY_SIGNAL = ("'resumed'", """'{"by": "signal"}'::jsonb""")
 WAKE_BY_SIGNAL = prepare(
     text(

@@ -40,7 +40,7 @@ async def park_run(
 
 
 async def wake_by_signal(
-    uow: Unit, run: RunRecord, name: str, *, seq: int, payload: str
+    uow: Unit, run: RunRecord, name: str, *, seq: int, payload: str, sender: str | None = None
 ) -> RunRecord | None:
     """The run WAITING for signal `name` takes signal `seq` of its mailbox (its wait resolved
     with `payload`, JSON) and is woken: `signal`, then `resumed {by: signal}`. None when it no
@@ -52,6 +52,7 @@ async def wake_by_signal(
         name=name,
         seq=seq,
         payload=payload,
+        sender=sender,
         default_cap=0 if admission is None else admission.max_running_runs,
         agents=0 if admission is None else admission.agents,
     )
@@ -61,9 +62,13 @@ async def wake_by_signal(
     return to_record(moved)
 
 
-async def note_signal(uow: Unit, run_id: RunId, name: str) -> RunRecord:
+async def note_signal(
+    uow: Unit, run_id: RunId, name: str, *, payload: str, sender: str | None = None
+) -> RunRecord:
     """A signal kept in the mailbox: its `signal` event (the caller holds the run's row lock)."""
-    row = await uow.one(queries.SIGNAL_EVENT, run_id=run_id, name=name)
+    row = await uow.one(
+        queries.SIGNAL_EVENT, run_id=run_id, name=name, payload=payload, sender=sender
+    )
     assert row is not None  # noqa: S101 (the row is locked by the caller)
     return to_record(row)
 

@@ -185,6 +185,7 @@ async def signal_run(
     idempotency_key: str | None,
     instances: RunInstances,
     mailbox: Mailbox | None = None,
+    sender: str | None = None,
 ) -> SignalResult:
     """Deliver signal `name` to the unit's tenant's run: kept in its mailbox, and taken at once
     when the run is WAITING for that name (woken, and handed to the queue after the commit).
@@ -215,11 +216,13 @@ async def signal_run(
         return SignalResult(run, accepted=False)
     woken = None
     if taken_at_once:
-        woken = await runs.wake_by_signal(uow, run, name, seq=inserted["seq"], payload=encoded)
+        woken = await runs.wake_by_signal(
+            uow, run, name, seq=inserted["seq"], payload=encoded, sender=sender
+        )
     if woken is not None:
         _hand_after_commit(uow, woken, instances)
     else:
-        woken = await runs.note_signal(uow, run_id, name)
+        woken = await runs.note_signal(uow, run_id, name, payload=encoded, sender=sender)
     uow.nudge("run.event", run_id, tenant_id=tenant_id)
     return SignalResult(woken, accepted=True)
 

@@ -10,6 +10,8 @@ export {
   RunDetailDocument as RUN_DETAIL,
   RunFieldsFragmentDoc as RUN_FIELDS,
   QueueDocument as QUEUE,
+  AwaitingInputDocument as AWAITING_INPUT,
+  RunsByIdPrefixDocument as RUNS_BY_ID_PREFIX,
   RunsDocument as RUNS,
   RunWhyDocument as RUN_WHY,
   RunTimelineDocument as RUN_TIMELINE,

@@ -1,0 +1,83 @@
+import { useApolloClient, useQuery } from "@apollo/client/react";
+import { useEffect, useRef, useState } from "react";
+import { RUN_STEPS, STEPS_PAGE } from "../../api/documents/runs";
+import { lastStepSeq } from "../../realtime/timeline";
+import { ErrorNote, Loading } from "../../ui/common";
+import { formatTime } from "../../ui/format";
+import { EVENTS_WINDOW } from "./events";
+
+/**
+ * A run's durable steps, one row each, in completion order: a step is recorded once, when it
+ * completes, whatever attempt ran it (a later attempt replays it from the journal, it does not
+ * run it again). A long list arrives a page at a time and draws a window at a time.
+ */
+export function StepsPanel({ id }: { id: string }) {
+  const client = useApolloClient();
+  const { data, error, loading } = useQuery(RUN_STEPS, { variables: { id, after: 0 } });
+  const steps = data?.run?.steps ?? [];
+  const asked = useRef(-1);
+  const [shown, setShown] = useState(EVENTS_WINDOW);
+
+  useEffect(() => {
+    const last = lastStepSeq(data);
+    if (loading || steps.length === 0 || steps.length % STEPS_PAGE !== 0 || asked.current === last) return;
+    asked.current = last;
+    void client
+      .query({ query: RUN_STEPS, variables: { id, after: last }, fetchPolicy: "network-only" })
+      .catch(() => undefined);
+  }, [client, id, data, steps.length, loading]);
+
+  return (
+    <section className="panel" aria-labelledby="steps-heading">
+      <h2 id="steps-heading">
+        Steps <span className="muted small">({steps.length} completed)</span>
+      </h2>
+      {error && <ErrorNote error={error} />}
+      {!data && loading && <Loading />}
+      {data && steps.length === 0 && (
+        <p className="muted">
+          No durable step completed yet (an agent's steps are its <code>ctx.step</code> calls).
+        </p>
+      )}
+      {steps.length > 0 && (
+        <table className="table steps" aria-label="Steps">
+          <thead>
+            <tr>
+              <th scope="col" className="col-optional">#</th>
+              <th scope="col">Step</th>
+              <th scope="col">Attempt</th>
+              <th scope="col">Completed</th>
+            </tr>
+          </thead>
+          <tbody>
+            {steps.slice(0, shown).map((step) => (
+              <tr key={step.seq} data-seq={step.seq} data-testid="step">
+                <td className="mono col-optional">{step.seq}</td>
+                <td className="mono">
+                  {step.name} <span className="muted small" title="occurrence: its calls of this name so far">#{step.occurrence}</span>
+                </td>
+                <td>{step.attempt}</td>
+                <td>
+                  <time dateTime={step.completedAt} title={step.completedAt}>
+                    {formatTime(step.completedAt)}
+                  </time>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {steps.length > shown && (
+        <p className="actions">
+          <span className="muted small">
+            Showing {shown} of {steps.length}.
+          </span>{" "}
+          <button type="button" onClick={() => setShown((n) => n + EVENTS_WINDOW)}>
+            Show {Math.min(EVENTS_WINDOW, steps.length - shown)} more
+          </button>
+        </p>
+      )}
+    </section>
+  );
+}
+

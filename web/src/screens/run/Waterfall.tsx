@@ -1,0 +1,134 @@
+import { useState } from "react";
+import { JsonDetails } from "../../ui/common";
+import { formatTime } from "../../ui/format";
+import { type Band, END_WORDS, formatMs, RESUMED_WORDS, type TimelineEvent, type WaitBand, type Waterfall } from "../../ui/waterfall";
+import { Words } from "./Words";
+
+function pct(value: number, span: number): string {
+  return `${Math.min(100, Math.max(0, (value / span) * 100)).toFixed(3)}%`;
+}
+
+function Bar({ offset, duration, span, className, alive }: { offset: number; duration: number; span: number; className: string; alive?: number | null }) {
+  const width = Math.max((duration / span) * 100, 0.6);
+  const aliveShare = alive != null && duration > 0 ? Math.min(100, (alive / duration) * 100) : null;
+  return (
+    <div className="track" aria-hidden="true">
+      <div
+        className={`bar-band ${className}`}
+        style={{
+          left: pct(offset, span),
+          width: `${Math.min(width, 100)}%`,
+          ...(aliveShare !== null ? { ["--alive" as string]: `${aliveShare}%` } : {}),
+        }}
+      />
+    </div>
+  );
+}
+
+function BandRow({ band, span }: { band: Band; span: number }) {
+  return (
+    <li className={`band band-${band.end}`} data-attempt={band.attempt} data-end={band.end}>
+      <div className="band-head">
+        <span className="band-name">Attempt {band.attempt}</span>
+        <span className={`badge badge-end-${band.end}`}>{END_WORDS[band.end]}</span>
+        <span className="muted small">
+          +{formatMs(band.offset)} · {formatMs(band.duration)}
+          {band.alive !== null && ` (silent after ${formatMs(band.alive)})`}
+        </span>
+      </div>
+      <Bar offset={band.offset} duration={band.duration} span={span} className={`bar-${band.end}`} alive={band.alive} />
+      {band.segments.length > 0 && <Segments band={band} span={span} />}
+      {band.endData !== null && band.end !== "succeeded" && <JsonDetails value={band.endData} label={`Attempt ${band.attempt} end`} />}
+    </li>
+  );
+}
+
+function WaitRow({ wait, span }: { wait: WaitBand; span: number }) {
+  const what = wait.for ? `Waiting for \`${wait.for}\`` : "Sleeping";
+  const end = wait.by === null ? "still waiting" : (RESUMED_WORDS[wait.by] ?? wait.by);
+  return (
+    <li className="band band-wait" data-end="wait" data-by={wait.by ?? ""}>
+      <div className="band-head">
+        <span className="band-name">
+          <Words text={what} />
+        </span>
+        <span className="badge badge-waiting">{end}</span>
+        <span className="muted small">
+          +{formatMs(wait.offset)} · {formatMs(wait.duration)}
+          {wait.until && ` · until ${formatTime(wait.until)}`}
+          {wait.signals.length > 0 && ` · signal ${wait.signals.join(", ")}`}
+        </span>
+      </div>
+      <Bar offset={wait.offset} duration={wait.duration} span={span} className="bar-wait" />
+    </li>
+  );
+}
+
+export function WaterfallPanel({ waterfall, events }: { waterfall: Waterfall; events: readonly TimelineEvent[] }) {
+  return (
+    <section className="panel" aria-labelledby="waterfall-heading">
+      <h2 id="waterfall-heading">
+        Waterfall <span className="muted small">({formatMs(waterfall.span)} from creation)</span>
+      </h2>
+      {events.length === 0 && waterfall.bands.length === 0 ? (
+        <p className="muted">Not claimed yet.</p>
+      ) : (
+        <ol className="waterfall" aria-label="Waterfall">
+          {waterfall.queued !== null && (
+            <li className="band band-queued" data-end="queued">
+              <div className="band-head">
+                <span className="band-name">Queued</span>
+                <span className="muted small">+0 ms · {formatMs(waterfall.queued)}</span>
+              </div>
+              <Bar offset={0} duration={waterfall.queued} span={waterfall.span} className="bar-queued" />
+            </li>
+          )}
+          {[
+            ...waterfall.bands.map((band) => ({ at: band.offset, order: 0, band, wait: null })),
+            ...waterfall.waits.map((wait) => ({ at: wait.offset, order: 1, band: null, wait })),
+          ]
+            .sort((a, b) => a.at - b.at || a.order - b.order)
+            .map((row) =>
+              row.band ? (
+                <BandRow key={`a-${row.band.attempt}-${row.band.offset}`} band={row.band} span={waterfall.span} />
+              ) : (
+                <WaitRow key={`w-${row.wait!.seq}`} wait={row.wait!} span={waterfall.span} />
+              ),
+            )}
+        </ol>
+      )}
+    </section>
+  );
+}
+
+
+/** Segments open by themselves up to this many; a longer attempt folds (and draws nothing until opened). */
+export const SEGMENTS_OPEN = 12;
+
+function Segments({ band, span }: { band: Band; span: number }) {
+  const [open, setOpen] = useState(band.segments.length <= SEGMENTS_OPEN);
+  const steps = band.segments.filter((seg) => seg.type === "step").length;
+  return (
+    <details className="segments-fold" open={open} onToggle={(e) => setOpen(e.currentTarget.open)}>
+      <summary>
+        {band.segments.length} segment(s){steps > 0 && `, ${steps} durable step(s)`}
+      </summary>
+      {open && (
+        <ol className="segments" aria-label={`Attempt ${band.attempt} turns`}>
+          {band.segments.map((seg) => (
+            <li key={seg.seq} className={`segment segment-${seg.type}`} data-seq={seg.seq}>
+              <div className="band-head">
+                <span>{seg.label}</span>
+                <span className="muted small">
+                  +{formatMs(seg.offset)} · {formatMs(seg.duration)}
+                </span>
+              </div>
+              <Bar offset={seg.offset} duration={seg.duration} span={span} className={seg.type === "step" ? "bar-step" : "bar-segment"} />
+              <JsonDetails value={seg.data} label={`${seg.label} data`} />
+            </li>
+          ))}
+        </ol>
+      )}
+    </details>
+  );
+}

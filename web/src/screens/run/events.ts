@@ -1,0 +1,26 @@
+/** The Events tab's reading of a timeline: the types it holds, filtered by type, a window at a time. */
+
+export interface EventLike {
+  seq: number;
+  type: string;
+}
+
+/** How many rows the Events tab draws at first, and how many more each "Show more" adds. */
+export const EVENTS_WINDOW = 200;
+
+/** The event types present, each with its count, in the order first seen. */
+export function eventTypes(events: readonly EventLike[]): { type: string; count: number }[] {
+  const counts = new Map<string, number>();
+  for (const e of events) counts.set(e.type, (counts.get(e.type) ?? 0) + 1);
+  return [...counts].map(([type, count]) => ({ type, count }));
+}
+
+/** The events of `type` ("" for all), and the first `shown` of them. */
+export function windowEvents<T extends EventLike>(
+  events: readonly T[],
+  type: string,
+  shown: number,
+): { matching: number; rows: readonly T[] } {
+  const matching = type ? events.filter((e) => e.type === type) : events;
+  return { matching: matching.length, rows: matching.slice(0, shown) };
+}

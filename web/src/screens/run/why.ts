@@ -1,0 +1,78 @@
+import { attemptLabel, countAttempts } from "../../ui/attempts";
+import { formatRelative, formatTime, shortId } from "../../ui/format";
+import { APPROVAL } from "../../ui/signal";
+import { waitingDetail, waitingSentence } from "../../ui/waiting";
+import { formatMs, RESUMED_WORDS, type Waterfall } from "../../ui/waterfall";
+import type { DetailRun } from "./types";
+
+
+/** In words: why the run is where it is, from the fields the API gives and the timeline. */
+export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): string[] {
+  const lines: string[] = [];
+  if (run.retriedFromId) lines.push(`It retries run ${shortId(run.retriedFromId)}, with the same input.`);
+  switch (run.status) {
+    case "QUEUED":
+      lines.push(
+        run.waitingReason
+          ? `Waiting for a slot: ${run.waitingReason}.`
+          : `Queued ${formatRelative(run.createdAt, now)}, waiting for a worker to claim it.`,
+      );
+      break;
+    case "RUNNING": {
+      lines.push(`${attemptLabel(countAttempts(waterfall, run.retriesLeft))}: running.`);
+      if (run.heartbeatAt) {
+        lines.push(`Its worker was last heard from at ${formatTime(run.heartbeatAt)} (${formatRelative(run.heartbeatAt, now)}).`);
+      }
+      if (run.leaseExpiresAt) {
+        const left = new Date(run.leaseExpiresAt).getTime() - now;
+        lines.push(
+          left > 0
+            ? `Its lease runs out at ${formatTime(run.leaseExpiresAt)} unless the worker heartbeats first: if the worker stops answering, another worker takes the run over then.`
+            : `Its lease ran out at ${formatTime(run.leaseExpiresAt)} (${formatRelative(run.leaseExpiresAt, now)}) with no heartbeat: another worker takes the run over.`,
+        );
+      }
+      if (run.cancelRequestedAt) lines.push("Cancel was requested: it stops before its next turn.");
+      break;
+    }
+    case "WAITING":
+      lines.push(waitingSentence(run, now));
+      lines.push(waitingDetail(run));
+      if (run.waitingFor === APPROVAL) lines.push("Approve or Reject below sends it `{approved: true}` or `{approved: false}`.");
+      break;
+    case "SUCCEEDED":
+      lines.push(`It succeeded ${formatRelative(run.finishedAt, now)} (${attemptLabel(countAttempts(waterfall, run.retriesLeft))}).`);
+      break;
+    case "FAILED":
+      lines.push(`It failed ${formatRelative(run.finishedAt, now)}${run.error ? `: ${run.error}` : "."}`);
+      break;
+    case "CANCELLED":
+      lines.push(`It was cancelled ${formatRelative(run.finishedAt, now)}.`);
+      break;
+    default:
+      // A status newer than this app: say it as it is.
+      lines.push(`Its status is ${run.status}.`);
+  }
+  for (const wait of waterfall.waits) {
+    if (wait.by === null) continue; // the current wait: said above
+    const what = wait.for ? `waited for the signal \`${wait.for}\`` : "slept";
+    lines.push(`It ${what} for ${formatMs(wait.duration)}, then was ${RESUMED_WORDS[wait.by] ?? wait.by}.`);
+  }
+  for (const band of waterfall.bands) {
+    if (band.end === "lost") {
+      const silent = band.alive ?? 0;
+      lines.push(
+        `Attempt ${band.attempt} lost its worker: silent after ${formatMs(silent)}, taken over ${formatMs(band.duration)} after it was claimed.`,
+      );
+    } else if (band.end === "retrying") {
+      const error = (band.endData as { error?: unknown } | null)?.error;
+      lines.push(`Attempt ${band.attempt} hit a retryable fault${typeof error === "string" ? ` (${error})` : ""} and was retried.`);
+    }
+  }
+  if ((run.lostAttempts ?? 0) > 0) {
+    lines.push(
+      `${run.lostAttempts} attempt(s) lost their worker; they use up no retry, but a run fails after losing its worker 3 times.`,
+    );
+  }
+  return lines;
+}
+
