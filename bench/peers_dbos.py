@@ -28,7 +28,7 @@ from peers_work import body_done
 QUEUE = "peers"
 
 
-@DBOS.step()
+@DBOS.step()  # type: ignore[untyped-decorator, unused-ignore]  # dbos: only in `peers`
 async def peer_step(workflow: str, i: int, delay_ms: int, counter_file: str | None) -> int:
     if delay_ms:
         await asyncio.sleep(delay_ms / 1000)
@@ -36,7 +36,7 @@ async def peer_step(workflow: str, i: int, delay_ms: int, counter_file: str | No
     return i
 
 
-@DBOS.workflow(name="peer")
+@DBOS.workflow(name="peer")  # type: ignore[untyped-decorator, unused-ignore]
 async def peer(
     steps: int, delay_ms: int = 0, sleep_s: float = 0, counter_file: str | None = None
 ) -> dict[str, Any]:
