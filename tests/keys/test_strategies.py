@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from outlive.agents.demo import AGENT as DEMO
 from outlive.db.tx import Sessions
 from outlive.services.runs import RunRecord
 from tests.keys.support import read, rows, start
@@ -101,7 +102,7 @@ async def test_signal_existing_delivers_the_input_to_the_active_run(
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:  # type: ignore[attr-defined]
         done = await watch.until(first["run"]["id"], _settled, timeout=60)
     assert done.status == "SUCCEEDED"
-    assert done.output["signal"] == {**steer, "signalTimeoutS": 3600}  # the validated input
+    assert done.output["signal"] == DEMO.validate(steer)  # the validated input, defaults and all
     # With no active run, the same start is a new run with that input.
     third = await start(api, tenant.token, steer, key="s", onConflict="SIGNAL_EXISTING")
     assert third["created"] is True
