@@ -167,7 +167,10 @@ def _rowcount(status: str) -> int:
 
 
 async def raw_one(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> Row | None:
-    async with reads.reading() as scope, _connection(on) as connection:
+    async with (
+        reads.reading(gated=isinstance(on, asyncpg.Pool)) as scope,
+        _connection(on) as connection,
+    ):
         with reaching(connection):
             row: Row | None = await connection.fetchrow(st.sql, *st.args(params))
         if scope is not None and scope.charge(row):
@@ -177,7 +180,10 @@ async def raw_one(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: 
 
 
 async def raw_all(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> list[Row]:
-    async with reads.reading() as scope, _connection(on) as connection:
+    async with (
+        reads.reading(gated=isinstance(on, asyncpg.Pool)) as scope,
+        _connection(on) as connection,
+    ):
         with reaching(connection):
             rows: list[Row] = await connection.fetch(st.sql, *st.args(params))
         if scope is not None and scope.charge(rows):

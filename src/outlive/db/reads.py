@@ -106,15 +106,18 @@ def current() -> ReadScope | None:
 
 
 @asynccontextmanager
-async def reading() -> AsyncIterator[ReadScope | None]:
+async def reading(*, gated: bool = True) -> AsyncIterator[ReadScope | None]:
     """Around one statement on the pool: refused when the budget is spent, else run once a slot
-    of the tenant's gate is free."""
+    of the tenant's gate is free. Not `gated`: the statement runs on a connection its unit
+    already holds (a transaction's). It must not wait for a slot while it holds a connection:
+    with the slots taken by statements waiting for the pool, and the pool held by transactions
+    waiting for a slot, nobody would move (a 200-run burst of one tenant hung that way)."""
     scope = _scope.get()
     if scope is None:
         yield None
         return
     scope.check()
-    if scope.gate is None:
+    if scope.gate is None or not gated:
         yield scope
         return
     async with scope.gate:
