@@ -469,8 +469,8 @@ def test_start_a_run_from_the_json_editor_and_copy_it_as_curl(
     expect(editor).to_have_value(re.compile(r'"turns": 3'))  # the schema's defaults, as JSON
 
     editor.fill('{"turns": 2, "delayMs": 0}')
-    expect(page.get_by_label("Turns")).to_have_value("2")  # the form follows
-    page.get_by_label("Delay ms").fill("5")
+    expect(page.get_by_label("Turns", exact=True)).to_have_value("2")  # the form follows
+    page.get_by_label("Delay ms", exact=True).fill("5")
     expect(editor).to_have_value(re.compile(r'"delayMs": 5'))  # and the editor follows the form
 
     editor.fill('{"turns": 0}')

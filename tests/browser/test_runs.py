@@ -44,8 +44,8 @@ def run_id_of(page: Page) -> str:
 def start_demo_run(page: Page, *, turns: int, delay_ms: int) -> str:
     page.get_by_role("navigation", name="Main").get_by_role("link", name="New run").click()
     expect(page.get_by_label("Agent")).to_have_value("demo")
-    page.get_by_label("Turns").fill(str(turns))
-    page.get_by_label("Delay ms").fill(str(delay_ms))
+    page.get_by_label("Turns", exact=True).fill(str(turns))
+    page.get_by_label("Delay ms", exact=True).fill(str(delay_ms))
     page.get_by_role("button", name="Start run").click()
     expect(page).to_have_url(re.compile(r"/runs/[0-9a-f-]{36}$"))
     return run_id_of(page)

@@ -76,10 +76,10 @@ def test_every_screen_renders_with_named_controls(
     for label in ("Agent", "Turns", "Delay ms", "Fail at turn", "Flaky attempts"):
         expect(page.get_by_label(label, exact=True)).to_be_visible()
     expect(page.get_by_role("button", name="Start run")).to_be_enabled()
-    page.get_by_label("Turns").fill("0")
+    page.get_by_label("Turns", exact=True).fill("0")
     page.get_by_role("button", name="Start run").click()
     expect(page.get_by_text("Turns must be at least 1")).to_be_visible()
-    page.get_by_label("Turns").fill("3")
+    page.get_by_label("Turns", exact=True).fill("3")
     shoot(page, "start-run", tmp_path)
 
     for name, heading in (
