@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -239,6 +241,51 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     assert settings.database_url is not None
     assert settings.redis_url is not None
     return {"DATABASE_URL": settings.database_url, "REDIS_URL": settings.redis_url, **extra}
+
+
+@dataclass
+class WorkerProcesses:
+    """Real `outlive worker` processes that a crash test starts and SIGKILLs; each writes its log
+    to `logs/worker-<n>.log`. A short lease (heartbeat 2 s, sweep 1 s), so a take-over comes
+    within seconds of a kill; `env` adds to it."""
+
+    settings: Settings
+    logs: Path
+    concurrency: int = 2
+    env: dict[str, str] = field(default_factory=dict)
+    started: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @classmethod
+    @contextlib.contextmanager
+    def of(
+        cls, settings: Settings, logs: Path, concurrency: int = 2, **env: str
+    ) -> Iterator[WorkerProcesses]:
+        """The processes, every one of them killed and reaped on the way out."""
+        processes = cls(settings, logs, concurrency, env)
+        try:
+            yield processes
+        finally:
+            for process in processes.started:
+                if process.poll() is None:
+                    process.kill()
+                process.wait(timeout=10)
+
+    def start(self) -> subprocess.Popen[bytes]:
+        env = service_env(
+            self.settings, OUTLIVE_RUN_HEARTBEAT_S="2", OUTLIVE_RUN_SWEEP_S="1", **self.env
+        )
+        with (self.logs / f"worker-{len(self.started)}.log").open("wb") as log:
+            # the child holds its own copy of the file
+            process = spawn_outlive(
+                "worker", "--concurrency", str(self.concurrency), env=env, log=log
+            )
+        self.started.append(process)
+        return process
+
+    async def kill(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGKILL, and wait until the process is gone."""
+        process.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(process.wait, 10)
 
 
 @contextlib.asynccontextmanager

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
@@ -27,10 +24,9 @@ from tests.support import (
     NudgeWatch,
     Servers,
     TenantHandle,
+    WorkerProcesses,
     loopback_server,
-    service_env,
     settled,
-    spawn_outlive,
 )
 
 pytestmark = pytest.mark.timeout(150)
@@ -52,38 +48,20 @@ def settings(servers: Servers, stub: tuple[Stub, str]) -> Settings:
 
 
 @pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-
-
-def start_worker(
-    settings: Settings, url: str, workers: list[subprocess.Popen[bytes]], tmp_path: Path
-) -> subprocess.Popen[bytes]:
-    log: IO[bytes] = (tmp_path / f"worker-{len(workers)}.log").open("wb")
-    env = service_env(
+def workers(
+    settings: Settings, stub: tuple[Stub, str], tmp_path: Path
+) -> Iterator[WorkerProcesses]:
+    url = stub[1]
+    with WorkerProcesses.of(
         settings,
-        OUTLIVE_RUN_HEARTBEAT_S="2",  # a short lease: the take-over comes soon after a kill
-        OUTLIVE_RUN_SWEEP_S="1",
+        tmp_path,
         OUTLIVE_AGENT_MODULES=EXAMPLE,
         OUTLIVE_LLM_BASE_URL=url + "/v1",
         OUTLIVE_LLM_API_KEY="sk-stub",
         SUPPORT_SHOP_URL=url,
         PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
-    )
-    with log:
-        process = spawn_outlive("worker", "--concurrency", "2", env=env, log=log)
-    workers.append(process)
-    return process
-
-
-async def kill(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGKILL)
-    await asyncio.to_thread(process.wait, 10)
+    ) as processes:
+        yield processes
 
 
 async def test_the_example_agent_survives_three_sigkills_asking_and_refunding_once(
@@ -92,28 +70,28 @@ async def test_the_example_agent_survives_three_sigkills_asking_and_refunding_on
     sessions: Sessions,
     tenant: TenantHandle,
     stub: tuple[Stub, str],
-    workers: list[subprocess.Popen[bytes]],
+    workers: WorkerProcesses,
     tmp_path: Path,
 ) -> None:
-    served, url = stub
+    served, _ = stub
     assert settings.redis_url is not None
     first_request = served.hold("chat.1")
     lookup = served.hold("lookup")
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-        worker = start_worker(settings, url, workers, tmp_path)
+        worker = workers.start()
         message = {"message": "Please refund order A-1"}
         run_id = (await api.start_run(tenant.token, "support", message))["run"]["id"]
         await asyncio.wait_for(first_request.wait(), 60)  # 1: during a model request
-        await kill(worker)
+        await workers.kill(worker)
         served.release("chat.1")
-        worker = start_worker(settings, url, workers, tmp_path)
+        worker = workers.start()
         await asyncio.wait_for(lookup.wait(), 60)  # 2: during a tool call
-        await kill(worker)
+        await workers.kill(worker)
         served.release("lookup")
-        worker = start_worker(settings, url, workers, tmp_path)
+        worker = workers.start()
         waiting = await watch.until(run_id, lambda r: r.status == "WAITING", timeout=60)
-        await kill(worker)  # 3: while WAITING for the approval
-        start_worker(settings, url, workers, tmp_path)
+        await workers.kill(worker)  # 3: while WAITING for the approval
+        workers.start()
         signal_run = """mutation($i: SignalRunInput!) { signalRun(input: $i) { accepted } }"""
         answer = {"id": run_id, "name": "approval", "payload": {"approved": True}}
         accepted = await api.gql(signal_run, {"i": answer}, token=tenant.token)

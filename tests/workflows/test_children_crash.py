@@ -6,11 +6,8 @@ no worker while it waited. (`bench/children.py` runs the issue's 1,000 children,
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 from uuid import UUID
 
 import pytest
@@ -21,31 +18,16 @@ from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.ids import RunId, TenantId
 from outlive.services import runs as runs_service
-from tests.support import Api, TenantHandle, service_env, spawn_outlive
+from tests.support import Api, TenantHandle, WorkerProcesses
 
 pytestmark = pytest.mark.timeout(240)
 CHILDREN, PARALLEL = 60, 15
 
 
 @pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-
-
-def start_worker(
-    settings: Settings, workers: list[subprocess.Popen[bytes]], tmp_path: Path
-) -> subprocess.Popen[bytes]:
-    log: IO[bytes] = (tmp_path / f"worker-{len(workers)}.log").open("wb")
-    env = service_env(settings, OUTLIVE_RUN_HEARTBEAT_S="2", OUTLIVE_RUN_SWEEP_S="1")
-    with log:
-        process = spawn_outlive("worker", "--concurrency", "16", env=env, log=log)
-    workers.append(process)
-    return process
+def workers(settings: Settings, tmp_path: Path) -> Iterator[WorkerProcesses]:
+    with WorkerProcesses.of(settings, tmp_path, concurrency=16) as processes:
+        yield processes
 
 
 async def test_a_fan_out_survives_worker_kills_and_a_redis_flush(
@@ -53,7 +35,7 @@ async def test_a_fan_out_survives_worker_kills_and_a_redis_flush(
     settings: Settings,
     sessions: Sessions,
     tenant: TenantHandle,
-    workers: list[subprocess.Popen[bytes]],
+    workers: WorkerProcesses,
     tmp_path: Path,
 ) -> None:
     assert settings.redis_url is not None
@@ -64,8 +46,8 @@ async def test_a_fan_out_survives_worker_kills_and_a_redis_flush(
         "childTurns": 2,
         "maxParallel": PARALLEL,
     }
-    start_worker(settings, workers, tmp_path)
-    victim = start_worker(settings, workers, tmp_path)
+    workers.start()
+    victim = workers.start()
     parent = (await api.start_run(tenant.token, "demo", input))["run"]["id"]
     loop = asyncio.get_running_loop()
     next_kill, flushed, kills = loop.time() + 3, False, 0
@@ -79,10 +61,9 @@ async def test_a_fan_out_survives_worker_kills_and_a_redis_flush(
             waiting += 1
             held_while_waiting += run.lease_expires_at is not None
         if loop.time() > next_kill:
-            victim.send_signal(signal.SIGKILL)
-            await asyncio.to_thread(victim.wait, 10)
+            await workers.kill(victim)
             kills += 1
-            victim = start_worker(settings, workers, tmp_path)
+            victim = workers.start()
             next_kill = loop.time() + 3
             if kills == 2 and not flushed:
                 redis = Redis.from_url(settings.redis_url)

@@ -4,12 +4,8 @@ steps, another worker takes the run over, and no step the first one completed ru
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 from sqlalchemy import text
@@ -24,9 +20,8 @@ from tests.support import (
     NudgeWatch,
     Servers,
     TenantHandle,
-    service_env,
+    WorkerProcesses,
     settled,
-    spawn_outlive,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -40,35 +35,9 @@ def settings(servers: Servers) -> Settings:
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-
-
-def start_worker(
-    settings: Settings, workers: list[subprocess.Popen[bytes]], tmp_path: Path
-) -> subprocess.Popen[bytes]:
-    log: IO[bytes] = (tmp_path / f"worker-{len(workers)}.log").open("wb")
-    # A short lease, so the take-over comes within seconds of the kill.
-    env = service_env(
-        settings,
-        OUTLIVE_RUN_HEARTBEAT_S="2",
-        OUTLIVE_RUN_SWEEP_S="1",
-        OUTLIVE_AGENT_MODULES=COUNTED,
-    )
-    with log:  # the child holds its own copy
-        process = spawn_outlive("worker", "--concurrency", "2", env=env, log=log)
-    workers.append(process)
-    return process
-
-
-async def kill(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGKILL)
-    await asyncio.to_thread(process.wait, 10)
+def workers(settings: Settings, tmp_path: Path) -> Iterator[WorkerProcesses]:
+    with WorkerProcesses.of(settings, tmp_path, OUTLIVE_AGENT_MODULES=COUNTED) as processes:
+        yield processes
 
 
 def step_events(events: list[runs_service.EventRecord]) -> int:
@@ -80,19 +49,19 @@ async def test_a_sigkill_between_steps_runs_no_completed_step_again(
     settings: Settings,
     sessions: Sessions,
     tenant: TenantHandle,
-    workers: list[subprocess.Popen[bytes]],
+    workers: WorkerProcesses,
     tmp_path: Path,
 ) -> None:
     assert settings.redis_url is not None
     counter = tmp_path / "executions.txt"
-    first = start_worker(settings, workers, tmp_path)
+    first = workers.start()
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
         input = {"steps": 6, "delayMs": 400, "counterFile": str(counter)}
         run_id = (await api.start_run(tenant.token, "counted", input))["run"]["id"]
         # killed just after its third step was recorded, 400 ms before the fourth is done
         await watch.until_events(run_id, lambda es: step_events(es) >= 3, timeout=30)
-        await kill(first)
-        start_worker(settings, workers, tmp_path)
+        await workers.kill(first)
+        workers.start()
         run = await watch.until(run_id, settled, timeout=60)
     assert run.status == "SUCCEEDED"
     assert run.output == {"squares": [1, 4, 9, 16, 25, 36]}
@@ -119,17 +88,17 @@ async def test_the_demo_killed_after_turn_2_shows_each_turn_exactly_once(
     settings: Settings,
     sessions: Sessions,
     tenant: TenantHandle,
-    workers: list[subprocess.Popen[bytes]],
+    workers: WorkerProcesses,
     tmp_path: Path,
 ) -> None:
     assert settings.redis_url is not None
-    first = start_worker(settings, workers, tmp_path)
+    first = workers.start()
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
         started = await api.start_run(tenant.token, "demo", {"turns": 6, "delayMs": 500})
         run_id = started["run"]["id"]
         await watch.until_events(run_id, lambda es: step_events(es) >= 2, timeout=30)
-        await kill(first)
-        start_worker(settings, workers, tmp_path)
+        await workers.kill(first)
+        workers.start()
         run = await watch.until(run_id, settled, timeout=60)
     assert run.status == "SUCCEEDED"
     assert run.attempt == 2
@@ -148,7 +117,7 @@ async def test_a_run_that_completes_a_step_between_four_sigkills_succeeds(
     settings: Settings,
     sessions: Sessions,
     tenant: TenantHandle,
-    workers: list[subprocess.Popen[bytes]],
+    workers: WorkerProcesses,
     tmp_path: Path,
 ) -> None:
     """CONTRACT §7, round four: a lost attempt that completed a step since its claim does not
@@ -156,14 +125,14 @@ async def test_a_run_that_completes_a_step_between_four_sigkills_succeeds(
     attempt completed (a new one every time): the run makes progress, and succeeds."""
     assert settings.redis_url is not None
     counter = tmp_path / "executions.txt"
-    worker = start_worker(settings, workers, tmp_path)
+    worker = workers.start()
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
         input = {"steps": 6, "delayMs": 300, "counterFile": str(counter)}
         run_id = (await api.start_run(tenant.token, "counted", input))["run"]["id"]
         for kills in range(1, 5):  # attempt `kills` is killed after recording step `kills`
             await watch.until_events(run_id, lambda es, n=kills: step_events(es) >= n, timeout=60)
-            await kill(worker)
-            worker = start_worker(settings, workers, tmp_path)
+            await workers.kill(worker)
+            worker = workers.start()
         run = await watch.until(run_id, settled, timeout=90)
     assert run.status == "SUCCEEDED", run.error
     assert run.output == {"squares": [1, 4, 9, 16, 25, 36]}
@@ -180,21 +149,21 @@ async def test_a_run_that_completes_no_step_and_loses_its_worker_3_times_fails(
     settings: Settings,
     sessions: Sessions,
     tenant: TenantHandle,
-    workers: list[subprocess.Popen[bytes]],
+    workers: WorkerProcesses,
     tmp_path: Path,
 ) -> None:
     """The other side of the rule: three workers killed while the run's first step is still
     running (no attempt completes a step) fail the run, saying so."""
     assert settings.redis_url is not None
     counter = tmp_path / "executions.txt"
-    worker = start_worker(settings, workers, tmp_path)
+    worker = workers.start()
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
         input = {"steps": 1, "delayMs": 10_000, "counterFile": str(counter)}
         run_id = (await api.start_run(tenant.token, "counted", input))["run"]["id"]
         for kills in range(1, 4):  # attempt `kills` is killed while its step sleeps
             await watch.until_events(run_id, lambda es, n=kills: claims(es) >= n, timeout=60)
-            await kill(worker)
-            worker = start_worker(settings, workers, tmp_path)
+            await workers.kill(worker)
+            worker = workers.start()
         run = await watch.until(run_id, settled, timeout=60)
     assert run.status == "FAILED"
     assert run.lost_attempts == 3

@@ -4,15 +4,14 @@ usage each turn (`usagePerTurn`) is killed mid-run; another worker takes it over
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from outlive.config import Settings
 from outlive.db.tx import Sessions
-from tests.support import Api, NudgeWatch, TenantHandle, settled
-from tests.workflows.test_steps_crash import kill, start_worker, step_events, workers
+from tests.support import Api, NudgeWatch, TenantHandle, WorkerProcesses, settled
+from tests.workflows.test_steps_crash import step_events, workers
 
 __all__ = ["workers"]  # the fixture, shared
 
@@ -26,17 +25,19 @@ async def test_usage_sums_exactly_after_a_sigkill_mid_run(
     settings: Settings,
     sessions: Sessions,
     tenant: TenantHandle,
-    workers: list[subprocess.Popen[bytes]],
+    workers: WorkerProcesses,
     tmp_path: Path,
 ) -> None:
     assert settings.redis_url is not None
-    first = start_worker(settings, workers, tmp_path)
+    first = workers.start()
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
         input = {"turns": TURNS, "delayMs": 500, "usagePerTurn": PER_TURN}
         run_id = (await api.start_run(tenant.token, "demo", input))["run"]["id"]
         await watch.until_events(run_id, lambda es: step_events(es) >= 2, timeout=30)
-        await kill(first)  # turn 3 is in flight: its usage must not count until it is recorded
-        start_worker(settings, workers, tmp_path)
+        await workers.kill(
+            first
+        )  # turn 3 is in flight: its usage must not count until it is recorded
+        workers.start()
         run = await watch.until(run_id, settled, timeout=60)
     assert run.status == "SUCCEEDED"
     assert run.lost_attempts == 1
