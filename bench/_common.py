@@ -23,6 +23,9 @@ from redis.asyncio import Redis
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests import redis_claims  # noqa: E402  (one claim protocol for test runs and benches)
+
 ADMIN_PG = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 BASE_REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
 # A bench claims a Redis db index the way a test run does (`tests/conftest.py`: a key per index
@@ -66,9 +69,7 @@ async def bench_env() -> AsyncIterator[Env]:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
         if not os.environ.get("BENCH_REDIS_DB"):  # the claim was ours
-            claims = Redis.from_url(f"{BASE_REDIS.rstrip('/')}/0")
-            await claims.delete(f"outlive:test-run:db{index}")
-            await claims.aclose()
+            await redis_claims.release(f"{BASE_REDIS.rstrip('/')}/0", index)
 
 
 async def _claim_redis_index(owner: str) -> int:
@@ -77,14 +78,8 @@ async def _claim_redis_index(owner: str) -> int:
     forced = os.environ.get("BENCH_REDIS_DB")
     if forced:
         return int(forced)
-    claims = Redis.from_url(f"{BASE_REDIS.rstrip('/')}/0")
-    try:
-        for index in REDIS_CLAIMS:
-            if await claims.set(f"outlive:test-run:db{index}", owner, nx=True, ex=6 * 3600):
-                return index
-    finally:
-        await claims.aclose()
-    raise RuntimeError("every Redis db index 1-15 is claimed by a test run or a bench")
+    index: int = await redis_claims.claim(f"{BASE_REDIS.rstrip('/')}/0", owner, REDIS_CLAIMS)
+    return index
 
 
 def free_port() -> int:

@@ -30,12 +30,12 @@ from outlive.db.engine import create_engine, create_sessions
 from outlive.db.tx import Sessions
 from outlive.embedded import embedded_postgres, embedded_redis
 from outlive.services.tenants import Principal, create_token
+from tests import redis_claims
 from tests.slow import mark_slow
 from tests.support import Api, Servers, TenantHandle
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
-REDIS_INDEXES = range(1, 16)
 
 
 def _answers(host: str, port: int) -> bool:
@@ -77,17 +77,6 @@ def server_urls() -> Iterator[tuple[str, str]]:
         yield pg, redis
 
 
-async def _claim_redis_index(base_url: str, run_id: str) -> int:
-    admin = Redis.from_url(_with_db_index(base_url, 0))
-    try:
-        for index in REDIS_INDEXES:
-            if await admin.set(f"outlive:test-run:db{index}", run_id, nx=True, ex=6 * 3600):
-                return index
-    finally:
-        await admin.aclose()
-    raise RuntimeError("every Redis db index 1-15 is claimed by another test run")
-
-
 @pytest.fixture(scope="session")
 async def servers(server_urls: tuple[str, str]) -> AsyncIterator[Servers]:
     admin_pg, base_redis = server_urls
@@ -99,7 +88,7 @@ async def servers(server_urls: tuple[str, str]) -> AsyncIterator[Servers]:
     await asyncio.to_thread(migrate, database_url)
     template = f"{db_name}_template"
     await admin.execute(f'CREATE DATABASE "{template}" TEMPLATE "{db_name}"')
-    index = await _claim_redis_index(base_redis, run_id)
+    index = await redis_claims.claim(_with_db_index(base_redis, 0), run_id)
     redis_url = _with_db_index(base_redis, index)
     flusher = Redis.from_url(redis_url)
     await flusher.flushdb()
@@ -116,9 +105,7 @@ async def servers(server_urls: tuple[str, str]) -> AsyncIterator[Servers]:
     finally:
         await flusher.flushdb()
         await flusher.aclose()
-        releaser = Redis.from_url(_with_db_index(base_redis, 0))
-        await releaser.delete(f"outlive:test-run:db{index}")
-        await releaser.aclose()
+        await redis_claims.release(_with_db_index(base_redis, 0), index)
         for name in [*servers.cloned, template, db_name]:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
