@@ -217,12 +217,25 @@ class Settings(BaseSettings):
         description="the llm limit for the whole deployment, N/S (N model calls per S seconds),"
         " spread evenly; off (the default): none",
     )
+    limit_llm_tokens: RateSetting = Field(
+        None,
+        description="the llm token limit for the whole deployment, N/S (N model tokens, input and"
+        " output, per S seconds): a call waits while the tokens spent are over it; off (the"
+        " default): none",
+    )
+    limit_park_s: float = Field(
+        30.0,
+        gt=1,
+        description="a step that its named limit makes wait longer than this parks its run"
+        " WAITING (a timer) instead of holding its worker slot",
+    )
     limit_tenant_share: float = Field(
         0.5,
         gt=0,
         le=1,
         description="a tenant without a rate of its own (tenant set-limits --llm-rate) may use"
-        " at most this share of OUTLIVE_LIMIT_LLM",
+        " at most this share of OUTLIVE_LIMIT_LLM, and every tenant this share of"
+        " OUTLIVE_LIMIT_LLM_TOKENS",
     )
     rate_start_run: RateSetting = Rate(1000, 10)
     rate_signal_run: RateSetting = Rate(1000, 10)

@@ -135,6 +135,16 @@ class ChildFailed(Exception):
         self.error = error
 
 
+class LimitWait(Exception):
+    """A step's named limit would make it wait `seconds`, longer than `OUTLIVE_LIMIT_PARK_S`:
+    the step's call is not made, and the run parks WAITING until then (`ctx.step`)."""
+
+    def __init__(self, name: str, seconds: float) -> None:
+        super().__init__(f"limit {name!r}: {seconds:.1f} s to wait")
+        self.name = name
+        self.seconds = seconds
+
+
 class RunParked(Exception):
     """The run is WAITING now (a durable sleep, a wait for a signal): this attempt ends, and
     frees its worker slot, without settling the run. Raised by `ctx.sleep` and `ctx.wait_for`;

@@ -83,3 +83,58 @@ async def test_a_limit_holds_across_workers_and_a_tenant_limit_leaves_others_the
         assert most_in_any_window(mine, WINDOW_S) > LIMITED.count + 1
         # ... nor did either take the whole global limit (the default share is a half)
         assert most_in_any_window(mine, WINDOW_S) <= GLOBAL.count // 2 + 1
+
+
+TOKENS = Rate(100, 6.0)  # a tenant's share: 50 tokens per 6 s; the stub's reply #1 uses 111
+
+
+async def test_a_token_limit_spent_by_a_reply_parks_the_run_until_it_refills(
+    api: Api, servers: Servers, sessions: Sessions, stub: tuple[StubModel, str]
+) -> None:
+    """Tokens are spent after the call, so the first reply goes through and puts the tenant 61
+    tokens below zero; the next call would wait about 7.4 s, longer than the 2 s the step may
+    wait in-process, so the run parks WAITING (no worker held) and its timer resumes it."""
+    model, url = stub
+    settings = make_settings(
+        servers, llm_base_url=url, llm_model="tiny", limit_llm_tokens=TOKENS, limit_park_s=2
+    )
+    tenant = await new_tenant(sessions, "tokens")
+    host = WorkerHost(settings, concurrency=2)
+    await host.start()
+    try:
+        started = await api.start_run(tenant.token, "llm", {"prompt": "p", "maxTurns": 2})
+        run_id = started["run"]["id"]
+        assert settings.redis_url is not None
+        async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+            parked = await watch.until(run_id, lambda r: r.status == "WAITING", timeout=30)
+            assert len(model.requests) == 1
+            assert parked.wake_at is not None
+            assert parked.waiting_for is None
+            run = await watch.until(run_id, settled, timeout=60)
+    finally:
+        await host.stop()
+    assert run.status == "SUCCEEDED", run.error
+    assert len(model.requests) == 2
+    assert model.arrivals[1] - model.arrivals[0] >= 7.0  # 62 tokens at 50 per 6 s
+    assert run.resumes == 1
+
+
+async def test_a_wait_for_a_token_within_the_park_limit_is_made_in_process(
+    api: Api, servers: Servers, sessions: Sessions, stub: tuple[StubModel, str]
+) -> None:
+    """The same spend with a park limit of 30 s: the run never parks, and still waits."""
+    model, url = stub
+    settings = make_settings(servers, llm_base_url=url, llm_model="tiny", limit_llm_tokens=TOKENS)
+    tenant = await new_tenant(sessions, "tokens")
+    host = WorkerHost(settings, concurrency=2)
+    await host.start()
+    try:
+        started = await api.start_run(tenant.token, "llm", {"prompt": "p", "maxTurns": 2})
+        assert settings.redis_url is not None
+        async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+            run = await watch.until(started["run"]["id"], settled, timeout=60)
+    finally:
+        await host.stop()
+    assert run.status == "SUCCEEDED", run.error
+    assert run.resumes == 0  # never parked
+    assert model.arrivals[1] - model.arrivals[0] >= 7.0

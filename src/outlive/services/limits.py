@@ -15,6 +15,14 @@ rate is read from PostgreSQL at most every `TENANT_RATE_TTL_S` per process. When
 be reached the limit is not enforced (the call goes through, and it is logged, throttled): a
 model call must not fail because the limiter's store is away; the endpoint's own 429s, retried
 with `Retry-After`, are the backstop.
+
+Tokens per minute (`OUTLIVE_LIMIT_LLM_TOKENS`, e.g. `100000/60`) are counted after the call,
+since only the answer says how many it used: a step's recorded usage (input plus output tokens)
+is spent from the deployment's token bucket and its tenant's (a share of it, as above), which may
+go below zero. A call waits until both are above zero again, so a large answer delays the calls
+after it, never the one that made it. A wait longer than `OUTLIVE_LIMIT_PARK_S` is not made
+in-process: `acquire` raises `LimitWait`, and the run parks WAITING on a timer until then (its
+worker slot and its place under the tenant's cap are free meanwhile).
 """
 
 from __future__ import annotations
@@ -31,9 +39,8 @@ from sqlalchemy import text
 from outlive.config import Rate, Settings
 from outlive.db.raw import prepare
 from outlive.db.tx import Sessions, UnitOfWork
-from outlive.errors import BadUserInput, NotFound
+from outlive.errors import BadUserInput, LimitWait, NotFound
 from outlive.ids import TenantId
-from outlive.services.ratelimits import TAKE_SCRIPT
 
 log = logging.getLogger(__name__)
 
@@ -50,38 +57,117 @@ _SET_TENANT_RATE = prepare(
 )
 
 
+# KEYS: the buckets; ARGV: capacity, tokens per millisecond and cost of each, in order. A bucket
+# of cost 0 (tokens, paid after the call by `_SPEND`) takes nothing but must hold at least one.
+# Returns {1, 0} when `cost` was taken from every bucket, {0, wait_ms} when nothing was.
+_TAKE = """
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
+local levels = {}
+local wait = 0
+for i, key in ipairs(KEYS) do
+  local capacity = tonumber(ARGV[3 * i - 2])
+  local per_ms = tonumber(ARGV[3 * i - 1])
+  local need = math.max(1, tonumber(ARGV[3 * i]))
+  local state = redis.call('HMGET', key, 'tokens', 'at')
+  local tokens = tonumber(state[1]) or capacity
+  local at = tonumber(state[2]) or now
+  tokens = math.min(capacity, tokens + math.max(0, now - at) * per_ms)
+  levels[i] = tokens
+  if tokens < need then
+    wait = math.max(wait, math.ceil((need - tokens) / per_ms))
+  end
+end
+if wait > 0 then
+  return {0, wait}
+end
+for i, key in ipairs(KEYS) do
+  local cost = tonumber(ARGV[3 * i])
+  if cost > 0 then
+    local capacity = tonumber(ARGV[3 * i - 2])
+    local per_ms = tonumber(ARGV[3 * i - 1])
+    redis.call('HSET', key, 'tokens', tostring(levels[i] - cost), 'at', now)
+    redis.call('PEXPIRE', key, math.ceil(capacity / per_ms) + 1000)
+  end
+end
+return {1, 0}
+"""
+
+# KEYS: token buckets; ARGV: capacity, tokens per millisecond and amount spent of each.
+_SPEND = """
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
+for i, key in ipairs(KEYS) do
+  local capacity = tonumber(ARGV[3 * i - 2])
+  local per_ms = tonumber(ARGV[3 * i - 1])
+  local state = redis.call('HMGET', key, 'tokens', 'at')
+  local tokens = tonumber(state[1]) or capacity
+  local at = tonumber(state[2]) or now
+  tokens = math.min(capacity, tokens + math.max(0, now - at) * per_ms) - tonumber(ARGV[3 * i])
+  redis.call('HSET', key, 'tokens', tostring(tokens), 'at', now)
+  redis.call('PEXPIRE', key, math.ceil((capacity - tokens) / per_ms) + 1000)
+end
+return 1
+"""
+
+Buckets = list[tuple[str, Rate, int]]  # (key, rate, cost: 1 request, or 0 for a token bucket)
+
+
 class NamedLimits:
     """The `outlive.workflows.calls.Limits` a worker gives its attempts."""
 
     def __init__(self, redis: Redis, sessions: Sessions, settings: Settings) -> None:
-        self._script: Any = redis.register_script(TAKE_SCRIPT)
+        self._take_script: Any = redis.register_script(_TAKE)
+        self._spend_script: Any = redis.register_script(_SPEND)
         self._sessions = sessions
         self._global = settings.limit_llm
+        self._global_tokens = settings.limit_llm_tokens
         self._share = settings.limit_tenant_share
+        self._park_ms = settings.limit_park_s * 1000
         self._tenant_rates: dict[TenantId, tuple[float, Rate | None]] = {}
         self._last_failure_log = -FAILURE_LOG_EVERY_S
 
-    async def acquire(self, tenant_id: TenantId, name: str, *, tokens: int = 0) -> None:
+    async def acquire(self, tenant_id: TenantId, name: str) -> None:
+        """Wait until one call of `name` is allowed for the tenant and globally; `LimitWait`
+        when that is more than `OUTLIVE_LIMIT_PARK_S` away."""
         if name not in KNOWN:
             raise ValueError(f"unknown limit {name!r}; known: {', '.join(KNOWN)}")
-        buckets = await self._buckets(tenant_id, name)
+        buckets = await self._requests(tenant_id, name) + self._tokens(tenant_id, name)
         while buckets:
-            wait_ms = await self._take(buckets)
+            wait_ms = await self._run(self._take_script, buckets, default=0)
             if wait_ms <= 0:
                 return
+            if wait_ms > self._park_ms:
+                raise LimitWait(name, wait_ms / 1000)
             await asyncio.sleep(min(wait_ms / 1000, MAX_WAIT_S))
 
-    async def _buckets(self, tenant_id: TenantId, name: str) -> list[tuple[str, Rate]]:
-        found: list[tuple[str, Rate]] = []
+    async def spend(self, tenant_id: TenantId, name: str, tokens: int) -> None:
+        """Count `tokens` (a call's usage) against the token limits of `name`."""
+        buckets = [(key, rate, tokens) for key, rate, _ in self._tokens(tenant_id, name)]
+        if buckets and tokens > 0:
+            await self._run(self._spend_script, buckets, default=0)
+
+    async def _requests(self, tenant_id: TenantId, name: str) -> Buckets:
+        found: Buckets = []
         if self._global is not None:
-            found.append((f"{PREFIX}{name}:global", self._global))
+            found.append((f"{PREFIX}{name}:global", self._global, 1))
         own = await self._tenant_rate(tenant_id)
         if own is None and self._global is not None:
-            count = max(1, int(self._global.count * self._share))
-            own = Rate(count, self._global.per_s)
+            own = self._shared(self._global)
         if own is not None:
-            found.append((f"{PREFIX}{name}:tenant:{tenant_id}", own))
+            found.append((f"{PREFIX}{name}:tenant:{tenant_id}", own, 1))
         return found
+
+    def _tokens(self, tenant_id: TenantId, name: str) -> Buckets:
+        if self._global_tokens is None:
+            return []
+        return [
+            (f"{PREFIX}{name}:tokens:global", self._global_tokens, 0),
+            (f"{PREFIX}{name}:tokens:tenant:{tenant_id}", self._shared(self._global_tokens), 0),
+        ]
+
+    def _shared(self, rate: Rate) -> Rate:
+        return Rate(max(1, int(rate.count * self._share)), rate.per_s)
 
     async def _tenant_rate(self, tenant_id: TenantId) -> Rate | None:
         now = time.monotonic()
@@ -96,17 +182,22 @@ class NamedLimits:
         self._tenant_rates[tenant_id] = (now + TENANT_RATE_TTL_S, rate)
         return rate
 
-    async def _take(self, buckets: list[tuple[str, Rate]]) -> int:
-        """0 when a token was taken from every bucket; else the milliseconds to wait."""
+    async def _run(self, script: Any, buckets: Buckets, *, default: int) -> int:
+        """The script over `buckets`: the milliseconds to wait (0: taken), or `default` when
+        Redis failed (the limit is not enforced then)."""
         args: list[float] = []
-        for _, rate in buckets:
-            args += [1, rate.count / (rate.per_s * 1000)]  # capacity 1: spread evenly
+        for _, rate, cost in buckets:
+            # a request bucket holds one token (calls spread evenly); a token bucket the rate's
+            args += [1 if cost else rate.count, rate.count / (rate.per_s * 1000), cost]
         try:
             async with asyncio.timeout(CHECK_TIMEOUT_S):
-                taken, wait_ms = await self._script(keys=[k for k, _ in buckets], args=args)
+                answer = await script(keys=[k for k, _, _ in buckets], args=args)
         except (RedisError, OSError, TimeoutError) as exc:
             self._log_failure(exc)
-            return 0
+            return default
+        if not isinstance(answer, list):
+            return 0  # `_SPEND`
+        taken, wait_ms = answer
         return 0 if taken else max(1, int(wait_ms))
 
     def _log_failure(self, exc: BaseException) -> None:

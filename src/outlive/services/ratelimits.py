@@ -67,8 +67,6 @@ return {1, 0}
 """
 
 
-TAKE_SCRIPT = _TAKE  # also the named limits' (`services.limits`)
-
 
 @dataclass(frozen=True, slots=True)
 class Bucket:

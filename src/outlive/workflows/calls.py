@@ -28,8 +28,12 @@ from outlive.ids import TenantId
 class Limits(Protocol):
     """Named limits shared across workers (`outlive.services.limits`)."""
 
-    async def acquire(self, tenant_id: TenantId, name: str, *, tokens: int = 0) -> None:
-        """Wait until one request of `name` is allowed for the tenant (and globally)."""
+    async def acquire(self, tenant_id: TenantId, name: str) -> None:
+        """Wait until one request of `name` is allowed for the tenant (and globally), or raise
+        `LimitWait` when that is too far away to wait for in-process."""
+
+    async def spend(self, tenant_id: TenantId, name: str, tokens: int) -> None:
+        """Count a call's `tokens` against the token limits of `name`."""
 
 
 @dataclass(frozen=True, slots=True)

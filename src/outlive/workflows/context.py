@@ -11,7 +11,7 @@ from typing import Any, TypeVar, overload
 
 from outlive.agents.policy import Retry
 from outlive.db.models import RunStatus
-from outlive.errors import RunCancelled, RunParked, RunSuperseded
+from outlive.errors import LimitWait, RunCancelled, RunParked, RunSuperseded
 from outlive.ids import RunId, TenantId
 from outlive.services import waits
 from outlive.services.runs import RunRecord, append_event, read_run
@@ -105,7 +105,19 @@ class AttemptContext:
         policy = None
         if retry is not None or timeout is not None or shield or limit is not None:
             policy = StepPolicy(retry=retry, timeout=timeout, shield=shield, limit=limit)
-        return within_step(self._steps.call(name, fn, args, kwargs, policy))
+        return self._parking(within_step(self._steps.call(name, fn, args, kwargs, policy)))
+
+    async def _parking(self, step: Awaitable[T]) -> T:
+        """The step; a named limit too far away to wait for in-process (`LimitWait`) parks the
+        run WAITING on a timer instead (the step's call was not made), and a resumed attempt
+        runs the step again. The sleep is named for the attempt, so each attempt parks anew."""
+        try:
+            return await step
+        except LimitWait as wait:
+            name = f"limit:{wait.name}:{self.attempt}"
+            occurrence = self._next(waits.SLEEP, name)
+            await self._wait(waits.SLEEP, name, occurrence, seconds=max(wait.seconds, 1.0))
+            raise RuntimeError("a limit's park returned without parking") from wait
 
     def record_usage(
         self, *, input_tokens: int, output_tokens: int, model: str | None = None

@@ -183,6 +183,9 @@ class StepJournal:
         finally:
             _IN_STEP.reset(token)
         usage = frame.usage if frame.usage is not None else usage_in(value)
+        if usage is not None and policy is not None and policy.limit and self._limits:
+            spent = usage.input_tokens + usage.output_tokens
+            await self._limits.spend(self._run.tenant_id, policy.limit, spent)
         result = _encode(adapter, value, name, occurrence)
         await self._commit(name, occurrence, result, frame.events, usage)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
