@@ -33,7 +33,7 @@ from outlive.jobs.handlers import HANDLERS
 from outlive.jobs.mailer import create_mailer
 from outlive.jobs.producer import CONSUME_TASK
 from outlive.jobs.relay import RelayLoop, build_relay
-from outlive.jobs.run_instances import run_workflow
+from outlive.jobs.run_instances import after_parking, run_workflow
 from outlive.jobs.telemetry import instrumented_run_task
 from outlive.realtime.outputs import OutputStore
 from outlive.runtime import Queues, Runtime, open_runtime
@@ -131,6 +131,7 @@ class WorkerHost:
         runs_worker: Worker[Any] = GracefulWorker(
             queues.runs,
             functions=[instrumented_run_task(run_workflow)],
+            after_process=after_parking(queues.instances, deps.workflows.sessions),
             concurrency=self.concurrency,
             timers=timers,
             shutdown_grace_period_s=None,  # release at once; the run goes on elsewhere

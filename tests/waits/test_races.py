@@ -260,6 +260,9 @@ class _Control:
     def give_back_attempt(self) -> None:
         return None
 
+    def parked(self) -> None:
+        return None
+
 
 async def test_resuming_from_waiting_uses_up_none_of_the_three_attempts(rig: Rig) -> None:
     agent = Agent(name="demo", description="", input_model=_Input, run=_waits_then_faults)

@@ -30,6 +30,7 @@ class Control:
     def __init__(self) -> None:
         self.heartbeats = 0
         self.given_back = False
+        self.parked_once = False
         self._beat = asyncio.Condition()
 
     async def heartbeat(self) -> None:
@@ -46,6 +47,9 @@ class Control:
 
     def give_back_attempt(self) -> None:
         self.given_back = True
+
+    def parked(self) -> None:
+        self.parked_once = True
 
 
 class Moves:

@@ -74,3 +74,4 @@ class RunsContext(Context, total=False):
     """The runs worker's saq context."""
 
     outlive: Required[RunsWorker]
+    parked: bool  # the delivery's attempt parked its run (`run_instances.after_parking`)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -35,11 +35,13 @@ from saq.job import Status
 from saq.queue.redis import RedisQueue
 
 from outlive.config import Settings
-from outlive.errors import QueueUnavailable
+from outlive.db.tx import Sessions
+from outlive.errors import QueueUnavailable, ServiceUnavailable
 from outlive.ids import RunId
 from outlive.jobs.deps import RunsContext
 from outlive.jobs.queues import OutliveRedisQueue
 from outlive.services.ports import InstanceState
+from outlive.services.runs import handed_while_parking
 from outlive.workflows.runs import RetryLater, run_attempt
 
 log = logging.getLogger(__name__)
@@ -142,6 +144,7 @@ return 1
 
 class SaqAttemptControl:
     def __init__(self, ctx: RunsContext) -> None:
+        self._ctx = ctx
         self._job = ctx["job"]
         self._worker = ctx["worker"]
 
@@ -154,6 +157,32 @@ class SaqAttemptControl:
     def give_back_attempt(self) -> None:
         self._job.attempts = max(0, self._job.attempts - 1)
         self._job.retry_delay = 0.0
+
+    def parked(self) -> None:
+        self._ctx["parked"] = True
+
+
+def after_parking(
+    instances: SaqRunInstances, sessions: Sessions
+) -> Callable[[RunsContext], Awaitable[None]]:
+    """saq's after-process hook of the runs worker, called once a delivery is over and its job
+    key is free again. A run can be woken (a child settled, a signal came) and handed to the
+    queue between the commit that parked it and the end of the delivery that parked it; that
+    hand-off found the job key still held, and was a no-op (saq enqueues a key once). So after a
+    delivery that parked its run, a run found QUEUED and admitted is handed again (a no-op if the
+    waker's hand-off did land); otherwise the relay's recheck would find it, seconds later."""
+
+    async def hook(ctx: RunsContext) -> None:
+        if not ctx.get("parked"):
+            return
+        run_id = RunId(UUID((ctx["job"].kwargs or {})["run_id"]))
+        try:
+            if await handed_while_parking(sessions, run_id):
+                await instances.start(run_id)
+        except (QueueUnavailable, ServiceUnavailable) as exc:  # the relay hands it later
+            log.info("run %s: not handed again after its park (%s)", run_id, exc)
+
+    return hook
 
 
 async def run_workflow(ctx: RunsContext, *, run_id: str) -> None:

@@ -67,7 +67,6 @@ return {1, 0}
 """
 
 
-
 @dataclass(frozen=True, slots=True)
 class Bucket:
     """One limit on one subject: `what` names the action, `subject` whose bucket it is."""

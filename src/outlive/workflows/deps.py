@@ -30,6 +30,10 @@ class AttemptControl(Protocol):
     def give_back_attempt(self) -> None:
         """The engine should not count this delivery against the instance's retries."""
 
+    def parked(self) -> None:
+        """The attempt parked the run WAITING: once this delivery is over, the engine looks
+        whether a wake was handed to it meanwhile (and so was lost)."""
+
 
 class CancelWatch(Protocol):
     """Pushes cancel requests to the attempts of this process (`outlive.jobs.cancels`)."""

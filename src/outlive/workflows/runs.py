@@ -155,6 +155,7 @@ async def _execute(
         await _settle(deps, run, RunStatus.CANCELLED)
     except RunParked as parked:
         log.info("%s; attempt %s ends, its worker slot is free", parked, run.attempt)
+        control.parked()
     except RunSuperseded as exc:
         log.warning("run %s: %s; this attempt stops", run.id, exc)
     except ServiceUnavailable:  # the agent's own write could not reach PostgreSQL

@@ -48,6 +48,13 @@ async def lease_left(db: Db, run_id: RunId) -> float | None:
     return float(row["left_s"] or 0.0)
 
 
+async def handed_while_parking(db: Db, run_id: RunId) -> bool:
+    """True when the run is QUEUED and admitted: woken, and handed to the queue, while the
+    delivery that parked it still held its job (`outlive.jobs.run_instances.after_parking`)."""
+    row = await db.one(queries.LEASE_LEFT, run_id=run_id)
+    return row is not None and row["status"] == RunStatus.QUEUED and bool(row["dispatched_at"])
+
+
 async def barren_losses(db: Db, run_id: RunId, *, losing: int | None = None) -> int:
     """How many of the run's lost attempts completed no step since their claim: only those count
     towards `MAX_LOST_ATTEMPTS` (a run that makes progress is never failed for losing workers).
