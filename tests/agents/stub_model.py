@@ -1,6 +1,7 @@
 """A local OpenAI-compatible stub on loopback: counts requests (and when each arrived), answers
 scripted faults (429 with `Retry-After`, 500, slow replies) and otherwise a conversation of
-`turns` replies, `reply #k` with `finish_reason` "length" until the last, with `usage`."""
+`turns` replies, `reply #k` with `finish_reason` "length" until the last, with `usage`; as
+server-sent events (a delta per word) when the request asks for `stream`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 
@@ -66,6 +67,10 @@ class StubModel:
         k = 1 + sum(m["role"] == "assistant" for m in body["messages"])
         content = answer.content if answer.content is not None else f"reply #{k}."
         finish = answer.finish or ("length" if k < self.turns else "stop")
+        if body.get("stream"):
+            return StreamingResponse(
+                _events(content, finish, usage_of(k), body), media_type="text/event-stream"
+            )
         return JSONResponse(
             {
                 "choices": [
@@ -82,6 +87,25 @@ class StubModel:
     async def wait_for_requests(self, count: int, timeout: float = 30) -> None:
         async with asyncio.timeout(timeout), self.arrived:
             await self.arrived.wait_for(lambda: len(self.requests) >= count)
+
+
+async def _events(
+    content: str, finish: str, usage: dict[str, int], body: dict[str, Any]
+) -> AsyncIterator[str]:
+    """The reply as OpenAI's server-sent events: a delta per word, the finish reason, then the
+    usage when `stream_options.include_usage` asks for it, and `[DONE]`."""
+    words = content.split(" ")
+    for i, word in enumerate(words):
+        delta = {"content": word if i == 0 else " " + word}
+        yield _event({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+    yield _event({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield _event({"choices": [], "usage": usage})
+    yield "data: [DONE]\n\n"
+
+
+def _event(chunk: dict[str, Any]) -> str:
+    return f"data: {json.dumps(chunk)}\n\n"
 
 
 @asynccontextmanager

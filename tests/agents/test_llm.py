@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -18,8 +19,10 @@ from starlette.routing import Route
 
 from outlive.config import Settings
 from outlive.db.tx import Sessions
+from outlive.realtime.outputs import OutputStore
 from outlive.services import runs as runs_service
 from outlive.worker import WorkerHost
+from tests.agents.stub_model import StubModel, serve
 from tests.conftest import make_settings
 from tests.support import Api, NudgeWatch, TenantHandle, settled
 
@@ -102,9 +105,8 @@ async def test_each_reply_is_a_message_event_and_a_cut_reply_is_continued(
 ) -> None:
     fake, _ = model
     fake.script = [(200, "Once upon", "length"), (200, " a time.", "stop")]
-    run, events = await _run(
-        api, llm_settings, sessions, tenant, {"prompt": "Tell a story", "maxTurns": 3}
-    )
+    input = {"prompt": "Tell a story", "maxTurns": 3, "stream": False}
+    run, events = await _run(api, llm_settings, sessions, tenant, input)
     assert run.status == "SUCCEEDED"
     assert run.output == {"reply": "Once upon a time.", "turns": 2}  # the whole answer
     assert [e.data["content"] for e in events if e.type == "message"] == ["Once upon", " a time."]
@@ -140,7 +142,7 @@ async def test_a_system_prompt_and_an_allowed_model_are_sent(
     model: tuple[FakeModel, str],
 ) -> None:
     fake, _ = model
-    input = {"prompt": "hi", "system": "Be brief.", "model": "large"}
+    input = {"prompt": "hi", "system": "Be brief.", "model": "large", "stream": False}
     run, _ = await _run(api, llm_settings, sessions, tenant, input)
     assert run.status == "SUCCEEDED"
     assert fake.requests[0] == {
@@ -221,3 +223,41 @@ async def test_a_retry_mid_conversation_does_not_pay_for_the_earlier_replies_aga
         {"name": "reply", "occurrence": 1},
         {"name": "reply", "occurrence": 2},
     ]
+
+
+async def test_a_streamed_reply_goes_to_the_stream_answer_and_the_step_records_it_whole(
+    api: Api, servers: Any, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """`stream` (the default): the endpoint is asked for server-sent events with usage, each
+    delta goes to the run's stream `answer` (a stream per reply, ended with its step), and the
+    step records the whole reply and its usage as without streaming."""
+    stub = StubModel(turns=2)
+    async with serve(stub) as url:
+        settings = make_settings(servers, llm_base_url=url, llm_model="tiny")
+        host = WorkerHost(settings, concurrency=2)
+        await host.start()
+        try:
+            input = {"prompt": "Tell a story", "maxTurns": 3}
+            run, events = await _run(api, settings, sessions, tenant, input)
+        finally:
+            await host.stop()
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output == {"reply": "reply #1.reply #2.", "turns": 2}
+    assert stub.requests[0]["stream"] is True
+    assert stub.requests[0]["stream_options"] == {"include_usage": True}
+    assert [e.data["content"] for e in events if e.type == "message"] == ["reply #1.", "reply #2."]
+    assert settings.redis_url is not None
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        chunks = await OutputStore.of(redis, settings).read_after(run.id, None)
+    finally:
+        await redis.aclose()
+    assert {c.stream for c in chunks} == {"answer"}
+    assert "".join(c.text for c in chunks) == "reply #1.reply #2."
+    assert sum(c.done for c in chunks) == 2  # one stream per reply, each ended with its step
+    usage = await api.gql(
+        "query($id: ID!) { run(id: $id) { usage { inputTokens outputTokens } } }",
+        {"id": str(run.id)},
+        token=tenant.token,
+    )
+    assert usage["run"]["usage"] == {"inputTokens": 101 + 102, "outputTokens": 10 + 20}

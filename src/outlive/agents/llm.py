@@ -14,13 +14,20 @@ and records the endpoint's `usage`. Any other answer fails the run at once. What
 of a failure (`Run.error`) names the status, never the endpoint's body: that body may carry the
 operator's account details (issue 26, L2); it is logged for the operator instead.
 
+With `stream` (the default) the call asks for server-sent events and each text delta goes to
+the run's stream `answer` as it arrives (`ctx.stream`: batched, never journaled); the step still
+records the whole reply, which is the truth a client reads once the step is done. The endpoint
+is asked to include `usage` in the stream (`stream_options.include_usage`).
+
 The model-call code (`Endpoint`, `complete`) is kept apart from the agent so that other agents
-(and a streaming variant) can reuse it.
+can reuse it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from outlive.agents.policy import Retry, parse_retry_after
-from outlive.agents.registry import Agent, RunContext
+from outlive.agents.registry import Agent, OutputStream, RunContext
 from outlive.config import Settings
 from outlive.errors import RetryableFault, RetryAfter
 
@@ -38,6 +45,7 @@ log = logging.getLogger(__name__)
 CALL_ATTEMPTS = 5
 CALL_MAX_BACKOFF_S = 60.0
 LIMIT = "llm"
+ANSWER = "answer"  # the stream a reply's tokens go to
 
 
 class LlmInput(BaseModel):
@@ -49,6 +57,7 @@ class LlmInput(BaseModel):
     model: str | None = Field(
         None, min_length=1, max_length=200, description="one of OUTLIVE_LLM_MODELS"
     )
+    stream: bool = Field(True, description="the reply's tokens go to the stream `answer`")
 
 
 class LlmNotConfigured(Exception):
@@ -105,33 +114,91 @@ def choose_model(settings: Settings, asked: str | None) -> str:
 
 
 async def complete(
-    http: httpx.AsyncClient, endpoint: Endpoint, model: str, messages: list[dict[str, str]]
+    http: httpx.AsyncClient,
+    endpoint: Endpoint,
+    model: str,
+    messages: list[dict[str, str]],
+    *,
+    on_delta: Callable[[str], None] | None = None,
 ) -> Completion:
-    """One chat completion. A 429/5xx or a transport error is a `RetryableFault` (`RetryAfter`
-    when the answer says when); another non-2xx, or a body that is not a completion, is
-    `LlmRejected`. Neither carries the endpoint's body (it is logged)."""
+    """One chat completion; with `on_delta`, streamed (each text delta is given to it as it
+    arrives). A 429/5xx or a transport error is a `RetryableFault` (`RetryAfter` when the answer
+    says when); another non-2xx, or a body that is not a completion, is `LlmRejected`. Neither
+    carries the endpoint's body (it is logged)."""
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    if on_delta is not None:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    request = http.build_request(
+        "POST", endpoint.url, json=body, headers=endpoint.headers, timeout=endpoint.timeout_s
+    )
     try:
-        response = await http.post(
-            endpoint.url,
-            json={"model": model, "messages": messages},
-            headers=endpoint.headers,
-            timeout=endpoint.timeout_s,
-        )
+        response = await http.send(request, stream=True)
+        try:
+            await _refuse_failure(response)
+            if on_delta is not None and _is_event_stream(response):
+                return await _streamed(response, on_delta)
+            await response.aread()  # not asked to stream, or an endpoint that does not
+            done = _completion(response)
+            if on_delta is not None and done.content:
+                on_delta(done.content)
+            return done
+        finally:
+            await response.aclose()
     except httpx.TimeoutException as exc:
         raise RetryableFault(f"llm endpoint did not answer within {endpoint.timeout_s:g}s") from exc
     except httpx.TransportError as exc:
         raise RetryableFault(f"llm endpoint unreachable ({type(exc).__name__})") from exc
+
+
+def _is_event_stream(response: httpx.Response) -> bool:
+    return str(response.headers.get("content-type", "")).startswith("text/event-stream")
+
+
+async def _refuse_failure(response: httpx.Response) -> None:
     status = response.status_code
+    if response.is_success:
+        return
+    text = (await response.aread()).decode(errors="replace")
     if status == 429 or status >= 500:
-        log.info("llm endpoint answered %s: %.500s", status, response.text)
+        log.info("llm endpoint answered %s: %.500s", status, text)
         wait = parse_retry_after(response.headers.get("retry-after"))
         if wait is not None and status in (429, 503):
             raise RetryAfter(wait, f"llm endpoint answered {status} (retry after {wait:g}s)")
         raise RetryableFault(f"llm endpoint answered {status}")
-    if not response.is_success:
-        log.warning("llm endpoint answered %s: %.500s", status, response.text)
-        raise LlmRejected(f"llm endpoint answered {status}")
-    return _completion(response)
+    log.warning("llm endpoint answered %s: %.500s", status, text)
+    raise LlmRejected(f"llm endpoint answered {status}")
+
+
+async def _streamed(response: httpx.Response, on_delta: Callable[[str], None]) -> Completion:
+    """The server-sent events of a streamed completion, read to their `[DONE]`."""
+    parts: list[str] = []
+    finish: str | None = None
+    counts: dict[str, int] | None = None
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        try:
+            chunk = json.loads(data)
+            choices = chunk.get("choices") or []
+            delta = str((choices[0].get("delta") or {}).get("content") or "") if choices else ""
+            finish = (choices[0].get("finish_reason") if choices else None) or finish
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            log.warning("llm endpoint streamed an unexpected event: %.500s", data)
+            raise LlmRejected("llm endpoint streamed an event that is not a chunk") from exc
+        if delta:
+            parts.append(delta)
+            on_delta(delta)
+        counts = _counts(chunk.get("usage")) or counts
+    return Completion("".join(parts), finish, counts)
+
+
+def _counts(usage: Any) -> dict[str, int] | None:
+    if not isinstance(usage, dict):
+        return None
+    return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _completion(response: httpx.Response) -> Completion:
@@ -143,10 +210,7 @@ def _completion(response: httpx.Response) -> Completion:
         log.warning("llm endpoint answered an unexpected body: %.500s", response.text)
         raise LlmRejected("llm endpoint answered a body that is not a chat completion") from exc
     usage = body.get("usage") if isinstance(body, dict) else None
-    counts = None
-    if isinstance(usage, dict):
-        counts = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
-    return Completion(content, choice.get("finish_reason"), counts)
+    return Completion(content, choice.get("finish_reason"), _counts(usage))
 
 
 async def run(ctx: RunContext, params: LlmInput) -> dict[str, Any]:
@@ -157,8 +221,15 @@ async def run(ctx: RunContext, params: LlmInput) -> dict[str, Any]:
         messages.append({"role": "system", "content": params.system})
     messages.append({"role": "user", "content": params.prompt})
 
-    async def ask() -> dict[str, Any]:
-        done = await complete(ctx.http, endpoint, model, messages)
+    streams: dict[int, OutputStream] = {}  # one per reply, opened in its step, ended with it
+
+    async def ask(reply: int) -> dict[str, Any]:
+        on_delta = None
+        if params.stream:  # a call the step's policy retries writes on to the same stream
+            if reply not in streams:
+                streams[reply] = ctx.stream(ANSWER)
+            on_delta = streams[reply].write
+        done = await complete(ctx.http, endpoint, model, messages, on_delta=on_delta)
         usage = done.usage or {}
         ctx.record_usage(
             input_tokens=usage.get("prompt_tokens", 0),
@@ -170,10 +241,10 @@ async def run(ctx: RunContext, params: LlmInput) -> dict[str, Any]:
 
     retry = call_retry(ctx.settings)
     replies: list[str] = []
-    for _ in range(params.max_turns):
+    for reply in range(params.max_turns):
         await ctx.checkpoint()
         choice = await ctx.step(
-            "reply", ask, retry=retry, timeout=endpoint.timeout_s + 5, limit=LIMIT
+            "reply", ask, reply, retry=retry, timeout=endpoint.timeout_s + 5, limit=LIMIT
         )
         replies.append(str(choice["content"]))
         messages.append({"role": "assistant", "content": replies[-1]})
