@@ -1,7 +1,8 @@
-"""Benchmark: child runs. The overhead of `ctx.call`, and a fan-out of 1,000 children under faults.
+"""Benchmark: child runs. The overhead of `ctx.call`, a fan-out of 1,000 children under faults,
+and a cascade of 1,000 live descendants.
 
     uv run python bench/children.py [--calls 200] [--fanout 1000] [--parallel 50]
-                                    [--kill-every 5] [--no-chaos]
+                                    [--kill-every 5] [--no-chaos] [--cascade-fanout 10]
 
 1. Overhead. One `demo` parent with `children: N, maxParallel: 1, childTurns: 1, delayMs: 0`:
    `ctx.map` starts one child at a time, so each child is a whole spawn → child RUNNING →
@@ -19,6 +20,11 @@
    must be 1), the parent's status and its outputs' order, the parent's worker slots while it
    waited (RUNNING samples while WAITING for children: must be 0), and how long after the last
    child's settle the parent resumed.
+3. Cascade (unless --cascade-fanout 0). The `family` agent's `tree` (tests/children_agents.py)
+   grows `--cascade-fanout` children a level, 3 levels (10: 1,110 descendants, 1,000 live leaves
+   at depth 3, each WAITING for a signal that never comes); then `cancelRun(root)` (the service,
+   as the API calls it). Reported: how long until every descendant settled (target: 5 s), and
+   how many descendants were claimed after the cancel committed (must be 0).
 """
 
 from __future__ import annotations
@@ -30,12 +36,13 @@ import signal
 import sys
 import time
 from pathlib import Path
+from uuid import UUID
 
 import asyncpg
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_env, outlive, table
+from _common import ROOT, Env, bench_env, outlive, table
 
 
 def pct(values: list[float], p: float) -> float:
@@ -199,6 +206,54 @@ async def fanout(
     ]
 
 
+async def cascade(env: Env, conn: asyncpg.Connection, fanout: int) -> list[list[object]]:
+    """`cancelRun(root)` with fanout^3 live leaves at depth 3 (the `family` agent's `tree`: each
+    level maps `fanout` children; the leaves wait for a signal that never comes)."""
+    from outlive.config import Settings
+    from outlive.ids import RunId, TenantId
+    from outlive.runtime import open_runtime
+    from outlive.services.runs import cancel_run
+
+    root = await seed_parent(conn, "cascade", {"mode": "tree", "depth": 3, "fanout": fanout})
+    await conn.execute("UPDATE runs SET agent = 'family' WHERE id = $1", root)
+    tenant = await conn.fetchval("SELECT tenant_id FROM runs WHERE id = $1", root)
+    total = fanout + fanout**2 + fanout**3
+    vars = env.vars(OUTLIVE_AGENT_MODULES="tests.children_agents:AGENTS", PYTHONPATH=str(ROOT))
+    log = Path("/tmp") / "outlive-bench-children-cascade.log"  # noqa: S108 (a scratch log)
+    descendants = "SELECT count(*) FROM runs WHERE root_id = $1"
+    live = descendants + " AND status IN ('QUEUED', 'RUNNING', 'WAITING')"
+    with outlive("worker", "--concurrency", "32", env=vars, log=log):
+        began = time.monotonic()
+        while await conn.fetchval(descendants, root) < total:
+            if time.monotonic() - began > 600:
+                raise RuntimeError("the tree did not grow in 600 s")
+            await asyncio.sleep(0.1)
+        grown_s = time.monotonic() - began
+        live_at_cancel = await conn.fetchval(live, root)
+        settings = Settings(database_url=env.database_url, redis_url=env.redis_url)
+        async with open_runtime(settings, "cli-queues") as runtime:  # as a CLI command
+            began = time.monotonic()
+            async with runtime.sessions.unit(TenantId(tenant)) as uow:
+                await cancel_run(uow, RunId(UUID(root)))
+            while await conn.fetchval(live, root):
+                if time.monotonic() - began > 120:
+                    raise RuntimeError("the cascade did not finish in 120 s")
+                await asyncio.sleep(0.02)
+            cascade_s = time.monotonic() - began
+    started_after = await conn.fetchval(
+        "SELECT count(*) FROM run_events e JOIN runs r ON r.id = e.run_id WHERE r.root_id = $1"
+        " AND e.type = 'claimed' AND e.at > (SELECT finished_at FROM runs WHERE id = $1)",
+        root,
+    )
+    return [
+        ["descendants (depth 3)", f"{total} ({fanout**3} leaves)"],
+        ["the tree grew in", f"{grown_s:.1f} s"],
+        ["live when cancelRun(root) committed", live_at_cancel],
+        ["cancelRun(root) -> every descendant settled", f"{cascade_s * 1000:.0f} ms"],
+        ["descendants claimed after the cancel committed", started_after],
+    ]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=200)
@@ -206,6 +261,7 @@ async def main() -> None:
     parser.add_argument("--parallel", type=int, default=50)
     parser.add_argument("--kill-every", type=float, default=5.0)
     parser.add_argument("--no-chaos", action="store_true")
+    parser.add_argument("--cascade-fanout", type=int, default=10, help="0: no cascade phase")
     args = parser.parse_args()
     async with bench_env() as env:
         conn = await asyncpg.connect(env.database_url)
@@ -225,6 +281,9 @@ async def main() -> None:
         print(table(rows, ["ctx.call (demo child, 1 turn, 0 ms)", "n", "p50 ms", "p99 ms"]))
         if not args.no_chaos:
             print(table(await fanout(env.vars(), conn, redis, args), ["fan-out", "value"]))
+        if args.cascade_fanout:
+            rows = await cascade(env, conn, args.cascade_fanout)
+            print(table(rows, ["cascade", "value"]))
         await conn.close()
         await redis.aclose()
 

@@ -20,6 +20,7 @@ class FamilyInput(BaseModel):
     depth: int = Field(0, ge=0, le=20)
     turns: int = Field(20, ge=1, le=1000)
     delay_ms: int = Field(250, ge=0, le=10_000)
+    fanout: int = Field(2, ge=1, le=100)
 
 
 def leaf(turns: int = 1, delay_ms: int = 0) -> dict[str, Any]:
@@ -58,6 +59,13 @@ async def run(ctx: RunContext, p: FamilyInput) -> dict[str, Any]:
     if p.mode == "spawn-and-wait":
         await ctx.spawn("demo", leaf(3, 300), abandon=True)
         await ctx.wait_for("go")
+        return {}
+    if p.mode == "tree":  # `fanout` children a level, `depth` levels; the leaves wait, live
+        if p.depth:
+            inputs = [{"mode": "tree", "depth": p.depth - 1, "fanout": p.fanout}] * p.fanout
+            await ctx.map("family", inputs, max_parallel=p.fanout)
+        else:
+            await ctx.wait_for("never")
         return {}
     raise ValueError(f"unknown mode {p.mode!r}")
 
