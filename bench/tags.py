@@ -105,8 +105,9 @@ async def measure(url: str, queries: int) -> list[list[str]]:
         ("own tag", [f"t{tenants[0][1]}"]),
     ):
         plan = await conn.fetch(
-            "EXPLAIN SELECT * FROM runs WHERE tenant_id = $1 AND tags @> $2::varchar[]"
-            " AND tags <> '{}' ORDER BY created_at DESC, id DESC LIMIT 21",
+            "EXPLAIN SELECT * FROM runs WHERE tenant_id = $1"
+            " AND outlive_tenant_tags(tenant_id, tags) @> outlive_tenant_tags($1, $2::varchar[])"
+            " AND tags <> '{}' ORDER BY created_at DESC, id DESC LIMIT 21",  # the service's
             tenants[0][0],
             tags,
         )

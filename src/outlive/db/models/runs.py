@@ -105,9 +105,9 @@ class Run(Base):
             text("id DESC"),
             postgresql_where=text("key <> ''"),
         ),
-        Index(  # runs(tags:): runs carrying all of them
-            "ix_runs_tags",
-            "tags",
+        Index(  # runs(tags:): one tenant's runs carrying all of them (migration 0021)
+            "ix_runs_tenant_tags",
+            text("outlive_tenant_tags(tenant_id, tags)"),
             postgresql_using="gin",
             postgresql_where=text("tags <> '{}'"),
         ),

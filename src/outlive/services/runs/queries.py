@@ -117,9 +117,14 @@ LEASE_LEFT = prepare(
 
 
 # The optional filters of `runs(key:, tags:)`, each spelled so that the planner can use its
-# partial index (`ix_runs_tenant_key`, `ix_runs_tags`): one statement per combination.
+# partial index (`ix_runs_tenant_key`, `ix_runs_tenant_tags`, whose entries are tenant-prefixed
+# tags): one statement per combination.
 _KEY_FILTER = " AND key = CAST(:key AS text)"
-_TAGS_FILTER = " AND tags @> CAST(:tags AS varchar[]) AND tags <> '{}'"
+_TAGS_FILTER = (
+    " AND outlive_tenant_tags(tenant_id, tags)"
+    " @> outlive_tenant_tags(CAST(:tenant_id AS uuid), CAST(:tags AS varchar[]))"
+    " AND tags <> '{}'"
+)
 PAGE_FILTERS = ("", _KEY_FILTER, _TAGS_FILTER, _KEY_FILTER + _TAGS_FILTER)
 
 
