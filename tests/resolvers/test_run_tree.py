@@ -16,9 +16,10 @@ from tests.support import Api, TenantHandle
 INSERT = text(
     """INSERT INTO runs (tenant_id, agent, input, status, key, parent_id, root_id, parent_step,
                          depth, dispatched_at, finished_at)
-       VALUES (:tenant_id, 'demo', '{}'::jsonb, CAST(:status AS text), :key, :parent_id, :root_id, :step,
-               :depth, NULL, CASE WHEN CAST(:status AS text) IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-                                  THEN now() END)
+       VALUES (:tenant_id, 'demo', '{}'::jsonb, CAST(:status AS text), :key, :parent_id,
+               :root_id, :step, :depth, NULL,
+               CASE WHEN CAST(:status AS text) IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+                    THEN now() END)
        RETURNING id"""
 )
 TREE = """query($id: ID!) { run(id: $id) { id childCounts { status count }
