@@ -51,11 +51,15 @@ export function TreePanel({
   );
 }
 
+/** A run of the tree: its short id the link (named with its full id), then its agent. */
 function RunLink({ id, agent, label }: { id: string; agent: string; label: string }) {
   return (
-    <Link to={treeHref(id)} aria-label={`${label} ${id}`}>
-      <span className="mono">{shortId(id)}</span> <span className="muted">· {agent}</span>
-    </Link>
+    <>
+      <Link to={treeHref(id)} className="mono" aria-label={`${label} ${id}`}>
+        {shortId(id)}
+      </Link>{" "}
+      <span className="muted">· {agent}</span>
+    </>
   );
 }
 
