@@ -45,6 +45,9 @@ def test_the_cost_multiplies_the_first_values_along_each_path() -> None:
     assert plan.cost({}, 50) == 3 * 20  # the argument's default
     endpoints = "{ webhookEndpoints { deliveries(first: 100) { id } } }"
     assert cost_plan(schema, parse(endpoints), None).cost(None, 50) == 50 + 50 * 100
+    tree = "{ runs(first: 10) { edges { node { ancestors { childCounts { count } } } } } }"
+    # a tree is at most 8 runs above a run, and a run's children have at most 6 statuses
+    assert cost_plan(schema, parse(tree), None).cost(None, 50) == 30 + 10 * 8 + 10 * 8 * 6
 
 
 async def test_a_query_asking_for_millions_of_rows_is_refused_before_it_runs(

@@ -117,3 +117,45 @@ async def test_the_deliveries_of_every_endpoint_are_one_statement(
     assert len(endpoints) == 6
     assert all(len(e["deliveries"]) == 2 for e in endpoints)
     assert len([s for s in statements if "FROM webhook_deliveries" in s]) == 1
+
+
+async def test_the_tree_of_a_page_of_runs_is_one_statement_each(
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`childCounts` and `ancestors` of every run on a page: one statement each, each run its
+    own answer (run n has n settled children; each child's path is its parent)."""
+    async with sessions.unit() as uow:
+        await uow.session.execute(
+            text(
+                "WITH made AS (INSERT INTO runs (tenant_id, agent, input, status)"
+                " SELECT :t, 'demo', jsonb_build_object('n', n), 'SUCCEEDED'"
+                " FROM generate_series(1, 5) AS n RETURNING id, input)"
+                " INSERT INTO runs (tenant_id, agent, input, status, parent_id, root_id,"
+                " parent_step, depth)"
+                " SELECT :t, 'demo', jsonb_build_object('of', made.input->'n'), 'FAILED',"
+                " made.id, made.id, 'demo#' || c, 1"
+                " FROM made, generate_series(1, (made.input->>'n')::int) AS c"
+            ),
+            {"t": tenant.id},
+        )
+    async with _api_counting(settings, monkeypatch) as (api, statements):
+        data = await api.gql(
+            """{ runs(first: 30) { edges { node { id input parentId
+                  childCounts { status count } ancestors { id input } } } } }""",
+            token=tenant.token,
+        )
+    nodes = [e["node"] for e in data["runs"]["edges"]]
+    assert len(nodes) == 20
+    for node in nodes:
+        if node["parentId"] is None:
+            assert node["ancestors"] == []
+            assert node["childCounts"] == [{"status": "FAILED", "count": node["input"]["n"]}]
+        else:
+            assert node["childCounts"] == []
+            assert [a["id"] for a in node["ancestors"]] == [node["parentId"]]
+            assert node["ancestors"][0]["input"]["n"] == node["input"]["of"]
+    assert len([s for s in statements if "GROUP BY parent_id, status" in s]) == 1
+    assert len([s for s in statements if "WITH RECURSIVE up" in s]) == 1

@@ -57,6 +57,8 @@ FIXED_SIZES = {
     ("Query", "invitations"): 200,
     ("Query", "agents"): 50,
     ("RunConnection", "edges"): 1,  # as many as the connection's `first:`, already counted
+    ("Run", "ancestors"): 8,  # a tree's depth (services.runs.cascade.MAX_DEPTH)
+    ("Run", "childCounts"): 6,  # one per RunStatus
 }
 UNKNOWN_LIST_SIZE = 100  # a list this table does not know: assume a page
 ENDPOINTS = ("Query", "webhookEndpoints")  # bounded by OUTLIVE_WEBHOOK_MAX_ENDPOINTS

@@ -28,6 +28,7 @@ from outlive.services.runs import (
     StepRecord,
     check_steps_page,
     children,
+    tree,
 )
 from outlive.services.tenants import Principal
 from outlive.services.tokens import PrincipalCache
@@ -135,6 +136,16 @@ class Context:
             after=after,
             statuses=[s.value for s in statuses] if statuses else None,
         )
+
+    async def run_child_counts(self, run_id: RunId) -> list[tree.StatusCount]:
+        """The run's children per status (one statement per page of runs; tenant-scoped)."""
+        self.require()
+        return await self.loaders.child_counts.load(run_id)
+
+    async def run_ancestors(self, run_id: RunId) -> list[RunRecord]:
+        """The runs above it, root first (one statement per page of runs; tenant-scoped)."""
+        self.require()
+        return await self.loaders.ancestors.load(run_id)
 
     async def run_usage(self, run_id: RunId) -> RunUsage:
         """The run's summed model usage (one statement per page of runs)."""

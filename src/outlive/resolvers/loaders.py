@@ -1,5 +1,6 @@
-"""Per-request DataLoaders: a page of runs asking for their events or steps, or the endpoints
-asking for their deliveries, costs one statement per page shape instead of one per row (no N+1).
+"""Per-request DataLoaders: a page of runs asking for their events, steps, usage, children's
+counts or ancestors, or the endpoints asking for their deliveries, costs one statement per page
+shape instead of one per row (no N+1).
 
 Keys carry the page arguments (`after`, `first`), so aliases with different pages batch into one
 statement per distinct shape. Deliveries are repaired as they are read
@@ -19,7 +20,7 @@ from strawberry.dataloader import DataLoader
 from outlive.db.tx import Sessions
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.services import outbox, timelines, usage_tokens, webhooks
-from outlive.services.runs import EventRecord, StepRecord, list_steps_of_runs
+from outlive.services.runs import EventRecord, RunRecord, StepRecord, list_steps_of_runs, tree
 from outlive.services.webhooks import DeliveryRecord
 
 EventsKey = tuple[RunId, int, int]  # (run, after, first)
@@ -65,6 +66,20 @@ class Loaders:
         self.usage: DataLoader[RunId, usage_tokens.RunUsage] = DataLoader(
             self._load_usage, cache=False
         )
+        self.child_counts: DataLoader[RunId, list[tree.StatusCount]] = DataLoader(
+            self._load_child_counts, cache=False
+        )
+        self.ancestors: DataLoader[RunId, list[RunRecord]] = DataLoader(
+            self._load_ancestors, cache=False
+        )
+
+    async def _load_child_counts(self, keys: Sequence[RunId]) -> list[list[tree.StatusCount]]:
+        found = await tree.count_children_of_runs(self._sessions, self._tenant_id(), keys)
+        return [found[key] for key in keys]
+
+    async def _load_ancestors(self, keys: Sequence[RunId]) -> list[list[RunRecord]]:
+        found = await tree.list_ancestors_of_runs(self._sessions, self._tenant_id(), keys)
+        return [found[key] for key in keys]
 
     async def _load_usage(self, keys: Sequence[RunId]) -> list[usage_tokens.RunUsage]:
         found = await usage_tokens.usage_of_runs(self._sessions, keys)

@@ -9,6 +9,7 @@ if TYPE_CHECKING:
 
     from outlive.ids import EndpointId, RunId
     from outlive.services.runs import EventRecord, RunPage, RunRecord, StepRecord
+    from outlive.services.runs.tree import StatusCount
     from outlive.services.webhooks import DeliveryRecord
 
 
@@ -24,3 +25,7 @@ class SchemaContext(Protocol):
     async def run_children(
         self, run: RunRecord, *, first: int, after: str | None, statuses: Any
     ) -> RunPage: ...
+
+    async def run_child_counts(self, run_id: RunId) -> list[StatusCount]: ...
+
+    async def run_ancestors(self, run_id: RunId) -> list[RunRecord]: ...

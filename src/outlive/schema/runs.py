@@ -13,6 +13,7 @@ from outlive.db.models import RunStatus as DbRunStatus
 from outlive.schema.scalars import as_json
 from outlive.services.runs import MAX_ATTEMPTS, EventRecord, RunPage, RunRecord, StepRecord
 from outlive.services.runs import RunOrder as DbRunOrder
+from outlive.services.runs.tree import StatusCount as StatusCountRecord
 from outlive.services.usage_tokens import RunUsage as UsageRecord
 
 RunStatus = strawberry.enum(DbRunStatus, name="RunStatus")
@@ -77,6 +78,16 @@ class RunUsage:
             output_tokens=u.output_tokens,
             cost_usd=cost,
         )
+
+
+@strawberry.type(description="How many runs have a status (`Run.childCounts`).")
+class StatusCount:
+    status: RunStatus  # type: ignore[valid-type]
+    count: int
+
+    @classmethod
+    def of(cls, record: StatusCountRecord) -> StatusCount:
+        return cls(status=record.status, count=record.count)
 
 
 def retries_left(r: RunRecord) -> int:
@@ -210,6 +221,22 @@ class Run:
             self.record, first=20 if first is None else first, after=after, statuses=status
         )
         return RunConnection.of(cast(RunPage, page))
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="Its children counted per status, in the order of RunStatus; a status "
+        "none of them has is left out ([] for a run without children)."
+    )
+    async def child_counts(self, info: strawberry.Info[Any, Any]) -> list[StatusCount]:
+        counts = await info.context.run_child_counts(self.record.id)
+        return [StatusCount.of(c) for c in cast(list[StatusCountRecord], counts)]
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="The runs above it in its tree: the root first, its parent last (at most "
+        "8); [] for a top-level run."
+    )
+    async def ancestors(self, info: strawberry.Info[Any, Any]) -> list[Run]:
+        found = await info.context.run_ancestors(self.record.id)
+        return [Run.of(r) for r in cast(list[RunRecord], found)]
 
     @classmethod
     def of(cls, r: RunRecord) -> Run:

@@ -4,6 +4,7 @@ import * as agents from "./documents/agents";
 import * as invitations from "./documents/invitations";
 import * as replays from "./documents/replays";
 import * as runs from "./documents/runs";
+import * as tree from "./documents/tree";
 import * as usage from "./documents/usage";
 import * as viewer from "./documents/viewer";
 import * as webhooks from "./documents/webhooks";
@@ -18,7 +19,7 @@ const served = buildSchema(servedSdl);
 const isDocument = (v: unknown): v is DocumentNode =>
   typeof v === "object" && v !== null && (v as { kind?: string }).kind === "Document";
 
-const operations = Object.entries({ ...agents, ...runs, ...viewer, ...webhooks, ...invitations, ...usage, ...replays })
+const operations = Object.entries({ ...agents, ...runs, ...viewer, ...webhooks, ...invitations, ...usage, ...replays, ...tree })
   .filter(([, v]) => isDocument(v) && (v as DocumentNode).definitions.some((d) => d.kind === "OperationDefinition"))
   .map(([name, v]) => [name, v as DocumentNode] as const);
 
@@ -28,7 +29,7 @@ describe("the app's documents", () => {
       [
         "AGENTS", "AGENT_STATS", "AWAITING_INPUT", "CANCEL_RUN", "CANCEL_RUN_REPLAY", "CREATE_WEBHOOK_ENDPOINT", "DELETE_WEBHOOK_ENDPOINT",
         "INVITATIONS", "INVITE_MEMBER", "RESEND_INVITATION", "REVOKE_INVITATION", "QUEUE", "REDELIVER_WEBHOOK", "REPLAY_RUNS", "RETRY_RUN", "RUNS",
-        "RUN_DETAIL", "RUNS_BY_ID_PREFIX", "RUN_REPLAYS", "RUN_STEPS", "RUN_TIMELINE", "RUN_WHY", "SIGNAL_RUN", "START_RUN", "USAGE", "VIEWER", "WEBHOOK_ENDPOINTS",
+        "RUN_DETAIL", "RUNS_BY_ID_PREFIX", "RUN_REPLAYS", "RUN_STEPS", "RUN_TIMELINE", "RUN_TREE", "RUN_WHY", "SIGNAL_RUN", "START_RUN", "USAGE", "VIEWER", "WEBHOOK_ENDPOINTS",
       ].sort(),
     );
   });

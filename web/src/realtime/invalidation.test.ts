@@ -50,6 +50,7 @@ describe("keyOfQuery", () => {
     expect(keyOfQuery("WebhookEndpoints", undefined)).toEqual({ kind: "webhooks" });
     expect(keyOfQuery("RunReplays", { first: 20 })).toEqual({ kind: "replays" });
     expect(keyOfQuery("Queue", { first: 50 })).toEqual({ kind: "runs" });
+    expect(keyOfQuery("RunTree", { id: RUN, first: 20, after: null })).toEqual({ kind: "run", id: RUN });
   });
 
   it("leaves the rest alone", () => {
@@ -184,6 +185,20 @@ describe("planNudges: the least that covers a burst", () => {
       { kind: "refetch", index: 3 },
       { kind: "refetch", index: 4 },
       { kind: "fetchRun", id: RUN },
+    ]);
+  });
+
+  it("a run.updated for a child asks again for the tree that shows it, and for no other tree", () => {
+    const page = [
+      q("RunDetail", { id: OTHER }), // 0: the parent's page
+      q("RunTree", { id: OTHER, first: 20, after: null }, ["child"]), // 1: its children
+      q("RunTree", { id: "elsewhere", first: 20, after: null }, ["another-child"]), // 2
+    ];
+    expect(planNudges([{ type: "run.updated", id: "child" }], page)).toEqual([{ kind: "refetch", index: 1 }]);
+    // the parent's own nudge (a child settled): its detail and its tree
+    expect(planNudges([{ type: "run.updated", id: OTHER }], page)).toEqual([
+      { kind: "refetch", index: 0 },
+      { kind: "refetch", index: 1 },
     ]);
   });
 

@@ -36,6 +36,7 @@ export const OPERATIONS = {
   RunWhy: "run",
   RunTimeline: "runEvents",
   RunSteps: "runEvents", // a step's completion appends its `step` event: the same run.event nudge
+  RunTree: "run", // a child's settle nudges its parent; a child it shows is asked for too (planNudges)
   Usage: "usage",
   AgentStats: "usage", // counts by outcome: changes when the usage does
   Invitations: "invitations",
@@ -111,7 +112,7 @@ export function nudgeConcerns(
 export interface ActiveQuery {
   name: string | undefined | null;
   variables: Record<string, unknown> | undefined | null;
-  /** Whether this query's current answer shows that run (for the runs lists). */
+  /** Whether this query's current answer shows that run (a runs list, or a run's children). */
   shows(runId: string): boolean;
 }
 
@@ -136,7 +137,8 @@ function isFiltered(variables: Record<string, unknown> | undefined | null): bool
  * - `run.updated` (id): that run alone when a screen shows it (its detail, or an unfiltered list
  *   that holds it: the normalized cache updates the list), the lists filtered by status (the run
  *   may enter or leave them) and the usage (counts by status); an unfiltered list that does not
- *   hold the run is not asked again;
+ *   hold the run is not asked again; a run's tree that shows it among its children is asked
+ *   again (the parent's counts by status changed with it);
  * - `run.event` (id): that run's timeline, after the last seq it holds;
  * - the others as `keysForNudge` says.
  * Each query and each run is asked for at most once per burst.
@@ -157,7 +159,7 @@ export function planNudges(nudges: readonly NudgeLike[], queries: readonly Activ
         if (q.variables?.["id"] === id) {
           detail = true;
           refetch.add(i);
-        }
+        } else if (q.shows(id)) refetch.add(i); // a tree whose children hold it
       });
       each("runs", (q, i) => {
         if (isFiltered(q.variables)) refetch.add(i);

@@ -43,11 +43,13 @@ export class BurstGate<T> {
   }
 }
 
-/** Whether a runs list's current answer holds that run. */
+type Edges = { edges?: { node?: { id?: string } }[] };
+
+/** Whether a query's current answer holds that run: a runs list's row, or a run's child. */
 function shows(query: AnyQuery, runId: string): boolean {
-  const edges = (query.getCurrentResult().data as { runs?: { edges?: { node?: { id?: string } }[] } })?.runs
-    ?.edges;
-  return (edges ?? []).some((e) => e.node?.id === runId);
+  const data = query.getCurrentResult().data as { runs?: Edges; run?: { children?: Edges } } | undefined;
+  const edges = data?.runs?.edges ?? data?.run?.children?.edges ?? [];
+  return edges.some((e) => e.node?.id === runId);
 }
 
 /**

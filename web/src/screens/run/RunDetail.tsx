@@ -14,13 +14,15 @@ import { RetryActions } from "./Retry";
 import { StepsPanel } from "./Steps";
 import { RUN_TABS, type RunTab, tabHref, tabOf } from "./tabs";
 import { Tabs } from "./Tabs";
+import { childTotal, hasTree } from "./tree";
+import { TreePanel, useRunTree } from "./Tree";
 import type { DetailRun } from "./types";
 import { WaterfallPanel } from "./Waterfall";
 
 /**
  * One run: its heading, facts and actions, then a tab each for the overview (why, signal, input,
- * output), its steps, its waterfall and its events. Its fields are live on run.updated, its
- * timeline on run.event.
+ * output), its steps, its waterfall, its events and (for a child or a parent) its tree. Its fields
+ * are live on run.updated, its timeline on run.event.
  */
 export function RunDetail({ id }: { id: string }) {
   return FULL_ID.test(id) ? <RunById id={id} /> : <RunByPrefix prefix={id} />;
@@ -283,11 +285,14 @@ function RunTabs({
 }) {
   const { path, params } = useLocation();
   const tab: RunTab = tabOf(params);
-  const items = RUN_TABS.map((t) => ({
+  const tree = useRunTree(run.id);
+  const children = tree.tree ? childTotal(tree.tree.childCounts) : 0;
+  const shown = RUN_TABS.filter((t) => t.id !== "tree" || tab === "tree" || hasTree(tree.tree));
+  const items = shown.map((t) => ({
     id: t.id,
     label: t.label,
     href: tabHref(path, params, t.id),
-    count: t.id === "events" ? events.length : null,
+    count: t.id === "events" ? events.length : t.id === "tree" ? children || null : null,
   }));
   return (
     <>
@@ -297,6 +302,7 @@ function RunTabs({
         {tab === "steps" && <StepsPanel id={run.id} />}
         {tab === "waterfall" && <WaterfallPanel waterfall={waterfall} events={events} />}
         {tab === "events" && <Timeline id={run.id} />}
+        {tab === "tree" && <TreePanel run={run} {...tree} />}
       </div>
     </>
   );

@@ -9,6 +9,7 @@ export const RUN_TABS = [
   { id: "steps", label: "Steps" },
   { id: "waterfall", label: "Waterfall" },
   { id: "events", label: "Events" },
+  { id: "tree", label: "Tree" }, // offered for a run with a parent or children (RunTabs)
 ] as const;
 
 export type RunTab = (typeof RUN_TABS)[number]["id"];
