@@ -34,6 +34,7 @@ from outlive.errors import QueueUnavailable
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.services.relay import CHANNEL, QUEUE_TIMEOUT_S, Relay
+from outlive.telemetry.daemons import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -70,25 +71,22 @@ class RelayLoop:
     ) -> None:
         self.relay = relay
         self._orphans_s = orphans_s  # None: this worker looks for no gone worker's runs
-        self._orphans: asyncio.Task[None] | None = None
+        self._orphans = Daemon("outlive-orphans", self.watch_orphans)
         self.scan_s = scan_s
         self._listen_url = listen_url
         self._listener: asyncpg.Connection | None = None
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._daemon = Daemon("outlive-relay", self.run)
         self.passes = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self.run(), name="outlive-relay")
+        self._daemon.start()
         if self._orphans_s is not None:
-            self._orphans = asyncio.create_task(self.watch_orphans(), name="outlive-orphans")
+            self._orphans.start()
 
     async def stop(self) -> None:
-        for task in (self._orphans, self._task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        for daemon in (self._orphans, self._daemon):
+            await daemon.stop()
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
