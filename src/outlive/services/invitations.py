@@ -28,6 +28,7 @@ from sqlalchemy import text
 
 from outlive.db.models import Invitation, InvitationStatus
 from outlive.db.raw import prepare
+from outlive.db.records import Record
 from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import InvitationId, TenantId, UserId
@@ -39,7 +40,7 @@ MAX_LIST = 200
 
 
 @dataclass(frozen=True, slots=True)
-class InvitationRecord:
+class InvitationRecord(Record):
     id: InvitationId
     email: str
     status: InvitationStatus
@@ -61,23 +62,6 @@ class Outgoing:
     email: str
     tenant_name: str
     token: str
-
-
-def _record(i: Mapping[str, Any]) -> InvitationRecord:
-    return InvitationRecord(
-        id=InvitationId(i["id"]),
-        email=i["email"],
-        status=InvitationStatus(i["status"]),
-        attempts=i["attempts"],
-        last_error=i["last_error"],
-        created_at=i["created_at"],
-        sent_at=i["sent_at"],
-        updated_at=i["updated_at"],
-        tenant_id=TenantId(i["tenant_id"]),
-        dispatched_at=i["dispatched_at"],
-        expires_at=i["expires_at"],
-        accepted_at=i["accepted_at"],
-    )
 
 
 _COLUMNS = tuple(Invitation.__table__.c)
@@ -114,10 +98,10 @@ async def invite(
     for _ in range(10):
         inserted = await uow.one(_INSERT, **values)
         if inserted is not None:
-            return _queue(uow, _record(inserted))
+            return _queue(uow, InvitationRecord.from_row(inserted))
         existing = await uow.one(_PENDING, tenant_id=tenant_id, email=email)
         if existing is not None:
-            return _record(existing)
+            return InvitationRecord.from_row(existing)
     raise RuntimeError("could not insert or find the pending invitation")
 
 
@@ -156,7 +140,10 @@ _INVITATIONS = prepare(
 
 
 async def list_invitations(db: Db, tenant_id: TenantId) -> list[InvitationRecord]:
-    return [_record(r) for r in await db.all(_INVITATIONS, tenant_id=tenant_id, limit=MAX_LIST)]
+    return [
+        InvitationRecord.from_row(r)
+        for r in await db.all(_INVITATIONS, tenant_id=tenant_id, limit=MAX_LIST)
+    ]
 
 
 _TAKE_PENDING = prepare(
@@ -369,7 +356,7 @@ async def revoke(uow: UnitOfWork, invitation_id: InvitationId) -> InvitationReco
     if row is None:
         await _existing(uow, invitation_id, tenant_id)
         raise BadUserInput("this invitation was accepted: it can no longer be revoked")
-    invitation = _record(row)
+    invitation = InvitationRecord.from_row(row)
     uow.nudge("invitation.updated", invitation.id)
     _dispatch_after_commit(uow, tenant_id)  # a send it held a place for frees that place
     return invitation
@@ -381,7 +368,7 @@ async def _existing(
     row = await uow.one(_ONE, invitation_id=invitation_id, tenant_id=tenant_id)
     if row is None:
         raise NotFound("there is no such invitation in this tenant")
-    return _record(row)
+    return InvitationRecord.from_row(row)
 
 
 # Back to PENDING with a fresh (unknown) code, a new week and no attempts: sent again by the job.
@@ -412,11 +399,11 @@ async def resend(uow: UnitOfWork, invitation_id: InvitationId) -> InvitationReco
         token_hash=hashlib.sha256(secrets.token_bytes(32)).digest(),
     )
     if row is not None:
-        return _queue(uow, _record(row))
+        return _queue(uow, InvitationRecord.from_row(row))
     existing = await _existing(uow, invitation_id, tenant_id)
     if existing.status is InvitationStatus.ACCEPTED:
         raise BadUserInput("this invitation was accepted: there is nothing to resend")
     if existing.status is InvitationStatus.PENDING:
         return existing
     pending = await uow.one(_PENDING, tenant_id=tenant_id, email=existing.email)
-    return existing if pending is None else _record(pending)
+    return existing if pending is None else InvitationRecord.from_row(pending)
