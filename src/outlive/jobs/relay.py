@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 from saq.queue.redis import RedisQueue
 
 from outlive.config import Settings
+from outlive.db.ports import Admission
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.jobs.producer import SaqJobProducer
@@ -167,8 +168,10 @@ def build_relay(
     runs_queue: RedisQueue,
     jobs_queue: RedisQueue,
     database_url: str,
+    admission: Admission,
 ) -> RelayLoop:
-    """The relay a worker runs (started with `start()`, stopped with `stop()`)."""
+    """The relay a worker runs (started with `start()`, stopped with `stop()`), making up for
+    missed dispatches through `admission` (the runtime's)."""
     relaxed = settings.model_copy(update={"queue_timeout_s": QUEUE_TIMEOUT_S})
     relay = Relay(
         sessions,
@@ -179,6 +182,7 @@ def build_relay(
         recheck_s=settings.relay_recheck_s,
         default_runs_cap=settings.tenant_max_running_runs,
         default_jobs_cap=settings.tenant_max_inflight_jobs,
+        admission=admission,
     )
     listen_url = None if settings.db_pgbouncer else database_url
     return RelayLoop(

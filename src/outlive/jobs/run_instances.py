@@ -35,11 +35,11 @@ from saq.job import Status
 from saq.queue.redis import RedisQueue
 
 from outlive.config import Settings
+from outlive.db.ports import InstanceState
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId
 from outlive.jobs.deps import RunsContext
 from outlive.jobs.queues import OutliveRedisQueue
-from outlive.services.ports import InstanceState
 from outlive.workflows.runs import RetryLater, run_attempt
 
 log = logging.getLogger(__name__)

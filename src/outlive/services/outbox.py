@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
 
-from outlive.db.tx import JobProducer, Sessions
+from outlive.db.ports import Admission, JobProducer
 from outlive.errors import QueueUnavailable
 
 log = logging.getLogger(__name__)
@@ -47,14 +47,18 @@ def job(jobs: JobProducer, kind: str, row_id: UUID) -> Any:
 
 
 async def requeue_stale(
-    sessions: Sessions, kind: str, rows: Sequence[OutboxRow], *, grace_s: float
+    kind: str,
+    rows: Sequence[OutboxRow],
+    *,
+    jobs: JobProducer,
+    admission: Admission,
+    grace_s: float,
 ) -> int:
     """Repair on read: each PENDING row not updated for `grace_s` is enqueued again (a no-op while
     its job is alive), or, still waiting for its tenant's cap, makes its tenant dispatch."""
     cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
     stale = [r for r in rows if r.status == "PENDING" and r.updated_at < cutoff]
-    jobs, admission = sessions.jobs, sessions.admission
-    if not stale or jobs is None or admission is None:
+    if not stale:
         return 0
     admitted = [r for r in stale if r.dispatched_at is not None]
     try:
@@ -71,8 +75,8 @@ async def requeue_stale(
 
 
 async def deliveries_with_repair(
-    sessions: Sessions, deliveries: Sequence[OutboxRow], *, grace_s: float
+    deliveries: Sequence[OutboxRow], *, jobs: JobProducer, admission: Admission, grace_s: float
 ) -> Sequence[OutboxRow]:
     """Webhook deliveries as read, with the stale pending ones requeued (`requeue_stale`)."""
-    await requeue_stale(sessions, "webhook", deliveries, grace_s=grace_s)
+    await requeue_stale("webhook", deliveries, jobs=jobs, admission=admission, grace_s=grace_s)
     return deliveries

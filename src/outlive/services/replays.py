@@ -31,13 +31,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import ReplayStatus, Run, RunConflict, RunReplay, RunStatus
 from outlive.db.models.base import columns_of
+from outlive.db.ports import RunInstances
 from outlive.db.raw import prepare
 from outlive.db.records import Record
 from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import RunId, TenantId
 from outlive.services import runs, starts
-from outlive.services.ports import RunInstances
 from outlive.services.runs.keys import StartOptions
 
 REPLAY_JOB = "run.replay.v1"

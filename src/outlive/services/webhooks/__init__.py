@@ -24,10 +24,9 @@ import hmac
 import json
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 from uuid import UUID
 
 from outlive.db.models import DeliveryStatus
