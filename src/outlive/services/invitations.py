@@ -32,6 +32,7 @@ from outlive.db.records import Record
 from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import InvitationId, TenantId, UserId
+from outlive.services import outbox
 from outlive.services.addresses import parse_address
 
 log = logging.getLogger(__name__)
@@ -191,28 +192,9 @@ def compose(outgoing: Outgoing, *, sender: str, public_url: str) -> EmailMessage
     return message
 
 
-_RECORD_ATTEMPT = prepare(
-    text(
-        "UPDATE invitations SET attempts = attempts + 1, last_error = :error, updated_at = now()"
-        " WHERE id = :invitation_id AND status = 'PENDING' RETURNING tenant_id"
-    )
-)
-# SENT or FAILED, only from PENDING; a SENT one counts its attempt and its time.
-_FINISH = prepare(
-    text(
-        "UPDATE invitations SET status = CAST(:status AS text), updated_at = now(),"
-        " sent_at = CASE WHEN CAST(:status AS text) = 'SENT' THEN now() ELSE sent_at END,"
-        " attempts = attempts + CAST(CAST(:status AS text) = 'SENT' AS int),"
-        " last_error = coalesce(CAST(:error AS text), last_error)"
-        " WHERE id = :invitation_id AND status = 'PENDING' RETURNING tenant_id"
-    )
-)
-
-
 async def record_attempt(uow: UnitOfWork, invitation_id: InvitationId, *, error: str) -> None:
-    row = await uow.one(_RECORD_ATTEMPT, invitation_id=invitation_id, error=error)
-    if row is not None:
-        uow.nudge("invitation.updated", invitation_id, tenant_id=row["tenant_id"])
+    """A try that did not succeed; the row stays PENDING for the next one."""
+    await outbox.record_attempt(uow, outbox.INVITATION, invitation_id, error=error)
 
 
 async def finish(
@@ -224,15 +206,17 @@ async def finish(
     dispatch: bool = True,
 ) -> bool:
     """SENT or FAILED, only from PENDING: a redelivered job finds nothing to do. Its slot in the
-    tenant's jobs cap is free then (`dispatch`: admit the next waiting one after the commit)."""
-    row = await uow.one(_FINISH, invitation_id=invitation_id, status=status.value, error=error)
-    if row is None:
-        return False
-    tenant = row["tenant_id"]
-    uow.nudge("invitation.updated", invitation_id, tenant_id=tenant)
-    if dispatch:
-        _dispatch_after_commit(uow, tenant)
-    return True
+    tenant's jobs cap is free then (`dispatch`: admit the next waiting one after the commit). A
+    SENT one counts its attempt and its time."""
+    return await outbox.finish(
+        uow,
+        outbox.INVITATION,
+        invitation_id,
+        status=status.value,
+        error=error,
+        count_attempt=status is InvitationStatus.SENT,
+        dispatch=dispatch,
+    )
 
 
 _EXPIRE = prepare(

@@ -103,7 +103,7 @@ class QueueMarker(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Taken:
-    kind: str  # "run", or an `outbox.JOBS` kind
+    kind: str  # "run", or an outbox kind (`outbox.KINDS`)
     id: UUID
     failed: bool  # its last hand-off had failed (runs: `handoff_failed_at`)
 

@@ -34,6 +34,7 @@ from outlive.db.records import Record
 from outlive.db.tx import Db, Unit, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import DeliveryId, EndpointId, TenantId
+from outlive.services import outbox
 from outlive.services.destinations import check_url_shape, resolve_public
 from outlive.services.webhooks import queries
 from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE as SETTLED_DELIVERIES_CTE
@@ -220,14 +221,9 @@ async def record_attempt(
     error: str | None,
 ) -> None:
     """A try that did not succeed; the row stays PENDING for the next one."""
-    row = await uow.one(
-        queries.RECORD_ATTEMPT,
-        delivery_id=delivery_id,
-        response_status=response_status,
-        error=error,
+    await outbox.record_attempt(
+        uow, outbox.WEBHOOK, delivery_id, error=error, response_status=response_status
     )
-    if row is not None:
-        uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=row["tenant_id"])
 
 
 async def finish_delivery(
@@ -239,21 +235,17 @@ async def finish_delivery(
     error: str | None = None,
     count_attempt: bool = False,
 ) -> bool:
-    """DELIVERED or FAILED, only from PENDING: a redelivered job finds nothing to do."""
-    row = await uow.one(
-        queries.FINISH_DELIVERY,
-        delivery_id=delivery_id,
+    """DELIVERED or FAILED, only from PENDING: a redelivered job finds nothing to do. Its slot is
+    free for the tenant's next delivery (`outbox.finish`)."""
+    return await outbox.finish(
+        uow,
+        outbox.WEBHOOK,
+        delivery_id,
         status=status.value,
+        error=error,
         count_attempt=count_attempt,
         response_status=response_status,
-        error=error,
     )
-    if row is None:
-        return False
-    tenant = row["tenant_id"]
-    uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant)
-    _dispatch_after_commit(uow, tenant)  # its slot is free for the tenant's next delivery
-    return True
 
 
 # --- redelivery (redeliverWebhook) -------------------------------------------------------------
