@@ -335,9 +335,9 @@ async def _open_sampler(
         redis=queues.redis if queues is not None else None,
         queues=(queues.runs, queues.jobs) if queues is not None else (),
         hub=realtime.hub if realtime is not None else None,
+        every_s=settings.metrics_sample_s,
     )
-    sampler.start(settings.metrics_sample_s)
-    stack.push_async_callback(sampler.stop)
+    sampler.daemon.start_on(stack)
     return sampler
 
 

@@ -190,6 +190,7 @@ class Sampler:
         redis: Redis | None = None,
         queues: Sequence[RedisQueue] = (),
         hub: Hub | None = None,
+        every_s: float = 15.0,
     ) -> None:
         self._role = role
         self._engine = engine
@@ -197,15 +198,8 @@ class Sampler:
         self._redis = redis  # a client of its own: the queues' connections are left alone
         self._queues = list(queues) if redis is not None else []
         self._hub = hub
-        self.every_s = 15.0
-        self.daemon = Daemon("outlive-metrics-sampler", self._loop)
-
-    def start(self, every_s: float) -> None:
         self.every_s = every_s
-        self.daemon.start()
-
-    async def stop(self) -> None:
-        await self.daemon.stop()
+        self.daemon = Daemon("outlive-metrics-sampler", self._loop)  # started by the runtime
 
     async def _loop(self) -> None:
         every_s = self.every_s
