@@ -374,6 +374,8 @@ def build_app(
                 sessions=runtime.sessions,
                 agents=runtime.agents,
                 instances=queues.instances,
+                admission=runtime.sessions.admission,
+                jobs=runtime.sessions.jobs,
                 settings=settings,
                 auth=realtime.auth,
                 sockets=realtime.sockets,

@@ -39,6 +39,7 @@ from outlive.agents.registry import AgentRegistry
 from outlive.config import MissingServiceError, Settings
 from outlive.db.engine import create_engine_for, create_sessions, open_raw_pool
 from outlive.db.liveness import Liveness
+from outlive.db.ports import Limits
 from outlive.db.tx import Sessions
 from outlive.ids import TokenId
 from outlive.jobs.handlers.webhook_deliver_v1 import create_client as webhook_client
@@ -58,7 +59,7 @@ from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.realtime.registry import SocketRegistry
 from outlive.realtime.revocations import control_channel, decode_revoked
 from outlive.services import tokens
-from outlive.services.admission import Limits, TenantAdmission
+from outlive.services.admission import TenantAdmission
 from outlive.services.tokens import PrincipalCache
 from outlive.telemetry import metrics, tracing
 
@@ -230,13 +231,14 @@ async def _open_db(
     # The API never awaits a publish on the response path; a worker or a command does.
     sink = queues.publisher.defer if role == "api" else queues.publisher.publish
     limits = Limits.of(settings, len(agents))
+    jobs = SaqJobProducer(queues.jobs, settings)
     sessions = create_sessions(
         engine,
         autocommit=not settings.db_pgbouncer,
         raw=raw,
         nudge_sink=sink,
-        jobs=SaqJobProducer(queues.jobs, settings),
-        admission=lambda s: TenantAdmission(s, queues.instances, limits),
+        jobs=jobs,
+        admission=lambda s: TenantAdmission(s, queues.instances, jobs, limits),
     )
     return engine, sessions
 
@@ -333,9 +335,9 @@ async def _open_sampler(
         redis=queues.redis if queues is not None else None,
         queues=(queues.runs, queues.jobs) if queues is not None else (),
         hub=realtime.hub if realtime is not None else None,
+        every_s=settings.metrics_sample_s,
     )
-    sampler.start(settings.metrics_sample_s)
-    stack.push_async_callback(sampler.stop)
+    sampler.daemon.start_on(stack)
     return sampler
 
 

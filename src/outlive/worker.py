@@ -172,6 +172,7 @@ class WorkerHost:
             runs_queue=queues.runs,
             jobs_queue=queues.jobs,
             database_url=database_url,
+            admission=runtime.sessions.admission,
         )
         self.relay.start()
         self._stack.push_async_callback(self.relay.stop)

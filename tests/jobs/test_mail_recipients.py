@@ -128,9 +128,7 @@ async def test_a_stored_address_with_a_comma_is_failed_and_never_mailed(
             invitation_id = row.id
         async with NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch:
             assert world.host.deps is not None
-            admission = world.host.deps.jobs.sessions.admission
-            assert admission is not None
-            await admission.dispatch_jobs(tenant.id)
+            await world.host.deps.jobs.sessions.admission.dispatch_jobs(tenant.id)
 
             async def failed() -> Invitation | None:
                 async with sessions.unit() as uow:

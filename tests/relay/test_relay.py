@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from outlive.db.engine import create_engine, create_sessions
+from outlive.db.ports import NO_ADMISSION
 from outlive.db.raw import create_pool
 from outlive.db.tx import Sessions
 from outlive.jobs.producer import SaqJobProducer
@@ -212,6 +213,7 @@ async def test_four_workers_relays_hand_each_due_row_once(servers: Servers) -> N
             recheck_s=3600,
             default_runs_cap=10,
             default_jobs_cap=20,
+            admission=NO_ADMISSION,
         )
         taken: list[Taken] = []
         try:

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from outlive.agents.registry import Agent, AgentRegistry, RunContext
 from outlive.config import Settings
 from outlive.db.models import RunStatus
+from outlive.db.ports import NO_ADMISSION
 from outlive.db.tx import Sessions
 from outlive.errors import RetryableFault, RunParked
 from outlive.ids import RunId, TenantId
@@ -54,6 +55,7 @@ class Rig:
             recheck_s=3600,
             default_runs_cap=10,
             default_jobs_cap=10,
+            admission=NO_ADMISSION,
         )
 
     def deps(self, *agents: Agent[Any]) -> WorkflowDeps:

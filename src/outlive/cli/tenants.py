@@ -6,7 +6,7 @@ import argparse
 
 from outlive.cli.common import KEEP, load_settings, run
 from outlive.config import Settings
-from outlive.runtime import open_runtime
+from outlive.runtime import Role, open_runtime
 from outlive.services.limits import parse_rate, set_llm_rate
 from outlive.services.tenants import set_limits
 
@@ -19,15 +19,13 @@ async def set_tenant_limits(
 ) -> str:
     """Set the caps (and the tenant's `llm` rate: "N/S" or "default"), then admit what the new
     caps let through (when Redis is configured)."""
-    async with open_runtime(settings, "cli-queues" if settings.redis_url else "cli") as runtime:
-        async with runtime.sessions.unit() as uow:
-            limits = await set_limits(uow, tenant_slug=slug, changes=changes)
-            if llm_rate is not None:
-                await set_llm_rate(uow, tenant_slug=slug, rate=parse_rate(llm_rate))
-        admission = runtime.sessions.admission
-        if admission is not None:
-            await admission.dispatch_runs(limits.id)
-            await admission.dispatch_jobs(limits.id)
+    role: Role = "cli-queues" if settings.redis_url else "cli"
+    async with open_runtime(settings, role) as runtime, runtime.sessions.unit() as uow:
+        limits = await set_limits(uow, tenant_slug=slug, changes=changes)
+        if llm_rate is not None:
+            await set_llm_rate(uow, tenant_slug=slug, rate=parse_rate(llm_rate))
+        uow.admit_after_commit(limits.id, "runs", queue_down_raises=True)
+        uow.admit_after_commit(limits.id, "jobs", queue_down_raises=True)
     runs = limits.max_running_runs or f"default ({settings.tenant_max_running_runs})"
     jobs = limits.max_inflight_jobs or f"default ({settings.tenant_max_inflight_jobs})"
     return f"{limits.slug}: max-running-runs {runs}, max-inflight-jobs {jobs}"

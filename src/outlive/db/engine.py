@@ -28,8 +28,16 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from outlive.config import Settings
+from outlive.db.ports import NO_JOBS
 from outlive.db.raw import create_pool, server_settings
-from outlive.db.tx import AdmissionFactory, JobProducer, NudgeSink, Sessions, drop_nudges
+from outlive.db.tx import (
+    AdmissionFactory,
+    JobProducer,
+    NudgeSink,
+    Sessions,
+    drop_nudges,
+    unwired_admission,
+)
 
 
 def sqlalchemy_url(database_url: str) -> str:
@@ -124,8 +132,8 @@ def create_sessions(
     autocommit: bool = True,
     raw: asyncpg.Pool | None = None,
     nudge_sink: NudgeSink = drop_nudges,
-    jobs: JobProducer | None = None,
-    admission: AdmissionFactory | None = None,
+    jobs: JobProducer = NO_JOBS,
+    admission: AdmissionFactory = unwired_admission,
 ) -> Sessions:
     """`autocommit=False` (PgBouncer in transaction mode): reads run in a transaction too, so a
     statement's prepare and its execution reach the same server connection."""

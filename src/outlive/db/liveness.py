@@ -33,6 +33,8 @@ from typing import Any
 
 import asyncpg
 
+from outlive.telemetry.daemons import Daemon
+
 log = logging.getLogger(__name__)
 
 LOCK_CLASS = 0x4F4C  # the first key of Outlive's liveness locks ("OL"); the worker id the second
@@ -60,7 +62,7 @@ class Liveness:
         self._conn: asyncpg.Connection | None = None
         self._key: int | None = None
         self._held = False
-        self._task: asyncio.Task[None] | None = None
+        self._daemon = Daemon("outlive-liveness", self._keep)
 
     @property
     def worker_id(self) -> int | None:
@@ -71,13 +73,10 @@ class Liveness:
         """Take the lock (raises when PostgreSQL cannot be reached), then keep it: a lost
         connection is opened again every `REOPEN_S`."""
         await self._open()
-        self._task = asyncio.create_task(self._keep(), name="outlive-liveness")
+        self._daemon.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._daemon.stop()
         self._held = False
         if self._conn is not None:
             with contextlib.suppress(Exception):

@@ -22,7 +22,10 @@ Every statement runs through one interface, `Db` (`one`, `all`, `execute`), whic
 `StatementUnit` and `UnitOfWork` implement; which driver runs it (the raw asyncpg pool or the
 SQLAlchemy session of the transaction) is decided here, nowhere else. `Db` and the ports a unit
 is handed (`JobProducer`, `Admission`, the nudge sink) are declared in `outlive.db.ports`; they
-are re-exported here, where their users have always imported them from.
+are re-exported here, where their users have always imported them from. A unit is given the
+ports of its `Sessions` and is how a service uses them: `enqueue` (the jobs queue),
+`admit_after_commit` (admission) and `limits` (the caps admission applies); no service reaches
+for them past the unit.
 
 The nudge sink is chosen by the composition root: on the request path it schedules the publish
 in the background (never awaited on the response path); in a worker it is awaited.
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Literal, TypeVar, overload
 from uuid import UUID
@@ -43,9 +46,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from outlive.db import drivers
 from outlive.db.drivers import Query as Query
 from outlive.db.drivers import Row as Row
+from outlive.db.ports import NO_ADMISSION, NO_JOBS
 from outlive.db.ports import Admission as Admission
 from outlive.db.ports import Db as Db
 from outlive.db.ports import JobProducer as JobProducer
+from outlive.db.ports import Limits as Limits
 from outlive.db.ports import NudgeSink as NudgeSink
 from outlive.db.ports import PendingNudge as PendingNudge
 from outlive.db.ports import drop_nudges as drop_nudges
@@ -61,6 +66,12 @@ T = TypeVar("T")
 
 OnUnavailable = Callable[["UnitOfWork"], Awaitable[None]]
 AdmissionFactory = Callable[["Sessions"], Admission]
+Admitted = Callable[[Sequence[UUID]], None]
+
+
+def unwired_admission(_: Sessions) -> Admission:
+    """The admission of sessions built without queues (`NO_ADMISSION`)."""
+    return NO_ADMISSION
 
 
 class Unit:
@@ -71,6 +82,8 @@ class Unit:
     def __init__(self, tenant_id: UUID | None, sessions: Sessions) -> None:
         self.tenant_id = tenant_id
         self.sessions = sessions
+        self._producer = sessions.jobs
+        self._admission = sessions.admission
         self._after: list[AfterCommit] = []
         self._jobs: list[tuple[Any, OnUnavailable | None, bool]] = []
         self._delays: dict[int, float] = {}  # id(envelope) -> seconds, for jobs due later
@@ -94,22 +107,32 @@ class Unit:
     def after_commit(self, callback: AfterCommit) -> None:
         self._after.append(callback)
 
+    @property
+    def limits(self) -> Limits:
+        """The caps its admission applies (what a statement that may admit is given)."""
+        return self._admission.limits
+
     def admit_after_commit(
-        self, tenant_id: UUID, work: Literal["runs", "jobs"], *, queue_down_raises: bool
+        self,
+        tenant_id: UUID,
+        work: Literal["runs", "jobs"],
+        *,
+        queue_down_raises: bool,
+        then: Admitted | None = None,
     ) -> None:
         """After the commit, admit the tenant's waiting `work` up to its cap (and enqueue it):
         the one "admit after commit" of every service that frees a slot or adds waiting work.
         `queue_down_raises`: an unreachable queue makes the unit raise `QueueUnavailable`;
-        otherwise it is logged and the admitted rows wait for the relay. Never inline: a unit
-        whose sessions have no admission wired raises here, now."""
-        admission = self.sessions.admission
-        if admission is None:
-            raise RuntimeError(f"no admission is wired: waiting {work} never start inline")
+        otherwise it is logged and the admitted rows wait for the relay. `then` is given the
+        ids of the runs admitted."""
+        admission = self._admission
 
         async def admit() -> None:
             try:
                 if work == "runs":
-                    await admission.dispatch_runs(tenant_id)
+                    admitted = await admission.dispatch_runs(tenant_id)
+                    if then is not None:
+                        then(admitted)
                 else:
                     await admission.dispatch_jobs(tenant_id)
             except QueueUnavailable:
@@ -131,9 +154,7 @@ class Unit:
     ) -> Any:
         """Queue a job to be sent after the commit (due `delay_s` later); a malformed one raises
         here, now. Returns the envelope."""
-        if self.sessions.jobs is None:
-            raise RuntimeError(f"no jobs queue is wired for {type!r}: nothing runs inline")
-        envelope = self.sessions.jobs.build(type, payload, key=key)
+        envelope = self._producer.build(type, payload, key=key)
         self._jobs.append((envelope, on_unavailable, outbox))
         if delay_s > 0:
             self._delays[id(envelope)] = delay_s
@@ -178,14 +199,13 @@ class Unit:
             raise failure
 
     async def _send_jobs(self) -> None:
-        assert self.sessions.jobs is not None  # enqueue() checked it  # noqa: S101
         try:
             now = [envelope for envelope, _, _ in self._jobs if id(envelope) not in self._delays]
             if now:
-                await self.sessions.jobs.send(now)
+                await self._producer.send(now)
             for envelope, _, _ in self._jobs:
                 if (delay := self._delays.get(id(envelope))) is not None:
-                    await self.sessions.jobs.send([envelope], delay_s=delay)
+                    await self._producer.send([envelope], delay_s=delay)
         except QueueUnavailable:
             for _, record, _ in self._jobs:
                 if record is not None:
@@ -301,9 +321,9 @@ class Sessions:
         nudge_sink: NudgeSink = drop_nudges,
         *,
         autocommit_maker: async_sessionmaker[AsyncSession] | None = None,
-        jobs: JobProducer | None = None,
+        jobs: JobProducer = NO_JOBS,
         raw: asyncpg.Pool | None = None,
-        admission: AdmissionFactory | None = None,
+        admission: AdmissionFactory = unwired_admission,
     ) -> None:
         """Everything is given here, once (`outlive.runtime` builds it): `raw`, the asyncpg pool
         for single statements (None: everything via SQLAlchemy; its owner closes it), and
@@ -314,7 +334,7 @@ class Sessions:
         self.jobs = jobs
         self.raw = raw
         self._admit = admission
-        self.admission: Admission | None = admission(self) if admission is not None else None
+        self.admission: Admission = admission(self)
 
     def wired(
         self, *, nudge_sink: NudgeSink | None = None, jobs: JobProducer | None = None

@@ -21,6 +21,7 @@ from uuid import UUID
 import asyncpg
 
 from outlive.ids import RunId
+from outlive.telemetry.daemons import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class CancelListener:
         self._listen_url = listen_url
         self._watchers: dict[RunId, list[Callable[[], None]]] = {}
         self._connection: asyncpg.Connection | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._daemon = Daemon("outlive-cancels", self._keep)
         self.listening = asyncio.Event()
 
     def watch(self, run_id: RunId, requested: Callable[[], None]) -> Callable[[], None]:
@@ -54,13 +55,10 @@ class CancelListener:
         if self._listen_url is None:
             return
         await self._connect()
-        self._task = asyncio.create_task(self._keep(), name="outlive-cancels")
+        self._daemon.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await self._daemon.stop()
         if self._connection is not None:
             with contextlib.suppress(Exception):
                 await self._connection.close()

@@ -19,10 +19,10 @@ from saq.types import Context
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
+from outlive.db.ports import NO_INSTANCES, RunInstances
 from outlive.db.tx import Sessions
 from outlive.jobs.envelopes import ENVELOPES, EnvelopeTypes
 from outlive.jobs.mailer import Mailer
-from outlive.services.ports import RunInstances
 from outlive.services.ratelimits import RateLimiter
 from outlive.workflows.runs import WorkflowDeps
 
@@ -43,7 +43,7 @@ class JobDeps:
     settings: Settings
     mailer: Mailer
     handlers: dict[str, Handler]
-    instances: RunInstances | None = None  # for jobs that start runs (replays)
+    instances: RunInstances = NO_INSTANCES  # for jobs that start runs (replays)
     limiter: RateLimiter | None = None  # replays take from the tenant's startRun bucket
     agents: AgentRegistry = field(default_factory=AgentRegistry.from_entry_points)
     types: EnvelopeTypes = field(default_factory=lambda: ENVELOPES)

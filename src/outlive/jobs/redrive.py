@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -24,6 +22,7 @@ from sqlalchemy import func, select, text
 
 from outlive.db.models import RejectedJob
 from outlive.db.raw import prepare
+from outlive.db.records import Record
 from outlive.db.tx import OnUnavailable, Sessions, UnitOfWork
 from outlive.jobs.envelopes import ENVELOPES, EnvelopeTypes
 from outlive.telemetry import metrics
@@ -34,7 +33,7 @@ MAX_LIST = 1000
 
 
 @dataclass(frozen=True, slots=True)
-class RejectedRecord:
+class RejectedRecord(Record):
     id: UUID
     type: str | None
     error: str
@@ -56,19 +55,6 @@ class Redriven:
         return "sent" if self.sent_as else "invalid" if self.error else "skipped"
 
 
-def _record(r: Mapping[str, Any]) -> RejectedRecord:
-    return RejectedRecord(
-        id=r["id"],
-        type=r["type"],
-        error=r["error"],
-        received_at=r["received_at"],
-        redrive_attempts=r["redrive_attempts"],
-        last_redrive_at=r["last_redrive_at"],
-        redriven_at=r["redriven_at"],
-        redriven_as=r["redriven_as"],
-    )
-
-
 _REJECTED = prepare(
     text(
         "SELECT * FROM rejected_jobs"
@@ -88,7 +74,7 @@ async def list_rejected(
     rows = await sessions.all(
         _REJECTED, include_redriven=include_redriven, limit=max(0, min(limit, MAX_LIST))
     )
-    return [_record(r) for r in rows]
+    return [RejectedRecord.from_row(r) for r in rows]
 
 
 async def pending_ids(sessions: Sessions) -> list[UUID]:

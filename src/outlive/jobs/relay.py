@@ -29,11 +29,13 @@ from redis.exceptions import RedisError
 from saq.queue.redis import RedisQueue
 
 from outlive.config import Settings
+from outlive.db.ports import Admission
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.services.relay import CHANNEL, QUEUE_TIMEOUT_S, Relay
+from outlive.telemetry.daemons import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -70,25 +72,22 @@ class RelayLoop:
     ) -> None:
         self.relay = relay
         self._orphans_s = orphans_s  # None: this worker looks for no gone worker's runs
-        self._orphans: asyncio.Task[None] | None = None
+        self._orphans = Daemon("outlive-orphans", self.watch_orphans)
         self.scan_s = scan_s
         self._listen_url = listen_url
         self._listener: asyncpg.Connection | None = None
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._daemon = Daemon("outlive-relay", self.run)
         self.passes = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self.run(), name="outlive-relay")
+        self._daemon.start()
         if self._orphans_s is not None:
-            self._orphans = asyncio.create_task(self.watch_orphans(), name="outlive-orphans")
+            self._orphans.start()
 
     async def stop(self) -> None:
-        for task in (self._orphans, self._task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        for daemon in (self._orphans, self._daemon):
+            await daemon.stop()
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -169,8 +168,10 @@ def build_relay(
     runs_queue: RedisQueue,
     jobs_queue: RedisQueue,
     database_url: str,
+    admission: Admission,
 ) -> RelayLoop:
-    """The relay a worker runs (started with `start()`, stopped with `stop()`)."""
+    """The relay a worker runs (started with `start()`, stopped with `stop()`), making up for
+    missed dispatches through `admission` (the runtime's)."""
     relaxed = settings.model_copy(update={"queue_timeout_s": QUEUE_TIMEOUT_S})
     relay = Relay(
         sessions,
@@ -181,6 +182,7 @@ def build_relay(
         recheck_s=settings.relay_recheck_s,
         default_runs_cap=settings.tenant_max_running_runs,
         default_jobs_cap=settings.tenant_max_inflight_jobs,
+        admission=admission,
     )
     listen_url = None if settings.db_pgbouncer else database_url
     return RelayLoop(

@@ -35,12 +35,12 @@ from saq.job import Status
 from saq.queue.redis import RedisQueue
 
 from outlive.config import Settings
+from outlive.db.ports import InstanceState
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable, ServiceUnavailable
 from outlive.ids import RunId
 from outlive.jobs.deps import RunsContext
 from outlive.jobs.queues import OutliveRedisQueue
-from outlive.services.ports import InstanceState
 from outlive.services.runs import handed_while_parking
 from outlive.workflows.runs import RetryLater, run_attempt
 

@@ -27,6 +27,7 @@ from outlive.db.tx import Sessions
 from outlive.realtime.hub import Hub
 from outlive.services.waits.queries import WAITING_RUNS
 from outlive.telemetry import logs, metrics, tracing
+from outlive.telemetry.daemons import Daemon
 from outlive.workflows.runs import RetryLater
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,7 @@ class Sampler:
         redis: Redis | None = None,
         queues: Sequence[RedisQueue] = (),
         hub: Hub | None = None,
+        every_s: float = 15.0,
     ) -> None:
         self._role = role
         self._engine = engine
@@ -196,19 +198,11 @@ class Sampler:
         self._redis = redis  # a client of its own: the queues' connections are left alone
         self._queues = list(queues) if redis is not None else []
         self._hub = hub
-        self._task: asyncio.Task[None] | None = None
+        self.every_s = every_s
+        self.daemon = Daemon("outlive-metrics-sampler", self._loop)  # started by the runtime
 
-    def start(self, every_s: float) -> None:
-        self._task = asyncio.create_task(self._loop(every_s), name="outlive-metrics-sampler")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _loop(self, every_s: float) -> None:
+    async def _loop(self) -> None:
+        every_s = self.every_s
         while True:
             try:
                 await self.sample()

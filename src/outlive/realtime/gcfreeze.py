@@ -23,7 +23,8 @@ import gc
 import logging
 import time
 from collections.abc import Callable
-from contextlib import suppress
+
+from outlive.telemetry.daemons import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class GcFreezer:
         self._min = min_subscribers
         self._active = False  # objects are being frozen
         self._thawed_at = time.monotonic()
-        self._task: asyncio.Task[None] | None = None
+        self.daemon = Daemon("outlive-gc-freezer", self._run)
         self.thaws = 0
 
     @property
@@ -55,14 +56,10 @@ class GcFreezer:
         return self._active
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="outlive-gc-freezer")
+        self.daemon.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self.daemon.stop()
         if self._active:
             gc.unfreeze()
             self._active = False

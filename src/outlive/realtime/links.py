@@ -29,6 +29,8 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
+from outlive.telemetry.daemons import Daemon
+
 log = logging.getLogger(__name__)
 
 IDLE_PING_S = 30.0
@@ -71,7 +73,7 @@ class Link:
         self._unsubscribing: dict[str, int] = {}  # UNSUBSCRIBEs sent and not confirmed yet
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._dirty = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._daemon = Daemon(f"outlive-link-{self.name}", self._run, label="outlive-link")
         self._restoring = False
         self.ready = asyncio.Event()
         self.connections = 0  # connections made (for tests: 1 unless one was lost)
@@ -117,14 +119,10 @@ class Link:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"outlive-link-{self.name}")
+        self._daemon.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._daemon.stop()
 
     async def _run(self) -> None:
         delay = 0.5

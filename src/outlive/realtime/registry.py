@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from outlive.ids import TokenId
+from outlive.telemetry.daemons import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class SocketRegistry:
         self._by_tenant: dict[UUID, set[OpenSocket]] = {}
         self._by_token: dict[UUID, set[OpenSocket]] = {}
         self._closing: set[asyncio.Task[Any]] = set()
-        self._task: asyncio.Task[None] | None = None
+        self._daemon = Daemon("outlive-socket-recheck", self._run)
         self._still_valid: StillValid | None = None
 
     def count(self, tenant_id: UUID) -> int:
@@ -150,18 +151,16 @@ class SocketRegistry:
     def start(self, still_valid: StillValid) -> None:
         """Re-check every `recheck_s`; `still_valid(token_ids)` is those that still work."""
         self._still_valid = still_valid
-        self._task = asyncio.create_task(self._run(still_valid), name="outlive-socket-recheck")
+        self._daemon.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._daemon.stop()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
-    async def _run(self, still_valid: StillValid) -> None:
+    async def _run(self) -> None:
+        still_valid = self._still_valid
+        assert still_valid is not None  # noqa: S101 (started with it)
         while True:
             await asyncio.sleep(self.recheck_s)
             await self._recheck_logged(still_valid)

@@ -10,6 +10,7 @@ from uuid import UUID
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
+from outlive.db.ports import Admission, JobProducer, RunInstances
 from outlive.db.tx import Sessions
 from outlive.errors import BadUserInput, Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
@@ -18,7 +19,6 @@ from outlive.realtime.outputs import OutputTails
 from outlive.realtime.registry import OpenSocket, SocketRegistry
 from outlive.resolvers.loaders import Loaders
 from outlive.services import admission, timelines, webhooks
-from outlive.services.ports import RunInstances
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.runs import (
     MAX_PAGE,
@@ -45,6 +45,8 @@ class Services:
     sessions: Sessions
     agents: AgentRegistry
     instances: RunInstances
+    admission: Admission  # the runtime's (`Sessions` is given the same one)
+    jobs: JobProducer
     settings: Settings
     auth: PrincipalCache
     sockets: SocketRegistry
@@ -103,6 +105,8 @@ class Context:
                 self.services.sessions,
                 lambda: self.tenant_id,
                 repair_grace_s=self.services.settings.reconcile_grace_s,
+                jobs=self.services.jobs,
+                admission=self.services.admission,
             )
         return self._loaders
 
@@ -115,7 +119,8 @@ class Context:
 
     async def waiting_reason(self, run: RunRecord) -> str | None:
         """Why a run waits for a slot under its tenant's cap, and where it is in line."""
-        return await admission.waiting_reason_of(self.services.sessions, run)
+        limits = self.services.admission.limits
+        return await admission.waiting_reason_of(self.services.sessions, run, limits=limits)
 
     async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]:
         timelines.check_events_page(first)

@@ -24,7 +24,11 @@ async def list_invitations(info: Info) -> list[Invitation]:
     s = ctx.services
     found = await invitations.list_invitations(s.sessions, ctx.tenant_id)
     await outbox.requeue_stale(
-        s.sessions, "invitation", found, grace_s=s.settings.reconcile_grace_s
+        "invitation",
+        found,
+        jobs=s.jobs,
+        admission=s.admission,
+        grace_s=s.settings.reconcile_grace_s,
     )
     return [Invitation.of(i) for i in found]
 

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from strawberry.dataloader import DataLoader
 
+from outlive.db.ports import Admission, JobProducer
 from outlive.db.tx import Sessions
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.services import outbox, timelines, usage_tokens, webhooks
@@ -49,9 +50,17 @@ async def _by_shape(
 
 class Loaders:
     def __init__(
-        self, sessions: Sessions, tenant_id: Callable[[], TenantId], *, repair_grace_s: float
+        self,
+        sessions: Sessions,
+        tenant_id: Callable[[], TenantId],
+        *,
+        repair_grace_s: float,
+        jobs: JobProducer,
+        admission: Admission,
     ) -> None:
         self._sessions = sessions
+        self._jobs = jobs
+        self._admission = admission
         self._repair_grace_s = repair_grace_s
         self._tenant_id = tenant_id
         self.events: DataLoader[EventsKey, list[EventRecord]] = DataLoader(
@@ -111,6 +120,9 @@ class Loaders:
 
         pages = await _by_shape(keys, load)
         await outbox.deliveries_with_repair(
-            self._sessions, [d for page in pages for d in page], grace_s=self._repair_grace_s
+            [d for page in pages for d in page],
+            jobs=self._jobs,
+            admission=self._admission,
+            grace_s=self._repair_grace_s,
         )
         return pages

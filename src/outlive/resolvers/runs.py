@@ -35,6 +35,7 @@ async def _reconciled(ctx: Context, runs: list[RunRecord]) -> list[RunRecord]:
         s.sessions,
         s.instances,
         runs,
+        admission=s.admission,
         grace_s=s.settings.reconcile_grace_s,
     )
 

@@ -24,20 +24,18 @@ below that the run is admitted by the INSERT itself and no dispatch is needed.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
 from sqlalchemy import text
 
-from outlive.config import Settings
 from outlive.db.models import RunStatus
+from outlive.db.ports import JobProducer, Limits, RunInstances
 from outlive.db.raw import prepare
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId, TenantId
 from outlive.services import outbox, relay, runs
-from outlive.services.ports import RunInstances
 
 log = logging.getLogger(__name__)
 
@@ -47,33 +45,17 @@ _DISPATCH_JOBS = prepare(
 )
 
 
-@dataclass(frozen=True)
-class Limits:
-    max_running_runs: int
-    max_inflight_jobs: int
-    agents: int  # installed agents: a tenant whose run cap is at least this never waits
-
-    @classmethod
-    def of(cls, settings: Settings, agents: int) -> Limits:
-        return cls(settings.tenant_max_running_runs, settings.tenant_max_inflight_jobs, agents)
-
-    def runs_capped(self, override: int | None) -> bool:
-        cap = self.max_running_runs if override is None else override
-        return cap < self.agents
-
-
 class TenantAdmission:
-    """The dispatcher every unit of work reaches through `Sessions.admission`."""
+    """The dispatcher the runtime builds once and gives to `Sessions` (and so to every unit of
+    work), to the relay and to the API's services: the `Admission` port."""
 
-    def __init__(self, sessions: Sessions, instances: RunInstances, limits: Limits) -> None:
+    def __init__(
+        self, sessions: Sessions, instances: RunInstances, jobs: JobProducer, limits: Limits
+    ) -> None:
         self._sessions = sessions
         self._instances = instances
+        self._jobs = jobs
         self.limits = limits
-        self.max_running_runs = limits.max_running_runs
-        self.agents = limits.agents
-
-    def runs_capped(self, override: int | None) -> bool:
-        return self.limits.runs_capped(override)
 
     async def dispatch_runs(self, tenant_id: UUID) -> list[RunId]:
         """Admit the tenant's waiting runs up to its cap and enqueue them. Should the queue be
@@ -102,8 +84,8 @@ class TenantAdmission:
             _DISPATCH_JOBS, tenant_id=tenant_id, default_cap=self.limits.max_inflight_jobs
         )
         admitted = [(str(row["kind"]), UUID(str(row["id"]))) for row in rows]
-        jobs = self._sessions.jobs
-        if not admitted or jobs is None:
+        jobs = self._jobs
+        if not admitted:
             return admitted
         try:
             await jobs.send([outbox.job(jobs, kind, row_id) for kind, row_id in admitted])
@@ -158,7 +140,7 @@ class WaitingRun(Protocol):
     def key(self) -> str: ...
 
 
-async def waiting_reason_of(sessions: Sessions, run: WaitingRun) -> str | None:
+async def waiting_reason_of(sessions: Sessions, run: WaitingRun, *, limits: Limits) -> str | None:
     """Why a QUEUED run is not running yet: the queue could not be reached to hand it over (the
     relay hands it once it is back), or where it is in line under its tenant's cap. None for
     any other run."""
@@ -169,11 +151,11 @@ async def waiting_reason_of(sessions: Sessions, run: WaitingRun) -> str | None:
         )
     if run.status is RunStatus.QUEUED and run.handoff_failed_at is not None:
         return relay.WAITING_FOR_QUEUE
-    if not run.is_waiting or sessions.admission is None:
+    if not run.is_waiting:
         return None
     return await waiting_reason(
         sessions,
-        default_cap=sessions.admission.max_running_runs,
+        default_cap=limits.max_running_runs,
         tenant_id=run.tenant_id,
         run_id=run.id,
         created_at=run.created_at,

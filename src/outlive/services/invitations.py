@@ -28,9 +28,11 @@ from sqlalchemy import text
 
 from outlive.db.models import Invitation, InvitationStatus
 from outlive.db.raw import prepare
+from outlive.db.records import Record
 from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import InvitationId, TenantId, UserId
+from outlive.services import outbox
 from outlive.services.addresses import parse_address
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,7 @@ MAX_LIST = 200
 
 
 @dataclass(frozen=True, slots=True)
-class InvitationRecord:
+class InvitationRecord(Record):
     id: InvitationId
     email: str
     status: InvitationStatus
@@ -61,23 +63,6 @@ class Outgoing:
     email: str
     tenant_name: str
     token: str
-
-
-def _record(i: Mapping[str, Any]) -> InvitationRecord:
-    return InvitationRecord(
-        id=InvitationId(i["id"]),
-        email=i["email"],
-        status=InvitationStatus(i["status"]),
-        attempts=i["attempts"],
-        last_error=i["last_error"],
-        created_at=i["created_at"],
-        sent_at=i["sent_at"],
-        updated_at=i["updated_at"],
-        tenant_id=TenantId(i["tenant_id"]),
-        dispatched_at=i["dispatched_at"],
-        expires_at=i["expires_at"],
-        accepted_at=i["accepted_at"],
-    )
 
 
 _COLUMNS = tuple(Invitation.__table__.c)
@@ -114,10 +99,10 @@ async def invite(
     for _ in range(10):
         inserted = await uow.one(_INSERT, **values)
         if inserted is not None:
-            return _queue(uow, _record(inserted))
+            return _queue(uow, InvitationRecord.from_row(inserted))
         existing = await uow.one(_PENDING, tenant_id=tenant_id, email=email)
         if existing is not None:
-            return _record(existing)
+            return InvitationRecord.from_row(existing)
     raise RuntimeError("could not insert or find the pending invitation")
 
 
@@ -156,7 +141,10 @@ _INVITATIONS = prepare(
 
 
 async def list_invitations(db: Db, tenant_id: TenantId) -> list[InvitationRecord]:
-    return [_record(r) for r in await db.all(_INVITATIONS, tenant_id=tenant_id, limit=MAX_LIST)]
+    return [
+        InvitationRecord.from_row(r)
+        for r in await db.all(_INVITATIONS, tenant_id=tenant_id, limit=MAX_LIST)
+    ]
 
 
 _TAKE_PENDING = prepare(
@@ -204,28 +192,9 @@ def compose(outgoing: Outgoing, *, sender: str, public_url: str) -> EmailMessage
     return message
 
 
-_RECORD_ATTEMPT = prepare(
-    text(
-        "UPDATE invitations SET attempts = attempts + 1, last_error = :error, updated_at = now()"
-        " WHERE id = :invitation_id AND status = 'PENDING' RETURNING tenant_id"
-    )
-)
-# SENT or FAILED, only from PENDING; a SENT one counts its attempt and its time.
-_FINISH = prepare(
-    text(
-        "UPDATE invitations SET status = CAST(:status AS text), updated_at = now(),"
-        " sent_at = CASE WHEN CAST(:status AS text) = 'SENT' THEN now() ELSE sent_at END,"
-        " attempts = attempts + CAST(CAST(:status AS text) = 'SENT' AS int),"
-        " last_error = coalesce(CAST(:error AS text), last_error)"
-        " WHERE id = :invitation_id AND status = 'PENDING' RETURNING tenant_id"
-    )
-)
-
-
 async def record_attempt(uow: UnitOfWork, invitation_id: InvitationId, *, error: str) -> None:
-    row = await uow.one(_RECORD_ATTEMPT, invitation_id=invitation_id, error=error)
-    if row is not None:
-        uow.nudge("invitation.updated", invitation_id, tenant_id=row["tenant_id"])
+    """A try that did not succeed; the row stays PENDING for the next one."""
+    await outbox.record_attempt(uow, outbox.INVITATION, invitation_id, error=error)
 
 
 async def finish(
@@ -237,15 +206,17 @@ async def finish(
     dispatch: bool = True,
 ) -> bool:
     """SENT or FAILED, only from PENDING: a redelivered job finds nothing to do. Its slot in the
-    tenant's jobs cap is free then (`dispatch`: admit the next waiting one after the commit)."""
-    row = await uow.one(_FINISH, invitation_id=invitation_id, status=status.value, error=error)
-    if row is None:
-        return False
-    tenant = row["tenant_id"]
-    uow.nudge("invitation.updated", invitation_id, tenant_id=tenant)
-    if dispatch:
-        _dispatch_after_commit(uow, tenant)
-    return True
+    tenant's jobs cap is free then (`dispatch`: admit the next waiting one after the commit). A
+    SENT one counts its attempt and its time."""
+    return await outbox.finish(
+        uow,
+        outbox.INVITATION,
+        invitation_id,
+        status=status.value,
+        error=error,
+        count_attempt=status is InvitationStatus.SENT,
+        dispatch=dispatch,
+    )
 
 
 _EXPIRE = prepare(
@@ -369,7 +340,7 @@ async def revoke(uow: UnitOfWork, invitation_id: InvitationId) -> InvitationReco
     if row is None:
         await _existing(uow, invitation_id, tenant_id)
         raise BadUserInput("this invitation was accepted: it can no longer be revoked")
-    invitation = _record(row)
+    invitation = InvitationRecord.from_row(row)
     uow.nudge("invitation.updated", invitation.id)
     _dispatch_after_commit(uow, tenant_id)  # a send it held a place for frees that place
     return invitation
@@ -381,7 +352,7 @@ async def _existing(
     row = await uow.one(_ONE, invitation_id=invitation_id, tenant_id=tenant_id)
     if row is None:
         raise NotFound("there is no such invitation in this tenant")
-    return _record(row)
+    return InvitationRecord.from_row(row)
 
 
 # Back to PENDING with a fresh (unknown) code, a new week and no attempts: sent again by the job.
@@ -412,11 +383,11 @@ async def resend(uow: UnitOfWork, invitation_id: InvitationId) -> InvitationReco
         token_hash=hashlib.sha256(secrets.token_bytes(32)).digest(),
     )
     if row is not None:
-        return _queue(uow, _record(row))
+        return _queue(uow, InvitationRecord.from_row(row))
     existing = await _existing(uow, invitation_id, tenant_id)
     if existing.status is InvitationStatus.ACCEPTED:
         raise BadUserInput("this invitation was accepted: there is nothing to resend")
     if existing.status is InvitationStatus.PENDING:
         return existing
     pending = await uow.one(_PENDING, tenant_id=tenant_id, email=existing.email)
-    return existing if pending is None else _record(pending)
+    return existing if pending is None else InvitationRecord.from_row(pending)

@@ -31,12 +31,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from outlive.db.models import ReplayStatus, Run, RunConflict, RunReplay, RunStatus
 from outlive.db.models.base import columns_of
+from outlive.db.ports import RunInstances
 from outlive.db.raw import prepare
+from outlive.db.records import Record
 from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import RunId, TenantId
 from outlive.services import runs, starts
-from outlive.services.ports import RunInstances
 from outlive.services.runs.keys import StartOptions
 
 REPLAY_JOB = "run.replay.v1"
@@ -50,7 +51,7 @@ Admit = Callable[[UUID], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
-class ReplayRecord:
+class ReplayRecord(Record):
     id: UUID
     status: ReplayStatus
     statuses: list[RunStatus]
@@ -69,25 +70,6 @@ class ReplayRecord:
     @property
     def processed(self) -> int:
         return self.started + self.skipped
-
-
-def _record(r: Mapping[str, Any]) -> ReplayRecord:
-    return ReplayRecord(
-        id=r["id"],
-        status=ReplayStatus(r["status"]),
-        statuses=[RunStatus(s) for s in r["statuses"]],
-        agent=r["agent"],
-        since=r["since"],
-        rate=r["rate"],
-        total=r["total"],
-        started=r["started"],
-        skipped=r["skipped"],
-        waiting_for_run_id=r["waiting_for_run_id"],
-        last_error=r["last_error"],
-        created_at=r["created_at"],
-        updated_at=r["updated_at"],
-        finished_at=r["finished_at"],
-    )
 
 
 # --- retryRun --------------------------------------------------------------------------------
@@ -236,7 +218,7 @@ async def _insert_replay(session: AsyncSession, values: dict[str, Any]) -> Repla
         .returning(RunReplay)
     )
     row = (await session.scalars(stmt)).first()
-    return _record(columns_of(row)) if row is not None else None
+    return ReplayRecord.from_row(columns_of(row)) if row is not None else None
 
 
 def _queue_tick(uow: UnitOfWork, replay_id: UUID, *, tick: int, delay_s: float) -> None:
@@ -292,7 +274,7 @@ async def advance_replay(
     uow.nudge("replay.updated", row.id)
     await uow.session.flush()
     await uow.session.refresh(row)
-    return _record(columns_of(row))
+    return ReplayRecord.from_row(columns_of(row))
 
 
 async def _start_batch(
@@ -396,10 +378,12 @@ _REPLAYS = prepare(
 
 async def get_replay(db: Db, tenant_id: TenantId, replay_id: UUID) -> ReplayRecord | None:
     row = await db.one(_REPLAY, replay_id=replay_id, tenant_id=tenant_id)
-    return _record(row) if row is not None else None
+    return ReplayRecord.from_row(row) if row is not None else None
 
 
 async def list_replays(db: Db, tenant_id: TenantId, *, first: int) -> list[ReplayRecord]:
     if not 0 <= first <= MAX_REPLAYS_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_REPLAYS_PAGE}")
-    return [_record(r) for r in await db.all(_REPLAYS, tenant_id=tenant_id, first=first)]
+    return [
+        ReplayRecord.from_row(r) for r in await db.all(_REPLAYS, tenant_id=tenant_id, first=first)
+    ]

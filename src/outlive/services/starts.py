@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from outlive.db.models import RunConflict
+from outlive.db.ports import RunInstances
 from outlive.db.tx import Unit
 from outlive.ids import RunId
 from outlive.services import runs, waits
-from outlive.services.ports import RunInstances
 from outlive.services.runs.keys import DEFAULT_OPTIONS, StartOptions
 
 INPUT_SIGNAL = "input"  # SIGNAL_EXISTING: the name the input is delivered under

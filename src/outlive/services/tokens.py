@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import ARRAY, Uuid, bindparam, text
 
 from outlive.db.raw import prepare
+from outlive.db.records import Record
 from outlive.db.tx import Db, Sessions, UnitOfWork
 from outlive.errors import BadUserInput, NotFound, Unauthenticated
 from outlive.ids import RunId, TokenId
@@ -39,7 +39,7 @@ MAX_CACHED = 10_000
 
 
 @dataclass(frozen=True, slots=True)
-class TokenRecord:
+class TokenRecord(Record):
     """What `outlive token list` shows: never the token itself (only its hash is stored)."""
 
     id: TokenId
@@ -65,18 +65,7 @@ _ALL_TOKENS = prepare(
 
 async def list_tokens(db: Db, *, tenant_slug: str | None = None) -> list[TokenRecord]:
     """Every token (of one tenant, when given), oldest first."""
-    return [_record(r) for r in await db.all(_ALL_TOKENS, tenant_slug=tenant_slug)]
-
-
-def _record(r: Mapping[str, Any]) -> TokenRecord:
-    return TokenRecord(
-        id=TokenId(r["id"]),
-        tenant=r["tenant"],
-        user=r["user"],
-        created_at=r["created_at"],
-        expires_at=r["expires_at"],
-        revoked_at=r["revoked_at"],
-    )
+    return [TokenRecord.from_row(r) for r in await db.all(_ALL_TOKENS, tenant_slug=tenant_slug)]
 
 
 _REVOKE = prepare(
@@ -89,7 +78,7 @@ async def revoke_token(uow: UnitOfWork, token_id: TokenId) -> TokenRecord | None
     """Set `revoked_at` (once: revoking again keeps the first time); None for an unknown id."""
     await uow.execute(_REVOKE, token_id=token_id)
     row = await uow.one(_TOKEN, token_id=token_id)
-    return None if row is None else _record(row)
+    return None if row is None else TokenRecord.from_row(row)
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,6 +158,14 @@ GRAPHQL_DURATION = Histogram(
     buckets=SHORT_S,
 )
 
+# --- background loops -------------------------------------------------------------------------
+
+DAEMON_CRASHES = Counter(
+    "outlive_daemon_crashes_total",
+    "A background loop that raised and was restarted with backoff (`outlive.telemetry.daemons`).",
+    ["daemon"],
+)
+
 # --- database pools ---------------------------------------------------------------------------
 
 DB_POOL_CONNECTIONS = Gauge(

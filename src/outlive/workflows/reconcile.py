@@ -29,11 +29,10 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from outlive.db.models import RunStatus
+from outlive.db.ports import Admission, InstanceState, RunInstances
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
-from outlive.ids import TenantId
 from outlive.services import runs
-from outlive.services.ports import InstanceState, RunInstances
 from outlive.services.runs import (
     MAX_LOST_ATTEMPTS,
     RunRecord,
@@ -50,6 +49,7 @@ async def reconcile_runs(
     instances: RunInstances,
     runs: list[RunRecord],
     *,
+    admission: Admission,
     grace_s: float,
 ) -> list[RunRecord]:
     """The same runs, with every lost one repaired; unchanged when nothing is stale."""
@@ -67,7 +67,7 @@ async def reconcile_runs(
     # Waiting for a slot, or for its turn in its key's line: no instance yet, by design.
     stale = [r for r in stale if not (r.is_waiting or r.is_behind)]
     for tenant_id in waiting:  # a dispatch that nobody triggered: admit what has a slot now
-        await _dispatch(sessions, tenant_id)
+        await admission.dispatch_runs(tenant_id)
     if not (lost_workers or stale):
         return runs
     repaired: dict[object, RunRecord] = {}
@@ -81,11 +81,6 @@ async def reconcile_runs(
             if state is not InstanceState.ACTIVE:
                 await _hand_again(sessions, instances, run, state)
     return [repaired.get(r.id, r) for r in runs]
-
-
-async def _dispatch(sessions: Sessions, tenant_id: TenantId) -> None:
-    if sessions.admission is not None:
-        await sessions.admission.dispatch_runs(tenant_id)
 
 
 def _worker_lost_before(run: RunRecord, cutoff: datetime) -> bool:

@@ -37,8 +37,6 @@ def admitter(deps: JobDeps) -> replays.Admit | None:
 
 
 async def handle(deps: JobDeps, payload: ReplayRunsV1) -> None:
-    if deps.instances is None:
-        raise RuntimeError("run.replay.v1 needs the run queue (JobDeps.instances)")
     async with deps.sessions.unit() as uow:
         await replays.advance_replay(
             uow,

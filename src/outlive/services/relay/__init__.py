@@ -59,11 +59,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from uuid import UUID
 
+from outlive.db.ports import Admission, InstanceState, RunInstances
 from outlive.db.tx import JobProducer, Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId
 from outlive.services import outbox
-from outlive.services.ports import InstanceState, RunInstances
 from outlive.services.relay.queries import (
     CHANNEL,
     CHUNK,
@@ -103,7 +103,7 @@ class QueueMarker(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Taken:
-    kind: str  # "run", or an `outbox.JOBS` kind
+    kind: str  # "run", or an outbox kind (`outbox.KINDS`)
     id: UUID
     failed: bool  # its last hand-off had failed (runs: `handoff_failed_at`)
 
@@ -124,8 +124,8 @@ async def hand_woken(
     sessions: Sessions, instances: RunInstances, woken: Sequence[Mapping[str, Any]]
 ) -> None:
     """After the commit that woke them: enqueue the admitted runs (a queue that cannot take them
-    leaves them to the relay), and dispatch the tenants of the others (their admission
-    enqueues what it admits)."""
+    leaves them to the relay). The tenants of the others were dispatched by that commit's unit
+    (`runs.wake_due`, `runs.wake_by_signal`): their admission enqueues what it admits."""
     admitted = [RunId(r["id"]) for r in woken if r["admitted"]]
     for at in range(0, len(admitted), CHUNK):
         chunk = admitted[at : at + CHUNK]
@@ -136,10 +136,6 @@ async def hand_woken(
         if failed:
             log.warning("%d woken run(s) go to the relay: no queue", len(failed))
             await handoff_failed_runs(sessions, failed)
-    admission = sessions.admission
-    if admission is not None:
-        for tenant_id in {r["tenant_id"] for r in woken if not r["admitted"]}:
-            await admission.dispatch_runs(tenant_id)
 
 
 # --- the fast path's failures -------------------------------------------------------------------
@@ -171,8 +167,10 @@ class Relay:
         recheck_s: float,
         default_runs_cap: int,
         default_jobs_cap: int,
+        admission: Admission,
     ) -> None:
         self._sessions = sessions
+        self._admission = admission
         self._instances = instances
         self._jobs = jobs
         self._marker = marker
@@ -288,9 +286,7 @@ class Relay:
         ]
 
     async def _make_up_missed_dispatches(self) -> int:
-        admission = self._sessions.admission
-        if admission is None:
-            return 0
+        admission = self._admission
         admitted = 0
         for statement, dispatch, cap in (
             (MISSED_RUN_DISPATCHES, admission.dispatch_runs, self._caps["run"]),

@@ -6,6 +6,7 @@ from sqlalchemy import text
 
 from outlive.db.liveness import LOCK_CLASS
 from outlive.db.raw import prepare
+from outlive.services import outbox
 
 CHANNEL = "outlive_relay"  # NOTIFY'd by a trigger whenever a row becomes due now
 FIRST_LOOK_S = 10.0  # `RELAY_FIRST_LOOK` of the models: a waiting row this old missed a dispatch
@@ -15,11 +16,11 @@ CHUNK = 50  # enqueues sent at once (saq's own limit is 50 operations in flight 
 QUEUE_TIMEOUT_S = 10.0  # the relay's enqueues are off the request path: a longer deadline
 WINDOW = 4  # a pass looks at this many times its batch of the oldest due rows, for fairness
 
-# (kind, table, the status whose admitted rows are handed). Literal values: the partial indexes.
+# (kind, table, the status whose admitted rows are handed): runs, then the outbox's kinds (its
+# registry, `services.outbox.KINDS`). Literal values in the SQL: the partial indexes.
 KINDS = (
     ("run", "runs", "QUEUED"),
-    ("webhook", "webhook_deliveries", "PENDING"),
-    ("invitation", "invitations", "PENDING"),
+    *((k.kind, k.table, outbox.PENDING) for k in outbox.KINDS),
 )
 RUN_TABLE = "runs"
 WAITING_FOR_QUEUE = (
@@ -151,22 +152,24 @@ MISSED_RUN_DISPATCHES = prepare(
          LIMIT :tenants"""
     )
 )
+# Tenants with an outbox row (of any kind) that waits for a slot since longer than the first look
+# while a slot of the jobs cap is free.
+_OUTBOX = [(k.kind, k.table) for k in outbox.KINDS]
 MISSED_JOB_DISPATCHES = prepare(
     text(
         "WITH RECURSIVE"
-        + _loose_scan("deliveries", "webhook_deliveries", "PENDING")
-        + ","
-        + _loose_scan("emails", "invitations", "PENDING")
-        + """,
-        waiting AS (SELECT tenant_id FROM deliveries WHERE tenant_id IS NOT NULL
-                    UNION SELECT tenant_id FROM emails WHERE tenant_id IS NOT NULL)"""
+        + ",".join(_loose_scan(f"{kind}_waiting", table, outbox.PENDING) for kind, table in _OUTBOX)
+        + ",\n        waiting AS ("
+        + " UNION ".join(
+            f"SELECT tenant_id FROM {kind}_waiting WHERE tenant_id IS NOT NULL"
+            for kind, _ in _OUTBOX
+        )
+        + ")"
         + f"""
         SELECT w.tenant_id FROM waiting w JOIN tenants t ON t.id = w.tenant_id
-         WHERE least({_oldest_waiting("webhook_deliveries", "PENDING")},
-                     {_oldest_waiting("invitations", "PENDING")})
+         WHERE least({", ".join(_oldest_waiting(table, outbox.PENDING) for _, table in _OUTBOX)})
                < now() - make_interval(secs => :stale)
-           AND {_admitted("webhook_deliveries", "'PENDING'")}
-               + {_admitted("invitations", "'PENDING'")}
+           AND {" + ".join(_admitted(table, f"'{outbox.PENDING}'") for _, table in _OUTBOX)}
                < coalesce(t.max_inflight_jobs, :default_cap)
          LIMIT :tenants"""
     )

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from outlive.db.models import RunStatus
-from outlive.db.tx import Unit
+from outlive.db.tx import Limits, Unit
 from outlive.errors import NotFound
 from outlive.ids import RunId, TenantId
 from outlive.services import webhooks
@@ -61,11 +61,8 @@ def _announce(
     if may_settle:
         webhooks.announce_deliveries(uow, run.tenant_id, row["delivery_ids"] or ())
         _announce_to_family(uow, run, live_children=bool(row["live_children"]))
-        admission = uow.sessions.admission
-        if (
-            not run.is_active
-            and admission is not None
-            and (_held_a_capped_slot(run, admission, row) or run.key != "" or row["may_admit"])
+        if not run.is_active and (
+            _held_a_capped_slot(run, uow.limits, row) or run.key != "" or row["may_admit"]
         ):  # it held one of its tenant's slots, or its key's next run may now start
             dispatch_after_commit(uow, run.tenant_id)
     return run
@@ -88,10 +85,10 @@ def _announce_to_family(uow: Unit, run: RunRecord, *, live_children: bool) -> No
         uow.after_commit(cascade)
 
 
-def _held_a_capped_slot(run: RunRecord, admission: Any, row: Mapping[str, Any]) -> bool:
+def _held_a_capped_slot(run: RunRecord, limits: Limits, row: Mapping[str, Any]) -> bool:
     """It held one of its tenant's slots, and the tenant is capped: the next waiting run may have
     it. (A run with a key of its own, or one that leaves a run waiting, always dispatches.)"""
-    return run.dispatched_at is not None and bool(admission.runs_capped(row["tenant_max_running"]))
+    return run.dispatched_at is not None and limits.runs_capped(row["tenant_max_running"])
 
 
 async def claim_run(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from outlive.db.models import ACTIVE_STATUSES, RunStatus
+from outlive.db.records import Record
 from outlive.errors import BadUserInput
 from outlive.ids import RunId, TenantId
 from outlive.services.ids import parse_uuid
@@ -17,7 +17,7 @@ SETTLED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
 @dataclass(frozen=True, slots=True)
-class RunRecord:
+class RunRecord(Record):
     id: RunId
     tenant_id: TenantId
     agent: str
@@ -81,7 +81,7 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class EventRecord:
+class EventRecord(Record):
     seq: int
     type: str
     data: dict[str, Any]
@@ -102,48 +102,11 @@ class RunPage:
     has_next_page: bool
 
 
-def to_record(m: Mapping[Any, Any]) -> RunRecord:
-    return RunRecord(
-        id=RunId(m["id"]),
-        tenant_id=TenantId(m["tenant_id"]),
-        agent=m["agent"],
-        status=RunStatus(m["status"]),
-        attempt=m["attempt"],
-        input=m["input"],
-        output=m["output"],
-        error=m["error"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-        started_at=m["started_at"],
-        finished_at=m["finished_at"],
-        cancel_requested_at=m["cancel_requested_at"],
-        event_seq=m["event_seq"],
-        lease_expires_at=m["lease_expires_at"],
-        heartbeat_at=m["heartbeat_at"],
-        lost_attempts=m["lost_attempts"],
-        dispatched_at=m["dispatched_at"],
-        retried_from_id=m["retried_from_id"],
-        handoff_failed_at=m["handoff_failed_at"],
-        step_seq=m.get("step_seq", 0),
-        waiting_for=m["waiting_for"],
-        wake_at=m["wake_at"],
-        resumes=m["resumes"],
-        parent_id=m.get("parent_id"),
-        root_id=m.get("root_id"),
-        parent_step=m.get("parent_step"),
-        depth=m.get("depth", 0),
-        children_settled=m.get("children_settled", 0),
-        key=m.get("key", ""),
-        on_conflict=m.get("on_conflict"),
-        queued_behind_id=m.get("queued_behind_id"),
-        tags=tuple(m.get("tags") or ()),
-        idempotency_key=m.get("idempotency_key"),
-        worker_id=m.get("worker_id"),
-    )
+to_record = RunRecord.from_row  # the record of a `runs` row
 
 
 @dataclass(frozen=True, slots=True)
-class StepRecord:
+class StepRecord(Record):
     """A completed durable step, as `Run.steps` shows it (its result stays in the journal)."""
 
     seq: int
@@ -153,18 +116,10 @@ class StepRecord:
     completed_at: datetime
 
 
-def to_step(m: Mapping[Any, Any]) -> StepRecord:
-    return StepRecord(
-        seq=m["seq"],
-        name=m["name"],
-        occurrence=m["occurrence"],
-        attempt=m["attempt"],
-        completed_at=m["completed_at"],
-    )
+to_step = StepRecord.from_row  # the record of a `run_steps` row
 
 
-def to_event(m: Mapping[Any, Any]) -> EventRecord:
-    return EventRecord(seq=m["seq"], type=m["type"], data=m["data"], at=m["at"])
+to_event = EventRecord.from_row  # the record of a `run_events` row
 
 
 def as_json(value: Any) -> str | None:

@@ -10,16 +10,17 @@ moves the line on) comes after the run is behind it."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 from outlive.db.models import RunConflict, RunStatus
+from outlive.db.ports import RunInstances
 from outlive.db.tx import StatementUnit, Unit
 from outlive.errors import QueueUnavailable, RunActive
 from outlive.ids import RunId, TenantId
-from outlive.services.ports import RunInstances
 from outlive.services.runs import queries
 from outlive.services.runs.admit import dispatch_after_commit
 from outlive.services.runs.keys import DEFAULT_OPTIONS, StartOptions
@@ -82,16 +83,12 @@ async def start_run(
 def _admit_after_commit(uow: Unit, started: StartedRun) -> None:
     """A new run that waits for a slot (a capped tenant, or a key of its own): its tenant's
     dispatch after the commit, which admits it when a slot is free; the answer shows it so."""
-    admission = uow.sessions.admission
-    if admission is None:
-        raise RuntimeError("no admission is wired: a waiting run is never started inline")
 
-    async def admit() -> None:
-        admitted = await admission.dispatch_runs(started.run.tenant_id)
-        if started.run.id in admitted:
+    def admitted(run_ids: Sequence[UUID]) -> None:
+        if started.run.id in run_ids:
             started.run = replace(started.run, dispatched_at=datetime.now(UTC))
 
-    uow.after_commit(admit)
+    uow.admit_after_commit(started.run.tenant_id, "runs", queue_down_raises=True, then=admitted)
 
 
 def _may_have_lost_its_instance(run: RunRecord) -> bool:
@@ -110,7 +107,6 @@ async def _insert_or_meet(
     retried_from: RunId | None,
     options: StartOptions,
 ) -> StartedRun:
-    admission = uow.sessions.admission
     values = {
         "tenant_id": tenant_id,
         "agent": agent,
@@ -120,8 +116,8 @@ async def _insert_or_meet(
         "idempotency_key": options.idempotency_key,
         "input": json_text(dict(params)),
         "retried_from_id": retried_from,
-        "default_cap": 0 if admission is None else admission.max_running_runs,
-        "agents": 0 if admission is None else admission.agents,
+        "default_cap": uow.limits.max_running_runs,
+        "agents": uow.limits.agents,
     }
     # The conflicting run can settle between two statements; then the insert wins next time.
     for _ in range(20):

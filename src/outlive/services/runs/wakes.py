@@ -33,8 +33,7 @@ async def park_run(
     run = to_record(row)
     uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
     uow.nudge("run.event", run.id, tenant_id=run.tenant_id)
-    admission = uow.sessions.admission
-    if admission is not None and admission.runs_capped(row["tenant_max_running"]):
+    if uow.limits.runs_capped(row["tenant_max_running"]):
         dispatch_after_commit(uow, run.tenant_id)  # its slot under the cap is free now
     return run
 
@@ -44,8 +43,8 @@ async def wake_by_signal(
 ) -> RunRecord | None:
     """The run WAITING for signal `name` takes signal `seq` of its mailbox (its wait resolved
     with `payload`, JSON) and is woken: `signal`, then `resumed {by: signal}`. None when it no
-    longer waits for that name."""
-    admission = uow.sessions.admission
+    longer waits for that name. Not admitted (its tenant is capped), its tenant dispatches after
+    the commit."""
     moved = await uow.one(
         queries.WAKE_BY_SIGNAL,
         run_id=run.id,
@@ -53,13 +52,16 @@ async def wake_by_signal(
         seq=seq,
         payload=payload,
         sender=sender,
-        default_cap=0 if admission is None else admission.max_running_runs,
-        agents=0 if admission is None else admission.agents,
+        default_cap=uow.limits.max_running_runs,
+        agents=uow.limits.agents,
     )
     if moved is None:
         return None
     uow.nudge("run.updated", run.id, tenant_id=run.tenant_id)
-    return to_record(moved)
+    woken = to_record(moved)
+    if woken.dispatched_at is None:
+        dispatch_after_commit(uow, woken.tenant_id)
+    return woken
 
 
 async def note_signal(
@@ -76,18 +78,20 @@ async def note_signal(
 async def wake_due(sessions: Sessions, *, batch: int, default_cap: int) -> list[Mapping[str, Any]]:
     """Wake up to `batch` WAITING runs whose timer is due, in one unit: `resumed {by: timer |
     timeout}`. Each woken run's `id`, `tenant_id`, `admitted` and `late_s` (how late its timer
-    fired), for the relay to hand them to the queue after the commit."""
-    admission = sessions.admission
+    fired), for the relay to hand them to the queue after the commit; the tenants of those not
+    admitted dispatch after it."""
     async with sessions.unit() as uow:
         woken = await uow.all(
             queries.WAKE_DUE,
             batch=batch,
             default_cap=default_cap,
-            agents=0 if admission is None else admission.agents,
+            agents=uow.limits.agents,
         )
         for row in woken:
             uow.nudge("run.updated", row["id"], tenant_id=row["tenant_id"])
             uow.nudge("run.event", row["id"], tenant_id=row["tenant_id"])
+        for tenant_id in {row["tenant_id"] for row in woken if not row["admitted"]}:
+            dispatch_after_commit(uow, tenant_id)  # its admission enqueues what it admits
     return woken
 
 

@@ -31,11 +31,11 @@ from datetime import datetime
 from typing import Any
 
 from outlive.db.models import RunStatus
+from outlive.db.ports import RunInstances
 from outlive.db.tx import Unit
 from outlive.errors import BadUserInput, NotFound, RunCancelled, RunSuperseded
 from outlive.ids import RunId, TenantId
 from outlive.services import relay, runs
-from outlive.services.ports import RunInstances
 from outlive.services.runs import (
     SETTLED_STATUSES,
     RunRecord,

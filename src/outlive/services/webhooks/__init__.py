@@ -24,16 +24,17 @@ import hmac
 import json
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 from uuid import UUID
 
 from outlive.db.models import DeliveryStatus
+from outlive.db.records import Record
 from outlive.db.tx import Db, Unit, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import DeliveryId, EndpointId, TenantId
+from outlive.services import outbox
 from outlive.services.destinations import check_url_shape, resolve_public
 from outlive.services.webhooks import queries
 from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE as SETTLED_DELIVERIES_CTE
@@ -46,7 +47,7 @@ MAX_DELIVERIES_PAGE = 100
 
 
 @dataclass(frozen=True, slots=True)
-class EndpointRecord:
+class EndpointRecord(Record):
     id: EndpointId
     url: str
     events: list[str]
@@ -54,7 +55,7 @@ class EndpointRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class DeliveryRecord:
+class DeliveryRecord(Record):
     id: DeliveryId
     endpoint_id: EndpointId
     event_type: str
@@ -139,7 +140,7 @@ async def create_endpoint(
         queries.INSERT_ENDPOINT, tenant_id=tenant_id, url=url, secret=secret, events=chosen
     )
     assert row is not None  # noqa: S101 (an INSERT … RETURNING returns its row)
-    return _endpoint(row), secret
+    return EndpointRecord.from_row(row), secret
 
 
 async def delete_endpoint(uow: UnitOfWork, endpoint_id: EndpointId) -> bool:
@@ -150,7 +151,9 @@ async def delete_endpoint(uow: UnitOfWork, endpoint_id: EndpointId) -> bool:
 
 
 async def list_endpoints(db: Db, tenant_id: TenantId) -> list[EndpointRecord]:
-    return [_endpoint(row) for row in await db.all(queries.ENDPOINTS, tenant_id=tenant_id)]
+    return [
+        EndpointRecord.from_row(row) for row in await db.all(queries.ENDPOINTS, tenant_id=tenant_id)
+    ]
 
 
 def check_deliveries_page(first: int) -> None:
@@ -172,31 +175,8 @@ async def list_deliveries_of_endpoints(
     )
     found: dict[EndpointId, list[DeliveryRecord]] = {e: [] for e in endpoint_ids}
     for row in rows:
-        found[EndpointId(row["endpoint_id"])].append(_delivery(row))
+        found[EndpointId(row["endpoint_id"])].append(DeliveryRecord.from_row(row))
     return found
-
-
-def _endpoint(e: Mapping[str, Any]) -> EndpointRecord:
-    return EndpointRecord(
-        id=EndpointId(e["id"]), url=e["url"], events=list(e["events"]), created_at=e["created_at"]
-    )
-
-
-def _delivery(d: Mapping[str, Any]) -> DeliveryRecord:
-    return DeliveryRecord(
-        id=DeliveryId(d["id"]),
-        endpoint_id=EndpointId(d["endpoint_id"]),
-        event_type=d["event_type"],
-        status=DeliveryStatus(d["status"]),
-        attempts=d["attempts"],
-        response_status=d["response_status"],
-        last_error=d["last_error"],
-        created_at=d["created_at"],
-        delivered_at=d["delivered_at"],
-        updated_at=d["updated_at"],
-        tenant_id=TenantId(d["tenant_id"]),
-        dispatched_at=d["dispatched_at"],
-    )
 
 
 # --- deliveries -------------------------------------------------------------------------------
@@ -241,14 +221,9 @@ async def record_attempt(
     error: str | None,
 ) -> None:
     """A try that did not succeed; the row stays PENDING for the next one."""
-    row = await uow.one(
-        queries.RECORD_ATTEMPT,
-        delivery_id=delivery_id,
-        response_status=response_status,
-        error=error,
+    await outbox.record_attempt(
+        uow, outbox.WEBHOOK, delivery_id, error=error, response_status=response_status
     )
-    if row is not None:
-        uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=row["tenant_id"])
 
 
 async def finish_delivery(
@@ -260,21 +235,17 @@ async def finish_delivery(
     error: str | None = None,
     count_attempt: bool = False,
 ) -> bool:
-    """DELIVERED or FAILED, only from PENDING: a redelivered job finds nothing to do."""
-    row = await uow.one(
-        queries.FINISH_DELIVERY,
-        delivery_id=delivery_id,
+    """DELIVERED or FAILED, only from PENDING: a redelivered job finds nothing to do. Its slot is
+    free for the tenant's next delivery (`outbox.finish`)."""
+    return await outbox.finish(
+        uow,
+        outbox.WEBHOOK,
+        delivery_id,
         status=status.value,
+        error=error,
         count_attempt=count_attempt,
         response_status=response_status,
-        error=error,
     )
-    if row is None:
-        return False
-    tenant = row["tenant_id"]
-    uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant)
-    _dispatch_after_commit(uow, tenant)  # its slot is free for the tenant's next delivery
-    return True
 
 
 # --- redelivery (redeliverWebhook) -------------------------------------------------------------
@@ -297,8 +268,8 @@ async def redeliver(uow: UnitOfWork, delivery_id: DeliveryId) -> DeliveryRecord:
     moved = await uow.one(queries.REDELIVER, delivery_id=delivery_id, tenant_id=tenant_id)
     if moved is not None:
         announce_deliveries(uow, TenantId(tenant_id), [moved["id"]])
-        return _delivery(moved)
+        return DeliveryRecord.from_row(moved)
     found = await uow.one(queries.DELIVERY, delivery_id=delivery_id, tenant_id=tenant_id)
     if found is None:
         raise NotFound(f"webhook delivery {delivery_id} not found")
-    return _delivery(found)
+    return DeliveryRecord.from_row(found)

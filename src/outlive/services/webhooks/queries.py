@@ -53,25 +53,7 @@ REDELIVER = prepare(
         f" RETURNING {DELIVERY_COLUMNS}"
     ).columns(*_DELIVERY_COLUMNS_OF)
 )
-RECORD_ATTEMPT = prepare(
-    text(
-        "UPDATE webhook_deliveries SET attempts = attempts + 1,"
-        " response_status = :response_status, last_error = :error, updated_at = now()"
-        " WHERE id = :delivery_id AND status = 'PENDING' RETURNING tenant_id"
-    )
-)
-# DELIVERED or FAILED, only from PENDING; NULLs keep what the row has.
-FINISH_DELIVERY = prepare(
-    text(
-        "UPDATE webhook_deliveries SET status = CAST(:status AS text), updated_at = now(),"
-        " attempts = attempts + CAST(CAST(:count_attempt AS boolean) AS int),"
-        " response_status = coalesce(CAST(:response_status AS int), response_status),"
-        " last_error = coalesce(CAST(:error AS text), last_error),"
-        " delivered_at = CASE WHEN CAST(:status AS text) = 'DELIVERED' THEN now()"
-        " ELSE delivered_at END"
-        " WHERE id = :delivery_id AND status = 'PENDING' RETURNING tenant_id"
-    )
-)
+# A delivery's attempts and its end: the outbox's lifecycle (`services.outbox`).
 LOCK_TENANT = prepare(text("SELECT id FROM tenants WHERE id = :tenant_id FOR UPDATE"))
 COUNT_ENDPOINTS = prepare(
     text("SELECT count(*) AS n FROM webhook_endpoints WHERE tenant_id = :tenant_id")
