@@ -95,6 +95,7 @@ def test_a_key_from_the_form_shows_its_holder_queues_behind_it_and_filters_the_l
 
     # REJECT while the key is held: refused, the active run named, the form as it was
     page.get_by_label("Tags", exact=True).fill("keep:me")
+    page.get_by_label("Turns", exact=True).fill("7")
     page.get_by_label("On conflict", exact=True).select_option("REJECT")
     page.get_by_role("button", name="Start run").click()
     refused = page.get_by_role("alert")
@@ -111,7 +112,8 @@ def test_a_key_from_the_form_shows_its_holder_queues_behind_it_and_filters_the_l
     expect(page.get_by_label("Key", exact=True)).to_have_value(KEY)
     expect(page.get_by_label("Tags", exact=True)).to_have_value("keep:me")
     expect(page.get_by_label("On conflict", exact=True)).to_have_value("REJECT")
-    expect(page.get_by_label("Turns", exact=True)).to_have_value("60")
+    expect(page.get_by_label("Turns", exact=True)).to_have_value("7")
+    expect(page.get_by_label("Input as JSON")).to_have_value(re.compile(r'"turns": 7'))
 
     # the runs list by key and by tag, from the URL
     other = stack.start_run(tenant, turns=1, delayMs=0)
