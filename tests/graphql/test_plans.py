@@ -138,6 +138,9 @@ async def test_every_query_of_the_web_app_answers_the_same_planned_or_executed(
         ("Runs", {"first": 20, "status": ["FAILED", "RUNNING"]}),
         ("Runs", {"first": 1000}),  # BAD_USER_INPUT from the resolver
         ("Runs", {"first": 20, "after": "not a cursor"}),
+        ("Runs", {"first": 20, "key": "", "tags": None, "topLevel": True}),
+        ("Runs", {"first": 20, "key": None, "tags": ["env:prod"], "topLevel": None}),
+        ("KeyHolder", {"agent": "demo", "key": "k", "status": ["QUEUED", "RUNNING"]}),
         ("RunDetail", {"id": ids[0]}),
         ("RunDetail", {"id": ids[1]}),
         ("RunDetail", {"id": "6d2c3b1a-0000-4000-8000-000000000000"}),  # none: null
@@ -151,7 +154,7 @@ async def test_every_query_of_the_web_app_answers_the_same_planned_or_executed(
     ]
     for name, variables in cases:
         await both.same(QUERIES[name], name, variables)
-    for name in ("Runs", "RunDetail", "Viewer", "Agents", "Usage", "Invitations"):
+    for name in ("Runs", "KeyHolder", "RunDetail", "Viewer", "Agents", "Usage", "Invitations"):
         assert both.planned(QUERIES[name], name), name
     for name in ("RunTimeline", "WebhookEndpoints"):  # fields with resolvers: executed
         assert not both.planned(QUERIES[name], name), name

@@ -126,6 +126,43 @@ async def test_children_pages_oldest_first_and_filters_by_status(
     assert failed["run"]["children"]["edges"] == []
 
 
+async def _top_level_page(
+    api: Api, tenant: TenantHandle, first: int, after: str | None = None, **filters: Any
+) -> tuple[list[str], str | None]:
+    data = await api.gql(
+        """query($first: Int!, $after: String, $top: Boolean, $key: String) {
+             runs(first: $first, after: $after, topLevel: $top, key: $key) {
+               edges { node { id parentId } } pageInfo { hasNextPage endCursor } } }""",
+        {"first": first, "after": after, **filters},
+        token=tenant.token,
+    )
+    runs = data["runs"]
+    more = runs["pageInfo"]["endCursor"] if runs["pageInfo"]["hasNextPage"] else None
+    return [e["node"]["id"] for e in runs["edges"]], more
+
+
+@pytest.mark.usefixtures("worker")
+async def test_runs_top_level_leaves_the_children_out_and_pages_over_the_rest(
+    api: Api, tenant: TenantHandle, watch: NudgeWatch
+) -> None:
+    parent = await start(api, tenant, "demo", "family", turns=1, delayMs=0, children=2)
+    await watch.until(parent, settled, timeout=60)
+    solo = await start(api, tenant, "demo", "solo", turns=1, delayMs=0)
+    await watch.until(solo, settled, timeout=60)
+
+    every, _ = await _top_level_page(api, tenant, 100)
+    assert len(every) == 4  # the two children are listed by default
+    assert every == (await _top_level_page(api, tenant, 100, top=False))[0]
+    assert every == (await _top_level_page(api, tenant, 100, top=None))[0]
+    assert (await _top_level_page(api, tenant, 100, top=True))[0] == [solo, parent]
+    assert (await _top_level_page(api, tenant, 100, top=True, key="family"))[0] == [parent]
+    assert (await _top_level_page(api, tenant, 100, key="family"))[0] == [parent]
+    first, after = await _top_level_page(api, tenant, 1, top=True)
+    assert first == [solo]
+    assert after is not None
+    assert (await _top_level_page(api, tenant, 1, after, top=True)) == ([parent], None)
+
+
 @pytest.mark.usefixtures("worker")
 async def test_a_failed_child_raises_child_failed_in_its_parent(
     api: Api, tenant: TenantHandle, watch: NudgeWatch

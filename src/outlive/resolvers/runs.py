@@ -93,6 +93,13 @@ async def runs(
     tags: Annotated[
         list[str] | None, strawberry.argument(description="Only runs carrying all of these.")
     ] = None,
+    top_level: Annotated[
+        bool | None,
+        strawberry.argument(
+            description="Only top-level runs (no parent): child runs are left out. False or null:"
+            " every run."
+        ),
+    ] = False,
 ) -> RunConnection:
     ctx = info.context
     page = await runs_service.read_runs(
@@ -107,6 +114,7 @@ async def runs(
         order=order,
         key=key,
         tags=tags,
+        top_level=bool(top_level),
     )
     page.runs[:] = await _reconciled(ctx, page.runs)
     return RunConnection.of(page)

@@ -36,3 +36,11 @@ export function isUnavailable(error: unknown): boolean {
     )
   );
 }
+
+/** The run named by a RUN_ACTIVE error (`startRun` with `onConflict: REJECT`): the key's active run. */
+export function activeRunOf(error: unknown): string | null {
+  if (!CombinedGraphQLErrors.is(error)) return null;
+  const found = error.errors.find((e) => e.extensions?.["code"] === "RUN_ACTIVE");
+  const id = found?.extensions?.["runId"];
+  return typeof id === "string" ? id : null;
+}

@@ -32,6 +32,7 @@ export const OPERATIONS = {
   Runs: "runs",
   Queue: "runs", // a runs list filtered by status (QUEUED)
   AwaitingInput: "runs", // a runs list filtered by status (WAITING)
+  KeyHolder: "runs", // the Start form's holder of a key: a runs list filtered by status (active)
   RunDetail: "run",
   RunWhy: "run",
   RunTimeline: "runEvents",

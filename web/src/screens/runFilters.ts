@@ -12,7 +12,25 @@ export interface RunFilters {
   /** by creation time; newest first unless the URL says `order=oldest` */
   order: RunOrder;
   after: string | null;
+  /** exact; null: any key (the URL cannot ask for the default key "", the API can) */
+  key: string | null;
+  /** runs carrying all of them */
+  tags: string[];
+  /** only runs with no parent: `children=hide` */
+  topLevel: boolean;
 }
+
+export const NO_FILTERS: RunFilters = {
+  status: [],
+  agent: null,
+  from: null,
+  to: null,
+  order: "NEWEST_FIRST",
+  after: null,
+  key: null,
+  tags: [],
+  topLevel: false,
+};
 
 export function isoOrNull(value: string | null): string | null {
   if (!value) return null;
@@ -28,7 +46,10 @@ export function toLocalInput(iso: string | null): string {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
-/** The filters a URL holds: `?status=FAILED&status=CANCELLED&agent=demo&order=oldest&after=<cursor>`. */
+/**
+ * The filters a URL holds:
+ * `?status=FAILED&status=CANCELLED&agent=demo&key=k&tag=a&tag=b&children=hide&order=oldest&after=<cursor>`.
+ */
 export function filtersFromParams(params: URLSearchParams): RunFilters {
   const status = [...new Set(params.getAll("status").flatMap((v) => v.split(",")))].filter((s): s is RunStatus =>
     RUN_STATUSES.includes(s as RunStatus),
@@ -40,6 +61,9 @@ export function filtersFromParams(params: URLSearchParams): RunFilters {
     to: isoOrNull(params.get("to")),
     order: params.get("order") === "oldest" ? "OLDEST_FIRST" : "NEWEST_FIRST",
     after: params.get("after") || null,
+    key: params.get("key") || null,
+    tags: [...new Set(params.getAll("tag").flatMap((v) => v.split(",")))].filter(Boolean),
+    topLevel: params.get("children") === "hide",
   };
 }
 
@@ -49,8 +73,32 @@ export function listUrl(filters: RunFilters): string {
   if (filters.agent) params.set("agent", filters.agent);
   if (filters.from) params.set("from", filters.from);
   if (filters.to) params.set("to", filters.to);
+  if (filters.key) params.set("key", filters.key);
+  for (const t of filters.tags) params.append("tag", t);
+  if (filters.topLevel) params.set("children", "hide");
   if (filters.order === "OLDEST_FIRST") params.set("order", "oldest");
   if (filters.after) params.set("after", filters.after);
   const query = params.toString();
   return query ? `/runs?${query}` : "/runs";
+}
+
+/** Whether the list shows less than every run (the filters fold opens; Clear filters shows). */
+export function isFiltered(f: RunFilters): boolean {
+  return f.status.length > 0 || Boolean(f.agent || f.from || f.to || f.key) || f.tags.length > 0 || f.topLevel;
+}
+
+/** What an empty list says, naming the filters that emptied it. */
+export function emptyText(f: RunFilters): string {
+  if (!isFiltered(f)) return "No runs yet.";
+  const which = f.status.map((s) => s.toLowerCase()).join(" or ");
+  const parts = [
+    f.topLevel ? "top-level" : "",
+    which,
+    "runs",
+    f.agent ? `of ${f.agent}` : "",
+    f.key ? `with the key ${f.key}` : "",
+    f.tags.length ? `tagged ${f.tags.join(" and ")}` : "",
+    f.from || f.to ? "in that time range" : "",
+  ];
+  return `No ${parts.filter(Boolean).join(" ")}.`;
 }

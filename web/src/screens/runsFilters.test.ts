@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { filtersFromParams, listUrl, type RunFilters } from "./runFilters";
+import { emptyText, filtersFromParams, isFiltered, listUrl, NO_FILTERS, type RunFilters } from "./runFilters";
 
 describe("the runs filters in the URL", () => {
   it("round-trip: several statuses, agent, a time range, the cursor", () => {
@@ -13,17 +13,52 @@ describe("the runs filters in the URL", () => {
       to: null,
       order: "OLDEST_FIRST",
       after: "abc",
+      key: null,
+      tags: [],
+      topLevel: false,
     });
     expect(listUrl(filters)).toBe(url);
   });
 
+  it("round-trip: a key, several tags and the children hidden", () => {
+    const url = "/runs?agent=demo&key=conversation%3A42&tag=env%3Aprod&tag=team%40x&children=hide";
+    const filters = filtersFromParams(new URL(url, "http://x").searchParams);
+    expect(filters.key).toBe("conversation:42");
+    expect(filters.tags).toEqual(["env:prod", "team@x"]);
+    expect(filters.topLevel).toBe(true);
+    expect(listUrl(filters)).toBe(url);
+    // a shared link may list tags with commas: read as the same tags, written back one a param
+    const commas = filtersFromParams(new URLSearchParams("tag=env:prod,team@x&tag=env:prod&tag="));
+    expect(commas.tags).toEqual(["env:prod", "team@x"]);
+    expect(listUrl(commas)).toBe("/runs?tag=env%3Aprod&tag=team%40x");
+  });
+
   it("drops what it cannot read", () => {
-    const filters = filtersFromParams(new URLSearchParams("status=NOPE&status=QUEUED&from=yesterday"));
+    const filters = filtersFromParams(new URLSearchParams("status=NOPE&status=QUEUED&from=yesterday&children=show&key="));
     expect(filters.status).toEqual(["QUEUED"]);
     expect(filters.from).toBeNull();
+    expect(filters.key).toBeNull();
+    expect(filters.topLevel).toBe(false);
     expect(filters.order).toBe("NEWEST_FIRST"); // absent: the default, which the URL leaves out
-    const none: RunFilters = { status: [], agent: null, from: null, to: null, order: "NEWEST_FIRST", after: null };
-    expect(listUrl(none)).toBe("/runs");
+    expect(listUrl(NO_FILTERS)).toBe("/runs");
     expect(filtersFromParams(new URLSearchParams("order=sideways")).order).toBe("NEWEST_FIRST");
+  });
+});
+
+describe("an empty list says why", () => {
+  const f = (change: Partial<RunFilters>): RunFilters => ({ ...NO_FILTERS, ...change });
+
+  it("names each filter that emptied it", () => {
+    expect(emptyText(NO_FILTERS)).toBe("No runs yet.");
+    expect(emptyText(f({ status: ["FAILED", "CANCELLED"], agent: "demo" }))).toBe("No failed or cancelled runs of demo.");
+    expect(emptyText(f({ key: "k1", tags: ["a", "b"] }))).toBe("No runs with the key k1 tagged a and b.");
+    expect(emptyText(f({ topLevel: true, from: "2026-01-01T00:00:00.000Z" }))).toBe("No top-level runs in that time range.");
+  });
+
+  it("counts hidden children and a key as filters, the order and the page not", () => {
+    expect(isFiltered(f({ topLevel: true }))).toBe(true);
+    expect(isFiltered(f({ key: "k" }))).toBe(true);
+    expect(isFiltered(f({ tags: ["t"] }))).toBe(true);
+    expect(isFiltered(f({ order: "OLDEST_FIRST", after: "abc" }))).toBe(false);
   });
 });

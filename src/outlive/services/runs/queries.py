@@ -116,45 +116,6 @@ LEASE_LEFT = prepare(
 )
 
 
-# The optional filters of `runs(key:, tags:)`, each spelled so that the planner can use its
-# partial index (`ix_runs_tenant_key`, `ix_runs_tenant_tags`, whose entries are tenant-prefixed
-# tags): one statement per combination.
-_KEY_FILTER = " AND key = CAST(:key AS text)"
-_TAGS_FILTER = (
-    " AND outlive_tenant_tags(tenant_id, tags)"
-    " @> outlive_tenant_tags(CAST(:tenant_id AS uuid), CAST(:tags AS varchar[]))"
-    " AND tags <> '{}'"
-)
-PAGE_FILTERS = ("", _KEY_FILTER, _TAGS_FILTER, _KEY_FILTER + _TAGS_FILTER)
-
-
-def _runs_page(order: str, beyond: str, filters: str = "") -> Statement:
-    """A page of a tenant's runs in `order` of (created_at, id), keyset-paginated: the rows
-    `beyond` the cursor's. `ix_runs_tenant_newest` serves either direction (a backward scan)."""
-    return prepare(
-        text(
-            "SELECT * FROM runs WHERE tenant_id = :tenant_id"
-            " AND (CAST(:after_at AS timestamptz) IS NULL"
-            f" OR (created_at, id) {beyond}"
-            " (CAST(:after_at AS timestamptz), CAST(:after_id AS uuid)))"
-            " AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
-            " AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))"
-            " AND (CAST(:since AS timestamptz) IS NULL"
-            " OR created_at >= CAST(:since AS timestamptz))"
-            " AND (CAST(:until AS timestamptz) IS NULL"
-            f" OR created_at < CAST(:until AS timestamptz)){filters}"
-            f" ORDER BY created_at {order}, id {order} LIMIT :limit"
-        ).columns(*RUN_COLUMNS)
-    )
-
-
-# (newest first?, filters) -> the statement
-RUNS_PAGES = {
-    (newest, filters): _runs_page("DESC" if newest else "ASC", "<" if newest else ">", filters)
-    for newest in (True, False)
-    for filters in PAGE_FILTERS
-}
-
 EVENTS = prepare(
     text(
         "SELECT seq, type, data, at FROM run_events WHERE run_id = :run_id AND seq > :after"

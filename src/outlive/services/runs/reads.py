@@ -13,7 +13,7 @@ from outlive.db.models import ACTIVE_STATUSES, RunStatus
 from outlive.db.tx import Db
 from outlive.errors import BadUserInput
 from outlive.ids import RunId, TenantId
-from outlive.services.runs import queries
+from outlive.services.runs import page_queries, queries
 from outlive.services.runs.keys import MAX_KEY, check_tags
 from outlive.services.runs.records import EventRecord, RunPage, RunRecord, to_event, to_record
 
@@ -94,11 +94,13 @@ async def read_runs(
     order: RunOrder = RunOrder.NEWEST_FIRST,
     key: str | None = None,
     tags: Sequence[str] | None = None,
+    top_level: bool = False,
 ) -> RunPage:
     """A page of the tenant's runs in `order` (newest first by default), keyset-paginated on
     (created_at, id): `after` is a run's cursor, and the page holds the runs that come after it
     in that order; with `since` / `until`, only those created in [since, until); with `key`,
-    only that key's runs ("": the agents' default key); with `tags`, only runs carrying all."""
+    only that key's runs ("": the agents' default key); with `tags`, only runs carrying all; with
+    `top_level`, only runs with no parent (child runs left out)."""
     if not 0 <= first <= MAX_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
     if key is not None and len(key) > MAX_KEY:
@@ -107,9 +109,9 @@ async def read_runs(
     if since is not None and until is not None and since >= until:
         raise BadUserInput("createdBefore must be after createdSince")
     at, run_id = decode_cursor(after) if after is not None else (None, None)
-    filters = queries.PAGE_FILTERS[(key is not None) + 2 * bool(wanted)]
+    filters = page_queries.page_filters(key=key is not None, tags=bool(wanted), top_level=top_level)
     rows = await db.all(
-        queries.RUNS_PAGES[(order is RunOrder.NEWEST_FIRST, filters)],
+        page_queries.RUNS_PAGES[(order is RunOrder.NEWEST_FIRST, filters)],
         tenant_id=tenant_id,
         after_at=at,
         after_id=run_id,

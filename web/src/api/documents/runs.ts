@@ -6,6 +6,7 @@
 
 export {
   CancelRunDocument as CANCEL_RUN,
+  KeyHolderDocument as KEY_HOLDER,
   RetryRunDocument as RETRY_RUN,
   RunDetailDocument as RUN_DETAIL,
   RunFieldsFragmentDoc as RUN_FIELDS,

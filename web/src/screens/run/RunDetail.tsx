@@ -9,6 +9,7 @@ import { formatDuration, formatTime, shortId } from "../../ui/format";
 import { attemptLabel, type AttemptCount, countAttempts } from "../../ui/attempts";
 import { buildWaterfall, type TimelineEvent, type Waterfall } from "../../ui/waterfall";
 import { Timeline } from "./Events";
+import { KeyFacts } from "./KeyFacts";
 import { Overview } from "./Overview";
 import { RetryActions } from "./Retry";
 import { StepsPanel } from "./Steps";
@@ -206,17 +207,27 @@ function RunHead({ run }: { run: DetailRun }) {
           )}
         </div>
       </div>
-      {params.get("existing") && active && (
-        <p className="note" role="note">
-          This agent already had an active run, so here it is: one {run.agent} run at a time.
-        </p>
-      )}
+      {params.get("existing") && active && <ExistingNote run={run} signalled={params.get("existing") === "signal"} />}
       {cancelling.error && (
         <p className="note note-error" role="alert">
           {describeError(cancelling.error)}
         </p>
       )}
     </>
+  );
+}
+
+/** Why Start run opened this run rather than a new one (startRun answered `created: false`). */
+function ExistingNote({ run, signalled }: { run: DetailRun; signalled: boolean }) {
+  const holder = run.key ? `The key ${run.key} already had an active run` : "This agent already had an active run";
+  return (
+    <p className="note" role="note">
+      {signalled
+        ? `${holder}: your input was sent to it as the signal "input".`
+        : run.key
+          ? `${holder}, so here it is: one run of a key at a time.`
+          : `${holder}, so here it is: one ${run.agent} run at a time.`}
+    </p>
   );
 }
 
@@ -261,6 +272,7 @@ function RunFacts({ run, count }: { run: DetailRun; count: AttemptCount }) {
         <dt>Duration</dt>
         <dd>{formatDuration(run.startedAt, run.finishedAt)}</dd>
       </div>
+      <KeyFacts run={run} />
       <div className="wide">
         <dt>Id</dt>
         <dd>

@@ -12,11 +12,7 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
   if (run.retriedFromId) lines.push(`It retries run ${shortId(run.retriedFromId)}, with the same input.`);
   switch (run.status) {
     case "QUEUED":
-      lines.push(
-        run.waitingReason
-          ? `Waiting for a slot: ${run.waitingReason}.`
-          : `Queued ${formatRelative(run.createdAt, now)}, waiting for a worker to claim it.`,
-      );
+      lines.push(queuedLine(run, now));
       break;
     case "RUNNING": {
       lines.push(`${attemptLabel(countAttempts(waterfall, run.retriesLeft))}: running.`);
@@ -76,3 +72,17 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
   return lines;
 }
 
+
+/** Why a QUEUED run has not started: its turn in its key's line, its tenant's cap, or a worker. */
+export function queuedLine(run: Pick<DetailRun, "createdAt" | "key" | "queuedBehindId" | "waitingReason">, now: number): string {
+  if (run.queuedBehindId) {
+    const key = run.key ? `its key \`${run.key}\`` : "its agent's default key";
+    return (
+      `Queued behind run ${shortId(run.queuedBehindId)}, the run just ahead of it in the line of ${key}: ` +
+      "runs of one key start one at a time, in order, so it starts once every run ahead of it has settled."
+    );
+  }
+  return run.waitingReason
+    ? `Waiting for a slot: ${run.waitingReason}.`
+    : `Queued ${formatRelative(run.createdAt, now)}, waiting for a worker to claim it.`;
+}

@@ -1,0 +1,61 @@
+"""The statements of `runs(...)`: a page of a tenant's runs, one prepared statement per order and
+combination of the optional filters, built once at import from constants (every value is a bound
+parameter)."""
+
+from __future__ import annotations
+
+from itertools import product
+
+from sqlalchemy import text
+
+from outlive.db.raw import Statement, prepare
+from outlive.services.runs.queries import RUN_COLUMNS
+
+# The optional filters of `runs(key:, tags:, topLevel:)`, each spelled so that the planner can use
+# its partial index (`ix_runs_tenant_key`, `ix_runs_tenant_tags`, whose entries are
+# tenant-prefixed tags): one statement per combination.
+_FILTERS = (
+    " AND key = CAST(:key AS text)",
+    " AND outlive_tenant_tags(tenant_id, tags)"
+    " @> outlive_tenant_tags(CAST(:tenant_id AS uuid), CAST(:tags AS varchar[]))"
+    " AND tags <> '{}'",
+    " AND parent_id IS NULL",
+)
+
+
+def page_filters(*, key: bool, tags: bool, top_level: bool) -> str:
+    """The filters' text for the combination asked: a key of `RUNS_PAGES`."""
+    return "".join(f for f, on in zip(_FILTERS, (key, tags, top_level), strict=True) if on)
+
+
+PAGE_FILTERS = tuple(
+    page_filters(key=k, tags=t, top_level=p) for k, t, p in product((False, True), repeat=3)
+)
+
+
+def _runs_page(order: str, beyond: str, filters: str = "") -> Statement:
+    """A page of a tenant's runs in `order` of (created_at, id), keyset-paginated: the rows
+    `beyond` the cursor's. `ix_runs_tenant_newest` serves either direction (a backward scan)."""
+    return prepare(
+        text(
+            "SELECT * FROM runs WHERE tenant_id = :tenant_id"
+            " AND (CAST(:after_at AS timestamptz) IS NULL"
+            f" OR (created_at, id) {beyond}"
+            " (CAST(:after_at AS timestamptz), CAST(:after_id AS uuid)))"
+            " AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
+            " AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))"
+            " AND (CAST(:since AS timestamptz) IS NULL"
+            " OR created_at >= CAST(:since AS timestamptz))"
+            " AND (CAST(:until AS timestamptz) IS NULL"
+            f" OR created_at < CAST(:until AS timestamptz)){filters}"
+            f" ORDER BY created_at {order}, id {order} LIMIT :limit"
+        ).columns(*RUN_COLUMNS)
+    )
+
+
+# (newest first?, filters) -> the statement
+RUNS_PAGES = {
+    (newest, filters): _runs_page("DESC" if newest else "ASC", "<" if newest else ">", filters)
+    for newest in (True, False)
+    for filters in PAGE_FILTERS
+}
