@@ -60,6 +60,12 @@ async def run(ctx: RunContext, p: FamilyInput) -> dict[str, Any]:
         await ctx.spawn("demo", leaf(3, 300), abandon=True)
         await ctx.wait_for("go")
         return {}
+    if p.mode == "spawn-then-linger":  # attempt k starts child k, then holds its worker a while
+        handles = []
+        for i in range(p.turns):
+            handles.append(await ctx.spawn("demo", leaf()))
+            await ctx.delay(p.delay_ms / 1000 if ctx.attempt <= i + 1 else 0)
+        return {"children": [await h.result() for h in handles]}
     if p.mode == "tree":  # `fanout` children a level, `depth` levels; the leaves wait, live
         if p.depth:
             inputs = [{"mode": "tree", "depth": p.depth - 1, "fanout": p.fanout}] * p.fanout

@@ -18,16 +18,57 @@ from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.ids import RunId, TenantId
 from outlive.services import runs as runs_service
-from tests.support import Api, TenantHandle, WorkerProcesses
+from tests.conftest import make_settings
+from tests.support import Api, NudgeWatch, Servers, TenantHandle, WorkerProcesses, settled
 
 pytestmark = pytest.mark.timeout(240)
 CHILDREN, PARALLEL = 60, 15
+FAMILY = "tests.children_agents:AGENTS"
+
+
+@pytest.fixture
+def settings(servers: Servers) -> Settings:
+    """The API knows the `family` agent too."""
+    return make_settings(servers, agent_modules=[FAMILY])
 
 
 @pytest.fixture
 def workers(settings: Settings, tmp_path: Path) -> Iterator[WorkerProcesses]:
-    with WorkerProcesses.of(settings, tmp_path, concurrency=16) as processes:
+    with WorkerProcesses.of(
+        settings, tmp_path, concurrency=16, OUTLIVE_AGENT_MODULES=FAMILY
+    ) as processes:
         yield processes
+
+
+def started(events: list[runs_service.EventRecord]) -> int:
+    return sum(e.type == "child_started" for e in events)
+
+
+async def test_a_parent_killed_after_each_child_it_starts_is_making_progress_and_succeeds(
+    api: Api,
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    workers: WorkerProcesses,
+) -> None:
+    """CONTRACT §7 (round four): a lost attempt counts towards the 3 that fail a run only when
+    it completed no step; a child it started is such a step (keyed by step name and occurrence).
+    Attempt k starts child k and is SIGKILLed while it holds its worker, four times: the parent
+    kept making progress, and succeeds. (Before: failed at the third loss, "its worker was lost
+    3 times", which `bench/children.py`'s fan-out met under SIGKILLs.)"""
+    assert settings.redis_url is not None
+    worker = workers.start()
+    input = {"mode": "spawn-then-linger", "turns": 4, "delayMs": 10_000}
+    parent = (await api.start_run(tenant.token, "family", input))["run"]["id"]
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+        for kills in range(1, 5):
+            await watch.until_events(parent, lambda es, n=kills: started(es) >= n, timeout=60)
+            await workers.kill(worker)
+            worker = workers.start()
+        run = await watch.until(parent, settled, timeout=90)
+    assert run.status == "SUCCEEDED", run.error
+    assert run.lost_attempts == 4
+    assert len(run.output["children"]) == 4
 
 
 async def test_a_fan_out_survives_worker_kills_and_a_redis_flush(

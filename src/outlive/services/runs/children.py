@@ -83,7 +83,8 @@ SPAWN = prepare(
         appended AS (
             {INSERT_EVENTS}
             SELECT m.id, m.event_seq - (SELECT count(*) FROM inserted) + n.n, 'child_started',
-                   jsonb_build_object('childId', n.id, 'name', n.parent_step)
+                   jsonb_build_object('childId', n.id, 'name', n.parent_step,
+                                      'attempt', CAST(:attempt AS int))
               FROM moved m CROSS JOIN numbered n)
         SELECT (SELECT count(*) FROM parent) AS held,
                (SELECT bool_or(cancel_requested_at IS NOT NULL) FROM parent) AS cancelling,

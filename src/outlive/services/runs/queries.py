@@ -312,7 +312,9 @@ CLAIM = prepare(
 # The lost attempts that count towards `MAX_LOST_ATTEMPTS`: those that completed no step since
 # their claim (CONTRACT §7: a run that makes progress is never failed for losing workers). The
 # attempts lost so far are named by the `lost` events; `:attempt` (when not NULL) is one about to
-# be counted lost (reconcile). `run_steps.attempt` is the attempt that recorded the step.
+# be counted lost (reconcile). `run_steps.attempt` is the attempt that recorded the step; a child
+# started is a step of its parent too (keyed by step name and occurrence like one), named by its
+# `child_started` event's `attempt`: a parent that keeps starting children makes progress.
 BARREN_LOSSES = prepare(
     text(
         "SELECT count(*) AS barren FROM ("
@@ -321,6 +323,8 @@ BARREN_LOSSES = prepare(
         "  UNION SELECT CAST(:attempt AS int) WHERE CAST(:attempt AS int) IS NOT NULL) lost"
         " WHERE NOT EXISTS (SELECT 1 FROM run_steps s"
         "   WHERE s.run_id = :run_id AND s.attempt = lost.attempt)"
+        " AND NOT EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = :run_id"
+        "   AND e.type = 'child_started' AND CAST(e.data->>'attempt' AS int) = lost.attempt)"
     )
 )
 # A heartbeat: the attempt still holds the run; its lease is extended. No event, no nudge.
