@@ -37,6 +37,7 @@ export const OPERATIONS = {
   RunTimeline: "runEvents",
   RunSteps: "runEvents", // a step's completion appends its `step` event: the same run.event nudge
   Usage: "usage",
+  UsageTokens: "usage", // a settled run's steps recorded what they used
   AgentStats: "usage", // counts by outcome: changes when the usage does
   Invitations: "invitations",
   WebhookEndpoints: "webhooks",
