@@ -7,6 +7,8 @@ import { useRealtime } from "../../app/realtime";
 import { applyChunk, clearEnded, type LiveOutput, NO_OUTPUT } from "../../realtime/output";
 import { lastStepSeq } from "../../realtime/timeline";
 
+const NONE: ReadonlyMap<number, Json> = new Map();
+
 export interface LiveSteps {
   output: LiveOutput;
   /** What the steps completed while the page followed the run returned (by seq). */
@@ -27,26 +29,32 @@ export function useLiveSteps(id: string, follow: boolean, from: number): LiveSte
   const { socket } = useRealtime();
   const [output, setOutput] = useState<LiveOutput>(NO_OUTPUT);
   const [results, setResults] = useState<ReadonlyMap<number, Json>>(new Map());
-  const [started, setStarted] = useState<number | null>(null); // `from` when following began
+  // the run followed, and its last step when following began
+  const [started, setStarted] = useState<{ id: string; from: number } | null>(null);
   useEffect(() => {
-    if (follow && started === null) setStarted(from);
-  }, [follow, from, started]);
+    if (started?.id === id) return;
+    setStarted(follow ? { id, from } : null); // another run's page: stop following the last
+  }, [follow, from, id, started]);
 
   const state = useRef(NO_OUTPUT);
   const known = useRef<Map<number, Json>>(new Map());
   useEffect(() => {
     if (started === null) return;
+    state.current = NO_OUTPUT;
+    known.current = new Map();
+    setOutput(NO_OUTPUT);
+    setResults(known.current);
     let stopped = false;
     const settle = async (ending: number) => {
-      const after = Math.max(started, ...known.current.keys());
-      const found = await recordedAfter(client, id, after).catch(() => null);
+      const after = Math.max(started.from, ...known.current.keys());
+      const found = await recordedAfter(client, started.id, after).catch(() => null);
       if (stopped || found === null) return;
       for (const [seq, result] of found) known.current.set(seq, result);
       setResults(new Map(known.current));
       state.current = clearEnded(state.current, ending);
       setOutput(state.current);
     };
-    const stop = socket.followOutput(id, {
+    const stop = socket.followOutput(started.id, {
       next: (chunk) => {
         state.current = applyChunk(state.current, chunk);
         setOutput(state.current);
@@ -59,9 +67,10 @@ export function useLiveSteps(id: string, follow: boolean, from: number): LiveSte
       stopped = true;
       stop();
     };
-  }, [client, socket, id, started]);
+  }, [client, socket, started]);
 
-  return { output, results };
+  // another run's page, in the same component: nothing of the last run's shows
+  return started?.id === id ? { output, results } : { output: NO_OUTPUT, results: NONE };
 }
 
 /** Asks for the new steps (into the cache, for the list), then for what the steps after `after` returned. */
