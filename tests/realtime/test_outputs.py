@@ -70,6 +70,16 @@ async def test_run_output_sends_each_turns_stream_then_completes_when_the_run_se
     assert settled is not None
     assert settled["status"] == "SUCCEEDED"  # complete came after the run settled
     assert "turn 1" not in json.dumps(settled["events"])  # display only: never journaled
+    # what each turn streamed is what its step recorded (`RunStep.result`): the truth
+    steps = await http.gql(
+        "query($id: ID!) { run(id: $id) { steps { seq result } } }",
+        {"id": run["id"]},
+        token=tenant.token,
+    )
+    assert [s["result"] for s in steps["run"]["steps"]] == [
+        stream_text(1, 200),
+        stream_text(2, 200),
+    ]
 
 
 async def test_a_reader_that_reconnects_with_its_cursor_loses_no_chunk_and_repeats_none(

@@ -334,7 +334,7 @@ async def test_the_demo_resumes_at_its_first_unfinished_turn(
 
 STEPS = """query($id: ID!, $after: Int, $first: Int) { run(id: $id) {
   steps { seq name occurrence attempt completedAt }
-  page: steps(after: $after, first: $first) { seq occurrence } } }"""
+  page: steps(after: $after, first: $first) { seq occurrence result } } }"""
 
 
 @pytest.mark.usefixtures("worker")
@@ -357,7 +357,11 @@ async def test_run_steps_over_graphql_tenant_scoped_and_paged(
     ]
     assert all(s["completedAt"] for s in steps)
     assert sorted(s["completedAt"] for s in steps) == [s["completedAt"] for s in steps]
-    assert data["run"]["page"] == [{"seq": 3, "occurrence": 3}, {"seq": 4, "occurrence": 4}]
+    # `result`: what each step returned, from the journal (the demo's turn returns its number)
+    assert data["run"]["page"] == [
+        {"seq": 3, "occurrence": 3, "result": 3},
+        {"seq": 4, "occurrence": 4, "result": 4},
+    ]
     other = await api.gql(STEPS, {"id": run_id}, token=other_tenant.token)
     assert other == {"run": None}
     for first in (-1, 1001):

@@ -67,8 +67,10 @@ class DemoFailure(Exception):
     """The failure `failAtTurn` asks for; not retryable."""
 
 
-async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int:
-    """One turn, run as a durable step: only when no earlier attempt recorded it."""
+async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int | str:
+    """One turn, run as a durable step: only when no earlier attempt recorded it. Its recorded
+    result is the turn's number, or the text it streamed (`streamChars`): the truth its stream
+    previewed, as a model call's step records its reply."""
     await ctx.checkpoint()
     if turn == 1 and params.flaky_attempts and ctx.attempt <= params.flaky_attempts:
         raise RetryableFault(f"flaky fault at turn 1, attempt {ctx.attempt}")
@@ -76,8 +78,7 @@ async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int:
         raise DemoFailure(f"failing at turn {turn} as asked")
     if params.delay_ms:
         await ctx.delay(params.delay_ms / 1000)
-    if params.stream_chars:
-        await stream_turn(ctx, params, turn)
+    text = await stream_turn(ctx, params, turn) if params.stream_chars else None
     if params.usage_per_turn is not None:
         ctx.record_usage(
             input_tokens=params.usage_per_turn.input_tokens,
@@ -85,7 +86,7 @@ async def play_turn(ctx: RunContext, params: DemoInput, turn: int) -> int:
             model="demo",
         )
     await ctx.emit("turn", {"turn": turn})
-    return turn
+    return turn if text is None else text
 
 
 STREAM_CHUNK = 10
@@ -97,15 +98,16 @@ def stream_text(turn: int, chars: int) -> str:
     return (pattern * (chars // len(pattern) + 1))[:chars]
 
 
-async def stream_turn(ctx: RunContext, params: DemoInput, turn: int) -> None:
+async def stream_turn(ctx: RunContext, params: DemoInput, turn: int) -> str:
     """`streamChars` characters to the stream `answer`, 10 at a time, one per `streamDelayMs`;
-    the stream ends with the step (`done`)."""
+    the stream ends with the step (`done`). The text written."""
     text = stream_text(turn, params.stream_chars)
     out = ctx.stream("answer")
     for start in range(0, len(text), STREAM_CHUNK):
         if start and params.stream_delay_ms:
             await ctx.delay(params.stream_delay_ms / 1000)
         out.write(text[start : start + STREAM_CHUNK])
+    return text
 
 
 async def run(ctx: RunContext, params: DemoInput) -> dict[str, Any]:

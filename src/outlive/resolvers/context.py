@@ -161,3 +161,8 @@ class Context:
         check_steps_page(first)  # this field's error, not the whole batch's
         self.require()
         return await self.loaders.steps.load((run_id, after, first))
+
+    async def step_result(self, run_id: RunId, seq: int) -> Any:
+        """What the step returned, as recorded (one statement per page of steps asked)."""
+        self.require()
+        return await self.loaders.step_results.load((run_id, seq))

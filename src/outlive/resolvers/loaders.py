@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from strawberry.dataloader import DataLoader
 
@@ -21,11 +21,19 @@ from outlive.db.ports import Admission, JobProducer
 from outlive.db.tx import Sessions
 from outlive.ids import EndpointId, RunId, TenantId
 from outlive.services import outbox, timelines, usage_tokens, webhooks
-from outlive.services.runs import EventRecord, RunRecord, StepRecord, list_steps_of_runs, tree
+from outlive.services.runs import (
+    EventRecord,
+    RunRecord,
+    StepRecord,
+    list_steps_of_runs,
+    step_results,
+    tree,
+)
 from outlive.services.webhooks import DeliveryRecord
 
 EventsKey = tuple[RunId, int, int]  # (run, after, first)
 DeliveriesKey = tuple[EndpointId, int]  # (endpoint, first)
+StepKey = tuple[RunId, int]  # (run, step seq)
 
 K = TypeVar("K")
 Shape = TypeVar("Shape")
@@ -69,6 +77,9 @@ class Loaders:
         self.steps: DataLoader[EventsKey, list[StepRecord]] = DataLoader(
             self._load_steps, cache=False
         )
+        self.step_results: DataLoader[StepKey, Any] = DataLoader(
+            self._load_step_results, cache=False
+        )
         self.deliveries: DataLoader[DeliveriesKey, list[DeliveryRecord]] = DataLoader(
             self._load_deliveries, cache=False
         )
@@ -109,6 +120,10 @@ class Loaders:
             return await list_steps_of_runs(self._sessions, ids, after=after, first=first)
 
         return await _by_shape([(run, (after, first)) for run, after, first in keys], load)
+
+    async def _load_step_results(self, keys: Sequence[StepKey]) -> list[Any]:
+        found = await step_results(self._sessions, keys)
+        return [found.get(key) for key in keys]
 
     async def _load_deliveries(self, keys: Sequence[DeliveriesKey]) -> list[list[DeliveryRecord]]:
         tenant_id = self._tenant_id()

@@ -10,6 +10,7 @@ from strawberry.scalars import JSON
 
 from outlive.db.models import RunConflict as DbRunConflict
 from outlive.db.models import RunStatus as DbRunStatus
+from outlive.ids import RunId
 from outlive.schema.scalars import as_json
 from outlive.services.runs import MAX_ATTEMPTS, EventRecord, RunPage, RunRecord, StepRecord
 from outlive.services.runs import RunOrder as DbRunOrder
@@ -48,10 +49,19 @@ class RunStep:
     )
     attempt: int = strawberry.field(description="The attempt that ran and recorded it.")
     completed_at: datetime
+    run_id: strawberry.Private[RunId]
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="What the step returned, as its run's journal recorded it (JSON): the "
+        "truth that its partial output (`runOutput`) only previews."
+    )
+    async def result(self, info: strawberry.Info[Any, Any]) -> JSON | None:
+        return as_json(await info.context.step_result(self.run_id, self.seq))
 
     @classmethod
-    def of(cls, record: StepRecord) -> RunStep:
+    def of(cls, record: StepRecord, run_id: RunId) -> RunStep:
         return cls(
+            run_id=run_id,
             seq=record.seq,
             name=record.name,
             occurrence=record.occurrence,
@@ -157,7 +167,7 @@ class Run:
         steps = await info.context.run_steps(
             self.record.id, after=after or 0, first=100 if first is None else first
         )
-        return [RunStep.of(s) for s in cast(list[StepRecord], steps)]
+        return [RunStep.of(s, self.record.id) for s in cast(list[StepRecord], steps)]
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="While the run waits for a slot under its tenant's cap (QUEUED, not yet "

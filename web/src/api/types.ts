@@ -11,6 +11,7 @@ import type {
   RunStepsQuery,
   RunTimelineQuery,
   UsageQuery,
+  UsageTokensQuery,
   ViewerQuery,
   WebhookEndpointFieldsFragment,
 } from "./generated";
@@ -38,3 +39,4 @@ export type WebhookEndpoint = WebhookEndpointFieldsFragment;
 export type WebhookDelivery = WebhookEndpoint["deliveries"][number];
 export type Invitation = InvitationFieldsFragment;
 export type UsageDay = UsageQuery["usage"][number];
+export type UsageTokensDay = UsageTokensQuery["usageTokens"][number];

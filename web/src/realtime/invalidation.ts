@@ -39,6 +39,7 @@ export const OPERATIONS = {
   RunSteps: "runEvents", // a step's completion appends its `step` event: the same run.event nudge
   RunTree: "run", // a child's settle nudges its parent; a child it shows is asked for too (planNudges)
   Usage: "usage",
+  UsageTokens: "usage", // a settled run's steps recorded what they used
   AgentStats: "usage", // counts by outcome: changes when the usage does
   Invitations: "invitations",
   WebhookEndpoints: "webhooks",

@@ -13,12 +13,16 @@
  *   missed while the socket was down costs nothing.
  *
  * A nudge is handed to `onNudge` as a tiny record and never stored.
+ *
+ * The same socket carries the run pages' `runOutput` subscriptions (`followOutput`, output.ts):
+ * graphql-ws sends each again on reconnect, after the last chunk it handed on.
  */
 
 import { type Client, createClient } from "graphql-ws";
 import { backoffDelay, waitOrWake } from "./backoff";
 import { type ConnectionEvent, type ConnectionState, closeCode, isReconnectable, nextState } from "./connection";
 import type { NudgeLike } from "./invalidation";
+import { type OutputChunk, OutputFollow, type OutputSink } from "./output";
 
 export const NUDGES_SUBSCRIPTION = "subscription Nudges { nudges { type tenantId at id } }";
 
@@ -49,6 +53,7 @@ export class NudgeSocket {
   private restartTimer: ReturnType<typeof setTimeout> | undefined;
   private stopped = false;
   private restarts = 0;
+  private readonly follows = new Map<OutputFollow, () => void>(); // each with its unsubscribe
   private readonly onOffline = () => this.feed({ type: "browser-offline" });
   private readonly onOnline = () => this.feed({ type: "browser-online" });
 
@@ -80,7 +85,52 @@ export class NudgeSocket {
     clearTimeout(this.pongTimer);
     clearTimeout(this.restartTimer);
     this.unsubscribe?.();
+    for (const stop of this.follows.values()) stop();
+    this.follows.clear();
     this.dispose();
+  }
+
+  /**
+   * Follows one run's partial output until the run settles (`complete`), the server refuses
+   * (`error`), or the returned function is called. It rides this socket: across reconnects, and
+   * across a new client after the old one gave up, it resumes after the last chunk it handed on.
+   */
+  followOutput(runId: string, sink: OutputSink): () => void {
+    const follow = new OutputFollow(runId, {
+      ...sink,
+      complete: () => {
+        this.follows.delete(follow);
+        sink.complete();
+      },
+      error: (error) => {
+        this.follows.delete(follow);
+        sink.error(error);
+      },
+    });
+    this.follows.set(follow, () => undefined);
+    if (this.client) this.subscribeOutput(this.client, follow);
+    return () => {
+      this.follows.get(follow)?.();
+      this.follows.delete(follow);
+    };
+  }
+
+  private subscribeOutput(client: Client, follow: OutputFollow): void {
+    const current = () => this.client === client && this.follows.has(follow); // not a disposed client's
+    const stop = client.subscribe<{ runOutput: OutputChunk }>(follow.payload, {
+      next: (result) => {
+        if (!current()) return;
+        if (result.errors?.length) follow.fail(result.errors);
+        else if (result.data?.runOutput) follow.take(result.data.runOutput);
+      },
+      error: (error) => {
+        if (current()) follow.fail(error);
+      },
+      complete: () => {
+        if (current()) follow.complete();
+      },
+    });
+    this.follows.set(follow, stop);
   }
 
   /** Closes the client; a socket that never opened (a refused token) rejects, which is fine. */
@@ -135,6 +185,7 @@ export class NudgeSocket {
       },
     });
     this.client = client;
+    for (const follow of this.follows.keys()) this.subscribeOutput(client, follow);
     this.unsubscribe = client.subscribe<{ nudges: NudgeLike }>(
       { query: NUDGES_SUBSCRIPTION },
       {

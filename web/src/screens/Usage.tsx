@@ -4,6 +4,7 @@ import { USAGE } from "../api/documents/usage";
 import { RUN_STATUSES, type RunStatus, type UsageDay } from "../api/types";
 import { ErrorNote, Loading } from "../ui/common";
 import { RunsChart } from "../ui/RunsChart";
+import { UsageTokens } from "./UsageTokens";
 
 interface DayRow {
   day: string;
@@ -91,6 +92,7 @@ export function Usage() {
           </table>
         </>
       )}
+      <UsageTokens days={days} />
     </section>
   );
 }

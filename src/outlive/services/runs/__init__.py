@@ -59,6 +59,7 @@ from outlive.services.runs.steps import (
     list_steps_of_runs,
     load_journal,
     record_step,
+    step_results,
 )
 from outlive.services.runs.wakes import (
     handed,
@@ -117,6 +118,7 @@ __all__ = [
     "requeue_run",
     "settle_run",
     "start_run",
+    "step_results",
     "to_record",
     "wake_by_signal",
     "wake_due",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import ARRAY, Uuid, bindparam, column, text
+from sqlalchemy import ARRAY, Integer, Uuid, bindparam, column, text
 
 from outlive.db.liveness import worker_gone
 from outlive.db.models import ACTIVE_SQL, HEAD_SQL, WAITING_SQL, Run, RunEvent, RunStep
@@ -376,6 +376,14 @@ JOURNAL = prepare(
     text(
         "SELECT name, occurrence, result::text AS result FROM run_steps WHERE run_id = :run_id"
     ).columns(RunStep.name, RunStep.occurrence, column("result"))
+)
+# `RunStep.result`, by (run, seq): only the steps a client asked for the result of.
+STEP_RESULTS = prepare(
+    text(
+        "SELECT s.run_id, s.seq, s.result::text AS result"
+        " FROM unnest(:run_ids, :seqs) AS k(id, seq)"
+        " JOIN run_steps s ON s.run_id = k.id AND s.seq = k.seq"
+    ).bindparams(bindparam("run_ids", type_=ARRAY(Uuid())), bindparam("seqs", type_=ARRAY(Integer)))
 )
 STEPS_OF_RUNS = prepare(
     text(

@@ -86,6 +86,18 @@ def check_steps_page(first: int) -> None:
         raise BadUserInput(f"first must be between 0 and {MAX_STEPS_PAGE}")
 
 
+async def step_results(db: Db, keys: Sequence[tuple[RunId, int]]) -> dict[tuple[RunId, int], Any]:
+    """The recorded result of each (run, step seq), decoded from the journal's JSON (one
+    statement); a step not found is absent. The runs were read tenant-scoped by the caller."""
+    wanted = list(dict.fromkeys(keys))
+    if not wanted:
+        return {}
+    rows = await db.all(
+        queries.STEP_RESULTS, run_ids=[run for run, _ in wanted], seqs=[seq for _, seq in wanted]
+    )
+    return {(RunId(row["run_id"]), row["seq"]): json.loads(row["result"]) for row in rows}
+
+
 async def list_steps_of_runs(
     db: Db, run_ids: Sequence[RunId], *, after: int, first: int
 ) -> dict[RunId, list[StepRecord]]:

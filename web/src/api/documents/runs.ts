@@ -17,6 +17,7 @@ export {
   RunWhyDocument as RUN_WHY,
   RunTimelineDocument as RUN_TIMELINE,
   RunStepsDocument as RUN_STEPS,
+  RunStepResultsDocument as RUN_STEP_RESULTS,
   SignalRunDocument as SIGNAL_RUN,
   StartRunDocument as START_RUN,
 } from "../generated";

@@ -1,2 +1,2 @@
 /** Usage (usage.graphql, typed by graphql-codegen). */
-export { UsageDocument as USAGE } from "../generated";
+export { UsageDocument as USAGE, UsageTokensDocument as USAGE_TOKENS } from "../generated";

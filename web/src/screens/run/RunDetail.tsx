@@ -311,7 +311,7 @@ function RunTabs({
       <Tabs label="Run" items={items} current={tab} />
       <div role="tabpanel" id={`tabpanel-${tab}`} aria-labelledby={`tab-${tab}`} className="tabpanel">
         {tab === "overview" && <Overview run={run} waterfall={waterfall} now={now} events={events} />}
-        {tab === "steps" && <StepsPanel id={run.id} />}
+        {tab === "steps" && <StepsPanel id={run.id} live={ACTIVE_STATUSES.includes(run.status)} />}
         {tab === "waterfall" && <WaterfallPanel waterfall={waterfall} events={events} />}
         {tab === "events" && <Timeline id={run.id} />}
         {tab === "tree" && <TreePanel run={run} {...tree} />}

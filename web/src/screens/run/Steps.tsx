@@ -1,31 +1,39 @@
 import { useApolloClient, useQuery } from "@apollo/client/react";
-import { useEffect, useRef, useState } from "react";
+import { Fragment, useEffect, useRef, useState } from "react";
 import { RUN_STEPS, STEPS_PAGE } from "../../api/documents/runs";
+import { liveTexts } from "../../realtime/output";
 import { lastStepSeq } from "../../realtime/timeline";
 import { ErrorNote, Loading } from "../../ui/common";
 import { formatTime } from "../../ui/format";
 import { EVENTS_WINDOW } from "./events";
+import { useLiveSteps } from "./liveSteps";
+import { LiveStepRow, RecordedOutputRow } from "./StepOutput";
 
 /**
  * A run's durable steps, one row each, in completion order: a step is recorded once, when it
  * completes, whatever attempt ran it (a later attempt replays it from the journal, it does not
  * run it again). A long list arrives a page at a time and draws a window at a time.
+ *
+ * While the run is live, the step in progress shows what it is writing (`runOutput`) in a row
+ * after the last completed step; once it completes, its row shows what it recorded instead.
  */
-export function StepsPanel({ id }: { id: string }) {
+export function StepsPanel({ id, live = false }: { id: string; live?: boolean }) {
   const client = useApolloClient();
   const { data, error, loading } = useQuery(RUN_STEPS, { variables: { id, after: 0 } });
   const steps = data?.run?.steps ?? [];
   const asked = useRef(-1);
   const [shown, setShown] = useState(EVENTS_WINDOW);
+  const last = lastStepSeq(data);
+  const { output, results } = useLiveSteps(id, live && data !== undefined, last);
+  const texts = liveTexts(output);
 
   useEffect(() => {
-    const last = lastStepSeq(data);
     if (loading || steps.length === 0 || steps.length % STEPS_PAGE !== 0 || asked.current === last) return;
     asked.current = last;
     void client
       .query({ query: RUN_STEPS, variables: { id, after: last }, fetchPolicy: "network-only" })
       .catch(() => undefined);
-  }, [client, id, data, steps.length, loading]);
+  }, [client, id, last, steps.length, loading]);
 
   return (
     <section className="panel" aria-labelledby="steps-heading">
@@ -34,12 +42,12 @@ export function StepsPanel({ id }: { id: string }) {
       </h2>
       {error && <ErrorNote error={error} />}
       {!data && loading && <Loading />}
-      {data && steps.length === 0 && (
+      {data && steps.length === 0 && texts.length === 0 && (
         <p className="muted">
           No durable step completed yet (an agent's steps are its <code>ctx.step</code> calls).
         </p>
       )}
-      {steps.length > 0 && (
+      {(steps.length > 0 || texts.length > 0) && (
         <table className="table steps" aria-label="Steps">
           <thead>
             <tr>
@@ -51,19 +59,23 @@ export function StepsPanel({ id }: { id: string }) {
           </thead>
           <tbody>
             {steps.slice(0, shown).map((step) => (
-              <tr key={step.seq} data-seq={step.seq} data-testid="step">
-                <td className="mono col-optional">{step.seq}</td>
-                <td className="mono">
-                  {step.name} <span className="muted small" title="occurrence: its calls of this name so far">#{step.occurrence}</span>
-                </td>
-                <td>{step.attempt}</td>
-                <td>
-                  <time dateTime={step.completedAt} title={step.completedAt}>
-                    {formatTime(step.completedAt)}
-                  </time>
-                </td>
-              </tr>
+              <Fragment key={step.seq}>
+                <tr data-seq={step.seq} data-testid="step">
+                  <td className="mono col-optional">{step.seq}</td>
+                  <td className="mono">
+                    {step.name} <span className="muted small" title="occurrence: its calls of this name so far">#{step.occurrence}</span>
+                  </td>
+                  <td>{step.attempt}</td>
+                  <td>
+                    <time dateTime={step.completedAt} title={step.completedAt}>
+                      {formatTime(step.completedAt)}
+                    </time>
+                  </td>
+                </tr>
+                {results.has(step.seq) && <RecordedOutputRow seq={step.seq} result={results.get(step.seq)!} />}
+              </Fragment>
             ))}
+            {texts.length > 0 && <LiveStepRow seq={last + 1} texts={texts} cursor={output.cursor} />}
           </tbody>
         </table>
       )}
@@ -80,4 +92,3 @@ export function StepsPanel({ id }: { id: string }) {
     </section>
   );
 }
-

@@ -1,0 +1,54 @@
+import { describe, expect, it } from "vitest";
+import { formatTokens, formatUsd, summarizeTokens } from "./usageTokens";
+
+const row = (day: string, agent: string, inputTokens: number, outputTokens: number, costUsd: number | null) => ({
+  day,
+  agent,
+  inputTokens,
+  outputTokens,
+  costUsd,
+});
+
+describe("tokens and cost per agent and day", () => {
+  it("rows newest day first, a total per agent and for the period", () => {
+    const summary = summarizeTokens([
+      row("2026-01-01", "llm", 100, 10, 0.5),
+      row("2026-01-02", "demo", 7, 3, 0.25),
+      row("2026-01-02", "llm", 200, 20, 1),
+    ]);
+    expect(summary.days.map((d) => `${d.day} ${d.agent}`)).toEqual([
+      "2026-01-02 demo",
+      "2026-01-02 llm",
+      "2026-01-01 llm",
+    ]);
+    expect(summary.agents).toEqual([
+      { agent: "llm", inputTokens: 300, outputTokens: 30, costUsd: 1.5 },
+      { agent: "demo", inputTokens: 7, outputTokens: 3, costUsd: 0.25 },
+    ]);
+    expect(summary.total).toEqual({ inputTokens: 307, outputTokens: 33, costUsd: 1.75 });
+  });
+
+  it("an unknown cost makes its agent's and the period's cost unknown, not a partial sum", () => {
+    const summary = summarizeTokens([row("2026-01-01", "llm", 1, 1, null), row("2026-01-01", "demo", 1, 1, 0.1)]);
+    expect(summary.agents.find((a) => a.agent === "llm")?.costUsd).toBeNull();
+    expect(summary.agents.find((a) => a.agent === "demo")?.costUsd).toBe(0.1);
+    expect(summary.total.costUsd).toBeNull();
+  });
+
+  it("nothing recorded: no rows and zero totals", () => {
+    expect(summarizeTokens([])).toEqual({
+      days: [],
+      agents: [],
+      total: { inputTokens: 0, outputTokens: 0, costUsd: 0 },
+    });
+  });
+
+  it("formats tokens and dollars", () => {
+    expect(formatTokens(1234567, "en-US")).toBe("1,234,567");
+    expect(formatUsd(0.0125, "en-US")).toBe("$0.0125");
+    expect(formatUsd(12.5, "en-US")).toBe("$12.50");
+    expect(formatUsd(0, "en-US")).toBe("$0.00");
+    expect(formatUsd(0.00001, "en-US")).toBe("< $0.0001");
+    expect(formatUsd(null, "en-US")).toBe("unknown");
+  });
+});
