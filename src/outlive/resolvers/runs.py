@@ -182,6 +182,7 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
             instances=s.instances,
             mailbox=waits.Mailbox(s.settings.signal_mailbox_max, s.settings.signal_mailbox_bytes),
             sender=ctx.require().user.email,
+            wait_id=input.wait_id,
         )
     return SignalRunPayload(run=Run.of(result.run), accepted=result.accepted)
 
