@@ -91,10 +91,12 @@ class Realtime:
 
 @dataclass(frozen=True)
 class HttpClients:
-    """The worker's outbound HTTP: `agents` (pooled), `webhooks` (no keep-alive, see there)."""
+    """The worker's outbound HTTP: `agents` (pooled), `webhooks` (no keep-alive, see there),
+    `public` (pooled, under each attempt's `ctx.public_http`, which checks destinations)."""
 
     agents: httpx.AsyncClient
     webhooks: httpx.AsyncClient
+    public: httpx.AsyncBaseTransport
 
 
 @dataclass(frozen=True)
@@ -314,7 +316,9 @@ async def _open_http(stack: AsyncExitStack) -> HttpClients:
     stack.push_async_callback(agents.aclose)
     webhooks = webhook_client(wrap=MeteredTransport)  # no keep-alive: see there
     stack.push_async_callback(webhooks.aclose)
-    return HttpClients(agents, webhooks)
+    public = MeteredTransport(httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=100)))
+    stack.push_async_callback(public.aclose)
+    return HttpClients(agents, webhooks, public)
 
 
 async def _open_sampler(
