@@ -48,7 +48,12 @@ class AttemptContext:
         self._lease_s = deps.lease_s
         self._fresh: RunRecord | None = run  # the row as this attempt last wrote it
         self._steps = StepJournal(
-            deps.sessions, run, lease_s=deps.lease_s, recorded=self._moved, limits=deps.limits
+            deps.sessions,
+            run,
+            lease_s=deps.lease_s,
+            recorded=self._moved,
+            limits=deps.limits,
+            max_bytes=deps.settings.run_journal_max_bytes,
         )
         self.interrupts = self._steps.interrupts
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
