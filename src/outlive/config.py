@@ -269,6 +269,14 @@ class Settings(BaseSettings):
     metrics_token: SecretStr | None = Field(
         None, description="GET /metrics on the API's public port, with this bearer token"
     )
+    metrics_max_operations: int = Field(
+        200, ge=1, description="operation names with a metrics label of their own, per process"
+    )
+    metrics_operations_per_tenant: int = Field(
+        20,
+        ge=1,
+        description="of those, the names one tenant may bring in (the rest count as `other`)",
+    )
     metrics_host: str = "0.0.0.0"  # noqa: S104 (Prometheus scrapes workers over the network)
     metrics_sample_s: float = Field(5.0, gt=0, description="pool, queue and socket sampling")
     otel_endpoint: str | None = Field(
