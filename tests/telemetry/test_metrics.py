@@ -68,6 +68,7 @@ FAMILIES: dict[str, set[str]] = {
     "outlive_graphql_operation_duration_seconds": {"operation", "type"},
     "outlive_db_pool_connections": {"role", "pool", "state"},
     "outlive_db_pool_max_connections": {"role", "pool"},
+    "outlive_event_loop_lag_seconds": {"role"},
 }
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 CREATE_ENDPOINT = """mutation($url: String!) {

@@ -176,6 +176,21 @@ def metered_http_client(max_connections: int = 100) -> httpx.AsyncClient:
 # --- sampling ---------------------------------------------------------------------------------
 
 
+LAG_PROBE_S = 0.1
+
+
+async def probe_lag(role: str, every_s: float = LAG_PROBE_S) -> None:
+    """For ever: sleep `every_s` and record how late the loop woke this task up
+    (`outlive_event_loop_lag_seconds`). A loop held by one coroutine (a big encode, a GC pass,
+    a blocking call) delays every other one by as much; the histogram shows it per process."""
+    loop = asyncio.get_running_loop()
+    lag = metrics.EVENT_LOOP_LAG.labels(role)
+    while True:
+        began = loop.time()
+        await asyncio.sleep(every_s)
+        lag.observe(max(0.0, loop.time() - began - every_s))
+
+
 class Sampler:
     """Every `every_s`, and before each scrape: pool usage, queue depths (saq's own keys, read
     with `redis`), hub subscribers, and (in a worker) the WAITING runs."""
@@ -197,16 +212,19 @@ class Sampler:
         self._queues = list(queues) if redis is not None else []
         self._hub = hub
         self._task: asyncio.Task[None] | None = None
+        self._lag: asyncio.Task[None] | None = None
 
     def start(self, every_s: float) -> None:
         self._task = asyncio.create_task(self._loop(every_s), name="outlive-metrics-sampler")
+        self._lag = asyncio.create_task(probe_lag(self._role), name="outlive-loop-lag")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._lag):
+            if task is not None:
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._lag = None
 
     async def _loop(self, every_s: float) -> None:
         while True:

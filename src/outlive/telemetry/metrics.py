@@ -158,6 +158,15 @@ GRAPHQL_DURATION = Histogram(
     buckets=SHORT_S,
 )
 
+EVENT_LOOP_LAG = Histogram(
+    "outlive_event_loop_lag_seconds",
+    "How late a 100 ms timer of the process's event loop fired: the time every coroutine of"
+    " the process waits behind work that holds the loop (encoding, GC, a blocking call), by"
+    " process role (api, worker).",
+    ["role"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+
 # --- database pools ---------------------------------------------------------------------------
 
 DB_POOL_CONNECTIONS = Gauge(
