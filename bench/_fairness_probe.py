@@ -69,22 +69,31 @@ class Lag:
     ports: list[int]
     last: dict[float, float] = field(default_factory=dict)
 
+    gc_last: tuple[float, float] = (0.0, 0.0)
+    gc2: tuple[float, float] = (0.0, 0.0)  # full collections over the last phase: count, seconds
+
     async def read(self) -> dict[float, float]:
         total: dict[float, float] = {}
+        gc_count = gc_sum = 0.0
         for port in self.ports:
             text = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
             for family in text_string_to_metric_families(text):
-                if family.name != "outlive_event_loop_lag_seconds":
-                    continue
                 for s in family.samples:
-                    if s.name.endswith("_bucket"):
+                    if family.name == "outlive_event_loop_lag_seconds" and "le" in s.labels:
                         le = float(s.labels["le"])
                         total[le] = total.get(le, 0.0) + s.value
+                    elif family.name == "outlive_gc_pause_seconds":
+                        if s.labels.get("generation") != "2":
+                            continue
+                        gc_count += s.value if s.name.endswith("_count") else 0.0
+                        gc_sum += s.value if s.name.endswith("_sum") else 0.0
+        self.gc2 = (gc_count - self.gc_last[0], gc_sum - self.gc_last[1])
+        self.gc_last = (gc_count, gc_sum)
         return total
 
     async def since_last(self) -> tuple[float | None, float | None, float]:
         """(p50, p99) of the lag over the ticks since the last call, in ms (a bucket's upper
-        bound), and the ticks' count."""
+        bound), and the ticks' count. `gc2` then holds the full collections since then."""
         now = await self.read()
         delta = {le: now[le] - self.last.get(le, 0.0) for le in now}
         self.last = now

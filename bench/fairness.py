@@ -61,6 +61,7 @@ class Phase:
     noisy_per_s: float | None
     parts: dict[str, list[float]] | None = None  # where the quiet runs' time went (ms)
     lag_ms: tuple[float | None, float | None, float] = (None, None, 0.0)  # workers' p50, p99
+    gc2: tuple[float, float] = (0.0, 0.0)  # the workers' full collections: count, seconds
 
     def quiet(self, q: float) -> float | None:
         if not self.quiet_ms:
@@ -178,6 +179,7 @@ async def phase(
         await throughput(conn, noisy, since) if noisy else None,
         await segments(conn, env.redis_url, quiet.id, since) if quiet else None,
         await lag.since_last() if lag is not None else (None, None, 0.0),
+        lag.gc2 if lag is not None else (0.0, 0.0),
     )
 
 
@@ -225,8 +227,15 @@ def breakdown(phases: list[Phase]) -> str:
             got = (p.parts or {}).get(name, [])
             cells.append("" if not got else f"{pct(got, 0.5):.1f} / {pct(got, 0.99):.1f}")
         cells.append("" if lag99 is None else f"<={lag50:g} / <={lag99:g} ({ticks:.0f} ticks)")
+        count, seconds = p.gc2
+        cells.append(f"{count:.0f}, {seconds * 1000 / count:.0f} ms each" if count else "0")
         rows.append(cells)
-    header = ["phase", *(f"{s} p50/p99 ms" for s in SEGMENTS), "worker loop lag p50/p99 ms"]
+    header = [
+        "phase",
+        *(f"{s} p50/p99 ms" for s in SEGMENTS),
+        "worker loop lag p50/p99 ms",
+        "workers' full GCs",
+    ]
     return table(rows, header)
 
 

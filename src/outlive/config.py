@@ -269,6 +269,9 @@ class Settings(BaseSettings):
     metrics_token: SecretStr | None = Field(
         None, description="GET /metrics on the API's public port, with this bearer token"
     )
+    gc_freeze: bool = Field(
+        True, description="API and worker: startup's objects are never garbage-collected again"
+    )
     metrics_max_operations: int = Field(
         200, ge=1, description="operation names with a metrics label of their own, per process"
     )

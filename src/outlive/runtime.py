@@ -60,7 +60,7 @@ from outlive.realtime.revocations import control_channel, decode_revoked
 from outlive.services import tokens
 from outlive.services.admission import Limits, TenantAdmission
 from outlive.services.tokens import PrincipalCache
-from outlive.telemetry import metrics, tracing
+from outlive.telemetry import heap, metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,10 @@ async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]
         )
         if role == "worker":
             _serve_metrics(stack, settings)
+        if server:
+            heap.watch()
+            if settings.gc_freeze:  # last: everything startup made (see `telemetry.heap`)
+                heap.freeze()
         yield runtime
 
 

@@ -5,6 +5,7 @@ much."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 from prometheus_client import REGISTRY
@@ -33,3 +34,15 @@ async def test_a_loop_held_for_300_ms_shows_as_lag() -> None:
         probe.cancel()
     assert count > quiet_count
     assert total - quiet_sum >= 0.25  # the held tick fired about 250 ms late
+
+
+def test_collections_are_timed_and_startup_is_frozen() -> None:
+    """Issue 26: a full collection of a worker's startup heap held its loop ~300 ms."""
+    from outlive.telemetry import heap
+
+    labels = {"generation": "2"}
+    heap.watch()
+    before = REGISTRY.get_sample_value("outlive_gc_pause_seconds_count", labels) or 0.0
+    heap.freeze()  # one full collection, timed, then the heap is frozen
+    assert REGISTRY.get_sample_value("outlive_gc_pause_seconds_count", labels) == before + 1
+    assert gc.get_freeze_count() > 0

@@ -69,6 +69,7 @@ FAMILIES: dict[str, set[str]] = {
     "outlive_db_pool_connections": {"role", "pool", "state"},
     "outlive_db_pool_max_connections": {"role", "pool"},
     "outlive_event_loop_lag_seconds": {"role"},
+    "outlive_gc_pause_seconds": {"generation"},
 }
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 CREATE_ENDPOINT = """mutation($url: String!) {

@@ -167,6 +167,14 @@ EVENT_LOOP_LAG = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 
+GC_PAUSE = Histogram(
+    "outlive_gc_pause_seconds",
+    "Garbage collections and how long each held the process (its event loop included), by"
+    " generation (2: a full collection).",
+    ["generation"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+)
+
 # --- database pools ---------------------------------------------------------------------------
 
 DB_POOL_CONNECTIONS = Gauge(
