@@ -184,14 +184,19 @@ def wait_id_of(run: RunRecord) -> str | None:
     return f"{WAIT_ID_PREFIX}{run.attempt}"
 
 
+def parse_wait_id(wait_id: str) -> int:
+    """The attempt a wait id names, or `BadUserInput` for a string no run ever read."""
+    digits = wait_id.removeprefix(WAIT_ID_PREFIX)
+    if not wait_id.startswith(WAIT_ID_PREFIX) or not digits.isdigit() or len(digits) > 9:
+        raise BadUserInput("a waitId is a run's `waitId`, as read while it waits")
+    return int(digits)
+
+
 def is_current_wait(run: RunRecord, name: str, wait_id: str) -> bool:
     """A signal bound to `wait_id`: True when the run waits on that wait now (it takes the
     signal at once), False when that wait is over. `BadUserInput` for an id that names no wait
     of this run, or a wait for another signal name."""
-    digits = wait_id.removeprefix(WAIT_ID_PREFIX)
-    if not wait_id.startswith(WAIT_ID_PREFIX) or not digits.isdigit() or len(digits) > 9:
-        raise BadUserInput("a waitId is a run's `waitId`, as read while it waits")
-    attempt = int(digits)
+    attempt = parse_wait_id(wait_id)
     if attempt > run.attempt or (attempt == run.attempt and run.status == RunStatus.RUNNING):
         raise BadUserInput(f"this run has no wait {wait_id} (yet)")
     if wait_id_of(run) != wait_id:
@@ -292,6 +297,7 @@ __all__ = [
     "SignalResult",
     "check_name",
     "is_current_wait",
+    "parse_wait_id",
     "signal_run",
     "wait",
     "wait_id_of",
