@@ -265,9 +265,9 @@ async def main() -> None:
                 own = {**vars, "OUTLIVE_METRICS_PORT": str(metrics_port)}
                 own["OUTLIVE_METRICS_HOST"] = "127.0.0.1"
                 stack.enter_context(outlive("worker", "--concurrency", "32", env=own))
-            await wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+            await wait_http(f"http://127.0.0.1:{port}/healthz", timeout=300)  # a loaded machine
             for metrics_port in lag.ports:
-                await wait_http(f"http://127.0.0.1:{metrics_port}/metrics", timeout=60)
+                await wait_http(f"http://127.0.0.1:{metrics_port}/metrics", timeout=300)
             quiet = Tenant(quiet_id, quiet_token, KeepAlive("127.0.0.1", port))
             delay = args.noisy_delay_ms
             phases = [
