@@ -41,6 +41,7 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Env, KeepAlive, bench_env, free_port, outlive, table, wait_http
+from _fairness_probe import SEGMENTS, Lag, pct, segments
 from runs import START, make_tenants
 
 from outlive.config import Settings
@@ -58,6 +59,9 @@ class Phase:
     name: str
     quiet_ms: list[float]  # start-to-claim of each quiet run
     noisy_per_s: float | None
+    parts: dict[str, list[float]] | None = None  # where the quiet runs' time went (ms)
+    lag_ms: tuple[float | None, float | None, float] = (None, None, 0.0)  # workers' p50, p99
+    gc2: tuple[float, float] = (0.0, 0.0)  # the workers' full collections: count, seconds
 
     def quiet(self, q: float) -> float | None:
         if not self.quiet_ms:
@@ -153,7 +157,10 @@ async def phase(
     noisy: uuid.UUID | None,
     flood_n: int,
     noisy_delay_ms: int = 0,
+    lag: Lag | None = None,
 ) -> Phase:
+    if lag is not None:
+        await lag.since_last()
     since = time.time()
     stop = asyncio.Event()
     quieting = asyncio.create_task(quiet_runs(quiet, stop)) if quiet else None
@@ -170,6 +177,9 @@ async def phase(
         name,
         await start_to_claim_ms(conn, quiet.id, since) if quiet else [],
         await throughput(conn, noisy, since) if noisy else None,
+        await segments(conn, env.redis_url, quiet.id, since) if quiet else None,
+        await lag.since_last() if lag is not None else (None, None, 0.0),
+        lag.gc2 if lag is not None else (0.0, 0.0),
     )
 
 
@@ -206,6 +216,29 @@ def report(phases: list[Phase]) -> str:
     return table(rows, header)
 
 
+def breakdown(phases: list[Phase]) -> str:
+    """Where the quiet runs' start-to-claim went (p50 / p99 of each segment), and the workers'
+    event-loop lag over the phase."""
+    rows = []
+    for p in phases:
+        lag50, lag99, ticks = p.lag_ms
+        cells: list[object] = [p.name]
+        for name in SEGMENTS:
+            got = (p.parts or {}).get(name, [])
+            cells.append("" if not got else f"{pct(got, 0.5):.1f} / {pct(got, 0.99):.1f}")
+        cells.append("" if lag99 is None else f"<={lag50:g} / <={lag99:g} ({ticks:.0f} ticks)")
+        count, seconds = p.gc2
+        cells.append(f"{count:.0f}, {seconds * 1000 / count:.0f} ms each" if count else "0")
+        rows.append(cells)
+    header = [
+        "phase",
+        *(f"{s} p50/p99 ms" for s in SEGMENTS),
+        "worker loop lag p50/p99 ms",
+        "workers' full GCs",
+    ]
+    return table(rows, header)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a flood of 1,000")
@@ -225,21 +258,26 @@ async def main() -> None:
         slugs = {r["id"]: r["slug"] for r in await conn.fetch("SELECT id, slug FROM tenants")}
         port = free_port()
         vars = env.vars(OUTLIVE_AGENT_MODULES=MANY)
+        lag = Lag([free_port(), free_port()])
         with ExitStack() as stack:
             stack.enter_context(outlive("api", "--port", str(port), env=vars))
-            for _ in range(2):
-                stack.enter_context(outlive("worker", "--concurrency", "32", env=vars))
-            await wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+            for metrics_port in lag.ports:
+                own = {**vars, "OUTLIVE_METRICS_PORT": str(metrics_port)}
+                own["OUTLIVE_METRICS_HOST"] = "127.0.0.1"
+                stack.enter_context(outlive("worker", "--concurrency", "32", env=own))
+            await wait_http(f"http://127.0.0.1:{port}/healthz", timeout=300)  # a loaded machine
+            for metrics_port in lag.ports:
+                await wait_http(f"http://127.0.0.1:{metrics_port}/metrics", timeout=300)
             quiet = Tenant(quiet_id, quiet_token, KeepAlive("127.0.0.1", port))
             delay = args.noisy_delay_ms
             phases = [
-                await phase(conn, env, "1. quiet alone", quiet, None, flood_n),
-                await phase(conn, env, "2. noisy alone", None, noisy_id, flood_n, delay),
-                await phase(conn, env, "3. both, capped", quiet, noisy_id, flood_n, delay),
+                await phase(conn, env, "1. quiet alone", quiet, None, flood_n, lag=lag),
+                await phase(conn, env, "2. noisy alone", None, noisy_id, flood_n, delay, lag),
+                await phase(conn, env, "3. both, capped", quiet, noisy_id, flood_n, delay, lag),
             ]
             set_cap(env, slugs[noisy_id], "100000")
             phases.append(
-                await phase(conn, env, "4. both, no cap", quiet, noisy_id, flood_n, delay)
+                await phase(conn, env, "4. both, no cap", quiet, noisy_id, flood_n, delay, lag)
             )
         await conn.close()
     print(
@@ -247,6 +285,7 @@ async def main() -> None:
         " 2 workers x 32, default cap 10"
     )
     print(report(phases))
+    print(breakdown(phases))
     capped, idle, alone = phases[2], phases[0], phases[1]
     quiet_ratio = (capped.quiet(0.99) or 0) / (idle.quiet(0.99) or 1)
     noisy_ratio = (capped.noisy_per_s or 0) / (alone.noisy_per_s or 1)

@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     # Runs (contract §2 and §7).
     run_retry_delay_s: float = Field(5.0, ge=0)
     run_timeout_s: float = Field(600.0, gt=0)
+    run_journal_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="bytes of a run's recorded step results (every attempt loads them all)",
+    )
     reconcile_grace_s: float = Field(60.0, ge=0)
     run_heartbeat_s: float = Field(10.0, gt=0, description="a run's job is stuck after this")
     run_sweep_s: int = Field(5, ge=1, description="how often a worker looks for stuck jobs")
@@ -276,6 +281,17 @@ class Settings(BaseSettings):
     )
     metrics_token: SecretStr | None = Field(
         None, description="GET /metrics on the API's public port, with this bearer token"
+    )
+    gc_freeze: bool = Field(
+        True, description="API and worker: startup's objects are never garbage-collected again"
+    )
+    metrics_max_operations: int = Field(
+        200, ge=1, description="operation names with a metrics label of their own, per process"
+    )
+    metrics_operations_per_tenant: int = Field(
+        20,
+        ge=1,
+        description="of those, the names one tenant may bring in (the rest count as `other`)",
     )
     metrics_host: str = "0.0.0.0"  # noqa: S104 (Prometheus scrapes workers over the network)
     metrics_sample_s: float = Field(5.0, gt=0, description="pool, queue and socket sampling")

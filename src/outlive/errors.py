@@ -119,6 +119,11 @@ class StepTooLarge(Exception):
     run fails without a retry (the same code would only produce the same value again)."""
 
 
+class JournalTooLarge(Exception):
+    """A run's step journal (its recorded results, which every attempt loads) would be over
+    `OUTLIVE_RUN_JOURNAL_MAX_BYTES`: the run fails without a retry, nothing more recorded."""
+
+
 class StepResultInvalid(Exception):
     """A durable step's result cannot be recorded as JSON (or its return annotation cannot be
     resolved): nothing was recorded, and the run fails without a retry."""

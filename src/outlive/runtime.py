@@ -61,7 +61,7 @@ from outlive.realtime.revocations import control_channel, decode_revoked
 from outlive.services import tokens
 from outlive.services.admission import TenantAdmission
 from outlive.services.tokens import PrincipalCache
-from outlive.telemetry import metrics, tracing
+from outlive.telemetry import heap, metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +92,12 @@ class Realtime:
 
 @dataclass(frozen=True)
 class HttpClients:
-    """The worker's outbound HTTP: `agents` (pooled), `webhooks` (no keep-alive, see there)."""
+    """The worker's outbound HTTP: `agents` (pooled), `webhooks` (no keep-alive, see there),
+    `public` (pooled, under each attempt's `ctx.public_http`, which checks destinations)."""
 
     agents: httpx.AsyncClient
     webhooks: httpx.AsyncClient
+    public: httpx.AsyncBaseTransport
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,10 @@ async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]
         )
         if role == "worker":
             _serve_metrics(stack, settings)
+        if server:
+            heap.watch()
+            if settings.gc_freeze:  # last: everything startup made (see `telemetry.heap`)
+                heap.freeze()
         yield runtime
 
 
@@ -316,7 +322,9 @@ async def _open_http(stack: AsyncExitStack) -> HttpClients:
     stack.push_async_callback(agents.aclose)
     webhooks = webhook_client(wrap=MeteredTransport)  # no keep-alive: see there
     stack.push_async_callback(webhooks.aclose)
-    return HttpClients(agents, webhooks)
+    public = MeteredTransport(httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=100)))
+    stack.push_async_callback(public.aclose)
+    return HttpClients(agents, webhooks, public)
 
 
 async def _open_sampler(
@@ -338,6 +346,7 @@ async def _open_sampler(
         every_s=settings.metrics_sample_s,
     )
     sampler.daemon.start_on(stack)
+    sampler.lag.start_on(stack)
     return sampler
 
 

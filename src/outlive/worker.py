@@ -96,6 +96,7 @@ class WorkerHost:
                 sessions=sessions,
                 agents=runtime.agents,
                 http=http.agents,
+                public_transport=http.public,
                 settings=settings,
                 outputs=OutputStore.of(queues.redis, settings),
                 cancels=self.cancels,

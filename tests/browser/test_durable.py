@@ -118,7 +118,7 @@ def test_the_signal_form_checks_json_and_says_when_not_accepted(
     # the same key again: accepted false, said plainly
     form.get_by_role("button", name="Send signal").click()
     expect(outcome).to_have_attribute("data-accepted", "false")
-    expect(outcome).to_contain_text("the run had settled, or this key was already used")
+    expect(outcome).to_contain_text("the wait it answered was over, or this key was already used")
     assert events_of(stack, tenant, run_id).count("signal") == 1
     expect(page.get_by_test_id("run-status")).to_have_text("WAITING")
 

@@ -68,6 +68,8 @@ FAMILIES: dict[str, set[str]] = {
     "outlive_graphql_operation_duration_seconds": {"operation", "type"},
     "outlive_db_pool_connections": {"role", "pool", "state"},
     "outlive_db_pool_max_connections": {"role", "pool"},
+    "outlive_event_loop_lag_seconds": {"role"},
+    "outlive_gc_pause_seconds": {"generation"},
 }
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 CREATE_ENDPOINT = """mutation($url: String!) {
@@ -199,15 +201,14 @@ async def test_sockets_and_fanout_are_measured(settings: Settings, tenant: Tenan
     assert value(found, "outlive_nudge_fanout_seconds_count") > before
 
 
-def test_operation_names_are_capped_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metrics, "_operations", set())
-    monkeypatch.setattr(metrics, "MAX_OPERATION_LABELS", 3)
-    assert metrics.operation_label("Runs") == "Runs"
-    assert metrics.operation_label(None) == "anonymous"
-    assert metrics.operation_label("Start") == "Start"
-    assert metrics.operation_label("Third") == "Third"
-    assert metrics.operation_label("Fourth") == "other"  # the cap holds
-    assert metrics.operation_label("Runs") == "Runs"  # known names still count
+def test_operation_names_are_capped_per_process() -> None:
+    labels = metrics.OperationLabels(total=3, per_tenant=3)
+    assert labels.label("Runs") == "Runs"
+    assert labels.label(None) == "anonymous"
+    assert labels.label("Start") == "Start"
+    assert labels.label("Third") == "Third"
+    assert labels.label("Fourth") == "other"  # the cap holds
+    assert labels.label("Runs") == "Runs"  # known names still count
 
 
 async def test_made_up_operation_names_use_no_label_budget(
@@ -215,7 +216,6 @@ async def test_made_up_operation_names_use_no_label_budget(
 ) -> None:
     """Issue 19, Low 6: 200 failed requests with made-up `operationName`s used up the label
     budget; only an operation that exists in its document and validated is named."""
-    monkeypatch.setattr(metrics, "_operations", set())
     headers = {"Authorization": f"Bearer {tenant.token}"}
     for i in range(metrics.MAX_OPERATION_LABELS + 5):
         body = {"query": "query Real { agents { name } }", "operationName": f"Fake{i}"}
@@ -226,7 +226,6 @@ async def test_made_up_operation_names_use_no_label_budget(
     names = {got["operation"] for _, got, _ in found["outlive_graphql_operations"]}
     assert "Real" in names
     assert not any(name.startswith("Fake") for name in names)
-    assert metrics._operations == {"Real"}
 
 
 async def test_metrics_are_off_the_public_port_unless_a_token_is_set(

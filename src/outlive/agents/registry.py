@@ -72,6 +72,13 @@ class RunContext(Protocol):
     http: httpx.AsyncClient
     settings: Settings
 
+    @property
+    def public_http(self) -> httpx.AsyncClient:
+        """An HTTP client that reaches public addresses only (the webhooks' destination guard:
+        loopback, private, link-local and IPv4-embedding addresses refused with
+        `UnsafeDestination`, each request pinned to the address checked). Use it for any URL
+        that comes from a tenant; `http` is unguarded, for the operator's own endpoints."""
+
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
         """Append a timeline event now (durable before it returns); returns its `seq`. Inside a
         step's `fn`: buffered and written with the step (once), and 0 is returned."""

@@ -53,7 +53,7 @@ from outlive.graphql.errors import (
     unavailable_payload,
 )
 from outlive.graphql.limits import check_cost, check_variables, limit_rules
-from outlive.graphql.operations import Route, observe_operation, observe_refused
+from outlive.graphql.operations import Route, labels_for, observe_operation, observe_refused
 from outlive.graphql.persisted import PersistedQueryNotFound, request_document
 from outlive.graphql.plans import Plan, Unplanned, compile_plan
 from outlive.resolvers.context import Context
@@ -136,6 +136,7 @@ class Pipeline:
             max_query_bytes=settings.max_query_bytes,
         )
         self.gates = reads.TenantGates(settings.api_tenant_max_reads)
+        self.labels = labels_for(settings)
         self.coalescer: Coalescer[Answer] = Coalescer(
             linger_s=settings.read_linger_ms / 1000, max_wait_s=settings.read_max_wait_ms / 1000
         )
@@ -153,7 +154,7 @@ class Pipeline:
             if operation.type is OperationType.MUTATION and reader:
                 raise refusal(401, "a run read token changes nothing", "UNAUTHENTICATED")
             declared, kind = operation.node.name, operation.type.value
-            label = declared.value if declared is not None else None
+            label = self.labels.label(declared.value if declared else None, _gate_key(context))
             with observe_operation(label, kind, request.traceparent) as seen:
                 route, plan = choose_route(self, prepared, name)  # a plan, or graphql-core
                 work = Work(request, prepared, operation, route, plan)

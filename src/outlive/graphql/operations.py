@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 
+from outlive.config import Settings
 from outlive.telemetry import metrics, tracing
 
 log = logging.getLogger("outlive.graphql")
@@ -43,6 +44,13 @@ class Observed:
     ok: bool = False
 
 
+def labels_for(settings: Settings) -> metrics.OperationLabels:
+    """The process's budget of operation labels, and each tenant's share of it."""
+    return metrics.OperationLabels(
+        settings.metrics_max_operations, settings.metrics_operations_per_tenant
+    )
+
+
 def observe_refused() -> None:
     """A request refused before its operation was found valid (no document, a syntax or
     validation error, an unknown operation, one the method does not allow): counted under
@@ -52,9 +60,9 @@ def observe_refused() -> None:
 
 
 @contextmanager
-def observe_operation(name: str | None, kind: str, traceparent: str | None) -> Iterator[Observed]:
-    """`name` and `kind`: the declared name and type of an operation that validated."""
-    operation = metrics.operation_label(name)
+def observe_operation(operation: str, kind: str, traceparent: str | None) -> Iterator[Observed]:
+    """`operation`: the label of an operation that validated (`metrics.OperationLabels`);
+    `kind`: its type."""
     observed = Observed()
     began = time.perf_counter()
     with tracing.span(

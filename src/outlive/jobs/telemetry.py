@@ -177,6 +177,21 @@ def metered_http_client(max_connections: int = 100) -> httpx.AsyncClient:
 # --- sampling ---------------------------------------------------------------------------------
 
 
+LAG_PROBE_S = 0.1
+
+
+async def probe_lag(role: str, every_s: float = LAG_PROBE_S) -> None:
+    """For ever: sleep `every_s` and record how late the loop woke this task up
+    (`outlive_event_loop_lag_seconds`). A loop held by one coroutine (a big encode, a GC pass,
+    a blocking call) delays every other one by as much; the histogram shows it per process."""
+    loop = asyncio.get_running_loop()
+    lag = metrics.EVENT_LOOP_LAG.labels(role)
+    while True:
+        began = loop.time()
+        await asyncio.sleep(every_s)
+        lag.observe(max(0.0, loop.time() - began - every_s))
+
+
 class Sampler:
     """Every `every_s`, and before each scrape: pool usage, queue depths (saq's own keys, read
     with `redis`), hub subscribers, and (in a worker) the WAITING runs."""
@@ -200,6 +215,7 @@ class Sampler:
         self._hub = hub
         self.every_s = every_s
         self.daemon = Daemon("outlive-metrics-sampler", self._loop)  # started by the runtime
+        self.lag = Daemon("outlive-loop-lag", lambda: probe_lag(self._role))  # and this one
 
     async def _loop(self) -> None:
         every_s = self.every_s

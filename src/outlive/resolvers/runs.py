@@ -177,6 +177,8 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
     run_id = runs_service.parse_run_id(input.id)
     waits.check_name(input.name)  # BAD_USER_INPUT before a token is taken or a row written
     waits.encode_payload(input.payload)
+    if input.wait_id is not None:
+        waits.parse_wait_id(input.wait_id)
     await s.limiter.take(
         Bucket("signal-run", str(ctx.tenant_id), s.settings.rate_signal_run),
         message="too many signals sent: try again in a moment",
@@ -191,6 +193,7 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
             instances=s.instances,
             mailbox=waits.Mailbox(s.settings.signal_mailbox_max, s.settings.signal_mailbox_bytes),
             sender=ctx.require().user.email,
+            wait_id=input.wait_id,
         )
     return SignalRunPayload(run=Run.of(result.run), accepted=result.accepted)
 

@@ -16,6 +16,7 @@ from outlive.services.runs import MAX_ATTEMPTS, EventRecord, RunPage, RunRecord,
 from outlive.services.runs import RunOrder as DbRunOrder
 from outlive.services.runs.tree import StatusCount as StatusCountRecord
 from outlive.services.usage_tokens import RunUsage as UsageRecord
+from outlive.services.waits import wait_id_of
 
 RunStatus = strawberry.enum(DbRunStatus, name="RunStatus")
 RunConflict = strawberry.enum(
@@ -206,6 +207,14 @@ class Run:
     def wake_at(self) -> datetime | None:
         return self.record.wake_at if self.record.status == DbRunStatus.WAITING else None
 
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="While WAITING for a signal: the id of that wait. A `signalRun` that "
+        "passes it as `waitId` answers this wait only: it is never kept for a later wait, and "
+        "is not accepted once this wait is over. Null whenever `waitingFor` is null."
+    )
+    def wait_id(self) -> str | None:
+        return wait_id_of(self.record)
+
     @strawberry.field(
         description="A child run: the run that started it (ctx.call, ctx.spawn, ctx.map)."
     )  # type: ignore[untyped-decorator]
@@ -347,11 +356,18 @@ class SignalRunInput:
     idempotency_key: str | None = strawberry.field(
         default=None, description="A key seen before for this run: the signal is not taken again."
     )
+    wait_id: str | None = strawberry.field(
+        default=None,
+        description="The `Run.waitId` this signal answers: taken by that wait only, at once; "
+        "not accepted (nothing kept) once that wait is over. Null: kept for the next wait of "
+        "its name, first in, first out.",
+    )
 
 
 @strawberry.type
 class SignalRunPayload:
     run: Run
     accepted: bool = strawberry.field(
-        description="false: a repeated idempotencyKey, or a settled run; nothing was delivered"
+        description="false: a repeated idempotencyKey, a settled run, or a waitId whose wait is "
+        "over; nothing was delivered"
     )

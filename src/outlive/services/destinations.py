@@ -20,6 +20,12 @@ name servers at once, in one process, to make another tenant's lookup queue for 
 lookup gives up after `RESOLVE_TIMEOUT_S`, counted once the tenant's turn came (not while it
 waited behind its own lookups); a name that does not resolve, in time or at all, is
 `LookupFailed`, which a delivery retries: only an address that is not public is refused for good.
+
+The same guard serves agents: `GuardedTransport` checks every request an agent sends through
+`ctx.public_http` (review finding I7), so a third-party agent that fetches a URL taken from a
+tenant's input cannot reach the internal network. One guard, two callers: webhook deliveries and
+agents both resolve with `resolve_public` (the tenant's share of the pool) and connect to the
+checked address (`pin`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import ipaddress
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
+
+import httpx
 
 from outlive.errors import BadUserInput
 
@@ -151,3 +159,43 @@ def pinned_url(url: str, address: str) -> str:
     host = f"[{address}]" if ":" in address else address
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def pin(request: httpx.Request, host: str, address: str) -> httpx.Request:
+    """`request`, sent to the checked `address`: its Host header and TLS server name keep the
+    name, so DNS rebinding cannot slip past between the check and the connection."""
+    url = str(request.url)
+    headers = httpx.Headers(request.headers)
+    headers["host"] = request.url.netloc.decode("ascii")
+    return httpx.Request(
+        request.method,
+        pinned_url(url, address),
+        headers=headers,
+        stream=request.stream,
+        extensions={**request.extensions, "sni_hostname": host},
+    )
+
+
+class GuardedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends a request only to a public address (`resolve_public`, as
+    for a webhook, the lookups counted against `tenant`), pinned to the address it checked. A
+    refused destination raises `UnsafeDestination` ("destination not allowed"); a name that
+    does not resolve, `LookupFailed`. Redirects are not followed unless the client asks, and
+    each hop then comes through here again. `inner` is shared and closed by its owner."""
+
+    def __init__(
+        self, inner: httpx.AsyncBaseTransport, *, tenant: object, allow_private: bool
+    ) -> None:
+        self._inner = inner
+        self._tenant = tenant
+        self._allow_private = allow_private
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = check_url_shape(str(request.url))
+        host, address = await resolve_public(
+            url, allow_private=self._allow_private, tenant=self._tenant
+        )
+        return await self._inner.handle_async_request(pin(request, host, address))
+
+    async def aclose(self) -> None:
+        """Nothing: the inner transport outlives this one."""

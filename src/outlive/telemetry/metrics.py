@@ -166,6 +166,23 @@ DAEMON_CRASHES = Counter(
     ["daemon"],
 )
 
+EVENT_LOOP_LAG = Histogram(
+    "outlive_event_loop_lag_seconds",
+    "How late a 100 ms timer of the process's event loop fired: the time every coroutine of"
+    " the process waits behind work that holds the loop (encoding, GC, a blocking call), by"
+    " process role (api, worker).",
+    ["role"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+
+GC_PAUSE = Histogram(
+    "outlive_gc_pause_seconds",
+    "Garbage collections and how long each held the process (its event loop included), by"
+    " generation (2: a full collection).",
+    ["generation"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+)
+
 # --- database pools ---------------------------------------------------------------------------
 
 DB_POOL_CONNECTIONS = Gauge(
@@ -183,28 +200,51 @@ DB_POOL_LIMIT = Gauge(
 
 # --- operation names: bounded ----------------------------------------------------------------
 
-MAX_OPERATION_LABELS = 200
+MAX_OPERATION_LABELS = 200  # `OUTLIVE_METRICS_MAX_OPERATIONS`'s default
+TENANT_OPERATION_LABELS = 20  # `OUTLIVE_METRICS_OPERATIONS_PER_TENANT`'s default
 INVALID_OPERATION = (
     "invalid"  # refused before an operation was found valid: no name of the client's
 )
-_operations: set[str] = set()
-_operations_lock = threading.Lock()
 
 
-def operation_label(name: str | None) -> str:
+class OperationLabels:
     """The `operation` label of an operation that exists in its document and validated (the
     pipeline labels nothing else: a refused request is `invalid`, whatever name it sends): its
-    declared name, `anonymous` without one. The first `MAX_OPERATION_LABELS` distinct names get
-    their own series in each process; later ones are counted as `other`, a backstop for tenants
-    sending many valid documents with distinct names."""
-    if not name:
-        return "anonymous"
-    if name not in _operations:
-        with _operations_lock:
-            if len(_operations) >= MAX_OPERATION_LABELS:
-                return "other"
-            _operations.add(name)
-    return name
+    declared name, `anonymous` without one. The first `total` distinct names get their own
+    series in each process, later ones are counted as `other`. Each owner (a tenant) brings in
+    at most `per_tenant` of them; past that, its new names are `other` and the rest stay for
+    other tenants (review finding I1: 205 names from one tenant made another's `other`). A
+    name already labelled counts for every tenant that sends it."""
+
+    def __init__(
+        self, total: int = MAX_OPERATION_LABELS, per_tenant: int = TENANT_OPERATION_LABELS
+    ) -> None:
+        self.total, self.per_tenant = total, per_tenant
+        self._names: set[str] = set()
+        self._brought: dict[object, int] = {}  # owner -> names it brought in
+        self._lock = threading.Lock()
+
+    def label(self, name: str | None, owner: object = None) -> str:
+        if not name:
+            return "anonymous"
+        if name in self._names:
+            return name
+        with self._lock:
+            brought = self._brought.get(owner, 0)
+            if name not in self._names:
+                if len(self._names) >= self.total or brought >= self.per_tenant:
+                    return "other"
+                self._names.add(name)
+                self._brought[owner] = brought + 1
+        return name
+
+
+_default_labels = OperationLabels()
+
+
+def operation_label(name: str | None, owner: object = None) -> str:
+    """`OperationLabels.label` on this process's default budget (tests, tools)."""
+    return _default_labels.label(name, owner)
 
 
 def known_label(value: str, known: Iterable[str], other: str = "unknown") -> str:

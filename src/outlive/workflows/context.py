@@ -9,11 +9,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
+import httpx
+
 from outlive.agents.policy import Retry
 from outlive.db.models import RunStatus
 from outlive.errors import LimitWait, RunCancelled, RunParked, RunSuperseded
 from outlive.ids import RunId, TenantId
 from outlive.services import waits
+from outlive.services.destinations import GuardedTransport
 from outlive.services.runs import RunRecord, append_event, read_run
 from outlive.services.usage_tokens import measured
 from outlive.workflows.calls import StepPolicy
@@ -39,17 +42,40 @@ class AttemptContext:
         self.attempt = run.attempt
         self.http = deps.http
         self.settings = deps.settings
+        self._public_transport = deps.public_transport
+        self._public_http: httpx.AsyncClient | None = None
         self._sessions = deps.sessions
         self._lease_s = deps.lease_s
         self._fresh: RunRecord | None = run  # the row as this attempt last wrote it
         self._steps = StepJournal(
-            deps.sessions, run, lease_s=deps.lease_s, recorded=self._moved, limits=deps.limits
+            deps.sessions,
+            run,
+            lease_s=deps.lease_s,
+            recorded=self._moved,
+            limits=deps.limits,
+            max_bytes=deps.settings.run_journal_max_bytes,
         )
         self.interrupts = self._steps.interrupts
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
         self._outputs = deps.outputs
         self._batch_s = deps.settings.stream_batch_ms / 1000
         self._family = Family(deps, run, run.attempt)  # its child runs
+
+    @property
+    def public_http(self) -> httpx.AsyncClient:
+        """A client that reaches public addresses only: the webhooks' destination guard
+        (`services.destinations.GuardedTransport`) checks and pins every request, its lookups
+        counted against this run's tenant. Made on first use, on the worker's shared pool."""
+        if self._public_http is None:
+            self._public_http = httpx.AsyncClient(
+                transport=GuardedTransport(
+                    self._public_transport,
+                    tenant=self.tenant_id,
+                    allow_private=self.settings.webhook_allow_private,
+                ),
+                timeout=self.settings.webhook_timeout_s,
+            )
+        return self._public_http
 
     def _moved(self, run: RunRecord) -> None:
         self._fresh = run

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import httpx
@@ -52,6 +52,8 @@ class WorkflowDeps:
     limits: Limits | None = None  # named limits shared across workers (`ctx.step(limit=...)`)
     cancels: CancelWatch | None = None  # None: a cancel is seen by the heartbeat only
     liveness: Liveness | None = None  # this process's mark of life; None: the lease alone
+    # under `ctx.public_http` (each attempt's client checks destinations on top of it)
+    public_transport: httpx.AsyncBaseTransport = field(default_factory=httpx.AsyncHTTPTransport)
 
     @property
     def worker_id(self) -> int | None:

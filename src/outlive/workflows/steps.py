@@ -25,12 +25,14 @@ from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
 from outlive.db.tx import Sessions
-from outlive.errors import RunSuperseded, StepResultInvalid, StepTooLarge
+from outlive.errors import JournalTooLarge, RunSuperseded, StepResultInvalid, StepTooLarge
 from outlive.services.runs import (
+    MAX_JOURNAL_BYTES,
     MAX_STEP_BYTES,
     MAX_STEP_NAME,
     Journal,
     RunRecord,
+    journal_too_large,
     load_journal,
     record_step,
 )
@@ -121,8 +123,11 @@ class StepJournal:
         recorded: Callable[[RunRecord], None],
         interrupts: Interrupts | None = None,
         limits: Limits | None = None,
+        max_bytes: int = MAX_JOURNAL_BYTES,
     ) -> None:
         self._sessions = sessions
+        self._max_bytes = max_bytes
+        self._bytes = 0  # the journal's results, loaded and recorded by this attempt
         self.interrupts = interrupts or Interrupts()
         self._limits = limits
         self._run = run
@@ -134,7 +139,9 @@ class StepJournal:
     async def load(self) -> None:
         """The run's journal, in one statement (none when the run has recorded no step)."""
         if self._run.step_seq:
-            self._journal = await load_journal(self._sessions, self._run.id)
+            self._journal, self._bytes = await load_journal(
+                self._sessions, self._run.id, max_bytes=self._max_bytes
+            )
 
     def call(
         self,
@@ -200,6 +207,9 @@ class StepJournal:
         usage: StepUsage | None,
     ) -> None:
         run = self._run
+        size = self._bytes + len(result.encode())
+        if size > self._max_bytes:  # before it is written: every later attempt loads it all
+            raise JournalTooLarge(journal_too_large(size, self._max_bytes))
         async with self._sessions.unit(run.tenant_id, single_statement=True) as uow:
             done = await record_step(
                 uow,
@@ -214,6 +224,7 @@ class StepJournal:
             )
         if done is None:
             raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")
+        self._bytes = size
         self._recorded(done)
 
 

@@ -2,7 +2,7 @@ import { useMutation } from "@apollo/client/react";
 import { useEffect, useRef, useState } from "react";
 import { SIGNAL_RUN } from "../api/documents/runs";
 import { describeError } from "../api/errors";
-import { approvalInput, NOT_ACCEPTED, rejectionInput, type SignalInput } from "./signal";
+import { type ApprovalRun, approvalInput, NOT_ACCEPTED, rejectionInput, type SignalInput } from "./signal";
 
 export type Decision = { kind: "approved" | "rejected" | "refused"; text: string };
 
@@ -19,7 +19,7 @@ export function ApprovalActions({
   label = "Approval",
   onSend,
 }: {
-  run: { id: string; attempt: number };
+  run: ApprovalRun;
   waiting: boolean;
   label?: string;
   onSend?: () => void;

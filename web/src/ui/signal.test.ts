@@ -26,13 +26,15 @@ describe("readSignalForm", () => {
 });
 
 describe("approvalInput", () => {
-  it("sends {approved} to `approval`, one key per wait", () => {
-    expect(approvalInput({ id: "r1", attempt: 2 }, true)).toEqual({
+  it("sends {approved} to `approval`, bound to the wait shown, one key per wait", () => {
+    expect(approvalInput({ id: "r1", attempt: 2, waitId: "wait-2" }, true)).toEqual({
       id: "r1",
       name: "approval",
       payload: { approved: true },
-      idempotencyKey: "console:approval:r1:2",
+      idempotencyKey: "console:approval:r1:wait-2",
+      waitId: "wait-2",
     });
+    expect(approvalInput({ id: "r1", attempt: 2, waitId: null }, true).waitId).toBeUndefined();
     expect(approvalInput({ id: "r1", attempt: 2 }, false).payload).toEqual({ approved: false });
     expect(approvalInput({ id: "r1", attempt: 3 }, true).idempotencyKey).not.toBe(
       approvalInput({ id: "r1", attempt: 2 }, true).idempotencyKey,

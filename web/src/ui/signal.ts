@@ -7,6 +7,7 @@ export interface SignalInput {
   name: string;
   payload: unknown;
   idempotencyKey?: string;
+  waitId?: string;
 }
 
 export type SignalForm = { ok: true; input: SignalInput } | { ok: false; field: "name" | "payload"; error: string };
@@ -38,24 +39,37 @@ export function readSignalForm(id: string, name: string, payloadText: string, ke
 /** The signal name Approve and Reject answer. */
 export const APPROVAL = "approval";
 
+/** What Approve and Reject need of the run: its id, and the wait it shows (`waitId`, while WAITING). */
+export interface ApprovalRun {
+  id: string;
+  attempt: number;
+  waitId?: string | null;
+}
+
 /**
- * Approve / Reject: `{approved: true | false}` to the signal `approval`, with one key per wait
- * (the run's id and the attempt that parked), so a second click, or Reject after Approve, in the
- * same wait answers `accepted: false` instead of queueing a second decision in the mailbox.
+ * Approve / Reject: `{approved: true | false}` to the signal `approval`, bound to the wait the
+ * person saw (`waitId`): the server refuses it (`accepted: false`) once that wait is over, so a
+ * late or second decision never answers a later wait. The key is per wait too, so a second click,
+ * or Reject after Approve, answers `accepted: false`. Without a `waitId` (the run no longer
+ * waits), the key falls back to the attempt that parked.
  */
-export function approvalInput(run: { id: string; attempt: number }, approved: boolean): SignalInput {
-  return {
+export function approvalInput(run: ApprovalRun, approved: boolean): SignalInput {
+  const wait = run.waitId ?? `attempt-${run.attempt}`;
+  const input: SignalInput = {
     id: run.id,
     name: APPROVAL,
     payload: { approved },
-    idempotencyKey: `console:${APPROVAL}:${run.id}:${run.attempt}`,
+    idempotencyKey: `console:${APPROVAL}:${run.id}:${wait}`,
   };
+  if (run.waitId) input.waitId = run.waitId;
+  return input;
 }
 
-export const NOT_ACCEPTED = "Not accepted: the run had settled, or this key was already used. Nothing was delivered.";
+export const NOT_ACCEPTED =
+  "Not accepted: the run had settled, the wait it answered was over, or this key was already used. Nothing was delivered.";
 
 /** Reject: `{approved: false}`, with the reason when one was given; the same key as Approve. */
-export function rejectionInput(run: { id: string; attempt: number }, reason: string): SignalInput {
+export function rejectionInput(run: ApprovalRun, reason: string): SignalInput {
   const input = approvalInput(run, false);
   const why = reason.trim();
   return why ? { ...input, payload: { approved: false, reason: why } } : input;

@@ -96,14 +96,11 @@ async def _post(deps: JobDeps, outgoing: webhooks.Outgoing, host: str, address: 
     """POST to the checked address (the name goes in Host and SNI); the status, after reading
     at most the configured number of body bytes."""
     headers = webhooks.signed_headers(outgoing)
-    headers["host"] = httpx.URL(outgoing.url).netloc.decode("ascii")  # the name, not the address
     headers["connection"] = "close"
-    request = deps.http.build_request(
-        "POST",
-        destinations.pinned_url(outgoing.url, address),
-        content=outgoing.body,
-        headers=headers,
-        extensions={"sni_hostname": host},
+    request = destinations.pin(
+        deps.http.build_request("POST", outgoing.url, content=outgoing.body, headers=headers),
+        host,
+        address,
     )
     response = await deps.http.send(request, stream=True)
     try:

@@ -50,12 +50,14 @@ from outlive.services.runs.records import (
 )
 from outlive.services.runs.start import start_run
 from outlive.services.runs.steps import (
+    MAX_JOURNAL_BYTES,
     MAX_STEP_BYTES,
     MAX_STEP_NAME,
     MAX_STEPS_PAGE,
     Journal,
     check_steps_page,
     copy_steps,
+    journal_too_large,
     list_steps_of_runs,
     load_journal,
     record_step,
@@ -73,6 +75,7 @@ from outlive.services.runs.wakes import (
 __all__ = [
     "MAX_ATTEMPTS",
     "MAX_EVENTS_PAGE",
+    "MAX_JOURNAL_BYTES",
     "MAX_LOST_ATTEMPTS",
     "MAX_PAGE",
     "MAX_STEPS_PAGE",
@@ -102,6 +105,7 @@ __all__ = [
     "handed_while_parking",
     "handoff_failed_runs",
     "heartbeat",
+    "journal_too_large",
     "json_text",
     "lease_left",
     "list_events",

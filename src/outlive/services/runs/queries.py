@@ -372,10 +372,16 @@ STEP_DONE = Move(
 )
 # The whole journal of a run, loaded once at the start of an attempt; results as JSON text,
 # decoded only when a step asks for one.
+# The journal in completion order, each row with the bytes up to and including it; rows past
+# `:max_bytes` are not sent, save the first one (which tells the caller the journal is over it).
 JOURNAL = prepare(
     text(
-        "SELECT name, occurrence, result::text AS result FROM run_steps WHERE run_id = :run_id"
-    ).columns(RunStep.name, RunStep.occurrence, column("result"))
+        "SELECT name, occurrence, result, upto FROM ("
+        " SELECT name, occurrence, result::text AS result,"
+        " sum(octet_length(result::text)) OVER (ORDER BY seq) AS upto"
+        " FROM run_steps WHERE run_id = :run_id) j"
+        " WHERE upto - coalesce(octet_length(result), 0) <= :max_bytes ORDER BY upto"
+    ).columns(RunStep.name, RunStep.occurrence, column("result"), column("upto"))
 )
 # `RunStep.result`, by (run, seq): only the steps a client asked for the result of.
 STEP_RESULTS = prepare(

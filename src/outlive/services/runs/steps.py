@@ -4,7 +4,8 @@ A step (`ctx.step(name, fn)`, `outlive.workflows.runs`) is keyed by (run, name, 
 completion is one statement (`queries.STEP_DONE`), fenced on the attempt: the journal row, the
 events the step emitted while it ran, and its `step` event `{name, occurrence}`, all or nothing.
 A later attempt loads the whole journal in one statement (`load_journal`) and answers every
-step found there from memory.
+step found there from memory. That load is bounded (`OUTLIVE_RUN_JOURNAL_MAX_BYTES`): rows past
+the bound are never sent, and a journal over it fails the run (`JournalTooLarge`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from outlive.db.tx import Db, Unit
-from outlive.errors import BadUserInput
+from outlive.errors import BadUserInput, JournalTooLarge
 from outlive.ids import RunId
 from outlive.services.runs import queries
 from outlive.services.runs.moves import move_run
@@ -24,6 +25,7 @@ from outlive.services.usage_tokens import StepUsage
 MAX_STEP_BYTES = 256 * 1024  # a step's result, serialized: recorded inline in the journal
 MAX_STEP_NAME = 200
 MAX_STEPS_PAGE = 1000
+MAX_JOURNAL_BYTES = 64 * 1024 * 1024  # `OUTLIVE_RUN_JOURNAL_MAX_BYTES`'s default
 
 Journal = dict[tuple[str, int], str]  # (name, occurrence) -> the result, as JSON text
 
@@ -75,10 +77,24 @@ async def copy_steps(uow: Unit, *, from_run: RunId, to_run: RunId) -> int:
     return 0 if row is None else int(row["step_seq"])
 
 
-async def load_journal(db: Db, run_id: RunId) -> Journal:
-    """Every step the run has recorded, in one statement."""
-    rows = await db.all(queries.JOURNAL, run_id=run_id)
-    return {(row["name"], row["occurrence"]): row["result"] for row in rows}
+async def load_journal(
+    db: Db, run_id: RunId, *, max_bytes: int = MAX_JOURNAL_BYTES
+) -> tuple[Journal, int]:
+    """Every step the run has recorded, in one statement, and their results' bytes.
+    `JournalTooLarge` when they are over `max_bytes` (at most one row past it was read)."""
+    rows = await db.all(queries.JOURNAL, run_id=run_id, max_bytes=max_bytes)
+    size = int(rows[-1]["upto"]) if rows else 0
+    if size > max_bytes:
+        raise JournalTooLarge(journal_too_large(size, max_bytes))
+    return {(row["name"], row["occurrence"]): row["result"] for row in rows}, size
+
+
+def journal_too_large(size: int, max_bytes: int) -> str:
+    return (
+        f"the run's step journal would hold {size} bytes of results, over"
+        f" OUTLIVE_RUN_JOURNAL_MAX_BYTES ({max_bytes}); every attempt loads it whole: record"
+        " fewer or smaller steps (store big values elsewhere and return a reference)"
+    )
 
 
 def check_steps_page(first: int) -> None:

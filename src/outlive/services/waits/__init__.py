@@ -18,7 +18,10 @@ and the agent runs from the top: a sleep or wait whose record is resolved return
 wait with its signal's payload, or its timeout). Code outside durable steps runs again.
 
 The mailbox (`run_signals`): every accepted signal is kept, and a wait takes the oldest one of
-its name (first in, first out), so a signal sent before the wait is never lost. A run's row lock
+its name (first in, first out), so a signal sent before the wait is never lost. A signal bound
+to a wait (`wait_id`, as `Run.waitId` reads while the run waits) is never kept: that wait takes
+it at once, or, once that wait is over, it is not accepted (review finding L4: a stale approval
+must not answer the next wait of its name). A run's row lock
 orders the signal against the wait registering, the timer and `cancelRun`: each race has
 exactly one outcome.
 """
@@ -170,6 +173,39 @@ class Mailbox:
             )
 
 
+WAIT_ID_PREFIX = "wait-"
+
+
+def wait_id_of(run: RunRecord) -> str | None:
+    """While the run is WAITING for a signal: the id of that wait. An attempt parks at most once
+    (parking ends it, and waking is a new claim), so the attempt that parked names the wait."""
+    if run.status != RunStatus.WAITING or run.waiting_for is None:
+        return None
+    return f"{WAIT_ID_PREFIX}{run.attempt}"
+
+
+def parse_wait_id(wait_id: str) -> int:
+    """The attempt a wait id names, or `BadUserInput` for a string no run ever read."""
+    digits = wait_id.removeprefix(WAIT_ID_PREFIX)
+    if not wait_id.startswith(WAIT_ID_PREFIX) or not digits.isdigit() or len(digits) > 9:
+        raise BadUserInput("a waitId is a run's `waitId`, as read while it waits")
+    return int(digits)
+
+
+def is_current_wait(run: RunRecord, name: str, wait_id: str) -> bool:
+    """A signal bound to `wait_id`: True when the run waits on that wait now (it takes the
+    signal at once), False when that wait is over. `BadUserInput` for an id that names no wait
+    of this run, or a wait for another signal name."""
+    attempt = parse_wait_id(wait_id)
+    if attempt > run.attempt or (attempt == run.attempt and run.status == RunStatus.RUNNING):
+        raise BadUserInput(f"this run has no wait {wait_id} (yet)")
+    if wait_id_of(run) != wait_id:
+        return False  # that wait is over: a signal for it answers no other wait
+    if run.waiting_for != name:
+        raise BadUserInput(f"the wait {wait_id} waits for the signal {run.waiting_for!r}")
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class SignalResult:
     run: RunRecord
@@ -186,6 +222,7 @@ async def signal_run(
     instances: RunInstances,
     mailbox: Mailbox | None = None,
     sender: str | None = None,
+    wait_id: str | None = None,
 ) -> SignalResult:
     """Deliver signal `name` to the unit's tenant's run: kept in its mailbox, and taken at once
     when the run is WAITING for that name (woken, and handed to the queue after the commit).
@@ -200,6 +237,8 @@ async def signal_run(
         raise NotFound(f"run {run_id} not found")
     run = run_record(row)
     if run.status in SETTLED_STATUSES:
+        return SignalResult(run, accepted=False)
+    if wait_id is not None and not is_current_wait(run, name, wait_id):
         return SignalResult(run, accepted=False)
     taken_at_once = run.status == RunStatus.WAITING and run.waiting_for == name
     if not taken_at_once:
@@ -257,6 +296,9 @@ __all__ = [
     "Resolved",
     "SignalResult",
     "check_name",
+    "is_current_wait",
+    "parse_wait_id",
     "signal_run",
     "wait",
+    "wait_id_of",
 ]
