@@ -24,6 +24,11 @@ class RunInstances(Protocol):
     async def start(self, run_id: RunId) -> None:
         """Create the instance; raises `QueueUnavailable` when the engine cannot be reached."""
 
+    async def resume(self, run_id: RunId) -> None:
+        """`start` for a run that was woken (its timer fired, or a signal came): its instance
+        goes ahead of the instances that have not started yet, so a wake is not late by the
+        backlog of new runs."""
+
     async def states(self, run_ids: Sequence[RunId]) -> list[InstanceState]:
         """The engine's view of each instance, in order."""
 

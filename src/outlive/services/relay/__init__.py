@@ -123,14 +123,16 @@ class Pass:
 async def hand_woken(
     sessions: Sessions, instances: RunInstances, woken: Sequence[Mapping[str, Any]]
 ) -> None:
-    """After the commit that woke them: enqueue the admitted runs (a queue that cannot take them
+    """After the commit that woke them: enqueue the admitted runs, the latest timer first, ahead
+    of the runs that have not started (`RunInstances.resume`; a queue that cannot take them
     leaves them to the relay), and dispatch the tenants of the others (their admission
     enqueues what it admits)."""
-    admitted = [RunId(r["id"]) for r in woken if r["admitted"]]
+    ordered = sorted(woken, key=lambda r: -float(r.get("late_s") or 0.0))
+    admitted = [RunId(r["id"]) for r in ordered if r["admitted"]]
     for at in range(0, len(admitted), CHUNK):
         chunk = admitted[at : at + CHUNK]
         results = await asyncio.gather(
-            *(instances.start(run_id) for run_id in chunk), return_exceptions=True
+            *(instances.resume(run_id) for run_id in chunk), return_exceptions=True
         )
         failed = [r for r, e in zip(chunk, results, strict=True) if isinstance(e, Exception)]
         if failed:
