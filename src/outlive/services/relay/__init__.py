@@ -33,7 +33,9 @@ Before step 3, a pass wakes the WAITING runs whose timer is due (a durable sleep
 a signal that timed out): each goes back to QUEUED in one conditional update (still WAITING, its
 row taken with `SKIP LOCKED`, so a signal or a cancel that got there first wins, and any number
 of relays wake it once), with a `resumed {by: "timer" | "timeout"}` event, admitted at once
-unless its tenant is capped, and handed to the queue after the commit (`hand_woken`). The timer
+unless its tenant is capped, and handed to the queue after the commit (`hand_woken`), ahead of
+the runs that have not started yet (`RunInstances.resume`: behind a backlog of new runs a timer
+would fire late by the whole backlog). The timer
 lives in PostgreSQL only: a Redis that lost its data loses no timer. `RelayLoop` sleeps no
 longer than until the earliest timer (one probe of `ix_runs_wake`), and a run that parks wakes
 it (NOTIFY), so a timer fires within a pass of its due time.
