@@ -618,8 +618,16 @@ def report(rounds: list[dict[str, dict[str, float]]]) -> str:
                 )
             )
         if cells != ["-", "-"]:
-            rows.append([label, *cells])
-    return table(rows, ["measure", "Outlive median (range)", "DBOS median (range)"])
+            rows.append([label, *cells, _ratios(rounds, key)])
+    headers = ["measure", "Outlive median (range)", "DBOS median (range)", "Outlive/DBOS by round"]
+    return table(rows, headers)
+
+
+def _ratios(rounds: list[dict[str, dict[str, float]]], key: str) -> str:
+    """Outlive's figure over DBOS's, in each round where both have it (same run, same load)."""
+    pairs = [(r["outlive"].get(key), r["dbos"].get(key)) for r in rounds if len(r) == 2]
+    ratios = [f"{o / d:.2f}" for o, d in pairs if o is not None and d]
+    return ", ".join(ratios) or "-"
 
 
 async def main() -> None:

@@ -95,6 +95,9 @@ class NoInstances:
     async def start(self, run_id: RunId) -> None:
         return None
 
+    async def resume(self, run_id: RunId) -> None:
+        await self.start(run_id)
+
     async def states(self, run_ids: Any) -> list[Any]:
         return []
 

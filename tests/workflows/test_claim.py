@@ -29,6 +29,9 @@ class NoInstances:
     async def start(self, run_id: RunId) -> None:
         self.started.append(run_id)
 
+    async def resume(self, run_id: RunId) -> None:
+        await self.start(run_id)
+
     async def states(self, run_ids: Any) -> list[Any]:
         raise AssertionError("not used")
 

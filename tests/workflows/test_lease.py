@@ -4,6 +4,7 @@ delivers; a dead one is taken over, counted, and cannot loop forever."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -254,3 +255,36 @@ async def test_only_lost_attempts_that_completed_no_step_count_towards_failing_a
     assert (run.status, run.lost_attempts) == (RunStatus.FAILED, 5)
     assert run.error is not None
     assert "its worker was lost 3 times without completing a step" in run.error
+
+
+class Stopping(Control):
+    """The engine of a worker that is stopping (SIGTERM)."""
+
+    def is_shutting_down(self) -> bool:
+        return True
+
+
+async def test_a_stopping_worker_never_leaves_a_run_running_wherever_the_cancel_lands(
+    deps: WorkflowDeps, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """The stop cancels an attempt wherever it is: before its claim, while its claim or its
+    settle is on the wire (PostgreSQL committed it, the answer is not read yet), or while it
+    executes. Wherever, the run ends QUEUED (released, its attempt given back) or settled:
+    never RUNNING under a process about to end, for another worker to take over as lost."""
+    seen: set[str] = set()
+    for step in range(60):
+        run_id = await start(sessions, tenant, {"turns": 1, "delayMs": 0})
+        control = Stopping()
+        attempt = asyncio.create_task(run_attempt(deps, run_id, control))
+        await asyncio.sleep(step * 0.0005)  # the cancel lands a little later each time
+        attempt.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await attempt
+        run = await read(sessions, tenant, run_id)
+        assert run.status in (RunStatus.QUEUED, RunStatus.SUCCEEDED), (step, run.status)
+        kinds = [kind for kind, _ in await timeline(sessions, run_id)]
+        if run.status == RunStatus.QUEUED and "claimed" in kinds:
+            assert kinds[-1] == "released", kinds
+            assert (run.attempt, control.given_back) == (0, True)
+        seen.add("released" if "released" in kinds else run.status.value)
+    assert "released" in seen, seen  # the sweep did land inside an attempt

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import statistics
 import subprocess
 import time
 from collections.abc import Iterator
@@ -176,10 +177,12 @@ async def test_a_rolling_sigterm_restart_leaves_no_run_waiting_for_a_lease(
     worker_logs: list[tuple[Path, IO[bytes]]],
     tmp_path: Path,
 ) -> None:
-    """4 workers under load, each stopped with SIGTERM in turn (a replacement started with it):
-    every executing run is handed back before its worker's process ends, so none sits RUNNING
-    behind a dead holder for longer than the liveness check; the production lease (10 s) is
-    never waited for. The longest such stretch is measured."""
+    """4 workers under load, each stopped with SIGTERM in turn once its replacement is up (as a
+    deploy rolls): every executing run is handed back before its worker's process ends, so none
+    sits RUNNING behind a dead holder for longer than the liveness check, and each is claimed
+    again by a live worker at once; the production lease (10 s) is never waited for. The longest
+    such stretch and the time from each SIGTERM to the claim that took its runs again are
+    measured."""
     tenants = [await new_tenant(sessions, "roll") for _ in range(12)]
     first = [start_worker(settings, worker_logs, tmp_path) for _ in range(4)]
     for path, _ in worker_logs:
@@ -202,11 +205,13 @@ async def test_a_rolling_sigterm_restart_leaves_no_run_waiting_for_a_lease(
             await asyncio.sleep(0.02)  # a sampling period, not a wait for an event
 
     watcher = asyncio.create_task(watch_dead_holders())
-    replacements = []
+    replacements, stopped_at = [], []
     try:
-        for process in first:
-            process.send_signal(signal.SIGTERM)
+        for process in first:  # as a deploy rolls: the new one up, then the old one stopped
             replacements.append(start_worker(settings, worker_logs, tmp_path))
+            await until_logged(worker_logs[-1][0], "worker started")
+            stopped_at.append(time.time())
+            process.send_signal(signal.SIGTERM)
             assert await asyncio.to_thread(process.wait, 30) == 0
         async with NudgeWatch(settings.redis_url or "", sessions, tenants[0].id) as watch:
             done = await watch.until_true(
@@ -218,11 +223,40 @@ async def test_a_rolling_sigterm_restart_leaves_no_run_waiting_for_a_lease(
         for process in first + replacements:
             stop(process)
     print(f"longest stretch of a RUNNING run with a dead holder: {longest:.2f}s")  # noqa: T201
+    handed = await _sigterm_to_claimed(sessions, run_ids, stopped_at)
+    print(  # noqa: T201
+        f"{len(handed)} runs handed back; SIGTERM -> claimed again: median"
+        f" {statistics.median(handed):.2f}s, max {max(handed):.2f}s"
+    )
     assert done == ["SUCCEEDED"] * len(run_ids)
+    assert max(handed) < 5.0, "a handed-back run waited, as if for a lease"
     assert longest < 2.0, f"a run sat {longest:.1f}s behind a dead holder"
     async with sessions.unit() as uow:
         lost = await uow.all(text("SELECT count(*) FROM run_events WHERE type = 'lost'"))
     assert lost[0]["count"] == 0, "a stopping worker's run was lost, not released"
+
+
+async def _sigterm_to_claimed(
+    sessions: Sessions, run_ids: list[str], stopped_at: list[float]
+) -> list[float]:
+    """For each run a stopping worker handed back (`released`): from the SIGTERM before it to
+    the claim that took the run again."""
+    async with sessions.unit() as uow:
+        rows = await uow.all(
+            text(
+                "SELECT extract(epoch FROM r.at) AS released,"
+                " (SELECT extract(epoch FROM min(c.at)) FROM run_events c"
+                "   WHERE c.run_id = r.run_id AND c.type = 'claimed' AND c.seq > r.seq) AS claimed"
+                " FROM run_events r WHERE r.type = 'released'"
+                " AND r.run_id = ANY(CAST(:ids AS uuid[]))"
+            ),
+            ids=run_ids,
+        )
+    assert rows, "no run was in flight at a SIGTERM"
+    return [
+        float(r["claimed"]) - max(t for t in stopped_at if t <= float(r["released"]) + 0.05)
+        for r in rows
+    ]
 
 
 async def _all_settled(sessions: Sessions, run_ids: list[str]) -> list[str] | None:

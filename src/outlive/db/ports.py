@@ -134,6 +134,11 @@ class RunInstances(Protocol):
     async def start(self, run_id: RunId) -> None:
         """Create the instance; raises `QueueUnavailable` when the engine cannot be reached."""
 
+    async def resume(self, run_id: RunId) -> None:
+        """`start` for a run that was woken (its timer fired, or a signal came): its instance
+        goes ahead of the instances that have not started yet, so a wake is not late by the
+        backlog of new runs."""
+
     async def states(self, run_ids: Sequence[RunId]) -> list[InstanceState]:
         """The engine's view of each instance, in order."""
 
@@ -150,6 +155,9 @@ class UnwiredInstances:
 
     async def start(self, run_id: RunId) -> None:
         raise RuntimeError(f"no run queue is wired: run {run_id} is never started inline")
+
+    async def resume(self, run_id: RunId) -> None:
+        await self.start(run_id)
 
     async def states(self, run_ids: Sequence[RunId]) -> list[InstanceState]:
         raise RuntimeError("no run queue is wired")

@@ -18,16 +18,22 @@ that is crash-safe at every step:
 
 Nothing here aborts a job in a worker that may still be running it: for runs, the row's lease
 fences a stalled attempt (see `outlive.services.runs`); jobs-queue handlers are idempotent.
+
+`enqueue_first` is saq's enqueue with one difference: the job goes ahead of every job that is
+queued and was not enqueued that way (after those that were, in their order). A run woken from a
+durable sleep or a wait is owed its slot now; behind a backlog of runs that have not started,
+its timer would fire late by the whole backlog.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from contextvars import ContextVar
 from typing import Any
 
 from redis.asyncio import Redis
-from saq.job import Status
+from saq.job import Job, Status
 from saq.queue.redis import RedisQueue
 from saq.utils import now
 
@@ -36,12 +42,45 @@ log = logging.getLogger(__name__)
 RUNS_QUEUE = "outlive-runs"
 JOBS_QUEUE = "outlive-jobs"
 FINISHED_TTL_S = 3600  # how long a job swept out of attempts is kept, when it has no ttl of its own
+FIRST_SCAN = 10_000  # how far into the queued list the last job enqueued first is looked for
+
+_first: ContextVar[bool] = ContextVar("outlive_enqueue_first", default=False)
 
 
 class OutliveRedisQueue(RedisQueue):
     settle_s = 2.0
     _repair_script: Any = None
     _drop_script: Any = None
+    _first_script: Any = None
+
+    async def enqueue_first(self, function: str, **kwargs: Any) -> Job | None:
+        """saq's `enqueue` (a no-op while a job with that key is queued, scheduled or running),
+        but an immediate job goes ahead of the jobs queued by `enqueue`, after those queued by
+        `enqueue_first` (see the module's docstring)."""
+        token = _first.set(True)
+        try:
+            return await self.enqueue(function, **kwargs)
+        finally:
+            _first.reset(token)
+
+    async def _enqueue(self, job: Job) -> Job | None:
+        if not _first.get() or job.scheduled:
+            return await super()._enqueue(job)
+        if not self._first_script:
+            self._first_script = self.redis.register_script(_ENQUEUE_FIRST)
+        async with self._op_sem:
+            done = await self._first_script(
+                keys=[
+                    self._incomplete,
+                    job.id,
+                    self._queued,
+                    job.abort_id,
+                    self.namespace("last-first"),
+                ],
+                args=[self.serialize(job), FIRST_SCAN],
+                client=self.redis,
+            )
+        return job if done else None
 
     async def sweep(self, lock: int = 60, abort: float = 5.0) -> list[str]:
         if not self._cleanup_script:
@@ -133,6 +172,27 @@ elseif ARGV[3] == 'finish' then
     redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[4])
 end
 redis.call('PUBLISH', KEYS[1], ARGV[5])
+return 1
+"""
+
+# KEYS: incomplete, job id, queued, abort id, the id of the last job enqueued first. ARGV: the
+# record, how far to look for that last one. saq's enqueue script, except where the job goes:
+# right after the last job enqueued first while it still waits near the head, else at the head.
+_ENQUEUE_FIRST = """
+if redis.call('ZSCORE', KEYS[1], KEYS[2]) or redis.call('EXISTS', KEYS[4]) == 1 then
+    return nil
+end
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[1], 0, KEYS[2])
+local last = redis.call('GET', KEYS[5])
+local at = false
+if last then at = redis.call('LPOS', KEYS[3], last, 'MAXLEN', ARGV[2]) end
+if at then
+    redis.call('LINSERT', KEYS[3], 'AFTER', last, KEYS[2])
+else
+    redis.call('LPUSH', KEYS[3], KEYS[2])
+end
+redis.call('SET', KEYS[5], KEYS[2])
 return 1
 """
 

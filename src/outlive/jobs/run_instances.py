@@ -77,6 +77,20 @@ class SaqRunInstances:
         except (RedisError, OSError, TimeoutError) as exc:
             raise QueueUnavailable(f"the run queue is unreachable: {exc!r}") from exc
 
+    async def resume(self, run_id: RunId) -> None:
+        """`start` for a run that was woken (a timer, a signal): its job goes ahead of the runs
+        that have not started yet (`OutliveRedisQueue.enqueue_first`)."""
+        if not isinstance(self.queue, OutliveRedisQueue):
+            await self.start(run_id)
+            return
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self.queue.enqueue_first(
+                    RUN_TASK, key=str(run_id), run_id=str(run_id), **self._options
+                )
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise QueueUnavailable(f"the run queue is unreachable: {exc!r}") from exc
+
     async def states(self, run_ids: Sequence[RunId]) -> list[InstanceState]:
         """ACTIVE: in saq's incomplete set (queued, scheduled or executing). A job outside it
         whose record says otherwise (`aborting`, `active`) is in no list and nothing would ever

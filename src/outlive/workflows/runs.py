@@ -42,8 +42,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from outlive.db.models import RunStatus
 from outlive.errors import (
@@ -65,6 +65,7 @@ from outlive.services.runs import (
     requeue_run,
     settle_run,
 )
+from outlive.telemetry import logs
 from outlive.telemetry.logs import ExpectedRetry
 from outlive.workflows.context import AttemptContext
 from outlive.workflows.deps import AttemptControl, WorkflowDeps
@@ -73,6 +74,8 @@ from outlive.workflows.leases import HEARTBEATS_PER_LEASE, Lease
 __all__ = ["AttemptContext", "AttemptControl", "RetryLater", "WorkflowDeps", "run_attempt"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SETTLE_RETRY_S = 0.5  # a terminal write that found PostgreSQL unreachable is tried again this often
 
@@ -100,8 +103,7 @@ async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl
 
 async def _attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> None:
     claiming = time.monotonic()  # the lease runs from no earlier than this
-    async with deps.sessions.unit(single_statement=True) as uow:
-        run = await claim_run(uow, run_id, lease_s=deps.lease_s, worker_id=deps.worker_id)
+    run = await _claim(deps, run_id, control)
     if run is None:
         await _not_claimed(deps, run_id)
         return
@@ -124,6 +126,41 @@ async def _attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -
         await _settle(deps, run, RunStatus.FAILED, error=f"agent {run.agent!r} is not installed")
         return
     await _execute(deps, run, agent, control, since=claiming)
+
+
+async def _claim(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> RunRecord | None:
+    """The claim, carried to its end even when the worker stops meanwhile: a claim that commits
+    while its attempt is being cancelled would leave the run RUNNING under a process about to
+    end, to be taken over as lost. What a stopping worker claimed it releases at once."""
+
+    async def claim() -> RunRecord | None:
+        async with deps.sessions.unit(single_statement=True) as uow:
+            return await claim_run(uow, run_id, lease_s=deps.lease_s, worker_id=deps.worker_id)
+
+    claiming = asyncio.ensure_future(claim())
+    try:
+        run = await asyncio.shield(claiming)
+    except asyncio.CancelledError:
+        await asyncio.wait({claiming})
+        claimed = None if claiming.cancelled() or claiming.exception() else claiming.result()
+        if claimed is not None and control.is_shutting_down():
+            await asyncio.shield(_release(deps, claimed, control))
+        raise
+    if run is not None:  # the claim bound them in its own task's context
+        logs.bind(tenant_id=run.tenant_id, run_id=run.id, agent=run.agent)
+    return run
+
+
+async def _to_the_end(write: Coroutine[Any, Any, T]) -> T:
+    """A write carried to its end even when the attempt is cancelled meanwhile (the worker
+    stops): cut off after PostgreSQL committed it but before the answer, it would leave the run
+    RUNNING under a process about to end. The cancellation is raised once it has ended."""
+    task = asyncio.ensure_future(write)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})
+        raise
 
 
 async def _not_claimed(deps: WorkflowDeps, run_id: RunId) -> None:
@@ -206,8 +243,15 @@ async def _settle(
     output: Any = None,
     error: str | None = None,
 ) -> None:
-    """The terminal write, fenced on this attempt. PostgreSQL unreachable: tried again for up to
-    a lease (a late write is still fenced), then `ServiceUnavailable` (delivered again later)."""
+    """The terminal write, fenced on this attempt, carried to its end (`_to_the_end`).
+    PostgreSQL unreachable: tried again for up to a lease (a late write is still fenced), then
+    `ServiceUnavailable` (delivered again later)."""
+    await _to_the_end(_settle_now(deps, run, status, output=output, error=error))
+
+
+async def _settle_now(
+    deps: WorkflowDeps, run: RunRecord, status: RunStatus, *, output: Any, error: str | None
+) -> None:
     loop = asyncio.get_running_loop()
     give_up = loop.time() + deps.lease_s
     while True:
@@ -241,11 +285,14 @@ async def _retry_or_fail(deps: WorkflowDeps, run: RunRecord, fault: Exception) -
     delay = deps.settings.run_retry_delay_s * 2 ** (executed - 1)
     if isinstance(fault, RetryAfter):  # the fault said when: not sooner
         delay = max(delay, fault.seconds)
-    async with deps.sessions.unit(run.tenant_id) as uow:
-        requeued = await requeue_run(
-            uow, run, event="retrying", data={"delayS": delay, "error": error}
-        )
-    if requeued is not None:
+
+    async def requeue() -> RunRecord | None:
+        async with deps.sessions.unit(run.tenant_id) as uow:
+            return await requeue_run(
+                uow, run, event="retrying", data={"delayS": delay, "error": error}
+            )
+
+    if await _to_the_end(requeue()) is not None:
         raise RetryLater(delay, error)
 
 

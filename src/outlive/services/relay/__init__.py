@@ -33,7 +33,9 @@ Before step 3, a pass wakes the WAITING runs whose timer is due (a durable sleep
 a signal that timed out): each goes back to QUEUED in one conditional update (still WAITING, its
 row taken with `SKIP LOCKED`, so a signal or a cancel that got there first wins, and any number
 of relays wake it once), with a `resumed {by: "timer" | "timeout"}` event, admitted at once
-unless its tenant is capped, and handed to the queue after the commit (`hand_woken`). The timer
+unless its tenant is capped, and handed to the queue after the commit (`hand_woken`), ahead of
+the runs that have not started yet (`RunInstances.resume`: behind a backlog of new runs a timer
+would fire late by the whole backlog). The timer
 lives in PostgreSQL only: a Redis that lost its data loses no timer. `RelayLoop` sleeps no
 longer than until the earliest timer (one probe of `ix_runs_wake`), and a run that parks wakes
 it (NOTIFY), so a timer fires within a pass of its due time.
@@ -123,14 +125,16 @@ class Pass:
 async def hand_woken(
     sessions: Sessions, instances: RunInstances, woken: Sequence[Mapping[str, Any]]
 ) -> None:
-    """After the commit that woke them: enqueue the admitted runs (a queue that cannot take them
+    """After the commit that woke them: enqueue the admitted runs, the latest timer first, ahead
+    of the runs that have not started (`RunInstances.resume`; a queue that cannot take them
     leaves them to the relay). The tenants of the others were dispatched by that commit's unit
     (`runs.wake_due`, `runs.wake_by_signal`): their admission enqueues what it admits."""
-    admitted = [RunId(r["id"]) for r in woken if r["admitted"]]
+    ordered = sorted(woken, key=lambda r: -float(r.get("late_s") or 0.0))
+    admitted = [RunId(r["id"]) for r in ordered if r["admitted"]]
     for at in range(0, len(admitted), CHUNK):
         chunk = admitted[at : at + CHUNK]
         results = await asyncio.gather(
-            *(instances.start(run_id) for run_id in chunk), return_exceptions=True
+            *(instances.resume(run_id) for run_id in chunk), return_exceptions=True
         )
         failed = [r for r, e in zip(chunk, results, strict=True) if isinstance(e, Exception)]
         if failed:
