@@ -43,6 +43,11 @@ class JobProducer(Protocol):
         """Enqueue them (due in `delay_s`); raises `QueueUnavailable` when the queue cannot be
         reached."""
 
+    async def bring_forward(self, envelope: Any) -> bool:
+        """The envelope's job, scheduled for later (a retry's backoff), due now; when there is
+        no such job, the envelope is sent (a no-op while its job is queued or running). True
+        when a scheduled job was brought forward. Raises `QueueUnavailable` like `send`."""
+
 
 class Admission(Protocol):
     """Per-tenant admission (implemented in `outlive.services.admission`): what a unit calls

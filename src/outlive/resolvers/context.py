@@ -5,11 +5,13 @@ and a loader, or a service function called by name."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
+from outlive.db.models import DeliveryStatus
 from outlive.db.tx import Sessions
 from outlive.errors import BadUserInput, Unauthenticated
 from outlive.ids import EndpointId, RunId, TenantId
@@ -106,11 +108,17 @@ class Context:
         return self._loaders
 
     async def endpoint_deliveries(
-        self, endpoint_id: EndpointId, *, first: int
+        self,
+        endpoint_id: EndpointId,
+        *,
+        first: int,
+        status: DeliveryStatus | None = None,
+        before: datetime | None = None,
     ) -> list[DeliveryRecord]:
         webhooks.check_deliveries_page(first)  # this field's error, not the whole batch's
         self.require()
-        return await self.loaders.deliveries.load((endpoint_id, first))  # repaired on read
+        shape = (first, status, before)
+        return await self.loaders.deliveries.load((endpoint_id, shape))  # repaired on read
 
     async def waiting_reason(self, run: RunRecord) -> str | None:
         """Why a run waits for a slot under its tenant's cap, and where it is in line."""

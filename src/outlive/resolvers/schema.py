@@ -31,6 +31,7 @@ from outlive.schema.tenants import Viewer
 from outlive.schema.usage import AgentStats, UsageDay, UsageTokensDay
 from outlive.schema.webhooks import (
     CreateWebhookEndpointPayload,
+    RedeliverFailedWebhooksPayload,
     WebhookDelivery,
     WebhookEndpoint,
 )
@@ -126,6 +127,16 @@ class Mutation:
         resolver=webhook_fields.redeliver_webhook,
         description="Sends a delivered or failed delivery again (same webhook-id); a pending "
         "one comes back unchanged.",
+    )
+    retry_webhook_delivery: WebhookDelivery = strawberry.mutation(
+        resolver=webhook_fields.retry_webhook_delivery,
+        description="A PENDING delivery waiting for the retry of a failed attempt is tried now "
+        "(its nextAttemptAt becomes now); any other comes back unchanged.",
+    )
+    redeliver_failed_webhooks: RedeliverFailedWebhooksPayload = strawberry.mutation(
+        resolver=webhook_fields.redeliver_failed_webhooks,
+        description="Sends every FAILED delivery of the endpoint again (the newest 100), as "
+        "redeliverWebhook does each; the payload says how many.",
     )
 
 
