@@ -26,6 +26,8 @@ FILTERED = f"""query($status: DeliveryStatus, $before: DateTime) {{ webhookEndpo
 RETRY_NOW = (
     f"""mutation($id: ID!) {{ retryWebhookDelivery(deliveryId: $id) {{ {DELIVERY_FIELDS} }} }}"""
 )
+ONE_ENDPOINT = """query($id: ID!) { webhookEndpoint(id: $id) { id
+  deliveries(first: 1, status: PENDING) { id } } }"""
 REDELIVER_FAILED = """mutation($id: ID!) { redeliverFailedWebhooks(endpointId: $id) { count } }"""
 
 
@@ -99,7 +101,8 @@ async def test_deliveries_are_filtered_by_status_and_paged_and_name_their_run(
     api: Api, tenant: TenantHandle, other_tenant: TenantHandle, receiver: Any
 ) -> None:
     _, url = receiver
-    await api.gql(CREATE, {"url": url, "events": ["run.cancelled"]}, token=tenant.token)
+    created = await api.gql(CREATE, {"url": url, "events": ["run.cancelled"]}, token=tenant.token)
+    endpoint = created["createWebhookEndpoint"]["endpoint"]["id"]
     runs = []
     for _ in range(2):  # QUEUED runs cancel at once; no worker sends their deliveries
         run = (await api.start_run(tenant.token, "demo", {"turns": 1}))["run"]["id"]
@@ -122,6 +125,10 @@ async def test_deliveries_are_filtered_by_status_and_paged_and_name_their_run(
     with pytest.raises(GraphQLError) as caught:
         await api.gql(RETRY_NOW, {"id": str(uuid.uuid4())}, token=tenant.token)
     assert caught.value.codes == ["NOT_FOUND"]
+    one = await api.gql(ONE_ENDPOINT, {"id": endpoint}, token=tenant.token)
+    assert [d["id"] for d in one["webhookEndpoint"]["deliveries"]] == [newest["id"]]
+    theirs = await api.gql(ONE_ENDPOINT, {"id": endpoint}, token=other_tenant.token)
+    assert theirs["webhookEndpoint"] is None
 
 
 async def test_redeliver_failed_sends_every_failed_delivery_of_the_endpoint_again(

@@ -51,6 +51,11 @@ class Query:
     webhook_endpoints: list[WebhookEndpoint] = strawberry.field(
         resolver=webhook_fields.webhook_endpoints
     )
+    webhook_endpoint: WebhookEndpoint | None = strawberry.field(
+        resolver=webhook_fields.webhook_endpoint,
+        description="One of the tenant's endpoints (null: no such endpoint of this tenant), to "
+        "page and filter its deliveries on their own.",
+    )
     invitations: list[Invitation] = strawberry.field(resolver=invitation_fields.list_invitations)
     usage: list[UsageDay] = strawberry.field(
         resolver=usage_fields.usage, description="Runs per UTC day, agent and status."

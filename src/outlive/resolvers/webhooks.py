@@ -26,6 +26,13 @@ async def webhook_endpoints(info: Info) -> list[WebhookEndpoint]:
     return [WebhookEndpoint.of(e) for e in found]
 
 
+async def webhook_endpoint(info: Info, id: strawberry.ID) -> WebhookEndpoint | None:
+    ctx = info.context
+    endpoint_id = EndpointId(parse_uuid(id, what="webhook endpoint"))
+    found = await webhooks.get_endpoint(ctx.services.sessions, ctx.tenant_id, endpoint_id)
+    return WebhookEndpoint.of(found) if found is not None else None
+
+
 async def create_webhook_endpoint(
     info: Info, url: str, events: list[str] | None = None
 ) -> CreateWebhookEndpointPayload:

@@ -155,6 +155,13 @@ async def list_endpoints(db: Db, tenant_id: TenantId) -> list[EndpointRecord]:
     return [_endpoint(row) for row in await db.all(queries.ENDPOINTS, tenant_id=tenant_id)]
 
 
+async def get_endpoint(
+    db: Db, tenant_id: TenantId, endpoint_id: EndpointId
+) -> EndpointRecord | None:
+    row = await db.one(queries.ENDPOINT, endpoint_id=endpoint_id, tenant_id=tenant_id)
+    return _endpoint(row) if row is not None else None
+
+
 def check_deliveries_page(first: int) -> None:
     if not 0 <= first <= MAX_DELIVERIES_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_DELIVERIES_PAGE}")

@@ -13,6 +13,12 @@ ENDPOINTS = prepare(
         " ORDER BY created_at DESC, id"
     ).columns(*(WebhookEndpoint.__table__.c[n] for n in ("id", "url", "events", "created_at")))
 )
+ENDPOINT = prepare(
+    text(
+        "SELECT id, url, events, created_at FROM webhook_endpoints"
+        " WHERE id = :endpoint_id AND tenant_id = :tenant_id"
+    ).columns(*(WebhookEndpoint.__table__.c[n] for n in ("id", "url", "events", "created_at")))
+)
 DELIVERY_COLUMNS = (
     "id, endpoint_id, event_type, status, attempts, response_status, last_error, created_at,"
     " delivered_at, updated_at, tenant_id, dispatched_at, run_id, next_attempt_at"
