@@ -12,6 +12,7 @@ import json
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -161,6 +162,7 @@ class Receiver:
     def __init__(self) -> None:
         self.status = 200
         self.ids: list[str] = []
+        self.times: list[float] = []  # when each arrived (time.time())
         self.got = threading.Condition()
         receiver = self
 
@@ -173,6 +175,7 @@ class Receiver:
                 self.end_headers()
                 with receiver.got:
                     receiver.ids.append(self.headers.get("webhook-id") or "")
+                    receiver.times.append(time.time())
                     receiver.got.notify_all()
 
             def log_message(self, *args: Any) -> None:
