@@ -70,6 +70,11 @@ class Query:
         "outcome and the median duration of the succeeded ones.",
     )
     run_replay: RunReplay | None = strawberry.field(resolver=replay_fields.run_replay)
+    replay_runs_count: int = strawberry.field(
+        resolver=replay_fields.replay_runs_count,
+        description="How many runs replayRuns with this filter and limit would take now (at "
+        "most `limit`), checked as replayRuns checks them: the count to show before asking.",
+    )
     run_replays: list[RunReplay] = strawberry.field(
         resolver=replay_fields.run_replays, description="Newest first."
     )
