@@ -121,6 +121,14 @@ def test_replay_failed_runs_with_live_progress_then_cancel_one(
     page.get_by_label("At most (runs)").fill("3")
     page.get_by_label("Agent").select_option("demo")
     page.get_by_role("button", name="Replay runs").click()
+    # the count first, and a question: nothing starts until it is answered
+    expect(page.get_by_test_id("replay-count")).to_have_text(
+        "This replays 3 runs, at most 1 per second. Start it?"
+    )
+    expect(page.get_by_role("button", name="Yes, replay 3 runs", exact=True)).to_be_focused()
+    assert_accessible(page, "replays (asking)")
+    assert stack.gql(tenant, "{ runReplays { id } }")["runReplays"] == []
+    page.get_by_role("button", name="Yes, replay 3 runs", exact=True).click()
     expect(page.get_by_role("status").filter(has_text="Replaying 3 run(s).")).to_be_visible()
 
     card = page.get_by_role("listitem", name=re.compile(r"^Replay "))
@@ -144,6 +152,7 @@ def test_replay_failed_runs_with_live_progress_then_cancel_one(
     # a slow one (one run every 20 s), cancelled from the page: it stops short
     page.get_by_label("Rate (runs per second)").fill("0.05")
     page.get_by_role("button", name="Replay runs").click()
+    page.get_by_role("button", name=re.compile(r"^Yes, replay \d+ runs?$")).click()
     expect(card).to_have_count(2)
     newest = card.first
     expect(newest.get_by_test_id("replay-status")).to_have_text("RUNNING")
