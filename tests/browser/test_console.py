@@ -81,6 +81,11 @@ def test_retry_a_failed_run_from_its_page(
     assert_accessible(page, "run page (retried)")
     page.get_by_role("link", name="Open the run it retries").click()
     expect(page).to_have_url(re.compile(f"/runs/{failed}$"))
+    # and back: the retried run links to the run that retried it
+    expect(page.get_by_test_id("retried-as")).to_have_text(f"Retried as {retry[:8]}")
+    page.get_by_role("link", name=f"Retried as run {retry}", exact=True).click()
+    expect(page).to_have_url(re.compile(f"/runs/{retry}$"))
+    page.get_by_role("link", name="Open the run it retries").click()
 
     # Retry with edited input: the JSON is checked before anything is sent
     page.get_by_role("button", name="Retry with edited input…").click()

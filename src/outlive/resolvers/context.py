@@ -30,6 +30,7 @@ from outlive.services.runs import (
     StepRecord,
     check_steps_page,
     children,
+    lookup,
 )
 from outlive.services.tenants import Principal
 from outlive.services.tokens import PrincipalCache
@@ -128,6 +129,11 @@ class Context:
         timelines.check_events_page(first)
         self.require()
         return await self.loaders.events.load((run_id, after, first))
+
+    async def run_retries(self, run_id: RunId) -> list[RunId]:
+        """The runs that retried this one, newest first (the run was read under this tenant)."""
+        found = await lookup.retries_of(self.services.sessions, self.tenant_id, run_id)
+        return [RunId(r) for r in found]
 
     async def run_children(
         self, run: RunRecord, *, first: int, after: str | None, statuses: Any
