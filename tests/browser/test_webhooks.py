@@ -1,6 +1,7 @@
 """Webhooks, self-service: a failing delivery says when its next attempt is due, links to its run,
 and "Retry now" sends it before then; deliveries are filtered by status; "Redeliver failed"
-counts the failed ones and asks first. axe-core on the screen with a waiting delivery."""
+counts the failed ones and asks first; "Send test event" sends one. axe-core on the screen with
+a waiting delivery."""
 
 from __future__ import annotations
 
@@ -88,3 +89,10 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
     # "Redeliver failed" counts first: there are none
     page.get_by_role("button", name=f"Redeliver failed deliveries to {receiver.url}").click()
     expect(page.get_by_text("No failed deliveries.")).to_be_visible()
+
+    # "Send test event": a webhook.test delivery, sent like the others
+    page.get_by_label("Delivery status", exact=True).select_option("")
+    page.get_by_role("button", name=f"Send a test event to {receiver.url}", exact=True).click()
+    test_row = row.filter(has_text="webhook.test")
+    expect(test_row.get_by_test_id("delivery-status")).to_have_text("DELIVERED", timeout=20_000)
+    receiver.wait_for(3)

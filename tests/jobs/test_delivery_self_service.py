@@ -5,6 +5,7 @@ tenant can do none of it to yours."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -170,3 +171,40 @@ async def test_redeliver_failed_sends_every_failed_delivery_of_the_endpoint_agai
             delivered = await watch.until_true(both_delivered, 30, "both delivered")
     assert sorted(d["attempts"] for d in delivered) == [2, 2]
     assert len(r.received) == 4
+
+
+SEND_TEST = """mutation($id: ID!) { sendTestWebhook(endpointId: $id) {
+  id eventType status runId } }"""
+
+
+async def test_send_test_event_delivers_a_signed_webhook_test_to_that_endpoint_only(
+    api: Api,
+    jobs_world: Any,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    receiver: Any,
+) -> None:
+    r, url = receiver
+    async with jobs_world() as world:
+        created = await api.gql(CREATE, {"url": url, "events": ["run.failed"]}, token=tenant.token)
+        endpoint = created["createWebhookEndpoint"]["endpoint"]["id"]
+        with pytest.raises(GraphQLError) as caught:
+            await api.gql(SEND_TEST, {"id": endpoint}, token=other_tenant.token)
+        assert caught.value.codes == ["NOT_FOUND"]
+        async with NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch:
+            sent = (await api.gql(SEND_TEST, {"id": endpoint}, token=tenant.token))[
+                "sendTestWebhook"
+            ]
+            assert (sent["eventType"], sent["status"], sent["runId"]) == (
+                "webhook.test",
+                "PENDING",
+                None,
+            )
+            await _until(
+                api, watch, tenant.token, lambda d: d["status"] == "DELIVERED", "delivered"
+            )
+    ((headers, body),) = r.received
+    assert json.loads(body)["type"] == "webhook.test"
+    assert json.loads(body)["data"] == {"endpointId": endpoint}
+    assert headers["webhook-signature"].startswith("v1,")

@@ -143,6 +143,11 @@ class Mutation:
         description="A PENDING delivery waiting for the retry of a failed attempt is tried now "
         "(its nextAttemptAt becomes now); any other comes back unchanged.",
     )
+    send_test_webhook: WebhookDelivery = strawberry.mutation(
+        resolver=webhook_fields.send_test_webhook,
+        description='A `webhook.test` event to the endpoint (data: {"endpointId": …}), whatever '
+        "events it asked for: a delivery like the others, signed, retried and shown.",
+    )
     redeliver_failed_webhooks: RedeliverFailedWebhooksPayload = strawberry.mutation(
         resolver=webhook_fields.redeliver_failed_webhooks,
         description="Sends every FAILED delivery of the endpoint again (the newest 100), as "

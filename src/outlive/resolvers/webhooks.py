@@ -101,3 +101,12 @@ async def redeliver_failed_webhooks(
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         count = await webhooks.redeliver_failed(uow, parsed, limit=webhooks.MAX_DELIVERIES_PAGE)
     return RedeliverFailedWebhooksPayload(count=count)
+
+
+async def send_test_webhook(info: Info, endpoint_id: strawberry.ID) -> WebhookDelivery:
+    ctx = info.context
+    parsed = EndpointId(parse_uuid(endpoint_id, what="webhook endpoint"))
+    await _take_redelivery(info, parsed)
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        delivery = await webhooks.send_test(uow, parsed)
+    return WebhookDelivery.of(delivery)

@@ -5,6 +5,7 @@ import {
   REDELIVER_FAILED_WEBHOOKS,
   REDELIVER_WEBHOOK,
   RETRY_WEBHOOK_DELIVERY,
+  SEND_TEST_WEBHOOK,
   WEBHOOK_ENDPOINT_DELIVERIES,
 } from "../api/documents/webhooks";
 import { describeError } from "../api/errors";
@@ -51,6 +52,7 @@ export function EndpointDeliveries({ endpoint }: { endpoint: WebhookEndpoint }) 
             ))}
           </select>
         </div>
+        <SendTest endpoint={endpoint} />
         <RedeliverFailed endpoint={endpoint} />
       </div>
       {own.error && (
@@ -107,6 +109,31 @@ function DeliveriesTable({ name, deliveries }: { name: string; deliveries: Webho
           ))}
         </tbody>
       </table>
+    </div>
+  );
+}
+
+/** A `webhook.test` event to the endpoint; it shows among the deliveries as it is sent. */
+function SendTest({ endpoint }: { endpoint: WebhookEndpoint }) {
+  const [send, { data, loading, error }] = useMutation(SEND_TEST_WEBHOOK, {
+    refetchQueries: ["WebhookEndpoints"], // a filtered list follows its nudge
+  });
+  return (
+    <div className="send-test" aria-live="polite">
+      <button
+        type="button"
+        disabled={loading}
+        aria-label={`Send a test event to ${endpoint.url}`}
+        onClick={() => void send({ variables: { endpointId: endpoint.id } }).catch(() => undefined)}
+      >
+        Send test event
+      </button>
+      {data && <span className="muted small"> Test event queued.</span>}
+      {error && (
+        <span className="field-error" role="alert">
+          {describeError(error)}
+        </span>
+      )}
     </div>
   );
 }

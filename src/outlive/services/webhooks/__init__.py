@@ -360,3 +360,14 @@ async def redeliver_failed(uow: UnitOfWork, endpoint_id: EndpointId, *, limit: i
     )
     announce_deliveries(uow, tenant_id, [r["id"] for r in rows])
     return len(rows)
+
+
+async def send_test(uow: UnitOfWork, endpoint_id: EndpointId) -> DeliveryRecord:
+    """A `webhook.test` delivery to the endpoint (its `data`: `{"endpointId": …}`), signed and
+    sent like any other after the commit, so its owner can see the endpoint answer."""
+    tenant_id = TenantId(uow.require_tenant())
+    row = await uow.one(queries.INSERT_TEST_DELIVERY, endpoint_id=endpoint_id, tenant_id=tenant_id)
+    if row is None:
+        raise NotFound(f"webhook endpoint {endpoint_id} not found")
+    announce_deliveries(uow, tenant_id, [row["id"]])
+    return _delivery(row)

@@ -109,6 +109,19 @@ REDELIVER_FAILED = prepare(
 ENDPOINT_OF_TENANT = prepare(
     text("SELECT id FROM webhook_endpoints WHERE id = :endpoint_id AND tenant_id = :tenant_id")
 )
+# "Send test event": a delivery of `webhook.test` to one endpoint of the tenant, whatever events
+# it asked for; no run. Signed and sent as any other.
+INSERT_TEST_DELIVERY = prepare(
+    text(
+        "INSERT INTO webhook_deliveries (endpoint_id, tenant_id, run_id, event_type, body)"
+        " SELECT e.id, e.tenant_id, NULL, 'webhook.test', jsonb_build_object("
+        "'type', 'webhook.test',"
+        " 'timestamp', (to_jsonb(now() AT TIME ZONE 'UTC') #>> '{}') || '+00\\:00',"
+        " 'data', jsonb_build_object('endpointId', CAST(e.id AS text)))"
+        " FROM webhook_endpoints e WHERE e.id = :endpoint_id AND e.tenant_id = :tenant_id"
+        f" RETURNING {DELIVERY_COLUMNS}"
+    ).columns(*_DELIVERY_COLUMNS_OF)
+)
 LOCK_TENANT = prepare(text("SELECT id FROM tenants WHERE id = :tenant_id FOR UPDATE"))
 COUNT_ENDPOINTS = prepare(
     text("SELECT count(*) AS n FROM webhook_endpoints WHERE tenant_id = :tenant_id")

@@ -5,6 +5,7 @@ export {
   RedeliverFailedWebhooksDocument as REDELIVER_FAILED_WEBHOOKS,
   RedeliverWebhookDocument as REDELIVER_WEBHOOK,
   RetryWebhookDeliveryDocument as RETRY_WEBHOOK_DELIVERY,
+  SendTestWebhookDocument as SEND_TEST_WEBHOOK,
   WebhookEndpointDeliveriesDocument as WEBHOOK_ENDPOINT_DELIVERIES,
   WebhookEndpointFieldsFragmentDoc as ENDPOINT_FIELDS,
   WebhookEndpointsDocument as WEBHOOK_ENDPOINTS,
