@@ -92,7 +92,7 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
 
     # "Send test event": a webhook.test delivery, sent like the others
     page.get_by_label("Delivery status", exact=True).select_option("")
-    page.get_by_role("button", name=f"Send a test event to {receiver.url}", exact=True).click()
+    page.get_by_role("button", name=f"Send test event to {receiver.url}", exact=True).click()
     test_row = row.filter(has_text="webhook.test")
     expect(test_row.get_by_test_id("delivery-status")).to_have_text("DELIVERED", timeout=20_000)
     receiver.wait_for(3)

@@ -123,7 +123,7 @@ function SendTest({ endpoint }: { endpoint: WebhookEndpoint }) {
       <button
         type="button"
         disabled={loading}
-        aria-label={`Send a test event to ${endpoint.url}`}
+        aria-label={`Send test event to ${endpoint.url}`}
         onClick={() => void send({ variables: { endpointId: endpoint.id } }).catch(() => undefined)}
       >
         Send test event
@@ -160,7 +160,7 @@ function RedeliverFailed({ endpoint }: { endpoint: WebhookEndpoint }) {
     <div className="bulk-redeliver" aria-live="polite">
       {!asking && (
         <button type="button" onClick={start} disabled={loading} aria-label={`Redeliver failed deliveries to ${endpoint.url}`}>
-          Redeliver failed…
+          Redeliver failed
         </button>
       )}
       {asking && (counting || failed === null) && <Loading>Counting failed deliveries…</Loading>}
