@@ -132,6 +132,7 @@ def test_replay_failed_runs_with_live_progress_then_cancel_one(
     )
     expect(page.get_by_role("button", name="Yes, replay 3 runs", exact=True)).to_be_focused()
     assert_accessible(page, "replays (asking)")
+    shoot(page, "replays-count", tmp_path)
     assert stack.gql(tenant, "{ runReplays { id } }")["runReplays"] == []
     page.get_by_role("button", name="Yes, replay 3 runs", exact=True).click()
     expect(page.get_by_role("status").filter(has_text="Replaying 3 run(s).")).to_be_visible()

@@ -5,12 +5,14 @@ the rest a click away; the Events tab is windowed too. How fast is measured in
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import assert_accessible
 from tests.browser.stack import Stack, Tenant
+from tests.browser.test_screens import shoot
 
 pytestmark = pytest.mark.browser
 
@@ -43,7 +45,7 @@ def long_run(stack: Stack, tenant: Tenant, steps: int = STEPS) -> str:
 
 
 def test_a_thousand_step_run_page_shows_its_steps_a_window_at_a_time(
-    page: Page, tenant: Tenant, sign_in: Callable[..., None], stack: Stack
+    page: Page, tenant: Tenant, sign_in: Callable[..., None], stack: Stack, tmp_path: Path
 ) -> None:
     run_id = long_run(stack, tenant)
     page.add_init_script(f"({STEPS_SHOWN_AT})({STEPS})")
@@ -60,6 +62,7 @@ def test_a_thousand_step_run_page_shows_its_steps_a_window_at_a_time(
     first, counted = page.evaluate("[window.__firstStep, window.__allSteps]")
     assert 0 < first <= counted, (first, counted)  # drawn before (or as) all were counted
     assert_accessible(page, "a 1,000-step run's steps")
+    shoot(page, "run-steps-1000", tmp_path)
 
     page.get_by_role("tab", name="Events").click()
     timeline = page.get_by_role("list", name="Timeline").get_by_role("listitem")
