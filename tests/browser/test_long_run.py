@@ -57,12 +57,12 @@ def test_a_thousand_step_run_page_shows_its_steps_a_window_at_a_time(
     expect(rows.first).to_be_visible()
     expect(rows.first).to_contain_text("#1")
     expect(page.get_by_text(f"Showing {WINDOW} of {STEPS}.")).to_be_visible()
+    shoot(page, "run-steps-1000", tmp_path)
     page.get_by_role("button", name=f"Show {WINDOW} more").click()
     expect(rows).to_have_count(2 * WINDOW)
     first, counted = page.evaluate("[window.__firstStep, window.__allSteps]")
     assert 0 < first <= counted, (first, counted)  # drawn before (or as) all were counted
     assert_accessible(page, "a 1,000-step run's steps")
-    shoot(page, "run-steps-1000", tmp_path)
 
     page.get_by_role("tab", name="Events").click()
     timeline = page.get_by_role("list", name="Timeline").get_by_role("listitem")
