@@ -12,6 +12,7 @@ import json
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -80,6 +81,11 @@ def test_retry_a_failed_run_from_its_page(
     assert_accessible(page, "run page (retried)")
     page.get_by_role("link", name="Open the run it retries").click()
     expect(page).to_have_url(re.compile(f"/runs/{failed}$"))
+    # and back: the retried run links to the run that retried it
+    expect(page.get_by_test_id("retried-as")).to_have_text(f"Retried as {retry[:8]}")
+    page.get_by_role("link", name=f"Retried as run {retry}", exact=True).click()
+    expect(page).to_have_url(re.compile(f"/runs/{retry}$"))
+    page.get_by_role("link", name="Open the run it retries").click()
 
     # Retry with edited input: the JSON is checked before anything is sent
     page.get_by_role("button", name="Retry with edited input…").click()
@@ -120,6 +126,15 @@ def test_replay_failed_runs_with_live_progress_then_cancel_one(
     page.get_by_label("At most (runs)").fill("3")
     page.get_by_label("Agent").select_option("demo")
     page.get_by_role("button", name="Replay runs").click()
+    # the count first, and a question: nothing starts until it is answered
+    expect(page.get_by_test_id("replay-count")).to_have_text(
+        "This replays 3 runs, at most 1 per second. Start it?"
+    )
+    expect(page.get_by_role("button", name="Yes, replay 3 runs", exact=True)).to_be_focused()
+    assert_accessible(page, "replays (asking)")
+    shoot(page, "replays-count", tmp_path)
+    assert stack.gql(tenant, "{ runReplays { id } }")["runReplays"] == []
+    page.get_by_role("button", name="Yes, replay 3 runs", exact=True).click()
     expect(page.get_by_role("status").filter(has_text="Replaying 3 run(s).")).to_be_visible()
 
     card = page.get_by_role("listitem", name=re.compile(r"^Replay "))
@@ -143,6 +158,7 @@ def test_replay_failed_runs_with_live_progress_then_cancel_one(
     # a slow one (one run every 20 s), cancelled from the page: it stops short
     page.get_by_label("Rate (runs per second)").fill("0.05")
     page.get_by_role("button", name="Replay runs").click()
+    page.get_by_role("button", name=re.compile(r"^Yes, replay \d+ runs?$")).click()
     expect(card).to_have_count(2)
     newest = card.first
     expect(newest.get_by_test_id("replay-status")).to_have_text("RUNNING")
@@ -161,6 +177,7 @@ class Receiver:
     def __init__(self) -> None:
         self.status = 200
         self.ids: list[str] = []
+        self.times: list[float] = []  # when each arrived (time.time())
         self.got = threading.Condition()
         receiver = self
 
@@ -173,6 +190,7 @@ class Receiver:
                 self.end_headers()
                 with receiver.got:
                     receiver.ids.append(self.headers.get("webhook-id") or "")
+                    receiver.times.append(time.time())
                     receiver.got.notify_all()
 
             def log_message(self, *args: Any) -> None:

@@ -295,7 +295,10 @@ async def delivery_to(w: World, statuses: list[int], final: str) -> Counter[Pair
 
         await w.channel.until(check)
     (delivery,) = await w.deliveries()
-    changes = 1 + delivery["attempts"] + (1 if final == "FAILED" else 0)
+    # inserted; each attempt recorded; each retried one's next attempt scheduled (all but the
+    # last); given up
+    retried = delivery["attempts"] - 1
+    changes = 1 + delivery["attempts"] + retried + (1 if final == "FAILED" else 0)
     return expected + Counter({("webhook.delivery.updated", delivery["id"]): changes})
 
 

@@ -55,6 +55,11 @@ class JobProducer(Protocol):
         """Enqueue them (due in `delay_s`); raises `QueueUnavailable` when the queue cannot be
         reached."""
 
+    async def bring_forward(self, envelope: Any) -> bool:
+        """The envelope's job, scheduled for later (a retry's backoff), due now; when there is
+        no such job, the envelope is sent (a no-op while its job is queued or running). True
+        when a scheduled job was brought forward. Raises `QueueUnavailable` like `send`."""
+
 
 class UnwiredJobs:
     """`NO_JOBS`: the jobs queue of a process that has none; queuing a job raises at the call
@@ -64,6 +69,9 @@ class UnwiredJobs:
         raise RuntimeError(f"no jobs queue is wired for {type!r}: nothing runs inline")
 
     async def send(self, envelopes: Sequence[Any], *, delay_s: float = 0.0) -> None:
+        raise RuntimeError("no jobs queue is wired: nothing runs inline")
+
+    async def bring_forward(self, envelope: Any) -> bool:
         raise RuntimeError("no jobs queue is wired: nothing runs inline")
 
 

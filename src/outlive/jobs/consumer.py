@@ -110,9 +110,20 @@ async def _handle(deps: JobDeps, job: Any, envelope: Envelope) -> None:
                 error,
                 job.retry_delay,
             )
+            await _tell_retrying(deps, handler, envelope, job.retry_delay)
             raise RetryJob(f"{error}; retrying in {job.retry_delay:g}s") from exc
         raise
     metrics.JOBS.labels(envelope.type, "succeeded").inc()
+
+
+async def _tell_retrying(deps: JobDeps, handler: Any, envelope: Envelope, delay_s: float) -> None:
+    """The handler's `retrying` hook, if it has one; its failure never stops the retry."""
+    if handler.retrying is None:
+        return
+    try:
+        await handler.retrying(deps, envelope.payload, delay_s)
+    except Exception:
+        log.warning("job %s: could not record its next attempt", envelope.id, exc_info=True)
 
 
 @asynccontextmanager

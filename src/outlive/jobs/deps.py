@@ -30,10 +30,12 @@ from outlive.workflows.runs import WorkflowDeps
 @dataclass(frozen=True)
 class Handler:
     """One envelope type's handler: `handle(deps, payload)`, and `give_up(deps, payload, error)`
-    once the retries run out."""
+    once the retries run out; `retrying(deps, payload, delay_s)`, if any, is told when a failed
+    attempt's retry is due (its row can say so)."""
 
     handle: Callable[[Any, Any], Awaitable[None]]
     give_up: Callable[[Any, Any, str], Awaitable[None]]
+    retrying: Callable[[Any, Any, float], Awaitable[None]] | None = None
 
 
 @dataclass

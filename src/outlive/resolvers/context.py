@@ -5,11 +5,13 @@ and a loader, or a service function called by name."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
+from outlive.db.models import DeliveryStatus
 from outlive.db.ports import Admission, JobProducer, RunInstances
 from outlive.db.tx import Sessions
 from outlive.errors import BadUserInput, Unauthenticated
@@ -28,6 +30,7 @@ from outlive.services.runs import (
     StepRecord,
     check_steps_page,
     children,
+    lookup,
     tree,
 )
 from outlive.services.tenants import Principal
@@ -111,11 +114,17 @@ class Context:
         return self._loaders
 
     async def endpoint_deliveries(
-        self, endpoint_id: EndpointId, *, first: int
+        self,
+        endpoint_id: EndpointId,
+        *,
+        first: int,
+        status: DeliveryStatus | None = None,
+        before: datetime | None = None,
     ) -> list[DeliveryRecord]:
         webhooks.check_deliveries_page(first)  # this field's error, not the whole batch's
         self.require()
-        return await self.loaders.deliveries.load((endpoint_id, first))  # repaired on read
+        shape = (first, status, before)
+        return await self.loaders.deliveries.load((endpoint_id, shape))  # repaired on read
 
     async def waiting_reason(self, run: RunRecord) -> str | None:
         """Why a run waits for a slot under its tenant's cap, and where it is in line."""
@@ -126,6 +135,11 @@ class Context:
         timelines.check_events_page(first)
         self.require()
         return await self.loaders.events.load((run_id, after, first))
+
+    async def run_retries(self, run_id: RunId) -> list[RunId]:
+        """The runs that retried this one, newest first (the run was read under this tenant)."""
+        found = await lookup.retries_of(self.services.sessions, self.tenant_id, run_id)
+        return [RunId(r) for r in found]
 
     async def run_children(
         self, run: RunRecord, *, first: int, after: str | None, statuses: Any

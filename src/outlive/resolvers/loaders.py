@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from strawberry.dataloader import DataLoader
 
+from outlive.db.models import DeliveryStatus
 from outlive.db.ports import Admission, JobProducer
 from outlive.db.tx import Sessions
 from outlive.ids import EndpointId, RunId, TenantId
@@ -32,7 +34,8 @@ from outlive.services.runs import (
 from outlive.services.webhooks import DeliveryRecord
 
 EventsKey = tuple[RunId, int, int]  # (run, after, first)
-DeliveriesKey = tuple[EndpointId, int]  # (endpoint, first)
+# (endpoint, (first, status, before))
+DeliveriesKey = tuple[EndpointId, tuple[int, DeliveryStatus | None, datetime | None]]
 StepKey = tuple[RunId, int]  # (run, step seq)
 
 K = TypeVar("K")
@@ -128,9 +131,12 @@ class Loaders:
     async def _load_deliveries(self, keys: Sequence[DeliveriesKey]) -> list[list[DeliveryRecord]]:
         tenant_id = self._tenant_id()
 
-        async def load(ids: list[EndpointId], first: int) -> dict[EndpointId, list[DeliveryRecord]]:
+        async def load(
+            ids: list[EndpointId], shape: tuple[int, DeliveryStatus | None, datetime | None]
+        ) -> dict[EndpointId, list[DeliveryRecord]]:
+            first, status, before = shape
             return await webhooks.list_deliveries_of_endpoints(
-                self._sessions, tenant_id, ids, first=first
+                self._sessions, tenant_id, ids, first=first, status=status, before=before
             )
 
         pages = await _by_shape(keys, load)

@@ -86,6 +86,22 @@ async def replay_runs(
     return RunReplay.of(replay)
 
 
+async def replay_runs_count(
+    info: Info, filter: ReplayRunsFilter | None = None, limit: int | None = DEFAULT_LIMIT
+) -> int:
+    ctx = info.context
+    chosen = filter or ReplayRunsFilter()
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        return await replays.count_replay(
+            uow,
+            statuses=chosen.status,
+            agent=chosen.agent,
+            since=chosen.since,
+            limit=DEFAULT_LIMIT if limit is None else limit,
+            max_runs=ctx.services.settings.replay_max_runs,
+        )
+
+
 async def cancel_run_replay(info: Info, id: strawberry.ID) -> RunReplay:
     ctx = info.context
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:

@@ -31,6 +31,7 @@ from outlive.schema.tenants import Viewer
 from outlive.schema.usage import AgentStats, UsageDay, UsageTokensDay
 from outlive.schema.webhooks import (
     CreateWebhookEndpointPayload,
+    RedeliverFailedWebhooksPayload,
     WebhookDelivery,
     WebhookEndpoint,
 )
@@ -50,6 +51,11 @@ class Query:
     webhook_endpoints: list[WebhookEndpoint] = strawberry.field(
         resolver=webhook_fields.webhook_endpoints
     )
+    webhook_endpoint: WebhookEndpoint | None = strawberry.field(
+        resolver=webhook_fields.webhook_endpoint,
+        description="One of the tenant's endpoints (null: no such endpoint of this tenant), to "
+        "page and filter its deliveries on their own.",
+    )
     invitations: list[Invitation] = strawberry.field(resolver=invitation_fields.list_invitations)
     usage: list[UsageDay] = strawberry.field(
         resolver=usage_fields.usage, description="Runs per UTC day, agent and status."
@@ -64,6 +70,11 @@ class Query:
         "outcome and the median duration of the succeeded ones.",
     )
     run_replay: RunReplay | None = strawberry.field(resolver=replay_fields.run_replay)
+    replay_runs_count: int = strawberry.field(
+        resolver=replay_fields.replay_runs_count,
+        description="How many runs replayRuns with this filter and limit would take now (at "
+        "most `limit`), checked as replayRuns checks them: the count to show before asking.",
+    )
     run_replays: list[RunReplay] = strawberry.field(
         resolver=replay_fields.run_replays, description="Newest first."
     )
@@ -126,6 +137,21 @@ class Mutation:
         resolver=webhook_fields.redeliver_webhook,
         description="Sends a delivered or failed delivery again (same webhook-id); a pending "
         "one comes back unchanged.",
+    )
+    retry_webhook_delivery: WebhookDelivery = strawberry.mutation(
+        resolver=webhook_fields.retry_webhook_delivery,
+        description="A PENDING delivery waiting for the retry of a failed attempt is tried now "
+        "(its nextAttemptAt becomes now); any other comes back unchanged.",
+    )
+    send_test_webhook: WebhookDelivery = strawberry.mutation(
+        resolver=webhook_fields.send_test_webhook,
+        description='A `webhook.test` event to the endpoint (data: {"endpointId": …}), whatever '
+        "events it asked for: a delivery like the others, signed, retried and shown.",
+    )
+    redeliver_failed_webhooks: RedeliverFailedWebhooksPayload = strawberry.mutation(
+        resolver=webhook_fields.redeliver_failed_webhooks,
+        description="Sends every FAILED delivery of the endpoint again (the newest 100), as "
+        "redeliverWebhook does each; the payload says how many.",
     )
 
 

@@ -1,4 +1,5 @@
-"""`webhookEndpoints`, `createWebhookEndpoint`, `deleteWebhookEndpoint`."""
+"""`webhookEndpoints`, `createWebhookEndpoint`, `deleteWebhookEndpoint`, and the deliveries'
+`redeliverWebhook`, `retryWebhookDelivery`, `redeliverFailedWebhooks`."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from outlive.ids import DeliveryId, EndpointId
 from outlive.resolvers.context import Context
 from outlive.schema.webhooks import (
     CreateWebhookEndpointPayload,
+    RedeliverFailedWebhooksPayload,
     WebhookDelivery,
     WebhookEndpoint,
 )
-from outlive.services import webhooks
+from outlive.services import outbox, webhooks
 from outlive.services.ids import parse_uuid
 from outlive.services.ratelimits import Bucket
 
@@ -22,6 +24,13 @@ async def webhook_endpoints(info: Info) -> list[WebhookEndpoint]:
     ctx = info.context
     found = await webhooks.list_endpoints(ctx.services.sessions, ctx.tenant_id)
     return [WebhookEndpoint.of(e) for e in found]
+
+
+async def webhook_endpoint(info: Info, id: strawberry.ID) -> WebhookEndpoint | None:
+    ctx = info.context
+    endpoint_id = EndpointId(parse_uuid(id, what="webhook endpoint"))
+    found = await webhooks.get_endpoint(ctx.services.sessions, ctx.tenant_id, endpoint_id)
+    return WebhookEndpoint.of(found) if found is not None else None
 
 
 async def create_webhook_endpoint(
@@ -50,16 +59,54 @@ async def delete_webhook_endpoint(info: Info, id: strawberry.ID) -> bool:
         return await webhooks.delete_endpoint(uow, endpoint_id)
 
 
-async def redeliver_webhook(info: Info, delivery_id: strawberry.ID) -> WebhookDelivery:
+async def _take_redelivery(info: Info, endpoint: EndpointId) -> None:
     ctx = info.context
-    parsed = DeliveryId(parse_uuid(delivery_id, what="webhook delivery"))
     s = ctx.services
-    endpoint = await webhooks.delivery_endpoint(s.sessions, ctx.tenant_id, parsed)
     await s.limiter.take(
         Bucket("redeliver", str(ctx.tenant_id), s.settings.rate_redeliver_webhook),
         Bucket("redeliver-to", str(endpoint), s.settings.rate_redeliver_webhook_endpoint),
         message="too many redeliveries: try again later",
     )
+
+
+async def redeliver_webhook(info: Info, delivery_id: strawberry.ID) -> WebhookDelivery:
+    ctx = info.context
+    parsed = DeliveryId(parse_uuid(delivery_id, what="webhook delivery"))
+    endpoint = await webhooks.delivery_endpoint(ctx.services.sessions, ctx.tenant_id, parsed)
+    await _take_redelivery(info, endpoint)
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         delivery = await webhooks.redeliver(uow, parsed)
+    return WebhookDelivery.of(delivery)
+
+
+async def retry_webhook_delivery(info: Info, delivery_id: strawberry.ID) -> WebhookDelivery:
+    ctx = info.context
+    parsed = DeliveryId(parse_uuid(delivery_id, what="webhook delivery"))
+    sessions = ctx.services.sessions
+    endpoint = await webhooks.delivery_endpoint(sessions, ctx.tenant_id, parsed)
+    await _take_redelivery(info, endpoint)
+    async with sessions.unit(ctx.tenant_id) as uow:
+        delivery, due_now = await webhooks.retry_now(uow, parsed)
+    if due_now and sessions.jobs is not None:  # committed: its job is due now
+        await sessions.jobs.bring_forward(outbox.job(sessions.jobs, "webhook", parsed))
+    return WebhookDelivery.of(delivery)
+
+
+async def redeliver_failed_webhooks(
+    info: Info, endpoint_id: strawberry.ID
+) -> RedeliverFailedWebhooksPayload:
+    ctx = info.context
+    parsed = EndpointId(parse_uuid(endpoint_id, what="webhook endpoint"))
+    await _take_redelivery(info, parsed)
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        count = await webhooks.redeliver_failed(uow, parsed, limit=webhooks.MAX_DELIVERIES_PAGE)
+    return RedeliverFailedWebhooksPayload(count=count)
+
+
+async def send_test_webhook(info: Info, endpoint_id: strawberry.ID) -> WebhookDelivery:
+    ctx = info.context
+    parsed = EndpointId(parse_uuid(endpoint_id, what="webhook endpoint"))
+    await _take_redelivery(info, parsed)
+    async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
+        delivery = await webhooks.send_test(uow, parsed)
     return WebhookDelivery.of(delivery)

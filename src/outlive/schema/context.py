@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from datetime import datetime
     from typing import Any
 
     from outlive.ids import EndpointId, RunId
@@ -15,7 +16,12 @@ if TYPE_CHECKING:
 
 class SchemaContext(Protocol):
     async def endpoint_deliveries(
-        self, endpoint_id: EndpointId, *, first: int
+        self,
+        endpoint_id: EndpointId,
+        *,
+        first: int,
+        status: Any = None,
+        before: datetime | None = None,
     ) -> list[DeliveryRecord]: ...
 
     async def run_events(self, run_id: RunId, *, after: int, first: int) -> list[EventRecord]: ...
@@ -23,6 +29,7 @@ class SchemaContext(Protocol):
     async def run_steps(self, run_id: RunId, *, after: int, first: int) -> list[StepRecord]: ...
 
     async def step_result(self, run_id: RunId, seq: int) -> Any: ...
+    async def run_retries(self, run_id: RunId) -> list[RunId]: ...
 
     async def run_children(
         self, run: RunRecord, *, first: int, after: str | None, statuses: Any

@@ -179,6 +179,14 @@ class Run:
         return cast(str | None, reason)
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="The runs that retried this one (retryRun, replayRuns), newest first, at "
+        "most 10: the other way along retriedFromId."
+    )
+    async def retried_as_ids(self, info: strawberry.Info[Any, Any]) -> list[strawberry.ID]:
+        found = await info.context.run_retries(self.record.id)
+        return [strawberry.ID(str(run_id)) for run_id in found]
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="Model usage recorded by the run's steps, summed (steps reused from "
         "another run count there, not here)."
     )

@@ -23,6 +23,14 @@ class WebhookDelivery:
     last_error: str | None
     created_at: datetime
     delivered_at: datetime | None
+    run_id: strawberry.ID | None = strawberry.field(
+        default=None, description="The run whose settling this delivery announces."
+    )
+    next_attempt_at: datetime | None = strawberry.field(
+        default=None,
+        description="PENDING after a failed attempt: when the next one is due (retryWebhookDelivery"
+        " makes it now). Null when it is not waiting for a retry.",
+    )
 
     @classmethod
     def of(cls, d: DeliveryRecord) -> WebhookDelivery:
@@ -35,6 +43,8 @@ class WebhookDelivery:
             last_error=d.last_error,
             created_at=d.created_at,
             delivered_at=d.delivered_at,
+            run_id=strawberry.ID(str(d.run_id)) if d.run_id is not None else None,
+            next_attempt_at=d.next_attempt_at,
         )
 
 
@@ -46,12 +56,19 @@ class WebhookEndpoint:
     created_at: datetime
     record: strawberry.Private[EndpointRecord]
 
-    @strawberry.field(description="Newest first.")  # type: ignore[untyped-decorator]
+    @strawberry.field(  # type: ignore[untyped-decorator]
+        description="Newest first. `status`: only those (null: any); `before`: only those created"
+        " before it (the createdAt of the last one shown, to page on)."
+    )
     async def deliveries(
-        self, info: strawberry.Info[Any, Any], first: int | None = 20
+        self,
+        info: strawberry.Info[Any, Any],
+        first: int | None = 20,
+        status: DeliveryStatus | None = None,  # type: ignore[valid-type]
+        before: datetime | None = None,
     ) -> list[WebhookDelivery]:
         found = await info.context.endpoint_deliveries(
-            self.record.id, first=20 if first is None else first
+            self.record.id, first=20 if first is None else first, status=status, before=before
         )
         return [WebhookDelivery.of(d) for d in cast(list[DeliveryRecord], found)]
 
@@ -64,6 +81,11 @@ class WebhookEndpoint:
             created_at=e.created_at,
             record=e,
         )
+
+
+@strawberry.type
+class RedeliverFailedWebhooksPayload:
+    count: int = strawberry.field(description="How many FAILED deliveries were sent again.")
 
 
 @strawberry.type

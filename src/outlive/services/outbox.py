@@ -59,6 +59,7 @@ class OutboxKind:
     done_at: str  # the column stamped when it is done
     nudge: str  # what a change of the row announces
     extra: tuple[tuple[str, str], ...] = ()  # (column, SQL type) an attempt records as well
+    cleared: tuple[str, ...] = ()  # columns its end sets NULL (a retry that will not come)
 
     def envelope(self, jobs: JobProducer, row_id: UUID) -> Any:
         """The row's job, keyed by the row."""
@@ -74,6 +75,7 @@ WEBHOOK = OutboxKind(
     done_at="delivered_at",
     nudge="webhook.delivery.updated",
     extra=(("response_status", "int"),),
+    cleared=("next_attempt_at",),
 )
 INVITATION = OutboxKind(
     kind="invitation",
@@ -125,11 +127,12 @@ def _finish_statement(k: OutboxKind) -> Statement:
     extra = "".join(
         f" {column} = coalesce(CAST(:{column} AS {type}), {column})," for column, type in k.extra
     )
+    cleared = "".join(f" {column} = NULL," for column in k.cleared)
     return prepare(
         text(
             f"UPDATE {k.table} SET status = CAST(:status AS text), updated_at = now(),"  # noqa: S608
             " attempts = attempts + CAST(CAST(:count_attempt AS boolean) AS int),"
-            f"{extra} last_error = coalesce(CAST(:error AS text), last_error),"
+            f"{extra}{cleared} last_error = coalesce(CAST(:error AS text), last_error),"
             f" {k.done_at} = CASE WHEN CAST(:status AS text) = '{k.done}' THEN now()"
             f" ELSE {k.done_at} END"
             f" WHERE id = :row_id AND status = '{PENDING}' RETURNING tenant_id"

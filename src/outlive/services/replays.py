@@ -186,6 +186,24 @@ async def create_replay(
     return replay
 
 
+async def count_replay(
+    uow: UnitOfWork,
+    *,
+    statuses: Sequence[RunStatus] | None,
+    agent: str | None,
+    since: datetime | None,
+    limit: int,
+    max_runs: int,
+) -> int:
+    """How many runs `replayRuns` with these arguments would take now (checked as it checks
+    them): the count a person sees before confirming a bulk replay."""
+    chosen = list(dict.fromkeys(statuses or DEFAULT_STATUSES))
+    _check(chosen, 1.0, limit, max_rate=1.0)
+    if limit > max_runs:
+        raise BadUserInput(f"a replay starts at most {max_runs} runs (limit)")
+    return await _count(uow.session, uow.require_tenant(), chosen, agent, since, limit)
+
+
 async def _count(
     session: AsyncSession,
     tenant_id: UUID,

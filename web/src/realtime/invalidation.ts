@@ -43,6 +43,7 @@ export const OPERATIONS = {
   AgentStats: "usage", // counts by outcome: changes when the usage does
   Invitations: "invitations",
   WebhookEndpoints: "webhooks",
+  WebhookEndpointDeliveries: "webhooks", // one endpoint's deliveries, filtered or paged
   RunReplays: "replays",
 } as const satisfies Record<string, QueryKey["kind"]>;
 

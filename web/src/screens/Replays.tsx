@@ -1,6 +1,13 @@
-import { useMutation, useQuery } from "@apollo/client/react";
-import { type FormEvent, useEffect, useState } from "react";
-import { CANCEL_RUN_REPLAY, REPLAY_RUNS, REPLAYS_SHOWN, RUN_REPLAYS, type RunReplay } from "../api/documents/replays";
+import { useLazyQuery, useMutation, useQuery } from "@apollo/client/react";
+import { type FormEvent, useEffect, useRef, useState } from "react";
+import {
+  CANCEL_RUN_REPLAY,
+  REPLAY_RUNS,
+  REPLAY_RUNS_COUNT,
+  REPLAYS_SHOWN,
+  RUN_REPLAYS,
+  type RunReplay,
+} from "../api/documents/replays";
 import { AGENTS } from "../api/documents/viewer";
 import { describeError, isUnavailable } from "../api/errors";
 import type { RunStatus } from "../api/types";
@@ -61,7 +68,11 @@ function ReplayForm() {
   const [rate, setRate] = useState("1");
   const [limit, setLimit] = useState("100");
   const [replayRuns, { loading, error }] = useMutation(REPLAY_RUNS, { refetchQueries: ["RunReplays"] });
+  const [countRuns, counted] = useLazyQuery(REPLAY_RUNS_COUNT, { fetchPolicy: "network-only" });
+  const [asking, setAsking] = useState<number | null>(null); // the count, while it asks
   const [done, setDone] = useState<string | null>(null);
+  const formKey = JSON.stringify([statuses, agent, since, rate, limit]);
+  useEffect(() => setAsking(null), [formKey]); // a changed form is counted again
 
   const rateNumber = Number(rate);
   const limitNumber = Number(limit);
@@ -69,18 +80,22 @@ function ReplayForm() {
   const limitError = !(Number.isInteger(limitNumber) && limitNumber >= 1) ? "A whole number, at least 1." : null;
   const statusError = statuses.length === 0 ? "Pick at least one status." : null;
 
+  const filter = { status: statuses, agent: agent || null, since: isoFromLocal(since) };
+  // First the count (replayRunsCount), then, asked, the replay; it says how many it took.
   const submit = async (event: FormEvent) => {
     event.preventDefault();
     if (rateError || limitError || statusError) return;
     setDone(null);
+    const result = await countRuns({ variables: { filter, limit: limitNumber } }).catch(() => null);
+    const count = result?.data?.replayRunsCount;
+    if (count === undefined) return; // the error is shown below
+    if (count === 0) setDone("No run matches: nothing to replay.");
+    else setAsking(count);
+  };
+  const confirm = async () => {
+    setAsking(null);
     try {
-      const result = await replayRuns({
-        variables: {
-          filter: { status: statuses, agent: agent || null, since: isoFromLocal(since) },
-          rate: rateNumber,
-          limit: limitNumber,
-        },
-      });
+      const result = await replayRuns({ variables: { filter, rate: rateNumber, limit: limitNumber } });
       const made = result.data?.replayRuns;
       if (made) setDone(made.total === 0 ? "No run matches: nothing to replay." : `Replaying ${made.total} run(s).`);
     } catch {
@@ -160,22 +175,50 @@ function ReplayForm() {
           )}
         </div>
       </div>
-      {error && (
+      {(error ?? counted.error) && (
         <p className="note note-error" role="alert">
-          {describeError(error)}
+          {describeError(error ?? counted.error)}
         </p>
       )}
+      {asking !== null && <ConfirmReplay count={asking} rate={rateNumber} onYes={confirm} onNo={() => setAsking(null)} />}
       {done && (
         <p className="note" role="status">
           {done}
         </p>
       )}
       <div className="actions">
-        <button type="submit" className="primary" disabled={loading || Boolean(rateError || limitError || statusError)}>
+        <button
+          type="submit"
+          className="primary"
+          disabled={loading || counted.loading || asking !== null || Boolean(rateError || limitError || statusError)}
+        >
           Replay runs
         </button>
       </div>
     </form>
+  );
+}
+
+/** The count a replay will take, and a question: nothing starts until it is answered. */
+function ConfirmReplay(props: { count: number; rate: number; onYes: () => void; onNo: () => void }) {
+  const { count, rate, onYes, onNo } = props;
+  const runs = count === 1 ? "1 run" : `${count} runs`;
+  const yes = useRef<HTMLButtonElement>(null);
+  useEffect(() => yes.current?.focus(), []); // the form's button is disabled while it asks
+  return (
+    <div className="note confirm-replay" role="group" aria-labelledby="replay-ask">
+      <p id="replay-ask" data-testid="replay-count">
+        This replays {runs}, at most {rate} per second. Start it?
+      </p>
+      <div className="actions">
+        <button type="button" className="primary" onClick={onYes} ref={yes}>
+          Yes, replay {runs}
+        </button>
+        <button type="button" onClick={onNo}>
+          Not now
+        </button>
+      </div>
+    </div>
   );
 }
 

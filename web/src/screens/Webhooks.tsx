@@ -3,15 +3,15 @@ import { type FormEvent, useEffect, useState } from "react";
 import {
   CREATE_WEBHOOK_ENDPOINT,
   DELETE_WEBHOOK_ENDPOINT,
-  REDELIVER_WEBHOOK,
   WEBHOOK_ENDPOINTS,
   WEBHOOK_EVENTS,
 } from "../api/documents/webhooks";
 import { describeError, isUnavailable } from "../api/errors";
-import type { WebhookDelivery, WebhookEndpoint } from "../api/types";
-import { CopyButton, ErrorNote, Loading, StatusBadge, When } from "../ui/common";
+import type { WebhookEndpoint } from "../api/types";
+import { ErrorNote, Loading } from "../ui/common";
 import { formatTime } from "../ui/format";
 import { isLoopbackRefusal } from "../ui/destinations";
+import { EndpointDeliveries } from "./WebhookDeliveries";
 
 /** Endpoints, their recent deliveries (live on webhook.delivery.updated), create and delete. */
 export function Webhooks() {
@@ -178,76 +178,7 @@ function Endpoint({ endpoint }: { endpoint: WebhookEndpoint }) {
           {describeError(error)}
         </p>
       )}
-      {endpoint.deliveries.length === 0 ? (
-        <p className="muted">No deliveries yet.</p>
-      ) : (
-        <div className="table-wrap">
-          <table className="table" aria-label={`Deliveries to ${endpoint.url}`}>
-            <thead>
-              <tr>
-                <th scope="col">Event</th>
-                <th scope="col">Status</th>
-                <th scope="col">Attempts</th>
-                <th scope="col">Response</th>
-                <th scope="col">Last error</th>
-                <th scope="col">Created</th>
-                <th scope="col">Delivered</th>
-                <th scope="col">
-                  <span className="visually-hidden">Actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {endpoint.deliveries.map((d) => (
-                <DeliveryRow key={d.id} delivery={d} />
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
+      <EndpointDeliveries endpoint={endpoint} />
     </article>
-  );
-}
-
-/** One delivery: what happened, and Redeliver once it is delivered or failed (same webhook-id). */
-function DeliveryRow({ delivery: d }: { delivery: WebhookDelivery }) {
-  // The answer is a delivery: the normalized cache updates this row; the nudges that follow
-  // (webhook.delivery.updated) re-query the endpoints as the delivery moves on.
-  const [redeliver, { loading, error }] = useMutation(REDELIVER_WEBHOOK);
-  return (
-    <tr data-delivery-id={d.id}>
-      <td>
-        <code>{d.eventType}</code>
-      </td>
-      <td>
-        <StatusBadge status={d.status} testId="delivery-status" />
-      </td>
-      <td data-testid="delivery-attempts">{d.attempts}</td>
-      <td data-testid="delivery-response">{d.responseStatus ?? "—"}</td>
-      <td className="small">{d.lastError ?? <span className="muted">—</span>}</td>
-      <td>
-        <When iso={d.createdAt} />
-      </td>
-      <td>
-        <When iso={d.deliveredAt} relative={false} />
-      </td>
-      <td>
-        <button
-          type="button"
-          disabled={loading || d.status === "PENDING"}
-          title={d.status === "PENDING" ? "Still being delivered" : "Send it again, with the same webhook-id"}
-          aria-label={`Redeliver ${d.eventType} delivery ${d.id.slice(0, 8)}`}
-          onClick={() => void redeliver({ variables: { deliveryId: d.id } }).catch(() => undefined)}
-        >
-          Redeliver
-        </button>{" "}
-        <CopyButton value={d.id} label={`Copy delivery id ${d.id.slice(0, 8)}`} />
-        {error && (
-          <span className="field-error" role="alert">
-            {describeError(error)}
-          </span>
-        )}
-      </td>
-    </tr>
   );
 }

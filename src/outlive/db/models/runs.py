@@ -153,6 +153,12 @@ class Run(Base):
             "id",
             postgresql_where=text("parent_id IS NOT NULL"),
         ),
+        Index(  # Run.retriedAsIds: the runs that retried a run, newest first
+            "ix_runs_retried_from",
+            "retried_from_id",
+            text("created_at DESC"),
+            postgresql_where=text("retried_from_id IS NOT NULL"),
+        ),
         Index(
             "ix_runs_settled_finished_at",
             "finished_at",

@@ -76,4 +76,5 @@ class WebhookDelivery(Base):
     updated_at: Mapped[datetime] = now_default()
     delivered_at: Mapped[datetime | None]
     dispatched_at: Mapped[datetime | None]  # admitted under the tenant's jobs cap
+    next_attempt_at: Mapped[datetime | None]  # a PENDING one that failed: when its retry is due
     relay_after: Mapped[datetime] = mapped_column(server_default=text(RELAY_FIRST_LOOK))

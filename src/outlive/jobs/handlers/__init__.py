@@ -10,7 +10,9 @@ from outlive.jobs.handlers import email_invitation_v1, run_replay_v1, webhook_de
 __all__ = ["HANDLERS", "Handler"]
 
 HANDLERS: dict[str, Handler] = {
-    "webhook.deliver.v1": Handler(webhook_deliver_v1.handle, webhook_deliver_v1.give_up),
+    "webhook.deliver.v1": Handler(
+        webhook_deliver_v1.handle, webhook_deliver_v1.give_up, webhook_deliver_v1.retrying
+    ),
     "email.invitation.v1": Handler(email_invitation_v1.handle, email_invitation_v1.give_up),
     "run.replay.v1": Handler(run_replay_v1.handle, run_replay_v1.give_up),
 }

@@ -127,3 +127,9 @@ async def give_up(deps: JobDeps, payload: DeliverWebhookV1, error: str) -> None:
         await webhooks.finish_delivery(
             uow, DeliveryId(payload.delivery_id), status=DeliveryStatus.FAILED
         )
+
+
+async def retrying(deps: JobDeps, payload: DeliverWebhookV1, delay_s: float) -> None:
+    """The failed attempt's retry is due in `delay_s`: the row says when (`nextAttemptAt`)."""
+    async with deps.sessions.unit() as uow:
+        await webhooks.schedule_next_attempt(uow, DeliveryId(payload.delivery_id), delay_s)

@@ -1,6 +1,8 @@
 """A run found by the start of its id: the console shows 8-character ids (`701e086a`), and a
 person pastes those into the search box or `/runs/<short id>`.
 
+Also the other way along a retry: the runs that retried a run (`retries_of`).
+
 A prefix of 4 to 32 hex digits (dashes ignored) is a range of UUIDs: from the prefix padded with
 0s to the prefix padded with fs. The range is read on the primary key's index, the tenant is
 checked on the rows found, and at most `limit` come back (newest first): an ambiguous prefix
@@ -32,6 +34,24 @@ _BY_PREFIX = prepare(
         " ORDER BY created_at DESC, id LIMIT :limit"
     ).columns(*RUN_COLUMNS)
 )
+
+
+_RETRIES_OF = prepare(
+    text(
+        "SELECT id FROM runs WHERE retried_from_id = :run_id AND tenant_id = :tenant_id"
+        " ORDER BY created_at DESC LIMIT :limit"
+    )
+)
+MAX_RETRIES_SHOWN = 10
+
+
+async def retries_of(
+    db: Db, tenant_id: TenantId, run_id: UUID, *, limit: int = MAX_RETRIES_SHOWN
+) -> list[UUID]:
+    """The runs that retried `run_id` (retryRun, replayRuns), newest first: the other way along
+    `retried_from_id` (`ix_runs_retried_from`)."""
+    rows = await db.all(_RETRIES_OF, run_id=run_id, tenant_id=tenant_id, limit=limit)
+    return [r["id"] for r in rows]
 
 
 def prefix_range(prefix: str) -> tuple[UUID, UUID]:

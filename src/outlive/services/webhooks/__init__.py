@@ -68,6 +68,8 @@ class DeliveryRecord(Record):
     updated_at: datetime
     tenant_id: TenantId
     dispatched_at: datetime | None
+    run_id: UUID | None = None
+    next_attempt_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,22 +158,38 @@ async def list_endpoints(db: Db, tenant_id: TenantId) -> list[EndpointRecord]:
     ]
 
 
+async def get_endpoint(
+    db: Db, tenant_id: TenantId, endpoint_id: EndpointId
+) -> EndpointRecord | None:
+    row = await db.one(queries.ENDPOINT, endpoint_id=endpoint_id, tenant_id=tenant_id)
+    return EndpointRecord.from_row(row) if row is not None else None
+
+
 def check_deliveries_page(first: int) -> None:
     if not 0 <= first <= MAX_DELIVERIES_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_DELIVERIES_PAGE}")
 
 
 async def list_deliveries_of_endpoints(
-    db: Db, tenant_id: TenantId, endpoint_ids: Sequence[EndpointId], *, first: int
+    db: Db,
+    tenant_id: TenantId,
+    endpoint_ids: Sequence[EndpointId],
+    *,
+    first: int,
+    status: DeliveryStatus | None = None,
+    before: datetime | None = None,
 ) -> dict[EndpointId, list[DeliveryRecord]]:
     """Each endpoint's newest `first` deliveries (one statement for all of them), scoped to the
-    tenant: another tenant's endpoint id has none."""
+    tenant: another tenant's endpoint id has none. Only `status` ones (None: any), created
+    before `before` (None: up to now; the `createdAt` of the last one shown, to page on)."""
     check_deliveries_page(first)
     rows = await db.all(
         queries.DELIVERIES_OF_ENDPOINTS,
         endpoint_ids=list(dict.fromkeys(endpoint_ids)),
         tenant_id=tenant_id,
         first=first,
+        status=status.value if status is not None else None,
+        before=before,
     )
     found: dict[EndpointId, list[DeliveryRecord]] = {e: [] for e in endpoint_ids}
     for row in rows:
@@ -248,6 +266,14 @@ async def finish_delivery(
     )
 
 
+async def schedule_next_attempt(uow: UnitOfWork, delivery_id: DeliveryId, delay_s: float) -> None:
+    """A failed attempt's retry is due in `delay_s` (the consumer's backoff), as the console
+    shows it (`nextAttemptAt`)."""
+    row = await uow.one(queries.SCHEDULE_NEXT_ATTEMPT, delivery_id=delivery_id, delay=delay_s)
+    if row is not None:
+        uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=row["tenant_id"])
+
+
 # --- redelivery (redeliverWebhook) -------------------------------------------------------------
 
 
@@ -273,3 +299,44 @@ async def redeliver(uow: UnitOfWork, delivery_id: DeliveryId) -> DeliveryRecord:
     if found is None:
         raise NotFound(f"webhook delivery {delivery_id} not found")
     return DeliveryRecord.from_row(found)
+
+
+async def retry_now(uow: UnitOfWork, delivery_id: DeliveryId) -> tuple[DeliveryRecord, bool]:
+    """A PENDING delivery waiting for the backoff of a failed attempt, due now: the row says so
+    (`nextAttemptAt` now) and the caller brings its job forward after the commit. Any other
+    delivery (never tried yet, waiting for the tenant's cap, delivered, failed) comes back
+    unchanged, with False."""
+    tenant_id = uow.require_tenant()
+    moved = await uow.one(queries.RETRY_NOW, delivery_id=delivery_id, tenant_id=tenant_id)
+    if moved is not None:
+        uow.nudge("webhook.delivery.updated", delivery_id, tenant_id=tenant_id)
+        return DeliveryRecord.from_row(moved), True
+    found = await uow.one(queries.DELIVERY, delivery_id=delivery_id, tenant_id=tenant_id)
+    if found is None:
+        raise NotFound(f"webhook delivery {delivery_id} not found")
+    return DeliveryRecord.from_row(found), False
+
+
+async def redeliver_failed(uow: UnitOfWork, endpoint_id: EndpointId, *, limit: int) -> int:
+    """The endpoint's FAILED deliveries (the newest `limit`) sent again, each as `redeliver`
+    does: back to PENDING, admitted under the tenant's jobs cap after the commit. How many."""
+    tenant_id = TenantId(uow.require_tenant())
+    mine = await uow.one(queries.ENDPOINT_OF_TENANT, endpoint_id=endpoint_id, tenant_id=tenant_id)
+    if mine is None:
+        raise NotFound(f"webhook endpoint {endpoint_id} not found")
+    rows = await uow.all(
+        queries.REDELIVER_FAILED, endpoint_id=endpoint_id, tenant_id=tenant_id, limit=limit
+    )
+    announce_deliveries(uow, tenant_id, [r["id"] for r in rows])
+    return len(rows)
+
+
+async def send_test(uow: UnitOfWork, endpoint_id: EndpointId) -> DeliveryRecord:
+    """A `webhook.test` delivery to the endpoint (its `data`: `{"endpointId": …}`), signed and
+    sent like any other after the commit, so its owner can see the endpoint answer."""
+    tenant_id = TenantId(uow.require_tenant())
+    row = await uow.one(queries.INSERT_TEST_DELIVERY, endpoint_id=endpoint_id, tenant_id=tenant_id)
+    if row is None:
+        raise NotFound(f"webhook endpoint {endpoint_id} not found")
+    announce_deliveries(uow, tenant_id, [row["id"]])
+    return DeliveryRecord.from_row(row)

@@ -13,9 +13,15 @@ ENDPOINTS = prepare(
         " ORDER BY created_at DESC, id"
     ).columns(*(WebhookEndpoint.__table__.c[n] for n in ("id", "url", "events", "created_at")))
 )
+ENDPOINT = prepare(
+    text(
+        "SELECT id, url, events, created_at FROM webhook_endpoints"
+        " WHERE id = :endpoint_id AND tenant_id = :tenant_id"
+    ).columns(*(WebhookEndpoint.__table__.c[n] for n in ("id", "url", "events", "created_at")))
+)
 DELIVERY_COLUMNS = (
     "id, endpoint_id, event_type, status, attempts, response_status, last_error, created_at,"
-    " delivered_at, updated_at, tenant_id, dispatched_at"
+    " delivered_at, updated_at, tenant_id, dispatched_at, run_id, next_attempt_at"
 )
 _DELIVERY_COLUMNS_OF = tuple(
     WebhookDelivery.__table__.c[n.strip()] for n in DELIVERY_COLUMNS.split(",")
@@ -26,6 +32,8 @@ DELIVERIES_OF_ENDPOINTS = prepare(
         "SELECT d.* FROM unnest(:endpoint_ids) AS e(id) CROSS JOIN LATERAL ("
         f"SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries"
         " WHERE endpoint_id = e.id AND tenant_id = :tenant_id"
+        " AND (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))"
+        " AND (CAST(:before AS timestamptz) IS NULL OR created_at < CAST(:before AS timestamptz))"
         " ORDER BY created_at DESC, id LIMIT :first) d"
     )
     .bindparams(bindparam("endpoint_ids", type_=ARRAY(Uuid())))
@@ -48,12 +56,54 @@ DELIVERY = prepare(
 REDELIVER = prepare(
     text(
         "UPDATE webhook_deliveries SET status = 'PENDING', delivered_at = NULL,"
-        " dispatched_at = NULL, updated_at = now()"
+        " dispatched_at = NULL, next_attempt_at = NULL, updated_at = now()"
         " WHERE id = :delivery_id AND tenant_id = :tenant_id AND status <> 'PENDING'"
         f" RETURNING {DELIVERY_COLUMNS}"
     ).columns(*_DELIVERY_COLUMNS_OF)
 )
 # A delivery's attempts and its end: the outbox's lifecycle (`services.outbox`).
+# A failed attempt's retry is due in :delay seconds (the consumer's backoff).
+SCHEDULE_NEXT_ATTEMPT = prepare(
+    text(
+        "UPDATE webhook_deliveries SET next_attempt_at = now() + make_interval(secs => :delay)"
+        " WHERE id = :delivery_id AND status = 'PENDING' RETURNING tenant_id"
+    )
+)
+# "Retry now": a PENDING delivery waiting for its retry is due now (its job is brought forward).
+RETRY_NOW = prepare(
+    text(
+        "UPDATE webhook_deliveries SET next_attempt_at = now(), updated_at = now()"
+        " WHERE id = :delivery_id AND tenant_id = :tenant_id AND status = 'PENDING'"
+        " AND dispatched_at IS NOT NULL AND attempts > 0"
+        f" RETURNING {DELIVERY_COLUMNS}"
+    ).columns(*_DELIVERY_COLUMNS_OF)
+)
+# Every FAILED delivery of an endpoint back to PENDING and waiting ("Redeliver failed").
+REDELIVER_FAILED = prepare(
+    text(
+        "UPDATE webhook_deliveries SET status = 'PENDING', delivered_at = NULL,"
+        " dispatched_at = NULL, next_attempt_at = NULL, updated_at = now()"
+        " WHERE id IN (SELECT id FROM webhook_deliveries WHERE endpoint_id = :endpoint_id"
+        " AND tenant_id = :tenant_id AND status = 'FAILED' ORDER BY created_at DESC LIMIT :limit)"
+        " AND status = 'FAILED' RETURNING id"
+    )
+)
+ENDPOINT_OF_TENANT = prepare(
+    text("SELECT id FROM webhook_endpoints WHERE id = :endpoint_id AND tenant_id = :tenant_id")
+)
+# "Send test event": a delivery of `webhook.test` to one endpoint of the tenant, whatever events
+# it asked for; no run. Signed and sent as any other.
+INSERT_TEST_DELIVERY = prepare(
+    text(
+        "INSERT INTO webhook_deliveries (endpoint_id, tenant_id, run_id, event_type, body)"
+        " SELECT e.id, e.tenant_id, NULL, 'webhook.test', jsonb_build_object("
+        "'type', 'webhook.test',"
+        " 'timestamp', (to_jsonb(now() AT TIME ZONE 'UTC') #>> '{}') || '+00\\:00',"
+        " 'data', jsonb_build_object('endpointId', CAST(e.id AS text)))"
+        " FROM webhook_endpoints e WHERE e.id = :endpoint_id AND e.tenant_id = :tenant_id"
+        f" RETURNING {DELIVERY_COLUMNS}"
+    ).columns(*_DELIVERY_COLUMNS_OF)
+)
 LOCK_TENANT = prepare(text("SELECT id FROM tenants WHERE id = :tenant_id FOR UPDATE"))
 COUNT_ENDPOINTS = prepare(
     text("SELECT count(*) AS n FROM webhook_endpoints WHERE tenant_id = :tenant_id")

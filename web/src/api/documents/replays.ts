@@ -1,6 +1,7 @@
 /** Bulk replays (replays.graphql, typed by graphql-codegen). */
 export {
   CancelRunReplayDocument as CANCEL_RUN_REPLAY,
+  ReplayRunsCountDocument as REPLAY_RUNS_COUNT,
   ReplayRunsDocument as REPLAY_RUNS,
   RunReplayFieldsFragmentDoc as RUN_REPLAY_FIELDS,
   RunReplaysDocument as RUN_REPLAYS,

@@ -2,7 +2,11 @@
 export {
   CreateWebhookEndpointDocument as CREATE_WEBHOOK_ENDPOINT,
   DeleteWebhookEndpointDocument as DELETE_WEBHOOK_ENDPOINT,
+  RedeliverFailedWebhooksDocument as REDELIVER_FAILED_WEBHOOKS,
   RedeliverWebhookDocument as REDELIVER_WEBHOOK,
+  RetryWebhookDeliveryDocument as RETRY_WEBHOOK_DELIVERY,
+  SendTestWebhookDocument as SEND_TEST_WEBHOOK,
+  WebhookEndpointDeliveriesDocument as WEBHOOK_ENDPOINT_DELIVERIES,
   WebhookEndpointFieldsFragmentDoc as ENDPOINT_FIELDS,
   WebhookEndpointsDocument as WEBHOOK_ENDPOINTS,
 } from "../generated";

@@ -5,6 +5,7 @@ import { formatTime } from "../../ui/format";
 import type { TimelineEvent, Waterfall } from "../../ui/waterfall";
 import { SignalPanel } from "./Signal";
 import type { DetailRun } from "./types";
+import { RetriedAs } from "./RetriedAs";
 import { whyLines } from "./why";
 import { Words } from "./Words";
 
@@ -25,6 +26,7 @@ export function WhyPanel({ run, waterfall, now }: { run: DetailRun; waterfall: W
           <Link to={`/runs/${run.retriedFromId}`}>Open the run it retries</Link>
         </p>
       )}
+      <RetriedAs ids={run.retriedAsIds ?? []} />
     </section>
   );
 }

@@ -1,0 +1,70 @@
+"""A 1,000-step run's page: the Steps tab shows its first window of steps and says it has 1,000,
+the rest a click away; the Events tab is windowed too. How fast is measured in
+`bench/console_page.py` (speed is measured in benchmarks, never in timed tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import assert_accessible
+from tests.browser.stack import Stack, Tenant
+from tests.browser.test_screens import shoot
+
+pytestmark = pytest.mark.browser
+
+STEPS = 1000
+WINDOW = 200  # EVENTS_WINDOW in web/src/screens/run/events.ts
+
+# Installed before the app loads: notes `performance.now()` (from the start of the navigation)
+# when the first step row is drawn and when the heading counts them all. `window.__t0` moves the
+# origin to a later moment (a click inside the app).
+STEPS_SHOWN_AT = """(total) => {
+  window.__t0 = 0;
+  const look = () => {
+    const now = performance.now();
+    const step = document.querySelector('[data-testid="step"]');
+    if (window.__firstStep === undefined && step) window.__firstStep = now - window.__t0;
+    const heading = document.getElementById('steps-heading');
+    const counted = heading && heading.textContent.includes(`(${total} completed)`);
+    if (window.__allSteps === undefined && counted) window.__allSteps = now - window.__t0;
+  };
+  new MutationObserver(look).observe(
+    document, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def long_run(stack: Stack, tenant: Tenant, steps: int = STEPS) -> str:
+    """A settled demo run of `steps` turns: each a durable step and a `turn` event."""
+    run_id = stack.start_run(tenant, turns=steps, delayMs=0)
+    assert stack.wait_settled(tenant, run_id, timeout=180) == "SUCCEEDED"
+    return run_id
+
+
+def test_a_thousand_step_run_page_shows_its_steps_a_window_at_a_time(
+    page: Page, tenant: Tenant, sign_in: Callable[..., None], stack: Stack, tmp_path: Path
+) -> None:
+    run_id = long_run(stack, tenant)
+    page.add_init_script(f"({STEPS_SHOWN_AT})({STEPS})")
+    sign_in(page, tenant, f"/runs/{run_id}?tab=steps")
+    heading = page.get_by_role("heading", name="Steps")
+    expect(heading).to_contain_text(f"({STEPS} completed)", timeout=30_000)
+    rows = page.get_by_test_id("step")
+    expect(rows).to_have_count(WINDOW)
+    expect(rows.first).to_be_visible()
+    expect(rows.first).to_contain_text("#1")
+    expect(page.get_by_text(f"Showing {WINDOW} of {STEPS}.")).to_be_visible()
+    shoot(page, "run-steps-1000", tmp_path)
+    page.get_by_role("button", name=f"Show {WINDOW} more").click()
+    expect(rows).to_have_count(2 * WINDOW)
+    first, counted = page.evaluate("[window.__firstStep, window.__allSteps]")
+    assert 0 < first <= counted, (first, counted)  # drawn before (or as) all were counted
+    assert_accessible(page, "a 1,000-step run's steps")
+
+    page.get_by_role("tab", name="Events").click()
+    timeline = page.get_by_role("list", name="Timeline").get_by_role("listitem")
+    expect(timeline.first).to_be_visible()
+    assert timeline.count() <= WINDOW  # 2,000+ events, drawn a window at a time

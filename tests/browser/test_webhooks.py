@@ -1,0 +1,98 @@
+"""Webhooks, self-service: a failing delivery says when its next attempt is due, links to its run,
+and "Retry now" sends it before then; deliveries are filtered by status; "Redeliver failed"
+counts the failed ones and asks first; "Send test event" sends one. axe-core on the screen with
+a waiting delivery."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import assert_accessible
+from tests.browser.stack import Stack, Tenant
+from tests.browser.test_console import Receiver, receiver
+from tests.browser.test_screens import shoot
+
+__all__ = ["receiver"]  # the fixture
+
+pytestmark = pytest.mark.browser
+
+SignIn = Callable[..., None]
+
+DELIVERY = """{ webhookEndpoints { deliveries { id status nextAttemptAt } } }"""
+
+
+def _add_endpoint(page: Page, url: str) -> None:
+    page.get_by_label("Endpoint URL").fill(url)
+    page.get_by_role("button", name="Create endpoint").click()
+    page.get_by_role("button", name="I have stored it").click()
+
+
+def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
+    page: Page,
+    tenant: Tenant,
+    sign_in: SignIn,
+    stack: Stack,
+    receiver: Receiver,
+    tmp_path: Path,
+) -> None:
+    receiver.status = 500  # the first attempt fails; the next is due after the backoff (30 s)
+    sign_in(page, tenant, "/webhooks")
+    _add_endpoint(page, receiver.url)
+    run_id = stack.start_run(tenant, turns=1, delayMs=0)
+    assert stack.wait_settled(tenant, run_id) == "SUCCEEDED"
+    receiver.wait_for(1)
+
+    row = page.locator("tr[data-delivery-id]")
+    expect(row.get_by_test_id("delivery-response")).to_have_text("500")
+    delivery_id = row.get_attribute("data-delivery-id") or ""
+    retry = row.get_by_role(
+        "button", name=f"Retry now run.succeeded delivery {delivery_id[:8]}", exact=True
+    )
+    expect(retry).to_be_visible()
+    expect(row.get_by_test_id("delivery-status")).to_have_text("PENDING")
+    expect(row.get_by_test_id("delivery-attempts")).to_have_text("1")
+    expect(row.get_by_test_id("delivery-next-attempt").locator("time")).to_be_visible()
+    expect(row.get_by_role("link", name=f"Run {run_id}", exact=True)).to_be_visible()
+    for theme in ("light", "dark"):
+        page.emulate_media(color_scheme=theme)
+        assert_accessible(page, f"webhooks with a failing delivery ({theme})")
+    page.emulate_media(color_scheme="light")
+    shoot(page, "webhooks-retry", tmp_path)
+
+    (waiting,) = stack.gql(tenant, DELIVERY)["webhookEndpoints"][0]["deliveries"]
+    due = datetime.fromisoformat(waiting["nextAttemptAt"]).timestamp()
+    receiver.status = 200
+    retry.click()
+    expect(row.get_by_test_id("delivery-status")).to_have_text("DELIVERED", timeout=20_000)
+    receiver.wait_for(2)
+    assert receiver.times[1] < due, "sent when it was due anyway, not when asked"
+    expect(row.get_by_test_id("delivery-attempts")).to_have_text("2")
+    expect(row.get_by_test_id("delivery-next-attempt")).to_have_text("—")
+    expect(
+        row.get_by_role(
+            "button", name=f"Redeliver run.succeeded delivery {delivery_id[:8]}", exact=True
+        )
+    ).to_be_enabled()
+
+    # filtered by status: none failed, this one delivered
+    page.get_by_label("Delivery status", exact=True).select_option("FAILED")
+    expect(page.get_by_text("No deliveries here.")).to_be_visible()
+    page.get_by_label("Delivery status", exact=True).select_option("DELIVERED")
+    expect(row).to_have_count(1)
+    expect(row.get_by_test_id("delivery-status")).to_have_text("DELIVERED")
+
+    # "Redeliver failed" counts first: there are none
+    page.get_by_role("button", name=f"Redeliver failed deliveries to {receiver.url}").click()
+    expect(page.get_by_text("No failed deliveries.")).to_be_visible()
+
+    # "Send test event": a webhook.test delivery, sent like the others
+    page.get_by_label("Delivery status", exact=True).select_option("")
+    page.get_by_role("button", name=f"Send test event to {receiver.url}", exact=True).click()
+    test_row = row.filter(has_text="webhook.test")
+    expect(test_row.get_by_test_id("delivery-status")).to_have_text("DELIVERED", timeout=20_000)
+    receiver.wait_for(3)

@@ -1,0 +1,266 @@
+import { useLazyQuery, useMutation, useQuery } from "@apollo/client/react";
+import { useState } from "react";
+import { Link } from "../app/router";
+import {
+  REDELIVER_FAILED_WEBHOOKS,
+  REDELIVER_WEBHOOK,
+  RETRY_WEBHOOK_DELIVERY,
+  SEND_TEST_WEBHOOK,
+  WEBHOOK_ENDPOINT_DELIVERIES,
+} from "../api/documents/webhooks";
+import { describeError } from "../api/errors";
+import type { DeliveryStatus } from "../api/generated";
+import type { WebhookDelivery, WebhookEndpoint } from "../api/types";
+import { CopyButton, Loading, StatusBadge, When } from "../ui/common";
+
+const STATUSES: DeliveryStatus[] = ["PENDING", "DELIVERED", "FAILED"];
+
+/**
+ * An endpoint's deliveries: the newest 20 (from the endpoints query) or, filtered by status or paged
+ * back, its own query (`webhookEndpoint`); "Redeliver failed" counts them first, then asks.
+ */
+export function EndpointDeliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
+  const [status, setStatus] = useState<DeliveryStatus | null>(null);
+  const [pages, setPages] = useState<string[]>([]); // the `before` of each page gone back to
+  const before = pages.at(-1) ?? null;
+  const own = useQuery(WEBHOOK_ENDPOINT_DELIVERIES, {
+    variables: { id: endpoint.id, status, before },
+    skip: status === null && before === null,
+  });
+  const filtered = status !== null || before !== null;
+  const deliveries = filtered ? (own.data?.webhookEndpoint?.deliveries ?? null) : endpoint.deliveries;
+  const last = deliveries?.at(-1);
+  const name = endpoint.url;
+  return (
+    <>
+      <div className="filters delivery-filters">
+        <div className="field">
+          <label htmlFor={`delivery-status-${endpoint.id}`}>Delivery status</label>
+          <select
+            id={`delivery-status-${endpoint.id}`}
+            value={status ?? ""}
+            onChange={(e) => {
+              setStatus((e.target.value || null) as DeliveryStatus | null);
+              setPages([]);
+            }}
+          >
+            <option value="">Any</option>
+            {STATUSES.map((s) => (
+              <option key={s} value={s}>
+                {s}
+              </option>
+            ))}
+          </select>
+        </div>
+        <SendTest endpoint={endpoint} />
+        <RedeliverFailed endpoint={endpoint} />
+      </div>
+      {own.error && (
+        <p className="note note-error" role="alert">
+          {describeError(own.error)}
+        </p>
+      )}
+      {deliveries === null ? (
+        <Loading />
+      ) : deliveries.length === 0 ? (
+        <p className="muted">{filtered ? "No deliveries here." : "No deliveries yet."}</p>
+      ) : (
+        <DeliveriesTable name={name} deliveries={deliveries} />
+      )}
+      <div className="actions pager">
+        {pages.length > 0 && (
+          <button type="button" onClick={() => setPages((p) => p.slice(0, -1))}>
+            Newer deliveries
+          </button>
+        )}
+        {deliveries !== null && deliveries.length >= 20 && last && (
+          <button type="button" onClick={() => setPages((p) => [...p, last.createdAt])}>
+            Older deliveries
+          </button>
+        )}
+      </div>
+    </>
+  );
+}
+
+function DeliveriesTable({ name, deliveries }: { name: string; deliveries: WebhookDelivery[] }) {
+  return (
+    <div className="table-wrap">
+      <table className="table" aria-label={`Deliveries to ${name}`}>
+        <thead>
+          <tr>
+            <th scope="col">Event</th>
+            <th scope="col">Run</th>
+            <th scope="col">Status</th>
+            <th scope="col">Attempts</th>
+            <th scope="col">Response</th>
+            <th scope="col">Last error</th>
+            <th scope="col">Next attempt</th>
+            <th scope="col">Created</th>
+            <th scope="col">Delivered</th>
+            <th scope="col">
+              <span className="visually-hidden">Actions</span>
+            </th>
+          </tr>
+        </thead>
+        <tbody>
+          {deliveries.map((d) => (
+            <DeliveryRow key={d.id} delivery={d} />
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+/** A `webhook.test` event to the endpoint; it shows among the deliveries as it is sent. */
+function SendTest({ endpoint }: { endpoint: WebhookEndpoint }) {
+  const [send, { data, loading, error }] = useMutation(SEND_TEST_WEBHOOK, {
+    refetchQueries: ["WebhookEndpoints"], // a filtered list follows its nudge
+  });
+  return (
+    <div className="send-test" aria-live="polite">
+      <button
+        type="button"
+        disabled={loading}
+        aria-label={`Send test event to ${endpoint.url}`}
+        onClick={() => void send({ variables: { endpointId: endpoint.id } }).catch(() => undefined)}
+      >
+        Send test event
+      </button>
+      {data && <span className="muted small"> Test event queued.</span>}
+      {error && (
+        <span className="field-error" role="alert">
+          {describeError(error)}
+        </span>
+      )}
+    </div>
+  );
+}
+
+/** Counts the endpoint's failed deliveries, asks, then sends them all again (same webhook-ids). */
+function RedeliverFailed({ endpoint }: { endpoint: WebhookEndpoint }) {
+  const [count, { data: counted, loading: counting }] = useLazyQuery(WEBHOOK_ENDPOINT_DELIVERIES, {
+    fetchPolicy: "network-only",
+  });
+  const [asking, setAsking] = useState(false);
+  const [redeliver, { data, loading, error, reset }] = useMutation(REDELIVER_FAILED_WEBHOOKS);
+  const failed = counted?.webhookEndpoint?.deliveries.length ?? null;
+  const start = () => {
+    reset();
+    setAsking(true);
+    void count({ variables: { id: endpoint.id, status: "FAILED", first: 100 } });
+  };
+  const confirm = async () => {
+    setAsking(false);
+    await redeliver({ variables: { endpointId: endpoint.id } }).catch(() => undefined);
+  };
+  const sent = data?.redeliverFailedWebhooks.count;
+  return (
+    <div className="bulk-redeliver" aria-live="polite">
+      {!asking && (
+        <button type="button" onClick={start} disabled={loading} aria-label={`Redeliver failed deliveries to ${endpoint.url}`}>
+          Redeliver failed
+        </button>
+      )}
+      {asking && (counting || failed === null) && <Loading>Counting failed deliveries…</Loading>}
+      {asking && failed === 0 && (
+        <span>
+          No failed deliveries.{" "}
+          <button type="button" onClick={() => setAsking(false)}>
+            Close
+          </button>
+        </span>
+      )}
+      {asking && failed !== null && failed > 0 && (
+        <span data-testid="redeliver-failed-ask">
+          Send {failed === 1 ? "1 failed delivery" : `${failed}${failed >= 100 ? "+" : ""} failed deliveries`} again?{" "}
+          <button type="button" className="primary" onClick={() => void confirm()}>
+            Redeliver {failed === 1 ? "it" : "them"}
+          </button>{" "}
+          <button type="button" onClick={() => setAsking(false)}>
+            Keep them
+          </button>
+        </span>
+      )}
+      {sent !== undefined && <span data-testid="redeliver-failed-sent">{sent === 1 ? "1 delivery sent again." : `${sent} deliveries sent again.`}</span>}
+      {error && (
+        <span className="field-error" role="alert">
+          {describeError(error)}
+        </span>
+      )}
+    </div>
+  );
+}
+
+/**
+ * One delivery: what happened, which run it announces, when its next attempt is due with "Retry
+ * now", and Redeliver once it is delivered or failed (same webhook-id).
+ */
+function DeliveryRow({ delivery: d }: { delivery: WebhookDelivery }) {
+  // The answer is a delivery: the normalized cache updates this row; the nudges that follow
+  // (webhook.delivery.updated) re-query the endpoints as the delivery moves on.
+  const [redeliver, redelivering] = useMutation(REDELIVER_WEBHOOK);
+  const [retryNow, retrying] = useMutation(RETRY_WEBHOOK_DELIVERY);
+  const error = redelivering.error ?? retrying.error;
+  const short = d.id.slice(0, 8);
+  const waiting = d.status === "PENDING" && d.nextAttemptAt;
+  return (
+    <tr data-delivery-id={d.id}>
+      <td>
+        <code>{d.eventType}</code>
+      </td>
+      <td>
+        {d.runId ? (
+          <Link to={`/runs/${d.runId}`} className="mono" aria-label={`Run ${d.runId}`}>
+            {d.runId.slice(0, 8)}
+          </Link>
+        ) : (
+          <span className="muted">—</span>
+        )}
+      </td>
+      <td>
+        <StatusBadge status={d.status} testId="delivery-status" />
+      </td>
+      <td data-testid="delivery-attempts">{d.attempts}</td>
+      <td data-testid="delivery-response">{d.responseStatus ?? "—"}</td>
+      <td className="small">{d.lastError ?? <span className="muted">—</span>}</td>
+      <td data-testid="delivery-next-attempt">{waiting ? <When iso={d.nextAttemptAt} /> : <span className="muted">—</span>}</td>
+      <td>
+        <When iso={d.createdAt} />
+      </td>
+      <td>
+        <When iso={d.deliveredAt} relative={false} />
+      </td>
+      <td>
+        {waiting ? (
+          <button
+            type="button"
+            disabled={retrying.loading}
+            title="Try it now instead of waiting for the next attempt"
+            aria-label={`Retry now ${d.eventType} delivery ${short}`}
+            onClick={() => void retryNow({ variables: { deliveryId: d.id } }).catch(() => undefined)}
+          >
+            Retry now
+          </button>
+        ) : (
+          <button
+            type="button"
+            disabled={redelivering.loading || d.status === "PENDING"}
+            title={d.status === "PENDING" ? "Still being delivered" : "Send it again, with the same webhook-id"}
+            aria-label={`Redeliver ${d.eventType} delivery ${short}`}
+            onClick={() => void redeliver({ variables: { deliveryId: d.id } }).catch(() => undefined)}
+          >
+            Redeliver
+          </button>
+        )}{" "}
+        <CopyButton value={d.id} label={`Copy delivery id ${short}`} />
+        {error && (
+          <span className="field-error" role="alert">
+            {describeError(error)}
+          </span>
+        )}
+      </td>
+    </tr>
+  );
+}
