@@ -16,8 +16,11 @@ of all its named streams (`s`: the name, `t`: the text, `d`: "1" on the chunk th
   one Redis connection, fanned out to every reader's queue. A reader joins the tail first and
   reads its backlog up to the tail's position second (no await between taking the position and
   joining), so nothing falls between the backlog and the live chunks, and nothing comes twice.
-  The tail asks `settled()` about once a second when no chunk came; once the run settled it
-  reads what is left and ends every reader.
+  The tail asks `settled()` when it starts and after each quiet second, beside its reads: the
+  answer can take seconds (PostgreSQL busy with 500 sockets subscribing), live chunks never wait
+  for it, and once it says yes the tail reads everything written before it, then ends every
+  reader. (Asked before reading, a slow yes ended the readers without the chunks written while
+  it was out: bench/streams.py lost the last 34 chunks for 457 of 500 readers that way.)
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from outlive.config import Settings
-from outlive.errors import BadUserInput
+from outlive.errors import BadUserInput, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
 BLOCK_MS = 1000  # a tail's XREAD waits this long before it asks whether the run settled
+CHECK_MS = 50  # ... and this long while that question is out (its answer is looked at between)
 PAGE = 500  # entries per XRANGE / XREAD
 _CURSOR = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
 ENTRY_OVERHEAD = 32  # bytes counted per entry beside its name and text
@@ -168,30 +172,57 @@ class Tail:
         self.task = asyncio.get_running_loop().create_task(self._loop(), name=f"tail-{run_id}")
 
     async def _loop(self) -> None:
+        check: asyncio.Task[bool] | None = None
         try:
             self.position = await self.store.last_cursor(self.run_id)
             self.ready.set()
-            if await self._settled():  # nothing more comes: the backlog is all there is
-                self._end(_END)
+            check = self._check()  # a run that settled already: its backlog is all there is
             while self.readers and not self.ended:
-                if not await self._read(block=True) and await self._settled():
-                    while await self._read(block=False):
-                        pass
-                    self._end(_END)
+                if check is not None and check.done():
+                    if self._answer(check):  # whatever came before the answer is read first
+                        while await self._read(block_ms=None):
+                            pass
+                        self._end(_END)
+                        break
+                    check = None
+                found = await self._read(block_ms=BLOCK_MS if check is None else CHECK_MS)
+                if not found and check is None:  # a quiet second: has the run settled?
+                    check = self._check()
         except (RedisError, OSError) as exc:
             log.warning("run %s: its output stream cannot be read (%r)", self.run_id, exc)
             self._end(exc)
         finally:
+            if check is not None:
+                check.cancel()
+            if not self.ended:  # broken by anything else: no reader waits for a gone tail
+                self._end(ServiceUnavailable("the run's output cannot be followed now"))
             self.ready.set()
-            self.ended = True
             self._on_idle(self)
 
-    async def _read(self, *, block: bool) -> bool:
+    def _check(self) -> asyncio.Task[bool]:
+        """Ask whether the run settled, beside the reads: the answer can take seconds when
+        PostgreSQL is busy (500 readers subscribing), and live chunks must not wait for it."""
+        return asyncio.get_running_loop().create_task(self._ask(), name=f"settled-{self.run_id}")
+
+    async def _ask(self) -> bool:
+        return await self._settled()
+
+    def _answer(self, check: asyncio.Task[bool]) -> bool:
+        """A finished check's answer; PostgreSQL unreachable reads as not settled (asked again
+        after the next quiet second)."""
+        try:
+            return check.result()
+        except ServiceUnavailable as exc:
+            log.warning("run %s: cannot tell whether it settled (%s)", self.run_id, exc.message)
+            return False
+
+    async def _read(self, *, block_ms: int | None) -> bool:
+        """XREAD after the position (waiting up to `block_ms`; None: not at all), fanned out."""
         assert self.position is not None  # noqa: S101 (set before the loop)
         found = await self.store.redis.xread(
             {output_key(self.run_id): self.position},
             count=PAGE,
-            block=BLOCK_MS if block else None,
+            block=block_ms,
         )
         chunks = [_chunk(i, f) for _, entries in found or () for i, f in entries]
         if chunks:  # no await from here to the fan-out: a joining reader sees one position
