@@ -118,21 +118,29 @@ async def test_another_tenants_run_output_gets_an_error_and_nothing_else(
 ) -> None:
     run = (
         await http.start_run(
-            tenant.token, input={"turns": 1, "delayMs": 0, "streamChars": 50, "streamDelayMs": 0}
+            tenant.token, input={"turns": 1, "delayMs": 0, "streamChars": 300, "streamDelayMs": 10}
         )
     )["run"]
-    async with Socket.open(served.url, token=other_tenant.token) as sock:
+    async with (
+        Socket.open(served.url, token=tenant.token) as own,
+        Socket.open(served.url, token=other_tenant.token) as sock,
+    ):
+        await subscribe_output(own, run["id"])
+        first = await next_chunk(own)  # the process follows the run now, for its tenant
+        assert first is not None
         await subscribe_output(sock, run["id"])
         message = json.loads(await sock.next_frame())
         await sock.send({"type": "ping"})
         after = []
         while (frame := json.loads(await sock.next_frame()))["type"] != "pong":
             after.append(frame["type"])
+        own_text = text_of([first, *await read_all(own)])
 
     assert message["type"] == "next", message  # graphql-transport-ws: an execution error
     assert message["payload"]["data"] is None
     assert message["payload"]["errors"][0]["extensions"]["code"] == "NOT_FOUND"
     assert after == ["complete"]  # and nothing else, before or after it
+    assert own_text == stream_text(1, 300)  # while the run's own tenant read on
 
 
 async def test_a_run_keeps_at_most_its_byte_bound_of_output_newest_first(servers: Servers) -> None:

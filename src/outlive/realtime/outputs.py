@@ -163,8 +163,10 @@ class Tail:
         settled: Callable[[], Awaitable[bool]],
         *,
         on_idle: Callable[[Tail], None],
+        owner: object = None,
     ) -> None:
         self.store, self.run_id, self._settled, self._on_idle = store, run_id, settled, on_idle
+        self.owner = owner  # whose run it was found to be when the tail began (its tenant)
         self.position: str | None = None  # the newest id handed to the readers
         self.readers: set[asyncio.Queue[object]] = set()
         self.ready = asyncio.Event()
@@ -247,13 +249,26 @@ class OutputTails:
     def __len__(self) -> int:
         return len(self._tails)
 
+    def knows(self, run_id: object, owner: object) -> bool:
+        """A live tail of `run_id` began for `owner`: the run was found to be `owner`'s then (a
+        run never changes hands), so a reader of the same owner need not look it up again."""
+        tail = self._tails.get(run_id)
+        return tail is not None and not tail.ended and owner is not None and tail.owner == owner
+
     async def follow(
-        self, run_id: object, after: str | None, settled: Callable[[], Awaitable[bool]]
+        self,
+        run_id: object,
+        after: str | None,
+        settled: Callable[[], Awaitable[bool]],
+        *,
+        owner: object = None,
     ) -> AsyncIterator[Chunk]:
-        """The chunks after `after` still kept, then live ones, until the run settled."""
+        """The chunks after `after` still kept, then live ones, until the run settled. `owner`:
+        whose the run was found to be (see `knows`)."""
         tail = self._tails.get(run_id)
         if tail is None or tail.ended:
-            tail = self._tails[run_id] = Tail(self.store, run_id, settled, on_idle=self._idle)
+            tail = Tail(self.store, run_id, settled, on_idle=self._idle, owner=owner)
+            self._tails[run_id] = tail
         queue: asyncio.Queue[object] = asyncio.Queue()
         tail.readers.add(queue)
         try:

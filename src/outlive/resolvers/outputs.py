@@ -25,10 +25,12 @@ async def run_output(
     cursor = check_cursor(after)
     tenant_id = ctx.run_tenant(run_id)
     sessions = ctx.services.sessions
-    run = await read_run(sessions, tenant_id, run_id)
-    if run is None:
-        raise NotFound(f"no run {id}")
     tails = ctx.services.outputs
+    # One lookup per run and process, not per reader: 500 sockets subscribing at once queued
+    # 500 reads of one row on PostgreSQL's pool (up to 7.5 s before a reader got its backlog).
+    known = tails is not None and tails.knows(run_id, tenant_id)
+    if not known and await read_run(sessions, tenant_id, run_id) is None:
+        raise NotFound(f"no run {id}")
     if tails is None:  # streams are not kept by this deployment: nothing to send
         return
 
@@ -36,5 +38,5 @@ async def run_output(
         now = await read_run(sessions, tenant_id, run_id)
         return now is None or now.status in SETTLED_STATUSES
 
-    async for chunk in tails.follow(run_id, cursor, settled):
+    async for chunk in tails.follow(run_id, cursor, settled, owner=tenant_id):
         yield OutputChunk.of(run_id, chunk)
