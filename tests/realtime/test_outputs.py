@@ -9,11 +9,14 @@ import json
 import uuid
 from typing import Any
 
+import httpx
 from redis.asyncio import Redis
 
 from outlive.agents.demo import stream_text
-from outlive.realtime.outputs import OutputStore, OutputTails, output_key
-from tests.realtime.clients import Served, Socket
+from outlive.realtime.outputs import Chunk, OutputStore, OutputTails, output_key
+from outlive.worker import WorkerHost
+from tests.conftest import make_settings
+from tests.realtime.clients import Served, Socket, serve
 from tests.support import Api, Servers, TenantHandle
 
 OUTPUT = """subscription($id: ID!, $after: String) {
@@ -234,14 +237,24 @@ READERS = 200
 
 
 async def test_many_readers_of_one_run_each_get_its_whole_text_once(
-    served: Served, http: Api, tenant: TenantHandle, worker: Any
+    servers: Servers, tenant: TenantHandle
 ) -> None:
     """Issue 30: readers of one run keep up. The sockets sign in first, then subscribe at once
     while the run writes the last tenth of its stream: the first subscribe starts the process's
     tail for the run, whose question whether the run settled waits behind the other subscribes'
-    PostgreSQL reads, and the run settles meanwhile (each reader used to lose that last tenth)."""
+    PostgreSQL reads, and the run settles meanwhile (each reader used to lose that last tenth).
+    The worker shares the test's loop with 200 sockets: its heartbeat is given room, so that a
+    starved loop does not have the run retried (a retried step writes its stream again)."""
     chars = 1500
+    settings = make_settings(servers, run_heartbeat_s=30)
     async with contextlib.AsyncExitStack() as stack:
+        served = await stack.enter_async_context(serve(settings))
+        host = WorkerHost(settings, concurrency=8)
+        await host.start()
+        stack.push_async_callback(host.stop)
+        http = Api(
+            await stack.enter_async_context(httpx.AsyncClient(base_url=served.url, timeout=30))
+        )
         sockets = [
             await stack.enter_async_context(Socket.open(served.url, token=tenant.token))
             for _ in range(READERS)
@@ -274,3 +287,71 @@ async def streaming(served: Served, run_id: str, chars: int) -> None:
         assert found, "the run's stream stalled"
         for entry_id, fields in found[0][1]:
             cursor, written = entry_id, written + len(fields[b"t"])
+
+
+async def test_a_reader_that_is_behind_gets_what_waits_joined_and_resumes_after_it(
+    servers: Servers,
+) -> None:
+    redis = Redis.from_url(servers.redis_url)
+    tails = OutputTails(OutputStore(redis, max_bytes=1 << 20, keep_s=60))
+    run_id = f"tail-{uuid.uuid4()}"
+    has_settled = False
+
+    async def settled() -> bool:
+        return has_settled
+
+    async def read_all_of(after: str | None) -> list[Chunk]:
+        return [chunk async for chunk in tails.follow(run_id, after, settled)]
+
+    try:
+        await tails.store.append(run_id, [("answer", "0 ", False)])
+        slow = tails.follow(run_id, None, settled)
+        first = await anext(slow)  # then it reads nothing while 50 batches come
+        keeping_up = asyncio.create_task(read_all_of(None))
+        for i in range(1, 51):
+            await tails.store.append(run_id, [("answer", f"{i} ", False)])
+        await tails.store.append(run_id, [("answer", "", True)])
+        has_settled = True
+        async with asyncio.timeout(10):
+            await keeping_up  # every batch was handed to every reader of the tail
+            rest = [chunk async for chunk in slow]
+            resumed = await read_all_of(first.cursor)
+    finally:
+        await redis.delete(output_key(run_id))
+        await redis.aclose()
+
+    whole = "".join(f"{i} " for i in range(51))
+    assert "".join(c.text for c in keeping_up.result()) == whole
+    assert first.text + "".join(c.text for c in rest) == whole
+    assert [c.done for c in rest] == [True]  # the 50 batches and the end waited: one frame
+    assert "".join(c.text for c in resumed) == whole.removeprefix("0 ")  # after `first`
+
+
+async def test_readers_that_subscribe_together_share_one_lookup_of_the_run(
+    servers: Servers,
+) -> None:
+    redis = Redis.from_url(servers.redis_url)
+    tails = OutputTails(OutputStore(redis, max_bytes=1 << 20, keep_s=60))
+    asked: list[str] = []
+    answer = asyncio.Event()
+
+    def lookup_for(owner: str) -> Any:
+        async def lookup() -> bool:
+            asked.append(owner)
+            await answer.wait()
+            return owner == "tenant-a"  # the run is tenant-a's
+
+        return lookup
+
+    try:
+        waits = [tails.owned("r1", "tenant-a", lookup_for("tenant-a")) for _ in range(50)]
+        waits += [tails.owned("r1", "tenant-b", lookup_for("tenant-b")) for _ in range(50)]
+        pending = asyncio.gather(*waits)
+        answer.set()
+        async with asyncio.timeout(10):
+            answers = await pending
+    finally:
+        await redis.aclose()
+
+    assert sorted(asked) == ["tenant-a", "tenant-b"]  # one lookup per run and tenant
+    assert answers == [True] * 50 + [False] * 50  # another tenant's answer is its own

@@ -26,10 +26,13 @@ async def run_output(
     tenant_id = ctx.run_tenant(run_id)
     sessions = ctx.services.sessions
     tails = ctx.services.outputs
-    # One lookup per run and process, not per reader: 500 sockets subscribing at once queued
-    # 500 reads of one row on PostgreSQL's pool (up to 7.5 s before a reader got its backlog).
-    known = tails is not None and tails.knows(run_id, tenant_id)
-    if not known and await read_run(sessions, tenant_id, run_id) is None:
+
+    async def found() -> bool:
+        return await read_run(sessions, tenant_id, run_id) is not None
+
+    # one lookup per run and process while it is being followed, not one per reader
+    owned = await (found() if tails is None else tails.owned(run_id, tenant_id, found))
+    if not owned:
         raise NotFound(f"no run {id}")
     if tails is None:  # streams are not kept by this deployment: nothing to send
         return
