@@ -10,13 +10,15 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
 from redis.asyncio import Redis
 
 from outlive.agents.demo import stream_text
-from outlive.realtime.outputs import Chunk, OutputStore, OutputTails, output_key
+from outlive.errors import ServiceUnavailable
+from outlive.realtime.outputs import BACKLOG_READS, Chunk, OutputStore, OutputTails, output_key
 from outlive.worker import WorkerHost
 from tests.conftest import make_settings
-from tests.realtime.clients import Served, Socket, serve
+from tests.realtime.clients import Served, Socket, private_redis, serve
 from tests.support import Api, Servers, TenantHandle
 
 OUTPUT = """subscription($id: ID!, $after: String) {
@@ -355,3 +357,53 @@ async def test_readers_that_subscribe_together_share_one_lookup_of_the_run(
 
     assert sorted(asked) == ["tenant-a", "tenant-b"]  # one lookup per run and tenant
     assert answers == [True] * 50 + [False] * 50  # another tenant's answer is its own
+
+
+async def test_readers_joining_together_read_their_backlogs_on_a_few_redis_connections() -> None:
+    async with private_redis() as server:
+        redis = Redis.from_url(server.url)
+        tails = OutputTails(OutputStore(redis, max_bytes=1 << 20, keep_s=60))
+        has_settled = False
+
+        async def settled() -> bool:
+            return has_settled
+
+        async def read() -> str:
+            return "".join([chunk.text async for chunk in tails.follow("r1", None, settled)])
+
+        try:
+            for i in range(20):
+                await tails.store.append("r1", [("answer", f"{i} ", False)])
+            await tails.store.append("r1", [("answer", "", True)])
+            has_settled = True
+            async with asyncio.timeout(30):
+                texts = await asyncio.gather(*(read() for _ in range(200)))
+            clients = await redis.client_list(_type="normal")
+        finally:
+            await redis.aclose()
+
+    assert set(texts) == {"".join(f"{i} " for i in range(20))}
+    assert len(clients) <= BACKLOG_READS + 3  # + the tail's, its first look, this test's own
+
+
+async def test_a_reader_whose_redis_is_gone_gets_service_unavailable() -> None:
+    async with private_redis() as server:
+        redis = Redis.from_url(server.url, socket_connect_timeout=1)
+        tails = OutputTails(OutputStore(redis, max_bytes=1 << 20, keep_s=60))
+
+        async def settled() -> bool:
+            return False
+
+        try:
+            await tails.store.append("r1", [("answer", "kept", False)])
+            server.kill()
+            await server.process.wait()
+            async with asyncio.timeout(30):
+                with pytest.raises(ServiceUnavailable) as raised:
+                    async for _ in tails.follow("r1", None, settled):
+                        pass
+        finally:
+            await redis.aclose()
+
+    assert raised.value.code == "SERVICE_UNAVAILABLE"  # resubscribe later, with `after`
+    assert len(tails) == 0

@@ -40,13 +40,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from outlive.config import Settings
-from outlive.errors import BadUserInput, ServiceUnavailable
+from outlive.errors import BadUserInput, QueryTimeout, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
 BLOCK_MS = 1000  # a tail's XREAD waits this long before it asks whether the run settled
 CHECK_MS = 50  # ... and this long while that question is out (its answer is looked at between)
 PAGE = 500  # entries per XRANGE / XREAD
+BACKLOG_READS = 8  # readers' backlog pages read at once in a process (a Redis connection each)
 JOIN_MAX_CHARS = 64 * 1024  # waiting chunks of one stream are sent joined, up to this much text
 _CURSOR = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
 ENTRY_OVERHEAD = 32  # bytes counted per entry beside its name and text
@@ -197,12 +198,12 @@ class Tail:
                     check = self._check()
         except (RedisError, OSError) as exc:
             log.warning("run %s: its output stream cannot be read (%r)", self.run_id, exc)
-            self._end(exc)
+            self._end(_unreadable())
         finally:
             if check is not None:
                 check.cancel()
             if not self.ended:  # broken by anything else: no reader waits for a gone tail
-                self._end(ServiceUnavailable("the run's output cannot be followed now"))
+                self._end(_unreadable())
             self.ready.set()
             self._on_idle(self)
 
@@ -215,11 +216,11 @@ class Tail:
         return await self._settled()
 
     def _answer(self, check: asyncio.Task[bool]) -> bool:
-        """A finished check's answer; PostgreSQL unreachable reads as not settled (asked again
-        after the next quiet second)."""
+        """A finished check's answer; PostgreSQL unreachable or too slow reads as not settled
+        (asked again after the next quiet second)."""
         try:
             return check.result()
-        except ServiceUnavailable as exc:
+        except (ServiceUnavailable, QueryTimeout) as exc:  # PostgreSQL down, or swamped
             log.warning("run %s: cannot tell whether it settled (%s)", self.run_id, exc.message)
             return False
 
@@ -251,6 +252,7 @@ class OutputTails:
         self.store = store
         self._tails: dict[object, Tail] = {}
         self._lookups: dict[tuple[object, object], asyncio.Future[bool]] = {}
+        self._backlog_reads = asyncio.Semaphore(BACKLOG_READS)
 
     def __len__(self) -> int:
         return len(self._tails)
@@ -299,7 +301,7 @@ class OutputTails:
             position = tail.position  # read with the join: the tail sends what comes after it
             cursor = after
             while position is not None and position != "0-0":
-                page = await self.store.read_after(run_id, cursor, until=position)
+                page = await self._read_after(run_id, cursor, position)
                 for chunk in _joined(page):
                     yield chunk
                 if len(page) < PAGE:
@@ -324,9 +326,24 @@ class OutputTails:
                 self._idle(tail)
                 tail.task.cancel()
 
+    async def _read_after(self, run_id: object, cursor: str | None, until: str) -> list[Chunk]:
+        """A page of a reader's backlog, `BACKLOG_READS` at most at once in the process: each
+        read in flight holds a Redis connection, and 500 readers joining at once opened
+        hundreds, until connecting took over redis-py's 3 s and readers got errors."""
+        try:
+            async with self._backlog_reads:
+                return await self.store.read_after(run_id, cursor, until=until)
+        except (RedisError, OSError) as exc:
+            raise _unreadable() from exc
+
     def _idle(self, tail: Tail) -> None:
         if self._tails.get(tail.run_id) is tail:
             del self._tails[tail.run_id]
+
+
+def _unreadable() -> ServiceUnavailable:
+    """What a reader gets when Redis fails it: SERVICE_UNAVAILABLE (resubscribe with `after`)."""
+    return ServiceUnavailable("the run's output cannot be read now")
 
 
 def _joined(chunks: Iterable[Chunk]) -> list[Chunk]:
