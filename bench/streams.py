@@ -10,15 +10,19 @@ One `outlive api` and one `outlive worker` on a fresh database and Redis db.
    startedAt`. Reported: the medians and the added share. Target: at most +10%.
 2. Readers. One run streams 5,000 characters (500 chunks, one per 5 ms) while N WebSocket
    clients read `runOutput` from the start; then the same with 1 reader (the floor). Each reader
-   must get the whole text once. Lag = when a reader got a chunk minus when Redis stored it (the
-   cursor's milliseconds; one machine, one clock). Reported: p50 / p99 lag and the time from the
-   run settling to the last reader's `complete`.
+   must get the whole text once. Lag = when a reader got a Redis entry minus when Redis stored
+   it (its id's milliseconds; one machine, one clock), for every entry of the run and every
+   reader: a reader that is behind gets what waits joined into one chunk (docs/streams.md), and
+   each entry in it counts from its own store time, not from the newest one's (the chunk's
+   cursor). Reported: p50 / p99 lag and the time from the run settling to the last reader's
+   `complete`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import statistics
 import sys
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from redis.asyncio import Redis
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
@@ -99,12 +104,17 @@ async def overhead(client: Client, pairs: int) -> tuple[list[float], list[float]
     return plain, streamed
 
 
+def cursor_key(cursor: str) -> tuple[int, int]:
+    ms, _, seq = cursor.partition("-")
+    return int(ms), int(seq)
+
+
 async def read(
     url: str, token: str, run_id: str, ready: asyncio.Event
-) -> tuple[str, list[float], float]:
-    """(text, lag of each chunk in seconds, when it completed) for one reader."""
+) -> tuple[str, list[tuple[tuple[int, int], float]], float]:
+    """(text, (cursor, when it came) of each chunk, when it completed) for one reader."""
     ws_url = url.replace("http://", "ws://") + "/graphql"
-    lags: list[float] = []
+    got: list[tuple[tuple[int, int], float]] = []
     text: list[str] = []
     async with connect(
         ws_url,
@@ -132,15 +142,41 @@ async def read(
             now = time.time()
             if message["type"] == "complete":
                 SUBSCRIBED.append((subscribed, now, len(text)))
-                return "".join(text), lags, now
+                return "".join(text), got, now
             if message.get("payload", {}).get("errors"):
                 raise RuntimeError(f"a reader got an error: {message['payload']['errors']}")
             chunk = message["payload"]["data"]["runOutput"]
-            lags.append(now - int(chunk["cursor"].split("-")[0]) / 1000)
+            got.append((cursor_key(chunk["cursor"]), now))
             text.append(chunk["text"])
 
 
-async def readers(client: Client, count: int) -> dict[str, float]:
+def entry_lags(
+    entries: list[tuple[int, int]], got: list[tuple[tuple[int, int], float]]
+) -> list[float]:
+    """Each entry's lag for one reader: it came with the first chunk whose cursor is at or past
+    its id (a chunk is the entries after the previous chunk's cursor, up to its own)."""
+    cursors = [cursor for cursor, _ in got]
+    lags = []
+    for entry in entries:
+        at = bisect.bisect_left(cursors, entry)
+        if at < len(got):
+            lags.append(got[at][1] - entry[0] / 1000)
+    return lags
+
+
+async def stored(redis_url: str, run_id: str) -> list[tuple[int, int]]:
+    """The ids of the run's output entries, oldest first."""
+    from outlive.realtime.outputs import output_key
+
+    redis = Redis.from_url(redis_url)
+    try:
+        entries = await redis.xrange(output_key(run_id))
+    finally:
+        await redis.aclose()
+    return [cursor_key(entry_id.decode()) for entry_id, _ in entries]
+
+
+async def readers(client: Client, count: int, redis_url: str) -> dict[str, float]:
     from outlive.agents.demo import stream_text
 
     # the run waits for its readers: a 3 s turn delay before its stream begins
@@ -163,7 +199,8 @@ async def readers(client: Client, count: int) -> dict[str, float]:
         print(subs[:5], subs[200:205], subs[-5:], file=sys.stderr)
         print(len(bad), "bad of", len(results), len(expected), bad[:3], file=sys.stderr)
         raise RuntimeError("a reader missed or repeated a chunk")
-    lags = sorted(lag for _, chunk_lags, _ in results for lag in chunk_lags)
+    entries = await stored(redis_url, run_id)
+    lags = sorted(lag for _, got, _ in results for lag in entry_lags(entries, got))
     finished = datetime.fromisoformat(run["finishedAt"]).timestamp()
     return {
         "p50_ms": lags[len(lags) // 2] * 1000,
@@ -184,8 +221,8 @@ async def main(args: argparse.Namespace) -> None:
             await wait_http(url + "/healthz", timeout=120)
             client = Client(url, token)
             plain, streamed = await overhead(client, args.pairs)
-            many = await readers(client, args.readers)
-            one = await readers(client, 1)
+            many = await readers(client, args.readers, env.redis_url)
+            one = await readers(client, 1, env.redis_url)
             await client.http.aclose()
     p, s = statistics.median(plain), statistics.median(streamed)
     print(

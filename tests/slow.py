@@ -48,6 +48,7 @@ SLOW_TESTS = (
     "tests/graphql/test_coalescing.py::test_a_commit_made_before_a_read_arrives_is_in_its_answer",
     "tests/jobs/test_consumer.py::test_a_failing_handler_is_retried_on_the_exact_doubling_schedule",
     "tests/jobs/test_redrive.py::test_the_cli_lists_and_redrives",
+    "tests/realtime/test_outputs.py::test_many_readers_of_one_run_each_get_its_whole_text_once",
     "tests/realtime/test_revocation.py::test_a_revoked_token_closes_its_sockets_on_every_api_process_at_once",
     "tests/realtime/test_sockets.py::test_a_client_that_never_sends_connection_init_is_closed_within_10_s",
     "tests/telemetry/test_metrics.py::test_api_workers_share_one_view_of_the_metrics",

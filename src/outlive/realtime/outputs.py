@@ -16,8 +16,14 @@ of all its named streams (`s`: the name, `t`: the text, `d`: "1" on the chunk th
   one Redis connection, fanned out to every reader's queue. A reader joins the tail first and
   reads its backlog up to the tail's position second (no await between taking the position and
   joining), so nothing falls between the backlog and the live chunks, and nothing comes twice.
-  The tail asks `settled()` about once a second when no chunk came; once the run settled it
-  reads what is left and ends every reader.
+  The tail asks `settled()` when it starts and after each quiet second, beside its reads: the
+  answer can take seconds (PostgreSQL busy with 500 sockets subscribing), live chunks never wait
+  for it, and once it says yes the tail reads everything written before it, then ends every
+  reader. (Asked before reading, a slow yes ended the readers without the chunks written while
+  it was out: bench/streams.py lost the last 34 chunks for 457 of 500 readers that way.)
+- **Joined.** What waits for a reader (its backlog, or the fan-outs that came while it was
+  sending) goes out joined, a chunk per run of one stream's chunks (`_joined`): a reader that is
+  behind catches up, where one frame per chunk had 500 readers fall further behind.
 """
 
 from __future__ import annotations
@@ -25,20 +31,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from outlive.config import Settings
-from outlive.errors import BadUserInput
+from outlive.errors import BadUserInput, QueryTimeout, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
 BLOCK_MS = 1000  # a tail's XREAD waits this long before it asks whether the run settled
+CHECK_MS = 50  # ... and this long while that question is out (its answer is looked at between)
 PAGE = 500  # entries per XRANGE / XREAD
+BACKLOG_READS = 8  # readers' backlog pages read at once in a process (a Redis connection each)
+JOIN_MAX_CHARS = 64 * 1024  # waiting chunks of one stream are sent joined, up to this much text
 _CURSOR = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
 ENTRY_OVERHEAD = 32  # bytes counted per entry beside its name and text
 
@@ -159,8 +169,10 @@ class Tail:
         settled: Callable[[], Awaitable[bool]],
         *,
         on_idle: Callable[[Tail], None],
+        owner: object = None,
     ) -> None:
         self.store, self.run_id, self._settled, self._on_idle = store, run_id, settled, on_idle
+        self.owner = owner  # whose run it was found to be when the tail began (its tenant)
         self.position: str | None = None  # the newest id handed to the readers
         self.readers: set[asyncio.Queue[object]] = set()
         self.ready = asyncio.Event()
@@ -168,30 +180,57 @@ class Tail:
         self.task = asyncio.get_running_loop().create_task(self._loop(), name=f"tail-{run_id}")
 
     async def _loop(self) -> None:
+        check: asyncio.Task[bool] | None = None
         try:
             self.position = await self.store.last_cursor(self.run_id)
             self.ready.set()
-            if await self._settled():  # nothing more comes: the backlog is all there is
-                self._end(_END)
+            check = self._check()  # a run that settled already: its backlog is all there is
             while self.readers and not self.ended:
-                if not await self._read(block=True) and await self._settled():
-                    while await self._read(block=False):
-                        pass
-                    self._end(_END)
+                if check is not None and check.done():
+                    if self._answer(check):  # whatever came before the answer is read first
+                        while await self._read(block_ms=None):
+                            pass
+                        self._end(_END)
+                        break
+                    check = None
+                found = await self._read(block_ms=BLOCK_MS if check is None else CHECK_MS)
+                if not found and check is None:  # a quiet second: has the run settled?
+                    check = self._check()
         except (RedisError, OSError) as exc:
             log.warning("run %s: its output stream cannot be read (%r)", self.run_id, exc)
-            self._end(exc)
+            self._end(_unreadable())
         finally:
+            if check is not None:
+                check.cancel()
+            if not self.ended:  # broken by anything else: no reader waits for a gone tail
+                self._end(_unreadable())
             self.ready.set()
-            self.ended = True
             self._on_idle(self)
 
-    async def _read(self, *, block: bool) -> bool:
+    def _check(self) -> asyncio.Task[bool]:
+        """Ask whether the run settled, beside the reads: the answer can take seconds when
+        PostgreSQL is busy (500 readers subscribing), and live chunks must not wait for it."""
+        return asyncio.get_running_loop().create_task(self._ask(), name=f"settled-{self.run_id}")
+
+    async def _ask(self) -> bool:
+        return await self._settled()
+
+    def _answer(self, check: asyncio.Task[bool]) -> bool:
+        """A finished check's answer; PostgreSQL unreachable or too slow reads as not settled
+        (asked again after the next quiet second)."""
+        try:
+            return check.result()
+        except (ServiceUnavailable, QueryTimeout) as exc:  # PostgreSQL down, or swamped
+            log.warning("run %s: cannot tell whether it settled (%s)", self.run_id, exc.message)
+            return False
+
+    async def _read(self, *, block_ms: int | None) -> bool:
+        """XREAD after the position (waiting up to `block_ms`; None: not at all), fanned out."""
         assert self.position is not None  # noqa: S101 (set before the loop)
         found = await self.store.redis.xread(
             {output_key(self.run_id): self.position},
             count=PAGE,
-            block=BLOCK_MS if block else None,
+            block=block_ms,
         )
         chunks = [_chunk(i, f) for _, entries in found or () for i, f in entries]
         if chunks:  # no await from here to the fan-out: a joining reader sees one position
@@ -212,17 +251,49 @@ class OutputTails:
     def __init__(self, store: OutputStore) -> None:
         self.store = store
         self._tails: dict[object, Tail] = {}
+        self._lookups: dict[tuple[object, object], asyncio.Future[bool]] = {}
+        self._backlog_reads = asyncio.Semaphore(BACKLOG_READS)
 
     def __len__(self) -> int:
         return len(self._tails)
 
+    async def owned(
+        self, run_id: object, owner: object, lookup: Callable[[], Awaitable[bool]]
+    ) -> bool:
+        """Whether run `run_id` is `owner`'s (its tenant's). Known when a live tail of it began
+        for `owner` (the run was found to be `owner`'s then, and a run never changes hands);
+        otherwise `lookup()`, one at a time per run and owner: the readers that ask meanwhile
+        share its answer. 500 sockets subscribing at once made 500 reads of one row, queued on
+        PostgreSQL's pool for seconds before any reader got a chunk."""
+        tail = self._tails.get(run_id)
+        if tail is not None and not tail.ended and owner is not None and tail.owner == owner:
+            return True
+        key = (run_id, owner)
+        pending = self._lookups.get(key)
+        if pending is None:
+            pending = self._lookups[key] = asyncio.ensure_future(lookup())
+            pending.add_done_callback(partial(self._looked_up, key))
+        return await asyncio.shield(pending)  # a reader that leaves ends no one else's wait
+
+    def _looked_up(self, key: tuple[object, object], done: asyncio.Future[bool]) -> None:
+        self._lookups.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # retrieved here too: its readers may all have left
+
     async def follow(
-        self, run_id: object, after: str | None, settled: Callable[[], Awaitable[bool]]
+        self,
+        run_id: object,
+        after: str | None,
+        settled: Callable[[], Awaitable[bool]],
+        *,
+        owner: object = None,
     ) -> AsyncIterator[Chunk]:
-        """The chunks after `after` still kept, then live ones, until the run settled."""
+        """The chunks after `after` still kept, then live ones, until the run settled. `owner`:
+        whose the run was found to be (see `owned`)."""
         tail = self._tails.get(run_id)
         if tail is None or tail.ended:
-            tail = self._tails[run_id] = Tail(self.store, run_id, settled, on_idle=self._idle)
+            tail = Tail(self.store, run_id, settled, on_idle=self._idle, owner=owner)
+            self._tails[run_id] = tail
         queue: asyncio.Queue[object] = asyncio.Queue()
         tail.readers.add(queue)
         try:
@@ -230,23 +301,24 @@ class OutputTails:
             position = tail.position  # read with the join: the tail sends what comes after it
             cursor = after
             while position is not None and position != "0-0":
-                page = await self.store.read_after(run_id, cursor, until=position)
-                for chunk in page:
+                page = await self._read_after(run_id, cursor, position)
+                for chunk in _joined(page):
                     yield chunk
                 if len(page) < PAGE:
                     break
                 cursor = page[-1].cursor
             last = after if position is None else _max(after, position)
             while True:
-                item = await queue.get()
-                if item is _END:
+                items = [await queue.get()]
+                while not queue.empty():  # behind the tail: what waits goes out joined
+                    items.append(queue.get_nowait())
+                chunks = [c for i in items if isinstance(i, list) for c in i]
+                for chunk in _joined(c for c in chunks if _newer(c.cursor, last)):
+                    yield chunk
+                if items[-1] is _END:  # the tail puts nothing after its end
                     return
-                if isinstance(item, BaseException):
-                    raise item
-                assert isinstance(item, list)  # noqa: S101 (the tail puts lists of chunks)
-                for chunk in item:
-                    if _newer(chunk.cursor, last):
-                        yield chunk
+                if isinstance(items[-1], BaseException):
+                    raise items[-1]
         finally:
             tail.readers.discard(queue)
             if not tail.readers and not tail.ended:
@@ -254,9 +326,48 @@ class OutputTails:
                 self._idle(tail)
                 tail.task.cancel()
 
+    async def _read_after(self, run_id: object, cursor: str | None, until: str) -> list[Chunk]:
+        """A page of a reader's backlog, `BACKLOG_READS` at most at once in the process: each
+        read in flight holds a Redis connection, and 500 readers joining at once opened
+        hundreds, until connecting took over redis-py's 3 s and readers got errors."""
+        try:
+            async with self._backlog_reads:
+                return await self.store.read_after(run_id, cursor, until=until)
+        except (RedisError, OSError) as exc:
+            raise _unreadable() from exc
+
     def _idle(self, tail: Tail) -> None:
         if self._tails.get(tail.run_id) is tail:
             del self._tails[tail.run_id]
+
+
+def _unreadable() -> ServiceUnavailable:
+    """What a reader gets when Redis fails it: SERVICE_UNAVAILABLE (resubscribe with `after`)."""
+    return ServiceUnavailable("the run's output cannot be read now")
+
+
+def _joined(chunks: Iterable[Chunk]) -> list[Chunk]:
+    """Adjacent chunks of one stream as one (up to `JOIN_MAX_CHARS` of text; a `done` ends it),
+    with the last one's cursor: a reader that is behind (a backlog, a slow socket, a busy
+    process) catches up in a few frames instead of falling further behind by one per chunk."""
+    groups: list[list[Chunk]] = []
+    size = 0
+    for chunk in chunks:
+        group = groups[-1] if groups else None
+        if (
+            group is None
+            or group[-1].done
+            or group[-1].stream != chunk.stream
+            or size + len(chunk.text) > JOIN_MAX_CHARS
+        ):
+            groups.append([chunk])
+            size = len(chunk.text)
+        else:
+            group.append(chunk)
+            size += len(chunk.text)
+    return [
+        g[0] if len(g) == 1 else replace(g[-1], text="".join(c.text for c in g)) for g in groups
+    ]
 
 
 def _key(cursor: str) -> tuple[int, int]:

@@ -25,10 +25,15 @@ async def run_output(
     cursor = check_cursor(after)
     tenant_id = ctx.run_tenant(run_id)
     sessions = ctx.services.sessions
-    run = await read_run(sessions, tenant_id, run_id)
-    if run is None:
-        raise NotFound(f"no run {id}")
     tails = ctx.services.outputs
+
+    async def found() -> bool:
+        return await read_run(sessions, tenant_id, run_id) is not None
+
+    # one lookup per run and process while it is being followed, not one per reader
+    owned = await (found() if tails is None else tails.owned(run_id, tenant_id, found))
+    if not owned:
+        raise NotFound(f"no run {id}")
     if tails is None:  # streams are not kept by this deployment: nothing to send
         return
 
@@ -36,5 +41,5 @@ async def run_output(
         now = await read_run(sessions, tenant_id, run_id)
         return now is None or now.status in SETTLED_STATUSES
 
-    async for chunk in tails.follow(run_id, cursor, settled):
+    async for chunk in tails.follow(run_id, cursor, settled, owner=tenant_id):
         yield OutputChunk.of(run_id, chunk)
