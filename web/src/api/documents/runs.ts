@@ -36,4 +36,4 @@ export const RUNS_PAGE_SIZE = 20;
 export const EVENTS_PAGE = 500;
 
 /** The most steps one request asks for; `first:` of RunSteps in runs.graphql. */
-export const STEPS_PAGE = 500;
+export const STEPS_PAGE = 1000;
