@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import assert_accessible
 from tests.browser.stack import Stack, Tenant
+from tests.browser.test_screens import shoot
 
 pytestmark = pytest.mark.browser
 
@@ -19,7 +21,7 @@ CHILDREN = """query($id: ID!) { run(id: $id) { children(first: 10) { edges { nod
 
 
 def test_a_parent_shows_its_children_and_a_child_its_path_back(
-    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack, tmp_path: Path
 ) -> None:
     parent = stack.start_run(tenant, turns=1, delayMs=300, children=3, childTurns=2, maxParallel=3)
     sign_in(page, tenant, f"/runs/{parent}")
@@ -55,6 +57,7 @@ def test_a_parent_shows_its_children_and_a_child_its_path_back(
     expect(path.get_by_role("listitem")).to_have_count(1)  # the root: this run alone
     expect(panel.get_by_text("A top-level run: no run started it.")).to_be_visible()
     assert_accessible(page, "a parent's Tree tab")
+    shoot(page, "run-tree", tmp_path)  # docs/screenshots only with OUTLIVE_SCREENSHOTS
 
     page.get_by_role("link", name=f"Child run {kids[1]}", exact=True).click()
     expect(page).to_have_url(re.compile(rf"/runs/{kids[1]}\?tab=tree$"))
