@@ -12,7 +12,7 @@ import pytest
 
 from outlive.config import Rate, Settings
 from outlive.db.tx import Sessions
-from outlive.services.limits import set_llm_rate
+from outlive.services.limits import set_llm_rate, set_llm_token_rate
 from outlive.worker import WorkerHost
 from tests.agents.stub_model import StubModel, serve
 from tests.conftest import make_settings, new_tenant
@@ -137,4 +137,37 @@ async def test_a_wait_for_a_token_within_the_park_limit_is_made_in_process(
         await host.stop()
     assert run.status == "SUCCEEDED", run.error
     assert run.resumes == 0  # never parked
+    assert model.arrivals[1] - model.arrivals[0] >= 7.0
+
+
+async def test_a_tenant_s_own_token_rate_is_the_one_it_is_held_to(
+    api: Api, servers: Servers, sessions: Sessions, stub: tuple[StubModel, str]
+) -> None:
+    """A deployment token limit whose share would never hold this run back (5,000 per 6 s),
+    and the tenant's own token rate (`tenant set-limits --llm-token-rate`, 50 per 6 s): the
+    first reply's 111 tokens put it below zero, and the run parks as under a small share."""
+    model, url = stub
+    settings = make_settings(
+        servers,
+        llm_base_url=url,
+        llm_model="tiny",
+        limit_llm_tokens=Rate(10_000, 6.0),
+        limit_park_s=2,
+    )
+    tenant = await new_tenant(sessions, "own-tokens")
+    async with sessions.unit() as uow:
+        slug = tenant.principal.tenant.slug
+        await set_llm_token_rate(uow, tenant_slug=slug, rate=Rate(50, 6.0))
+    host = WorkerHost(settings, concurrency=2)
+    await host.start()
+    try:
+        started = await api.start_run(tenant.token, "llm", {"prompt": "p", "maxTurns": 2})
+        assert settings.redis_url is not None
+        async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+            await watch.until(started["run"]["id"], lambda r: r.status == "WAITING", timeout=30)
+            assert len(model.requests) == 1
+            run = await watch.until(started["run"]["id"], settled, timeout=60)
+    finally:
+        await host.stop()
+    assert run.status == "SUCCEEDED", run.error
     assert model.arrivals[1] - model.arrivals[0] >= 7.0

@@ -104,6 +104,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N/S",
         help="its own rate of the llm limit (N calls per S seconds), or 'default'",
     )
+    limits.add_argument(
+        "--llm-token-rate",
+        default=KEEP,
+        metavar="N/S",
+        help="its own token rate of the llm limit (N tokens per S seconds), or 'default'",
+    )
     limits.set_defaults(func=_command("tenants", "cmd_tenant_set_limits"))
 
     schema = sub.add_parser("schema", help="print the GraphQL SDL")

@@ -7,7 +7,7 @@ import argparse
 from outlive.cli.common import KEEP, load_settings, run
 from outlive.config import Settings
 from outlive.runtime import Role, open_runtime
-from outlive.services.limits import parse_rate, set_llm_rate
+from outlive.services.limits import parse_rate, set_llm_rate, set_llm_token_rate
 from outlive.services.tenants import set_limits
 
 
@@ -16,14 +16,17 @@ async def set_tenant_limits(
     slug: str,
     changes: dict[str, int | None],
     llm_rate: str | None = None,
+    llm_token_rate: str | None = None,
 ) -> str:
-    """Set the caps (and the tenant's `llm` rate: "N/S" or "default"), then admit what the new
-    caps let through (when Redis is configured)."""
+    """Set the caps (and the tenant's `llm` rates, of calls and of tokens: "N/S" or "default"),
+    then admit what the new caps let through (when Redis is configured)."""
     role: Role = "cli-queues" if settings.redis_url else "cli"
     async with open_runtime(settings, role) as runtime, runtime.sessions.unit() as uow:
         limits = await set_limits(uow, tenant_slug=slug, changes=changes)
         if llm_rate is not None:
             await set_llm_rate(uow, tenant_slug=slug, rate=parse_rate(llm_rate))
+        if llm_token_rate is not None:
+            await set_llm_token_rate(uow, tenant_slug=slug, rate=parse_rate(llm_token_rate))
         uow.admit_after_commit(limits.id, "runs", queue_down_raises=True)
         uow.admit_after_commit(limits.id, "jobs", queue_down_raises=True)
     runs = limits.max_running_runs or f"default ({settings.tenant_max_running_runs})"
@@ -41,4 +44,5 @@ def cmd_tenant_set_limits(args: argparse.Namespace) -> None:
         if value is not KEEP
     }
     llm_rate = None if args.llm_rate is KEEP else args.llm_rate
-    print(run(set_tenant_limits(load_settings(), args.tenant, changes, llm_rate)))  # noqa: T201
+    tokens = None if args.llm_token_rate is KEEP else args.llm_token_rate
+    print(run(set_tenant_limits(load_settings(), args.tenant, changes, llm_rate, tokens)))  # noqa: T201

@@ -51,9 +51,12 @@ CHECK_TIMEOUT_S = 0.25
 FAILURE_LOG_EVERY_S = 10.0
 MAX_WAIT_S = 5.0  # one wait; the step then asks again (its cancel is seen meanwhile anyway)
 
-_TENANT_RATE = prepare(text("SELECT llm_rate FROM tenants WHERE id = :tenant_id"))
+_TENANT_RATES = prepare(text("SELECT llm_rate, llm_token_rate FROM tenants WHERE id = :tenant_id"))
 _SET_TENANT_RATE = prepare(
     text("UPDATE tenants SET llm_rate = :rate WHERE slug = :slug RETURNING id, slug, llm_rate")
+)
+_SET_TENANT_TOKEN_RATE = prepare(
+    text("UPDATE tenants SET llm_token_rate = :rate WHERE slug = :slug RETURNING slug")
 )
 
 
@@ -124,7 +127,8 @@ class NamedLimits:
         self._global_tokens = settings.limit_llm_tokens
         self._share = settings.limit_tenant_share
         self._park_ms = settings.limit_park_s * 1000
-        self._tenant_rates: dict[TenantId, tuple[float, Rate | None]] = {}
+        # a tenant's own (requests, tokens) rates, and until when they are fresh
+        self._tenant_rates: dict[TenantId, tuple[float, tuple[Rate | None, Rate | None]]] = {}
         self._last_failure_log = -FAILURE_LOG_EVERY_S
 
     async def acquire(self, tenant_id: TenantId, name: str) -> None:
@@ -132,7 +136,7 @@ class NamedLimits:
         when that is more than `OUTLIVE_LIMIT_PARK_S` away."""
         if name not in KNOWN:
             raise ValueError(f"unknown limit {name!r}; known: {', '.join(KNOWN)}")
-        buckets = await self._requests(tenant_id, name) + self._tokens(tenant_id, name)
+        buckets = await self._requests(tenant_id, name) + await self._tokens(tenant_id, name)
         while buckets:
             wait_ms = await self._run(self._take_script, buckets, default=0)
             if wait_ms <= 0:
@@ -143,7 +147,7 @@ class NamedLimits:
 
     async def spend(self, tenant_id: TenantId, name: str, tokens: int) -> None:
         """Count `tokens` (a call's usage) against the token limits of `name`."""
-        buckets = [(key, rate, tokens) for key, rate, _ in self._tokens(tenant_id, name)]
+        buckets = [(key, rate, tokens) for key, rate, _ in await self._tokens(tenant_id, name)]
         if buckets and tokens > 0:
             await self._run(self._spend_script, buckets, default=0)
 
@@ -151,36 +155,44 @@ class NamedLimits:
         found: Buckets = []
         if self._global is not None:
             found.append((f"{PREFIX}{name}:global", self._global, 1))
-        own = await self._tenant_rate(tenant_id)
+        own, _ = await self._tenant_rates_of(tenant_id)
         if own is None and self._global is not None:
             own = self._shared(self._global)
         if own is not None:
             found.append((f"{PREFIX}{name}:tenant:{tenant_id}", own, 1))
         return found
 
-    def _tokens(self, tenant_id: TenantId, name: str) -> Buckets:
+    async def _tokens(self, tenant_id: TenantId, name: str) -> Buckets:
+        """The token buckets: the deployment's, and the tenant's own rate or else its share."""
         if self._global_tokens is None:
             return []
+        _, own = await self._tenant_rates_of(tenant_id)
         return [
             (f"{PREFIX}{name}:tokens:global", self._global_tokens, 0),
-            (f"{PREFIX}{name}:tokens:tenant:{tenant_id}", self._shared(self._global_tokens), 0),
+            (
+                f"{PREFIX}{name}:tokens:tenant:{tenant_id}",
+                own or self._shared(self._global_tokens),
+                0,
+            ),
         ]
 
     def _shared(self, rate: Rate) -> Rate:
         return Rate(max(1, int(rate.count * self._share)), rate.per_s)
 
-    async def _tenant_rate(self, tenant_id: TenantId) -> Rate | None:
+    async def _tenant_rates_of(self, tenant_id: TenantId) -> tuple[Rate | None, Rate | None]:
+        """The tenant's own (requests, tokens) rates, read at most every `TENANT_RATE_TTL_S`."""
         now = time.monotonic()
         cached = self._tenant_rates.get(tenant_id)
         if cached is not None and cached[0] > now:
             return cached[1]
         async with self._sessions.unit(tenant_id, single_statement=True) as uow:
-            row = await uow.one(_TENANT_RATE, tenant_id=tenant_id)
-        raw = None if row is None else row["llm_rate"]
-        parsed = Rate.parse(raw) if raw else None
-        rate = parsed if isinstance(parsed, Rate) else None
-        self._tenant_rates[tenant_id] = (now + TENANT_RATE_TTL_S, rate)
-        return rate
+            row = await uow.one(_TENANT_RATES, tenant_id=tenant_id)
+        rates = (
+            _rate(None if row is None else row["llm_rate"]),
+            _rate(None if row is None else row["llm_token_rate"]),
+        )
+        self._tenant_rates[tenant_id] = (now + TENANT_RATE_TTL_S, rates)
+        return rates
 
     async def _run(self, script: Any, buckets: Buckets, *, default: int) -> int:
         """The script over `buckets`: the milliseconds to wait (0: taken), or `default` when
@@ -205,6 +217,21 @@ class NamedLimits:
         if now - self._last_failure_log >= FAILURE_LOG_EVERY_S:
             self._last_failure_log = now
             log.warning("named limits not enforced, Redis failed (%r): letting calls through", exc)
+
+
+def _rate(raw: str | None) -> Rate | None:
+    parsed = Rate.parse(raw) if raw else None
+    return parsed if isinstance(parsed, Rate) else None
+
+
+async def set_llm_token_rate(uow: UnitOfWork, *, tenant_slug: str, rate: Rate | None) -> str:
+    """A tenant's own token rate of the `llm` limit (None: its share of the global one)."""
+    row = await uow.one(
+        _SET_TENANT_TOKEN_RATE, slug=tenant_slug, rate=None if rate is None else str(rate)
+    )
+    if row is None:
+        raise NotFound(f"no tenant {tenant_slug!r}")
+    return str(row["slug"])
 
 
 async def set_llm_rate(uow: UnitOfWork, *, tenant_slug: str, rate: Rate | None) -> str:

@@ -23,6 +23,8 @@ class Tenant(Base):
     max_inflight_jobs: Mapped[int | None]
     # Its own rate of the `llm` named limit, "N/S" (NULL: a share of the global one).
     llm_rate: Mapped[str | None]
+    # Its own token rate of the `llm` limit, "N/S" (NULL: a share of OUTLIVE_LIMIT_LLM_TOKENS).
+    llm_token_rate: Mapped[str | None]
 
 
 class User(Base):
