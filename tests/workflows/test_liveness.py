@@ -231,8 +231,14 @@ async def test_a_rolling_sigterm_restart_leaves_no_run_waiting_for_a_lease(
     assert done == ["SUCCEEDED"] * len(run_ids)
     assert max(handed) < 5.0, "a handed-back run waited, as if for a lease"
     assert longest < 2.0, f"a run sat {longest:.1f}s behind a dead holder"
-    async with sessions.unit() as uow:
-        lost = await uow.all(text("SELECT count(*) FROM run_events WHERE type = 'lost'"))
+    async with sessions.unit() as uow:  # this test's runs: the database is the suite's
+        lost = await uow.all(
+            text(
+                "SELECT count(*) FROM run_events WHERE type = 'lost'"
+                " AND run_id = ANY(CAST(:ids AS uuid[]))"
+            ),
+            ids=run_ids,
+        )
     assert lost[0]["count"] == 0, "a stopping worker's run was lost, not released"
 
 
