@@ -41,6 +41,7 @@ from outlive.db.raw import prepare
 from outlive.db.tx import Sessions, UnitOfWork
 from outlive.errors import BadUserInput, LimitWait, NotFound
 from outlive.ids import TenantId
+from outlive.services.ratelimits import TAKE
 
 log = logging.getLogger(__name__)
 
@@ -59,42 +60,6 @@ _SET_TENANT_TOKEN_RATE = prepare(
     text("UPDATE tenants SET llm_token_rate = :rate WHERE slug = :slug RETURNING slug")
 )
 
-
-# KEYS: the buckets; ARGV: capacity, tokens per millisecond and cost of each, in order. A bucket
-# of cost 0 (tokens, paid after the call by `_SPEND`) takes nothing but must hold at least one.
-# Returns {1, 0} when `cost` was taken from every bucket, {0, wait_ms} when nothing was.
-_TAKE = """
-local now_parts = redis.call('TIME')
-local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
-local levels = {}
-local wait = 0
-for i, key in ipairs(KEYS) do
-  local capacity = tonumber(ARGV[3 * i - 2])
-  local per_ms = tonumber(ARGV[3 * i - 1])
-  local need = math.max(1, tonumber(ARGV[3 * i]))
-  local state = redis.call('HMGET', key, 'tokens', 'at')
-  local tokens = tonumber(state[1]) or capacity
-  local at = tonumber(state[2]) or now
-  tokens = math.min(capacity, tokens + math.max(0, now - at) * per_ms)
-  levels[i] = tokens
-  if tokens < need then
-    wait = math.max(wait, math.ceil((need - tokens) / per_ms))
-  end
-end
-if wait > 0 then
-  return {0, wait}
-end
-for i, key in ipairs(KEYS) do
-  local cost = tonumber(ARGV[3 * i])
-  if cost > 0 then
-    local capacity = tonumber(ARGV[3 * i - 2])
-    local per_ms = tonumber(ARGV[3 * i - 1])
-    redis.call('HSET', key, 'tokens', tostring(levels[i] - cost), 'at', now)
-    redis.call('PEXPIRE', key, math.ceil(capacity / per_ms) + 1000)
-  end
-end
-return {1, 0}
-"""
 
 # KEYS: token buckets; ARGV: capacity, tokens per millisecond and amount spent of each.
 _SPEND = """
@@ -120,7 +85,7 @@ class NamedLimits:
     """The `outlive.workflows.calls.Limits` a worker gives its attempts."""
 
     def __init__(self, redis: Redis, sessions: Sessions, settings: Settings) -> None:
-        self._take_script: Any = redis.register_script(_TAKE)
+        self._take_script: Any = redis.register_script(TAKE)
         self._spend_script: Any = redis.register_script(_SPEND)
         self._sessions = sessions
         self._global = settings.limit_llm

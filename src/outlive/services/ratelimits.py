@@ -35,33 +35,38 @@ PREFIX = "outlive:rate:"
 CHECK_TIMEOUT_S = 0.25  # with the enqueue's 0.5 s, a mutation answers within 1 s of a hung Redis
 FAILURE_LOG_EVERY_S = 10.0
 
-# KEYS: the buckets; ARGV: capacity and tokens-per-millisecond of each, in order.
-# Returns {1, 0} when one token was taken from every bucket, {0, wait_ms} when none was.
-_TAKE = """
+# KEYS: the buckets; ARGV: capacity, tokens per millisecond and cost of each, in order. A bucket
+# of cost 0 (tokens of the named limits, paid after the call) takes nothing but must hold one.
+# Returns {1, 0} when `cost` was taken from every bucket, {0, wait_ms} when nothing was.
+TAKE = """
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
 local levels = {}
 local wait = 0
 for i, key in ipairs(KEYS) do
-  local capacity = tonumber(ARGV[2 * i - 1])
-  local per_ms = tonumber(ARGV[2 * i])
+  local capacity = tonumber(ARGV[3 * i - 2])
+  local per_ms = tonumber(ARGV[3 * i - 1])
+  local need = math.max(1, tonumber(ARGV[3 * i]))
   local state = redis.call('HMGET', key, 'tokens', 'at')
   local tokens = tonumber(state[1]) or capacity
   local at = tonumber(state[2]) or now
   tokens = math.min(capacity, tokens + math.max(0, now - at) * per_ms)
   levels[i] = tokens
-  if tokens < 1 then
-    wait = math.max(wait, math.ceil((1 - tokens) / per_ms))
+  if tokens < need then
+    wait = math.max(wait, math.ceil((need - tokens) / per_ms))
   end
 end
 if wait > 0 then
   return {0, wait}
 end
 for i, key in ipairs(KEYS) do
-  local capacity = tonumber(ARGV[2 * i - 1])
-  local per_ms = tonumber(ARGV[2 * i])
-  redis.call('HSET', key, 'tokens', tostring(levels[i] - 1), 'at', now)
-  redis.call('PEXPIRE', key, math.ceil(capacity / per_ms) + 1000)
+  local cost = tonumber(ARGV[3 * i])
+  if cost > 0 then
+    local capacity = tonumber(ARGV[3 * i - 2])
+    local per_ms = tonumber(ARGV[3 * i - 1])
+    redis.call('HSET', key, 'tokens', tostring(levels[i] - cost), 'at', now)
+    redis.call('PEXPIRE', key, math.ceil(capacity / per_ms) + 1000)
+  end
 end
 return {1, 0}
 """
@@ -97,7 +102,7 @@ def private_subject(*parts: str) -> str:
 class RateLimiter:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
-        self._script: Any = redis.register_script(_TAKE)
+        self._script: Any = redis.register_script(TAKE)
         self._last_failure_log = -FAILURE_LOG_EVERY_S
 
     async def take(self, *buckets: Bucket, message: str) -> None:
@@ -108,7 +113,7 @@ class RateLimiter:
         args: list[float] = []
         for bucket in limited:
             assert bucket.rate is not None  # noqa: S101 (filtered above)
-            args += [bucket.rate.count, bucket.rate.count / (bucket.rate.per_s * 1000)]
+            args += [bucket.rate.count, bucket.rate.count / (bucket.rate.per_s * 1000), 1]
         try:
             async with asyncio.timeout(CHECK_TIMEOUT_S):  # a Redis that hangs holds nothing up
                 taken, wait_ms = await self._script(keys=[b.key for b in limited], args=args)
