@@ -56,7 +56,9 @@ async def test_a_parent_killed_after_each_child_it_starts_is_making_progress_and
     it completed no step; a child it started is such a step (keyed by step name and occurrence).
     Attempt k starts child k and is SIGKILLed while it holds its worker, four times: the parent
     kept making progress, and succeeds. (Before: failed at the third loss, "its worker was lost
-    3 times", which `bench/children.py`'s fan-out met under SIGKILLs.)"""
+    3 times", which `bench/children.py`'s fan-out met under SIGKILLs.) At least 4 losses: on a
+    loaded 2-core CI machine a fresh worker's heartbeat may miss this test's 2 s lease once, and
+    that take-over is a fifth loss (CI saw 5), which the run survives just the same."""
     assert settings.redis_url is not None
     worker = workers.start()
     input = {"mode": "spawn-then-linger", "turns": 4, "delayMs": 10_000}
@@ -68,7 +70,7 @@ async def test_a_parent_killed_after_each_child_it_starts_is_making_progress_and
             worker = workers.start()
         run = await watch.until(parent, settled, timeout=90)
     assert run.status == "SUCCEEDED", run.error
-    assert run.lost_attempts == 4
+    assert run.lost_attempts >= 4
     assert len(run.output["children"]) == 4
 
 
