@@ -112,6 +112,7 @@ async def test_each_reply_is_a_message_event_and_a_cut_reply_is_continued(
     assert [e.data["content"] for e in events if e.type == "message"] == ["Once upon", " a time."]
     assert fake.requests[0] == {
         "model": "tiny",
+        "stream": False,  # the openai SDK says so (OpenAI's default)
         "messages": [{"role": "user", "content": "Tell a story"}],
     }
     assert fake.requests[1]["messages"][1] == {"role": "assistant", "content": "Once upon"}
@@ -147,6 +148,7 @@ async def test_a_system_prompt_and_an_allowed_model_are_sent(
     assert run.status == "SUCCEEDED"
     assert fake.requests[0] == {
         "model": "large",
+        "stream": False,
         "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": "hi"},
