@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.agent import AgentRunResult
@@ -45,6 +45,7 @@ from pydantic_ai.exceptions import (
     UnexpectedModelBehavior,
 )
 from pydantic_ai.messages import (
+    FinishReason,
     ModelMessage,
     ModelResponse,
     PartDeltaEvent,
@@ -111,6 +112,23 @@ def call_retry(settings: Settings) -> Retry:
     )
 
 
+class LegacyReply(BaseModel):
+    """A `reply` step that the `llm` agent recorded before it ran on pydantic-ai (its own
+    client recorded the text and the finish reason). A run that was in flight at the upgrade,
+    or a failed one retried with `reuseSteps`, gets its replies back from these, unpaid again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str
+    finish_reason: str | None = None
+
+    def response(self, model_name: str) -> ModelResponse:
+        finish: FinishReason = "length" if self.finish_reason == "length" else "stop"
+        return ModelResponse(
+            parts=[TextPart(self.content)], model_name=model_name, finish_reason=finish
+        )
+
+
 class DurableModel(WrapperModel):
     """A model whose every request is a durable step of the run (`step`, by default
     `model.request`), with the model-call policy (`call_retry`, a timeout, the limit `limit`)."""
@@ -137,10 +155,8 @@ class DurableModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
         settings = self.run.settings
-        opened: list[
-            OutputStream
-        ] = []  # the step's stream: its first call opens it, retries write on
-        response: ModelResponse = await self.run.step(
+        opened: list[OutputStream] = []  # the step's stream: its first call opens it
+        recorded: ModelResponse | LegacyReply = await self.run.step(
             self.step_name,
             self._ask,
             messages,
@@ -151,7 +167,9 @@ class DurableModel(WrapperModel):
             timeout=settings.llm_timeout_s + CALL_STEP_SLACK_S,
             limit=self.limit,
         )
-        return response
+        if isinstance(recorded, LegacyReply):
+            return recorded.response(self.wrapped.model_name)
+        return recorded
 
     @asynccontextmanager
     async def request_stream(
@@ -174,8 +192,9 @@ class DurableModel(WrapperModel):
         model_settings: ModelSettings | None,
         parameters: ModelRequestParameters,
         opened: list[OutputStream],
-    ) -> ModelResponse:
-        """The step's body: ask the model (streaming its text when a stream is named)."""
+    ) -> ModelResponse | LegacyReply:
+        """The step's body: ask the model (streaming its text when a stream is named). What it
+        returns is a `ModelResponse`; the annotation lets the journal give back a `LegacyReply`."""
         try:
             if self.stream_name is None:
                 response = await self.wrapped.request(messages, model_settings, parameters)
