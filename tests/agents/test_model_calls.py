@@ -217,3 +217,27 @@ async def test_replies_recorded_before_llm_ran_on_pydantic_ai_are_reused(
     resumed = model.requests[3]["messages"]
     assert [m["content"] for m in resumed if m["role"] == "assistant"] == ["old #1.", "old #2."]
     assert run.output == {"reply": "old #1.old #2.reply #3.reply #4.", "turns": 4}
+
+
+async def test_a_call_that_times_out_is_asked_again_inside_the_attempt(
+    api: Api, servers: Servers, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """`OUTLIVE_LLM_TIMEOUT_S` bounds each call, and a call that timed out is a failure the
+    step's policy retries inside the attempt, not a fault of the run."""
+    model = StubModel(turns=1)
+    model.script[1] = Answer(delay_s=3)
+    async with serve(model) as url:
+        settings = make_settings(
+            servers, llm_base_url=url, llm_model="tiny", llm_timeout_s=0.5, llm_retry_backoff_s=0.05
+        )
+        host = WorkerHost(settings, concurrency=2)
+        await host.start()
+        try:
+            started = await api.start_run(tenant.token, "llm", {"prompt": "hi"})
+            run = await _settled(api, settings, sessions, tenant, started["run"]["id"])
+        finally:
+            await host.stop()
+    assert run.status == "SUCCEEDED", run.error
+    assert run.attempt == 1
+    assert len(model.requests) == 2
+    assert run.output == {"reply": "reply #1.", "turns": 1}
