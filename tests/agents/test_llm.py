@@ -263,3 +263,19 @@ async def test_a_streamed_reply_goes_to_the_stream_answer_and_the_step_records_i
         token=tenant.token,
     )
     assert usage["run"]["usage"] == {"inputTokens": 101 + 102, "outputTokens": 10 + 20}
+
+
+async def test_an_empty_reply_is_an_answer_and_is_not_asked_for_again(
+    api: Api,
+    llm_settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    model: tuple[FakeModel, str],
+) -> None:
+    fake, _ = model
+    fake.script = [(200, "", "stop")]
+    run, events = await _run(api, llm_settings, sessions, tenant, {"prompt": "hi"})
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output == {"reply": "", "turns": 1}
+    assert len(fake.requests) == 1
+    assert [e.data["content"] for e in events if e.type == "message"] == [""]

@@ -32,11 +32,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic_ai import Agent as PydanticAgent
 
-from outlive.agents.pydantic_ai import DurableModel, openai_compatible
+from outlive.agents.pydantic_ai import (
+    ANSWER,
+    DurableModel,
+    LlmRejected,
+    call_retry,
+    openai_compatible,
+)
 from outlive.agents.registry import Agent, RunContext
 from outlive.config import Settings
 
-ANSWER = "answer"  # the stream a reply's tokens go to
+__all__ = ["AGENT", "ANSWER", "LlmInput", "LlmNotConfigured", "LlmRejected", "call_retry"]
+
 STEP = "reply"  # each model call's step
 CONTINUE = "Continue."  # the prompt that continues a reply cut off by the length limit
 
@@ -68,8 +75,9 @@ def choose_model(settings: Settings, asked: str | None) -> str:
 
 
 # The pydantic-ai agent: text output, no tools, no model of its own (each run gives it its
-# durable model, and its system prompt as instructions).
-CHAT: PydanticAgent[None, str] = PydanticAgent(name="llm", output_type=str)
+# durable model, and its system prompt as instructions). An empty reply is an answer (None), as
+# it was before: with `str` alone pydantic-ai would ask the model again ("Please return text.").
+CHAT: PydanticAgent[None, str | None] = PydanticAgent(name="llm", output_type=[str, type(None)])
 
 
 async def run(ctx: RunContext, params: LlmInput) -> dict[str, Any]:
@@ -88,7 +96,7 @@ async def run(ctx: RunContext, params: LlmInput) -> dict[str, Any]:
             model=model,
             instructions=params.system,
         )
-        replies.append(result.output)
+        replies.append(result.output or "")
         if result.response.finish_reason != "length":
             break
         history = result.all_messages()
