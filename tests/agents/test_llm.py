@@ -112,6 +112,7 @@ async def test_each_reply_is_a_message_event_and_a_cut_reply_is_continued(
     assert [e.data["content"] for e in events if e.type == "message"] == ["Once upon", " a time."]
     assert fake.requests[0] == {
         "model": "tiny",
+        "stream": False,  # the openai SDK says so (OpenAI's default)
         "messages": [{"role": "user", "content": "Tell a story"}],
     }
     assert fake.requests[1]["messages"][1] == {"role": "assistant", "content": "Once upon"}
@@ -147,6 +148,7 @@ async def test_a_system_prompt_and_an_allowed_model_are_sent(
     assert run.status == "SUCCEEDED"
     assert fake.requests[0] == {
         "model": "large",
+        "stream": False,
         "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": "hi"},
@@ -261,3 +263,19 @@ async def test_a_streamed_reply_goes_to_the_stream_answer_and_the_step_records_i
         token=tenant.token,
     )
     assert usage["run"]["usage"] == {"inputTokens": 101 + 102, "outputTokens": 10 + 20}
+
+
+async def test_an_empty_reply_is_an_answer_and_is_not_asked_for_again(
+    api: Api,
+    llm_settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    model: tuple[FakeModel, str],
+) -> None:
+    fake, _ = model
+    fake.script = [(200, "", "stop")]
+    run, events = await _run(api, llm_settings, sessions, tenant, {"prompt": "hi"})
+    assert run.status == "SUCCEEDED", run.error
+    assert run.output == {"reply": "", "turns": 1}
+    assert len(fake.requests) == 1
+    assert [e.data["content"] for e in events if e.type == "message"] == [""]

@@ -4,11 +4,13 @@ reuses the failed run's steps, and usage counted exactly."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from outlive.config import Settings
 from outlive.db.tx import Sessions
@@ -174,3 +176,68 @@ async def test_retry_with_reused_steps_asks_only_for_the_replies_not_recorded(
             "costUsd": None,
         }
     ]
+
+
+async def test_replies_recorded_before_llm_ran_on_pydantic_ai_are_reused(
+    api: Api,
+    settings: Settings,
+    worker: WorkerHost,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    stub: tuple[StubModel, str],
+) -> None:
+    """The `reply` steps of a run from before the upgrade hold `{content, finish_reason}` (the
+    old client's record), not a `ModelResponse`: a retry that reuses them asks only for the
+    rest, and sends the recorded replies back as the conversation."""
+    model, _ = stub
+    model.turns = 4
+    model.script[3] = Answer(status=400)  # reply 3 fails the run at once
+    started = await api.start_run(tenant.token, "llm", {"prompt": "story", "maxTurns": 4})
+    failed = await _settled(api, settings, sessions, tenant, started["run"]["id"])
+    assert failed.status == "FAILED"
+    async with sessions.unit() as uow:  # as the old agent recorded them
+        for k in (1, 2):
+            await uow.execute(
+                text(
+                    "UPDATE run_steps SET result = CAST(:r AS jsonb)"
+                    " WHERE run_id = :id AND name = 'reply' AND occurrence = :k"
+                ),
+                r=json.dumps({"content": f"old #{k}.", "finish_reason": "length"}),
+                id=failed.id,
+                k=k,
+            )
+    data = await api.gql(
+        "mutation($id: ID!) { retryRun(id: $id, reuseSteps: true) { run { id } } }",
+        {"id": started["run"]["id"]},
+        token=tenant.token,
+    )
+    run = await _settled(api, settings, sessions, tenant, data["retryRun"]["run"]["id"])
+    assert run.status == "SUCCEEDED", run.error
+    assert len(model.requests) == 3 + 2  # replies 3 and 4 only
+    resumed = model.requests[3]["messages"]
+    assert [m["content"] for m in resumed if m["role"] == "assistant"] == ["old #1.", "old #2."]
+    assert run.output == {"reply": "old #1.old #2.reply #3.reply #4.", "turns": 4}
+
+
+async def test_a_call_that_times_out_is_asked_again_inside_the_attempt(
+    api: Api, servers: Servers, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """`OUTLIVE_LLM_TIMEOUT_S` bounds each call, and a call that timed out is a failure the
+    step's policy retries inside the attempt, not a fault of the run."""
+    model = StubModel(turns=1)
+    model.script[1] = Answer(delay_s=3)
+    async with serve(model) as url:
+        settings = make_settings(
+            servers, llm_base_url=url, llm_model="tiny", llm_timeout_s=0.5, llm_retry_backoff_s=0.05
+        )
+        host = WorkerHost(settings, concurrency=2)
+        await host.start()
+        try:
+            started = await api.start_run(tenant.token, "llm", {"prompt": "hi"})
+            run = await _settled(api, settings, sessions, tenant, started["run"]["id"])
+        finally:
+            await host.stop()
+    assert run.status == "SUCCEEDED", run.error
+    assert run.attempt == 1
+    assert len(model.requests) == 2
+    assert run.output == {"reply": "reply #1.", "turns": 1}

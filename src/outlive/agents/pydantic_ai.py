@@ -7,6 +7,14 @@ place with `Agent.override` for the run, so the agent itself is not changed.
 - **Every model request is a durable step** (`model.request`): its `ModelResponse` is recorded
   (with its usage), and a later attempt of the run gets it back without asking the model again.
   While the step runs, the response's text deltas go to the run's stream `answer`.
+- **Every model request has the model-call policy** (contract §6, `call_retry`): a 429, a 5xx,
+  a transport error or a timeout (`OUTLIVE_LLM_TIMEOUT_S`) is retried inside the attempt, up to
+  5 calls, waiting what a `Retry-After` says or else a backoff from 1 s
+  (`OUTLIVE_LLM_RETRY_BACKOFF_S`) doubling to 60 s; only then is it a retryable fault of the run.
+  Each call takes the named limit `llm` first (`outlive.services.limits`) and its usage is
+  spent against that limit's token rates. Any other refusal fails the run at once
+  (`LlmRejected`). What the tenant reads of a failure (`Run.error`) names the status, never the
+  endpoint's body, which may carry the operator's account details (issue 26, L2): that is logged.
 - **Every tool call is a durable step** (`tool.<name>`): a tool that completed is never run
   again by a later attempt; its result is recorded as JSON (a model comes back as a dict).
 - **Approvals.** A tool marked `requires_approval=True` defers its call: the run waits
@@ -20,16 +28,24 @@ attempt, and each step returns what it recorded.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.agent import AgentRunResult
-from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError
+from pydantic_ai.exceptions import (
+    ModelAPIError,
+    ModelConnectionError,
+    ModelHTTPError,
+    ModelTimeoutError,
+    UnexpectedModelBehavior,
+)
 from pydantic_ai.messages import (
+    FinishReason,
     ModelMessage,
     ModelResponse,
     PartDeltaEvent,
@@ -51,23 +67,86 @@ from pydantic_ai.tools import RunContext as ToolContext
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from outlive.agents.registry import Agent, RunContext
-from outlive.errors import RetryableFault
+from outlive.agents.openai_chat import ModelNotConfigured, openai_compatible
+from outlive.agents.policy import Retry, parse_retry_after
+from outlive.agents.registry import Agent, OutputStream, RunContext
+from outlive.config import Settings
+from outlive.errors import RetryableFault, RetryAfter
+
+log = logging.getLogger(__name__)
 
 P = TypeVar("P", bound=BaseModel)
 
 ANSWER = "answer"  # the stream the model's text goes to
 APPROVAL = "approval"  # the signal that answers a tool call waiting for approval
+LIMIT = "llm"  # the named limit each model call takes
+CALL_ATTEMPTS = 5
+CALL_MAX_BACKOFF_S = 60.0
+CALL_STEP_SLACK_S = 5.0  # the step's own deadline: the HTTP timeout and this
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
+
+__all__ = [
+    "ANSWER",
+    "APPROVAL",
+    "LIMIT",
+    "DurableModel",
+    "DurableToolset",
+    "LlmRejected",
+    "ModelNotConfigured",
+    "call_retry",
+    "durable",
+    "openai_compatible",
+]
+
+
+class LlmRejected(Exception):
+    """The model endpoint refused the request in a way a retry cannot fix."""
+
+
+def call_retry(settings: Settings) -> Retry:
+    """The policy of one model call: up to 5 calls, backoff from `OUTLIVE_LLM_RETRY_BACKOFF_S`."""
+    return Retry(
+        attempts=CALL_ATTEMPTS,
+        backoff=settings.llm_retry_backoff_s,
+        max_backoff=CALL_MAX_BACKOFF_S,
+    )
+
+
+class LegacyReply(BaseModel):
+    """A `reply` step that the `llm` agent recorded before it ran on pydantic-ai (its own
+    client recorded the text and the finish reason). A run that was in flight at the upgrade,
+    or a failed one retried with `reuseSteps`, gets its replies back from these, unpaid again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str
+    finish_reason: str | None = None
+
+    def response(self, model_name: str) -> ModelResponse:
+        finish: FinishReason = "length" if self.finish_reason == "length" else "stop"
+        return ModelResponse(
+            parts=[TextPart(self.content)], model_name=model_name, finish_reason=finish
+        )
 
 
 class DurableModel(WrapperModel):
-    """A model whose every request is a durable step of the run (`model.request`)."""
+    """A model whose every request is a durable step of the run (`step`, by default
+    `model.request`), with the model-call policy (`call_retry`, a timeout, the limit `limit`)."""
 
-    def __init__(self, wrapped: Model, run: RunContext, *, stream: str | None = ANSWER) -> None:
+    def __init__(
+        self,
+        wrapped: Model,
+        run: RunContext,
+        *,
+        stream: str | None = ANSWER,
+        step: str = "model.request",
+        limit: str | None = LIMIT,
+    ) -> None:
         super().__init__(wrapped)
         self.run = run
         self.stream_name = stream
+        self.step_name = step
+        self.limit = limit
 
     async def request(
         self,
@@ -75,10 +154,22 @@ class DurableModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        response: ModelResponse = await self.run.step(
-            "model.request", self._ask, messages, model_settings, model_request_parameters
+        settings = self.run.settings
+        opened: list[OutputStream] = []  # the step's stream: its first call opens it
+        recorded: ModelResponse | LegacyReply = await self.run.step(
+            self.step_name,
+            self._ask,
+            messages,
+            model_settings,
+            model_request_parameters,
+            opened,
+            retry=call_retry(settings),
+            timeout=settings.llm_timeout_s + CALL_STEP_SLACK_S,
+            limit=self.limit,
         )
-        return response
+        if isinstance(recorded, LegacyReply):
+            return recorded.response(self.wrapped.model_name)
+        return recorded
 
     @asynccontextmanager
     async def request_stream(
@@ -100,19 +191,19 @@ class DurableModel(WrapperModel):
         messages: list[ModelMessage],
         model_settings: ModelSettings | None,
         parameters: ModelRequestParameters,
-    ) -> ModelResponse:
-        """The step's body: ask the model (streaming its text when a stream is named)."""
+        opened: list[OutputStream],
+    ) -> ModelResponse | LegacyReply:
+        """The step's body: ask the model (streaming its text when a stream is named). What it
+        returns is a `ModelResponse`; the annotation lets the journal give back a `LegacyReply`."""
         try:
             if self.stream_name is None:
                 response = await self.wrapped.request(messages, model_settings, parameters)
             else:
-                response = await self._streamed(messages, model_settings, parameters)
-        except ModelHTTPError as exc:
-            if exc.status_code == 429 or exc.status_code >= 500:
-                raise RetryableFault(f"model answered {exc.status_code}") from exc
-            raise
-        except ModelAPIError as exc:  # unreachable, timed out, cut off
-            raise RetryableFault(f"model request failed: {exc}") from exc
+                if not opened:
+                    opened.append(self.run.stream(self.stream_name))
+                response = await self._streamed(messages, model_settings, parameters, opened[0])
+        except (ModelAPIError, UnexpectedModelBehavior) as exc:
+            raise _fault(exc) from exc
         usage = response.usage
         self.run.record_usage(
             input_tokens=usage.input_tokens,
@@ -127,9 +218,8 @@ class DurableModel(WrapperModel):
         messages: list[ModelMessage],
         model_settings: ModelSettings | None,
         parameters: ModelRequestParameters,
+        out: OutputStream,
     ) -> ModelResponse:
-        assert self.stream_name is not None  # noqa: S101 (checked by the caller)
-        out = self.run.stream(self.stream_name)
         async with self.wrapped.request_stream(messages, model_settings, parameters) as streamed:
             async for event in streamed:
                 if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
@@ -138,6 +228,38 @@ class DurableModel(WrapperModel):
                     out.write(event.delta.content_delta)
         await out.close()
         return streamed.get()
+
+
+def _fault(exc: ModelAPIError | UnexpectedModelBehavior) -> Exception:
+    """What a failed model call is to the run: a `RetryableFault` (`RetryAfter` when a 429 or
+    503 says when) for what a retry may fix, else `LlmRejected`. Neither carries the endpoint's
+    words (logged for the operator)."""
+    if isinstance(exc, ModelHTTPError):
+        status = exc.status_code
+        if status == 429 or status >= 500:
+            log.info("llm endpoint answered %s: %.500s", status, exc.body)
+            wait = parse_retry_after((exc.headers or {}).get("retry-after"))
+            if wait is not None and status in (429, 503):
+                return RetryAfter(wait, f"llm endpoint answered {status} (retry after {wait:g}s)")
+            return RetryableFault(f"llm endpoint answered {status}")
+        log.warning("llm endpoint answered %s: %.500s", status, exc.body)
+        return LlmRejected(f"llm endpoint answered {status}")
+    if isinstance(exc, ModelTimeoutError):
+        return RetryableFault("llm endpoint did not answer in time")
+    if isinstance(exc, ModelConnectionError):
+        return RetryableFault(f"llm endpoint unreachable ({_root(exc)})")
+    if isinstance(exc, ModelAPIError):  # e.g. a stream cut off
+        log.info("llm endpoint failed: %s", exc)
+        return RetryableFault(f"llm endpoint failed ({type(exc).__name__})")
+    log.warning("llm endpoint answered what is not a model response: %.500s", exc)
+    return LlmRejected("llm endpoint answered a body that is not a chat completion")
+
+
+def _root(exc: BaseException) -> str:
+    """The name of the innermost cause: what the transport said (`ConnectError`)."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return type(exc).__name__
 
 
 def _message_event(response: ModelResponse) -> dict[str, Any]:
@@ -208,19 +330,15 @@ class _Durable(Generic[P]):
         deps: Callable[[RunContext, P], Any] | None,
         model: Callable[[RunContext], Model] | None,
         stream: str | None,
+        limit: str | None,
     ) -> None:
-        self.agent, self.prompt, self.deps, self.model, self.stream = (
-            agent,
-            prompt,
-            deps,
-            model,
-            stream,
-        )
+        self.agent, self.prompt, self.deps, self.model = agent, prompt, deps, model
+        self.stream, self.limit = stream, limit
 
     async def __call__(self, ctx: RunContext, params: P) -> dict[str, Any]:
         agent = self.agent
         inner = self.model(ctx) if self.model is not None else infer_model(agent.model)  # type: ignore[arg-type]  # the agent's own model
-        model = DurableModel(inner, ctx, stream=self.stream)
+        model = DurableModel(inner, ctx, stream=self.stream, limit=self.limit)
         toolsets = [DurableToolset(t, ctx) for t in agent.toolsets]
         deps = self.deps(ctx, params) if self.deps is not None else None
         history: list[ModelMessage] | None = None
@@ -247,25 +365,6 @@ class _Durable(Generic[P]):
                 history, answers = result.all_messages(), _answers(output, payloads)
 
 
-def openai_compatible(ctx: RunContext, model: str | None = None) -> Model:
-    """A chat model on the deployment's OpenAI-compatible endpoint (`OUTLIVE_LLM_BASE_URL`,
-    `OUTLIVE_LLM_API_KEY`, `OUTLIVE_LLM_MODEL`), through the run's HTTP client. Pass it as
-    `durable(..., model=openai_compatible)`."""
-    from pydantic_ai.models.openai import OpenAIChatModel
-    from pydantic_ai.providers.openai import OpenAIProvider
-
-    settings = ctx.settings
-    if not settings.llm_base_url:
-        raise ModelNotConfigured("this agent needs OUTLIVE_LLM_BASE_URL")
-    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else "none"
-    provider = OpenAIProvider(base_url=settings.llm_base_url, api_key=key, http_client=ctx.http)
-    return OpenAIChatModel(model or settings.llm_model, provider=provider)
-
-
-class ModelNotConfigured(Exception):
-    """No model endpoint is configured."""
-
-
 def durable(
     agent: PydanticAgent[Any, Any],
     *,
@@ -276,14 +375,16 @@ def durable(
     deps: Callable[[RunContext, P], Any] | None = None,
     model: Callable[[RunContext], Model] | None = None,
     stream: str | None = ANSWER,
+    limit: str | None = LIMIT,
 ) -> Agent[P]:
     """`agent` as an Outlive agent named `name`, whose input is `input_model` and whose user
     prompt is `prompt(params)`. `deps(ctx, params)` makes the run's deps (none: None); `model(ctx)`
-    the model (none: the agent's own); `stream` names the stream its text goes to (None: none).
+    the model (none: the agent's own); `stream` names the stream its text goes to (None: none);
+    `limit` the named limit each model call takes (None: none).
     Its output is `{"output": <the agent's output, as JSON>}`."""
     return Agent(
         name=name,
         description=description or f"pydantic-ai agent {agent.name or name!r}",
         input_model=input_model,
-        run=_Durable(agent, prompt, deps, model, stream),
+        run=_Durable(agent, prompt, deps, model, stream, limit),
     )
