@@ -8,9 +8,36 @@ from typing import Any, cast
 import strawberry
 
 from outlive.db.models import DeliveryStatus as DbDeliveryStatus
-from outlive.services.webhooks import DeliveryRecord, EndpointRecord
+from outlive.services.webhooks import AttemptRecord, DeliveryRecord, EndpointRecord
 
 DeliveryStatus = strawberry.enum(DbDeliveryStatus, name="DeliveryStatus")
+
+
+@strawberry.type(description="One attempt of a webhook delivery, as its attempt log keeps it.")
+class WebhookDeliveryAttempt:
+    attempt: int = strawberry.field(description="Its number (the delivery's attempts after it).")
+    response_status: int | None = strawberry.field(
+        description="The HTTP status the endpoint answered; null when there was no answer."
+    )
+    body_excerpt: str | None = strawberry.field(
+        description="The start of the response body: at most 1,024 bytes, decoded as UTF-8."
+    )
+    error: str | None = strawberry.field(
+        description="What went wrong, in generic words (at most 500 characters); null on success."
+    )
+    started_at: datetime
+    duration_ms: int = strawberry.field(description="From the host name lookup to the answer.")
+
+    @classmethod
+    def of(cls, a: AttemptRecord) -> WebhookDeliveryAttempt:
+        return cls(
+            attempt=a.attempt,
+            response_status=a.response_status,
+            body_excerpt=a.body_excerpt,
+            error=a.error,
+            started_at=a.started_at,
+            duration_ms=a.duration_ms,
+        )
 
 
 @strawberry.type
@@ -46,6 +73,14 @@ class WebhookDelivery:
             run_id=strawberry.ID(str(d.run_id)) if d.run_id is not None else None,
             next_attempt_at=d.next_attempt_at,
         )
+
+    @strawberry.field(  # type: ignore[untyped-decorator]
+        description="Its attempts, newest first: the newest 20 are kept, each with at most 1,024"
+        " bytes of the response body."
+    )
+    async def attempt_log(self, info: strawberry.Info[Any, Any]) -> list[WebhookDeliveryAttempt]:
+        found = await info.context.delivery_attempts(str(self.id))
+        return [WebhookDeliveryAttempt.of(a) for a in cast(list[AttemptRecord], found)]
 
 
 @strawberry.type

@@ -73,6 +73,19 @@ class DeliveryRecord(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptRecord(Record):
+    """One logged attempt of a delivery (`webhook_delivery_attempts`)."""
+
+    delivery_id: DeliveryId
+    attempt: int
+    response_status: int | None
+    body_excerpt: str | None
+    error: str | None
+    started_at: datetime
+    duration_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class Outgoing:
     """A pending delivery, ready to send: where, what, and how to sign it."""
 
@@ -165,6 +178,13 @@ async def get_endpoint(
     return EndpointRecord.from_row(row) if row is not None else None
 
 
+async def get_delivery(
+    db: Db, tenant_id: TenantId, delivery_id: DeliveryId
+) -> DeliveryRecord | None:
+    row = await db.one(queries.DELIVERY, delivery_id=delivery_id, tenant_id=tenant_id)
+    return DeliveryRecord.from_row(row) if row is not None else None
+
+
 def check_deliveries_page(first: int) -> None:
     if not 0 <= first <= MAX_DELIVERIES_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_DELIVERIES_PAGE}")
@@ -237,10 +257,16 @@ async def record_attempt(
     *,
     response_status: int | None,
     error: str | None,
+    attempt: outbox.Attempt | None = None,
 ) -> None:
-    """A try that did not succeed; the row stays PENDING for the next one."""
+    """A try that did not succeed, logged (`attempt`); the row stays PENDING for the next one."""
     await outbox.record_attempt(
-        uow, outbox.WEBHOOK, delivery_id, error=error, response_status=response_status
+        uow,
+        outbox.WEBHOOK,
+        delivery_id,
+        error=error,
+        attempt=attempt,
+        response_status=response_status,
     )
 
 
@@ -252,9 +278,10 @@ async def finish_delivery(
     response_status: int | None = None,
     error: str | None = None,
     count_attempt: bool = False,
+    attempt: outbox.Attempt | None = None,
 ) -> bool:
     """DELIVERED or FAILED, only from PENDING: a redelivered job finds nothing to do. Its slot is
-    free for the tenant's next delivery (`outbox.finish`)."""
+    free for the tenant's next delivery (`outbox.finish`); a counted attempt is logged."""
     return await outbox.finish(
         uow,
         outbox.WEBHOOK,
@@ -262,8 +289,25 @@ async def finish_delivery(
         status=status.value,
         error=error,
         count_attempt=count_attempt,
+        attempt=attempt,
         response_status=response_status,
     )
+
+
+async def list_attempts_of_deliveries(
+    db: Db, tenant_id: TenantId, delivery_ids: Sequence[DeliveryId]
+) -> dict[DeliveryId, list[AttemptRecord]]:
+    """Each delivery's logged attempts, newest first (at most `ATTEMPTS_KEPT` each, as kept),
+    in one statement, scoped to the tenant: another tenant's delivery has none."""
+    rows = await db.all(
+        queries.ATTEMPTS_OF_DELIVERIES,
+        delivery_ids=list(dict.fromkeys(delivery_ids)),
+        tenant_id=tenant_id,
+    )
+    found: dict[DeliveryId, list[AttemptRecord]] = {d: [] for d in delivery_ids}
+    for row in rows:
+        found[DeliveryId(row["delivery_id"])].append(AttemptRecord.from_row(row))
+    return found
 
 
 async def schedule_next_attempt(uow: UnitOfWork, delivery_id: DeliveryId, delay_s: float) -> None:

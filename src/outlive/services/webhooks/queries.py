@@ -136,6 +136,16 @@ SETTLED_DELIVERIES_CTE = """delivered AS (
       AND (cardinality(e.events) = 0 OR m.event_type = ANY(e.events))
     RETURNING id)"""
 
+# Each delivery's logged attempts, newest first, scoped to the tenant (bounded by what is kept).
+ATTEMPTS_OF_DELIVERIES = prepare(
+    text(
+        "SELECT delivery_id, attempt, response_status, body_excerpt, error, started_at,"
+        " duration_ms FROM webhook_delivery_attempts"
+        " WHERE delivery_id = ANY(:delivery_ids) AND tenant_id = :tenant_id"
+        " ORDER BY delivery_id, attempt DESC"
+    ).bindparams(bindparam("delivery_ids", type_=ARRAY(Uuid())))
+)
+
 DELIVERY_ENDPOINT = prepare(
     text(
         "SELECT endpoint_id FROM webhook_deliveries WHERE id = :delivery_id"
