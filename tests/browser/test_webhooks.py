@@ -58,7 +58,7 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
     )
     expect(retry).to_be_visible()
     expect(row.get_by_test_id("delivery-status")).to_have_text("PENDING")
-    expect(row.get_by_test_id("delivery-attempts")).to_have_text("1 ▸")
+    expect(row.get_by_test_id("delivery-attempts")).to_have_text("1")
     expect(row.get_by_test_id("delivery-next-attempt").locator("time")).to_be_visible()
     expect(row.get_by_role("link", name=f"Run {run_id}", exact=True)).to_be_visible()
     for theme in ("light", "dark"):
@@ -74,7 +74,7 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
     expect(row.get_by_test_id("delivery-status")).to_have_text("DELIVERED", timeout=20_000)
     receiver.wait_for(2)
     assert receiver.times[1] < due, "sent when it was due anyway, not when asked"
-    expect(row.get_by_test_id("delivery-attempts")).to_have_text("2 ▸")
+    expect(row.get_by_test_id("delivery-attempts")).to_have_text("2")
     expect(row.get_by_test_id("delivery-next-attempt")).to_have_text("—")
 
     # its attempts, newest first: the 200 and its body, then the 500 with its body and error
@@ -102,6 +102,8 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
             assert_accessible(page, f"a delivery's attempt log ({theme}, {width} px)")
     page.set_viewport_size({"width": 1440, "height": 900})
     page.emulate_media(color_scheme="light")
+    page.locator(".table-wrap").first.evaluate("(wrap) => { wrap.scrollLeft = 0; }")  # as at 390
+    attempts.scroll_into_view_if_needed()
     shoot(page, "webhooks-attempts", tmp_path)
     toggle.click()
     expect(attempts).to_have_count(0)

@@ -238,7 +238,7 @@ function DeliveryRow({ delivery: d }: { delivery: WebhookDelivery }) {
               aria-label={`${d.attempts} ${d.attempts === 1 ? "attempt" : "attempts"}: ${open ? "hide" : "show"} the log of ${d.eventType} delivery ${short}`}
               onClick={() => setOpen((o) => !o)}
             >
-              {d.attempts} {open ? "▾" : "▸"}
+              {d.attempts}
             </button>
           )}
         </td>
