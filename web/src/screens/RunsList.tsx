@@ -104,7 +104,7 @@ export function RunsList() {
           {emptyText(filters)} <Link to="/runs/new">Start one</Link>.
         </p>
       )}
-      {total !== null && (
+      {total !== null && edges.length > 0 && (
         <p className="list-total muted" data-testid="runs-total">
           {totalText(total)}
         </p>
