@@ -41,7 +41,8 @@ async def _delivery(api: Api, token: str) -> dict[str, Any]:
 async def test_each_attempt_is_logged_with_its_status_excerpt_and_error(
     api: Api, jobs_world: Any, sessions: Sessions, tenant: TenantHandle
 ) -> None:
-    answers = [(500, "é" * 3000), (200, "thanks")]  # 6,000 bytes: the excerpt keeps 1,024
+    # 6,000 bytes: the excerpt keeps 1,024; then a NUL and a byte that is not UTF-8
+    answers: list[tuple[int, str | bytes]] = [(500, "é" * 3000), (200, b"ok\x00\xff")]
 
     async def hook(request: Request) -> Response:
         await request.body()
@@ -66,7 +67,7 @@ async def test_each_attempt_is_logged_with_its_status_excerpt_and_error(
     assert (second["attempt"], second["responseStatus"], second["bodyExcerpt"]) == (
         2,
         200,
-        "thanks",
+        "ok\ufffd\ufffd",  # what text cannot hold is replaced, not a failed attempt record
     )
     assert second["error"] is None
     assert (first["attempt"], first["responseStatus"], first["error"]) == (1, 500, "answered 500")

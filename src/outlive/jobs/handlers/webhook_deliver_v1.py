@@ -124,8 +124,8 @@ async def _post(
     deps: JobDeps, outgoing: webhooks.Outgoing, host: str, address: str
 ) -> tuple[int, str | None]:
     """POST to the checked address (the name goes in Host and SNI); the status and the start of
-    the body (at most `ATTEMPT_EXCERPT_BYTES`, decoded; None if empty), after reading at most the
-    configured number of body bytes."""
+    the body (at most `ATTEMPT_EXCERPT_BYTES`, decoded, what is not UTF-8 or is NUL replaced by
+    U+FFFD; None if empty), after reading at most the configured number of body bytes."""
     headers = webhooks.signed_headers(outgoing)
     headers["connection"] = "close"
     request = destinations.pin(
@@ -145,7 +145,8 @@ async def _post(
                 if read >= limit:
                     break
         excerpt = bytes(head[: min(limit, ATTEMPT_EXCERPT_BYTES)])
-        return response.status_code, excerpt.decode(errors="replace") or None
+        text = excerpt.decode(errors="replace").replace("\x00", "\ufffd")  # text cannot hold NUL
+        return response.status_code, text or None
     finally:
         await response.aclose()
 
