@@ -1,7 +1,7 @@
 """The runs list finds and acts: its total (bounded, "1,000+", and following the filters), a page
-size kept in the URL, and ticked rows for bulk cancel and replay, each counted and asked first,
-with a run that fails reported by its id. Keyboard only where it matters; axe-core on the bar and
-its question and report, in both themes, at 1440 and 390 px."""
+size kept in the URL, and ticked rows for bulk cancel, replay and retry, each counted and asked
+first, with a run that fails reported by its id. Keyboard only where it matters; axe-core on the
+bar and its question and report, in both themes, at 1440 and 390 px."""
 
 from __future__ import annotations
 
@@ -131,3 +131,20 @@ def test_totals_page_size_and_bulk_cancel_and_replay_with_a_count_first(
     # (one active run per agent and key)
     assert failed[0] in replayed
     assert replayed <= {failed[0], failed[2]}
+
+    # and the cancelled one, retried from where it stopped (its steps reused)
+    page.get_by_role("checkbox", name="CANCELLED", exact=True).check()  # the filters, not a reload
+    page.get_by_role("checkbox", name="FAILED", exact=True).uncheck()
+    expect(page.get_by_test_id("runs-total")).to_have_text("1 run")
+    expect(report).to_have_count(0)  # another list: the last report is gone
+    page.get_by_role("checkbox", name=f"Tick run {running[:8]}").check()
+    bar.get_by_role("button", name="Retry from where it failed…").click()
+    expect(ask).to_contain_text("Retry 1 run from where it failed?")
+    ask.get_by_role("button", name="Retry 1 run").click()
+    expect(report).to_have_text(re.compile(r"^1 run retried\."))
+    retry = stack.gql(
+        tenant,
+        "query($id: ID!) { run(id: $id) { retriedAsIds } }",
+        {"id": running},
+    )["run"]["retriedAsIds"]
+    assert len(retry) == 1

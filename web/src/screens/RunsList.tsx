@@ -109,7 +109,7 @@ export function RunsList() {
           {totalText(total)}
         </p>
       )}
-      <BulkBar ticked={ticked} clear={clear} />
+      <BulkBar key={listUrl(filters)} ticked={ticked} clear={clear} />
       {edges.length > 0 && <RunsTable edges={edges} filters={filters} go={go} ticks={ticks} />}
       <div className="list-foot">
         <Pager
