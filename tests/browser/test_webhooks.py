@@ -1,6 +1,7 @@
 """Webhooks, self-service: a failing delivery says when its next attempt is due, links to its run,
 and "Retry now" sends it before then; deliveries are filtered by status; "Redeliver failed"
-counts the failed ones and asks first; "Send test event" sends one; a delivery's attempts open
+counts the failed ones and asks first; "Send test event" sends one; the deliveries are counted
+and paged 20, 50 or 100 at a time; a delivery's attempts open
 as a log (code, body excerpt, error). axe-core on the screen with a waiting delivery and with a
 log open, in both themes, at 1440 and 390 px."""
 
@@ -114,8 +115,11 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
     ).to_be_enabled()
 
     # filtered by status: none failed, this one delivered
+    total = page.get_by_test_id("deliveries-total")
+    expect(total).to_have_text("1 delivery")
     page.get_by_label("Delivery status", exact=True).select_option("FAILED")
     expect(page.get_by_text("No deliveries here.")).to_be_visible()
+    expect(total).to_have_text("0 failed deliveries")
     page.get_by_label("Delivery status", exact=True).select_option("DELIVERED")
     expect(row).to_have_count(1)
     expect(row.get_by_test_id("delivery-status")).to_have_text("DELIVERED")
@@ -130,3 +134,9 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
     test_row = row.filter(has_text="webhook.test")
     expect(test_row.get_by_test_id("delivery-status")).to_have_text("DELIVERED", timeout=20_000)
     receiver.wait_for(3)
+    expect(total).to_have_text("2 deliveries")
+    # a page size of its own: 50 a page, the same two
+    page.get_by_label("Deliveries per page").select_option("50")
+    expect(row).to_have_count(2)
+    expect(total).to_have_text("2 deliveries")
+    assert_accessible(page, "webhooks with 50 deliveries a page")

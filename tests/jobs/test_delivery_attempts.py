@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,7 +17,7 @@ from starlette.routing import Route
 
 from outlive.db.models.webhooks import ATTEMPT_EXCERPT_BYTES, ATTEMPTS_KEPT
 from outlive.db.tx import Sessions
-from outlive.ids import DeliveryId
+from outlive.ids import DeliveryId, EndpointId
 from outlive.services import outbox, webhooks
 from tests.jobs.test_webhooks import CREATE, _settle_a_run, receiver
 from tests.support import Api, NudgeWatch, TenantHandle, loopback_server
@@ -107,3 +108,38 @@ async def test_a_delivery_keeps_its_newest_attempts_and_only_its_tenant_reads_th
     assert theirs == {delivery_id: []}
     mine = await webhooks.list_attempts_of_deliveries(sessions, tenant.id, [delivery_id])
     assert len(mine[delivery_id]) == ATTEMPTS_KEPT
+
+
+COUNTS = """query($status: DeliveryStatus) { webhookEndpoints { url
+  all: deliveryCount failed: deliveryCount(status: FAILED)
+  pending: deliveryCount(status: $status) } }"""
+
+
+async def test_an_endpoints_deliveries_are_counted_bounded_and_for_its_tenant(
+    api: Api, sessions: Sessions, tenant: TenantHandle, other_tenant: TenantHandle, receiver: Any
+) -> None:
+    _, url = receiver
+    for events in (["run.cancelled"], ["run.failed"]):  # the second endpoint gets none
+        await api.gql(CREATE, {"url": url, "events": events}, token=tenant.token)
+    endpoints = (await api.gql(IDS.replace("deliveries { id }", "id"), token=tenant.token))[
+        "webhookEndpoints"
+    ]
+    busy = [e["id"] for e in endpoints]
+    async with sessions.unit() as uow:  # deliveries by hand: the senders are not under test
+        await uow.session.execute(
+            text(
+                "INSERT INTO webhook_deliveries (endpoint_id, tenant_id, event_type, body, status)"
+                " SELECT e.id, e.tenant_id, 'run.cancelled', '{}'::jsonb,"
+                " CASE WHEN g <= 3 THEN 'FAILED' ELSE 'PENDING' END"
+                " FROM webhook_endpoints e, generate_series(1, 1005) g"
+                " WHERE e.tenant_id = :t AND 'run.cancelled' = ANY(e.events)"
+            ),
+            {"t": tenant.id},
+        )
+    data = await api.gql(COUNTS, {"status": "PENDING"}, token=tenant.token)
+    counts = sorted((e["all"], e["failed"], e["pending"]) for e in data["webhookEndpoints"])
+    assert counts == [(0, 0, 0), (1001, 3, 1001)]  # past 1,000: counted no further
+    theirs = await webhooks.count_deliveries_of_endpoints(
+        sessions, other_tenant.id, [EndpointId(UUID(e)) for e in busy]
+    )
+    assert set(theirs.values()) == {0}

@@ -126,6 +126,13 @@ class Context:
         shape = (first, status, before)
         return await self.loaders.deliveries.load((endpoint_id, shape))  # repaired on read
 
+    async def endpoint_delivery_count(
+        self, endpoint_id: EndpointId, status: DeliveryStatus | None
+    ) -> int:
+        """The endpoint's deliveries counted up to 1,001 (one statement a page; tenant-scoped)."""
+        self.require()
+        return await self.loaders.delivery_counts.load((endpoint_id, status))
+
     async def delivery_attempts(self, delivery_id: str) -> list[AttemptRecord]:
         """A delivery's logged attempts, newest first (one statement per page; tenant-scoped)."""
         self.require()

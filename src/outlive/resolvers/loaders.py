@@ -86,6 +86,9 @@ class Loaders:
         self.deliveries: DataLoader[DeliveriesKey, list[DeliveryRecord]] = DataLoader(
             self._load_deliveries, cache=False
         )
+        self.delivery_counts: DataLoader[tuple[EndpointId, DeliveryStatus | None], int] = (
+            DataLoader(self._load_delivery_counts, cache=False)
+        )
         self.attempts: DataLoader[DeliveryId, list[AttemptRecord]] = DataLoader(
             self._load_attempts, cache=False
         )
@@ -130,6 +133,20 @@ class Loaders:
     async def _load_step_results(self, keys: Sequence[StepKey]) -> list[Any]:
         found = await step_results(self._sessions, keys)
         return [found.get(key) for key in keys]
+
+    async def _load_delivery_counts(
+        self, keys: Sequence[tuple[EndpointId, DeliveryStatus | None]]
+    ) -> list[int]:
+        tenant_id = self._tenant_id()
+
+        async def load(
+            ids: list[EndpointId], status: DeliveryStatus | None
+        ) -> dict[EndpointId, int]:
+            return await webhooks.count_deliveries_of_endpoints(
+                self._sessions, tenant_id, ids, status=status
+            )
+
+        return await _by_shape(keys, load)
 
     async def _load_attempts(self, keys: Sequence[DeliveryId]) -> list[list[AttemptRecord]]:
         found = await webhooks.list_attempts_of_deliveries(self._sessions, self._tenant_id(), keys)

@@ -107,6 +107,17 @@ class WebhookEndpoint:
         )
         return [WebhookDelivery.of(d) for d in cast(list[DeliveryRecord], found)]
 
+    @strawberry.field(  # type: ignore[untyped-decorator]
+        description="How many deliveries it has (`status`: only those; null: any), counted up to"
+        " 1,001: 1,001 means more than 1,000."
+    )
+    async def delivery_count(
+        self,
+        info: strawberry.Info[Any, Any],
+        status: DeliveryStatus | None = None,  # type: ignore[valid-type]
+    ) -> int:
+        return cast(int, await info.context.endpoint_delivery_count(self.record.id, status))
+
     @classmethod
     def of(cls, e: EndpointRecord) -> WebhookEndpoint:
         return cls(

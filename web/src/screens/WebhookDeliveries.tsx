@@ -13,6 +13,7 @@ import { describeError } from "../api/errors";
 import type { DeliveryStatus } from "../api/generated";
 import type { WebhookDelivery, WebhookEndpoint } from "../api/types";
 import { CopyButton, Loading, StatusBadge, When } from "../ui/common";
+import { countText, PAGE_SIZES } from "./runFilters";
 
 const STATUSES: DeliveryStatus[] = ["PENDING", "DELIVERED", "FAILED"];
 
@@ -23,13 +24,16 @@ const STATUSES: DeliveryStatus[] = ["PENDING", "DELIVERED", "FAILED"];
 export function EndpointDeliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
   const [status, setStatus] = useState<DeliveryStatus | null>(null);
   const [pages, setPages] = useState<string[]>([]); // the `before` of each page gone back to
+  const [size, setSize] = useState<number>(PAGE_SIZES[0]);
   const before = pages.at(-1) ?? null;
   const own = useQuery(WEBHOOK_ENDPOINT_DELIVERIES, {
-    variables: { id: endpoint.id, status, before },
-    skip: status === null && before === null,
+    variables: { id: endpoint.id, status, before, first: size },
+    skip: status === null && before === null && size === PAGE_SIZES[0],
   });
-  const filtered = status !== null || before !== null;
+  const filtered = status !== null || before !== null || size !== PAGE_SIZES[0];
   const deliveries = filtered ? (own.data?.webhookEndpoint?.deliveries ?? null) : endpoint.deliveries;
+  const which = status ? `${status.toLowerCase()} ` : "";
+  const count = filtered ? (own.data?.webhookEndpoint?.deliveryCount ?? null) : endpoint.deliveryCount;
   const last = deliveries?.at(-1);
   const name = endpoint.url;
   return (
@@ -61,6 +65,11 @@ export function EndpointDeliveries({ endpoint }: { endpoint: WebhookEndpoint }) 
           {describeError(own.error)}
         </p>
       )}
+      {count !== null && (
+        <p className="list-total muted" data-testid="deliveries-total">
+          {countText(count, `${which}delivery`, `${which}deliveries`)}
+        </p>
+      )}
       {deliveries === null ? (
         <Loading />
       ) : deliveries.length === 0 ? (
@@ -74,11 +83,28 @@ export function EndpointDeliveries({ endpoint }: { endpoint: WebhookEndpoint }) 
             Newer deliveries
           </button>
         )}
-        {deliveries !== null && deliveries.length >= 20 && last && (
+        {deliveries !== null && deliveries.length >= size && last && (
           <button type="button" onClick={() => setPages((p) => [...p, last.createdAt])}>
             Older deliveries
           </button>
         )}
+        <div className="field page-size">
+          <label htmlFor={`delivery-page-size-${endpoint.id}`}>Deliveries per page</label>
+          <select
+            id={`delivery-page-size-${endpoint.id}`}
+            value={size}
+            onChange={(e) => {
+              setSize(Number(e.target.value));
+              setPages([]);
+            }}
+          >
+            {PAGE_SIZES.map((n) => (
+              <option key={n} value={n}>
+                {n}
+              </option>
+            ))}
+          </select>
+        </div>
       </div>
     </>
   );

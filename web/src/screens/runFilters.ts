@@ -80,10 +80,15 @@ export function pageSize(value: string | null): number {
   return (PAGE_SIZES as readonly number[]).includes(n) ? n : PAGE_SIZES[0];
 }
 
-/** A total as the list says it: the API counts up to 1,001, and 1,001 means more than 1,000. */
+/** A total as a list says it: the API counts up to 1,001, and 1,001 means more than 1,000. */
+export function countText(total: number, one: string, many: string): string {
+  if (total > 1000) return `1,000+ ${many}`;
+  return total === 1 ? `1 ${one}` : `${total.toLocaleString("en-US")} ${many}`;
+}
+
+/** The runs list's total, in words. */
 export function totalText(total: number): string {
-  const runs = (n: number) => (n === 1 ? "1 run" : `${n.toLocaleString("en-US")} runs`);
-  return total > 1000 ? "1,000+ runs" : runs(total);
+  return countText(total, "run", "runs");
 }
 
 export function listUrl(filters: RunFilters): string {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import {
+  countText,
   emptyText,
   filtersFromParams,
   isFiltered,
@@ -62,6 +63,8 @@ describe("a list's total", () => {
     expect(totalText(1)).toBe("1 run");
     expect(totalText(1000)).toBe("1,000 runs");
     expect(totalText(1001)).toBe("1,000+ runs"); // counted no further
+    expect(countText(1, "failed delivery", "failed deliveries")).toBe("1 failed delivery");
+    expect(countText(1001, "delivery", "deliveries")).toBe("1,000+ deliveries");
   });
 });
 

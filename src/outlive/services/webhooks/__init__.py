@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 RUN_EVENTS = ("run.succeeded", "run.failed", "run.cancelled")
 MAX_ENDPOINTS_PER_TENANT = 50  # the default of OUTLIVE_WEBHOOK_MAX_ENDPOINTS
 MAX_DELIVERIES_PAGE = 100
+MAX_DELIVERIES_COUNT = 1000  # an endpoint's deliveries are counted up to this, then "1,000+"
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +216,26 @@ async def list_deliveries_of_endpoints(
     for row in rows:
         found[EndpointId(row["endpoint_id"])].append(DeliveryRecord.from_row(row))
     return found
+
+
+async def count_deliveries_of_endpoints(
+    db: Db,
+    tenant_id: TenantId,
+    endpoint_ids: Sequence[EndpointId],
+    *,
+    status: DeliveryStatus | None = None,
+) -> dict[EndpointId, int]:
+    """How many deliveries each endpoint has (only `status` ones; None: any), counted up to
+    `MAX_DELIVERIES_COUNT + 1` (more reads as that: "1,000+"), in one statement, scoped to the
+    tenant: another tenant's endpoint has none."""
+    rows = await db.all(
+        queries.COUNT_DELIVERIES_OF_ENDPOINTS,
+        endpoint_ids=list(dict.fromkeys(endpoint_ids)),
+        tenant_id=tenant_id,
+        status=status.value if status is not None else None,
+        cap=MAX_DELIVERIES_COUNT + 1,
+    )
+    return {EndpointId(row["endpoint_id"]): int(row["n"]) for row in rows}
 
 
 # --- deliveries -------------------------------------------------------------------------------

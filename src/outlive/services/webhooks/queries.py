@@ -39,6 +39,16 @@ DELIVERIES_OF_ENDPOINTS = prepare(
     .bindparams(bindparam("endpoint_ids", type_=ARRAY(Uuid())))
     .columns(*_DELIVERY_COLUMNS_OF)
 )
+# How many deliveries each endpoint has (of a status, or any), counting at most :cap of each,
+# scoped to the tenant, in one statement however many endpoints.
+COUNT_DELIVERIES_OF_ENDPOINTS = prepare(
+    text(
+        "SELECT e.id AS endpoint_id, (SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries"
+        " WHERE endpoint_id = e.id AND tenant_id = :tenant_id"
+        " AND (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))"
+        " LIMIT :cap) d) AS n FROM unnest(:endpoint_ids) AS e(id)"
+    ).bindparams(bindparam("endpoint_ids", type_=ARRAY(Uuid())))
+)
 PENDING_DELIVERY = prepare(
     text(
         "SELECT d.id, d.tenant_id, e.url, e.secret, d.body FROM webhook_deliveries d"
