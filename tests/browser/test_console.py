@@ -172,10 +172,12 @@ def test_replay_failed_runs_with_live_progress_then_cancel_one(
 
 
 class Receiver:
-    """A webhook receiver on this machine: answers `status` and records each delivery's id."""
+    """A webhook receiver on this machine: answers `status` (with `body`) and records each
+    delivery's id."""
 
     def __init__(self) -> None:
         self.status = 200
+        self.body = b""
         self.ids: list[str] = []
         self.times: list[float] = []  # when each arrived (time.time())
         self.got = threading.Condition()
@@ -186,8 +188,9 @@ class Receiver:
                 length = int(self.headers.get("content-length") or 0)
                 self.rfile.read(length)
                 self.send_response(receiver.status)
-                self.send_header("content-length", "0")
+                self.send_header("content-length", str(len(receiver.body)))
                 self.end_headers()
+                self.wfile.write(receiver.body)
                 with receiver.got:
                     receiver.ids.append(self.headers.get("webhook-id") or "")
                     receiver.times.append(time.time())

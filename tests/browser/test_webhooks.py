@@ -1,10 +1,13 @@
 """Webhooks, self-service: a failing delivery says when its next attempt is due, links to its run,
 and "Retry now" sends it before then; deliveries are filtered by status; "Redeliver failed"
-counts the failed ones and asks first; "Send test event" sends one. axe-core on the screen with
-a waiting delivery."""
+counts the failed ones and asks first; "Send test event" sends one; the deliveries are counted
+and paged 20, 50 or 100 at a time; a delivery's attempts open
+as a log (code, body excerpt, error). axe-core on the screen with a waiting delivery and with a
+log open, in both themes, at 1440 and 390 px."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +44,7 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
     tmp_path: Path,
 ) -> None:
     receiver.status = 500  # the first attempt fails; the next is due after the backoff (30 s)
+    receiver.body = b'{"error": "down for maintenance"}'
     sign_in(page, tenant, "/webhooks")
     _add_endpoint(page, receiver.url)
     run_id = stack.start_run(tenant, turns=1, delayMs=0)
@@ -66,13 +70,44 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
 
     (waiting,) = stack.gql(tenant, DELIVERY)["webhookEndpoints"][0]["deliveries"]
     due = datetime.fromisoformat(waiting["nextAttemptAt"]).timestamp()
-    receiver.status = 200
+    receiver.status, receiver.body = 200, b"ok"
     retry.click()
     expect(row.get_by_test_id("delivery-status")).to_have_text("DELIVERED", timeout=20_000)
     receiver.wait_for(2)
     assert receiver.times[1] < due, "sent when it was due anyway, not when asked"
     expect(row.get_by_test_id("delivery-attempts")).to_have_text("2")
     expect(row.get_by_test_id("delivery-next-attempt")).to_have_text("—")
+
+    # its attempts, newest first: the 200 and its body, then the 500 with its body and error
+    toggle = row.get_by_test_id("delivery-attempts").get_by_role("button")
+    expect(toggle).to_have_accessible_name(re.compile(r"^2 attempts: show the log"))
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    attempts = page.get_by_role(
+        "list", name=f"Attempts of run.succeeded delivery {delivery_id[:8]}"
+    )
+    items = attempts.get_by_test_id("delivery-attempt")
+    expect(items).to_have_count(2)
+    expect(items.nth(0).get_by_test_id("attempt-code")).to_have_text("HTTP 200")
+    expect(items.nth(0).get_by_test_id("attempt-body")).to_have_text("ok")
+    expect(items.nth(0).get_by_test_id("attempt-error")).to_have_count(0)
+    expect(items.nth(1).get_by_test_id("attempt-code")).to_have_text("HTTP 500")
+    expect(items.nth(1).get_by_test_id("attempt-body")).to_have_text(
+        '{"error": "down for maintenance"}'
+    )
+    expect(items.nth(1).get_by_test_id("attempt-error")).to_have_text("answered 500")
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        for theme in ("light", "dark"):
+            page.emulate_media(color_scheme=theme)
+            assert_accessible(page, f"a delivery's attempt log ({theme}, {width} px)")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.emulate_media(color_scheme="light")
+    page.locator(".table-wrap").first.evaluate("(wrap) => { wrap.scrollLeft = 0; }")  # as at 390
+    attempts.scroll_into_view_if_needed()
+    shoot(page, "webhooks-attempts", tmp_path)
+    toggle.click()
+    expect(attempts).to_have_count(0)
     expect(
         row.get_by_role(
             "button", name=f"Redeliver run.succeeded delivery {delivery_id[:8]}", exact=True
@@ -80,8 +115,11 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
     ).to_be_enabled()
 
     # filtered by status: none failed, this one delivered
+    total = page.get_by_test_id("deliveries-total")
+    expect(total).to_have_text("1 delivery")
     page.get_by_label("Delivery status", exact=True).select_option("FAILED")
     expect(page.get_by_text("No deliveries here.")).to_be_visible()
+    expect(total).to_have_text("0 failed deliveries")
     page.get_by_label("Delivery status", exact=True).select_option("DELIVERED")
     expect(row).to_have_count(1)
     expect(row.get_by_test_id("delivery-status")).to_have_text("DELIVERED")
@@ -96,3 +134,9 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
     test_row = row.filter(has_text="webhook.test")
     expect(test_row.get_by_test_id("delivery-status")).to_have_text("DELIVERED", timeout=20_000)
     receiver.wait_for(3)
+    expect(total).to_have_text("2 deliveries")
+    # a page size of its own: 50 a page, the same two
+    page.get_by_label("Deliveries per page").select_option("50")
+    expect(row).to_have_count(2)
+    expect(total).to_have_text("2 deliveries")
+    assert_accessible(page, "webhooks with 50 deliveries a page")

@@ -59,6 +59,7 @@ FIXED_SIZES = {
     ("RunConnection", "edges"): 1,  # as many as the connection's `first:`, already counted
     ("Run", "ancestors"): 8,  # a tree's depth (services.runs.cascade.MAX_DEPTH)
     ("Run", "childCounts"): 6,  # one per RunStatus
+    ("WebhookDelivery", "attemptLog"): 20,  # the newest kept (models.webhooks.ATTEMPTS_KEPT)
 }
 UNKNOWN_LIST_SIZE = 100  # a list this table does not know: assume a page
 ENDPOINTS = ("Query", "webhookEndpoints")  # bounded by OUTLIVE_WEBHOOK_MAX_ENDPOINTS

@@ -15,7 +15,7 @@ from outlive.db.models import DeliveryStatus
 from outlive.db.ports import Admission, JobProducer, RunInstances
 from outlive.db.tx import Sessions
 from outlive.errors import BadUserInput, Unauthenticated
-from outlive.ids import EndpointId, RunId, TenantId
+from outlive.ids import DeliveryId, EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
 from outlive.realtime.outputs import OutputTails
 from outlive.realtime.registry import OpenSocket, SocketRegistry
@@ -36,7 +36,7 @@ from outlive.services.runs import (
 from outlive.services.tenants import Principal
 from outlive.services.tokens import PrincipalCache
 from outlive.services.usage_tokens import RunUsage
-from outlive.services.webhooks import DeliveryRecord
+from outlive.services.webhooks import AttemptRecord, DeliveryRecord
 
 NOWHERE = TenantId(UUID(int=0))  # no tenant's id: what a run read token reads outside its run
 
@@ -125,6 +125,18 @@ class Context:
         self.require()
         shape = (first, status, before)
         return await self.loaders.deliveries.load((endpoint_id, shape))  # repaired on read
+
+    async def endpoint_delivery_count(
+        self, endpoint_id: EndpointId, status: DeliveryStatus | None
+    ) -> int:
+        """The endpoint's deliveries counted up to 1,001 (one statement a page; tenant-scoped)."""
+        self.require()
+        return await self.loaders.delivery_counts.load((endpoint_id, status))
+
+    async def delivery_attempts(self, delivery_id: str) -> list[AttemptRecord]:
+        """A delivery's logged attempts, newest first (one statement per page; tenant-scoped)."""
+        self.require()
+        return await self.loaders.attempts.load(DeliveryId(UUID(delivery_id)))
 
     async def waiting_reason(self, run: RunRecord) -> str | None:
         """Why a run waits for a slot under its tenant's cap, and where it is in line."""

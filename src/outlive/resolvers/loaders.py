@@ -21,7 +21,7 @@ from strawberry.dataloader import DataLoader
 from outlive.db.models import DeliveryStatus
 from outlive.db.ports import Admission, JobProducer
 from outlive.db.tx import Sessions
-from outlive.ids import EndpointId, RunId, TenantId
+from outlive.ids import DeliveryId, EndpointId, RunId, TenantId
 from outlive.services import outbox, timelines, usage_tokens, webhooks
 from outlive.services.runs import (
     EventRecord,
@@ -31,7 +31,7 @@ from outlive.services.runs import (
     step_results,
     tree,
 )
-from outlive.services.webhooks import DeliveryRecord
+from outlive.services.webhooks import AttemptRecord, DeliveryRecord
 
 EventsKey = tuple[RunId, int, int]  # (run, after, first)
 # (endpoint, (first, status, before))
@@ -86,6 +86,12 @@ class Loaders:
         self.deliveries: DataLoader[DeliveriesKey, list[DeliveryRecord]] = DataLoader(
             self._load_deliveries, cache=False
         )
+        self.delivery_counts: DataLoader[tuple[EndpointId, DeliveryStatus | None], int] = (
+            DataLoader(self._load_delivery_counts, cache=False)
+        )
+        self.attempts: DataLoader[DeliveryId, list[AttemptRecord]] = DataLoader(
+            self._load_attempts, cache=False
+        )
         self.usage: DataLoader[RunId, usage_tokens.RunUsage] = DataLoader(
             self._load_usage, cache=False
         )
@@ -127,6 +133,24 @@ class Loaders:
     async def _load_step_results(self, keys: Sequence[StepKey]) -> list[Any]:
         found = await step_results(self._sessions, keys)
         return [found.get(key) for key in keys]
+
+    async def _load_delivery_counts(
+        self, keys: Sequence[tuple[EndpointId, DeliveryStatus | None]]
+    ) -> list[int]:
+        tenant_id = self._tenant_id()
+
+        async def load(
+            ids: list[EndpointId], status: DeliveryStatus | None
+        ) -> dict[EndpointId, int]:
+            return await webhooks.count_deliveries_of_endpoints(
+                self._sessions, tenant_id, ids, status=status
+            )
+
+        return await _by_shape(keys, load)
+
+    async def _load_attempts(self, keys: Sequence[DeliveryId]) -> list[list[AttemptRecord]]:
+        found = await webhooks.list_attempts_of_deliveries(self._sessions, self._tenant_id(), keys)
+        return [found[key] for key in keys]
 
     async def _load_deliveries(self, keys: Sequence[DeliveriesKey]) -> list[list[DeliveryRecord]]:
         tenant_id = self._tenant_id()

@@ -102,22 +102,30 @@ async def runs(
     ] = False,
 ) -> RunConnection:
     ctx = info.context
+    sessions, tenant_id = ctx.services.sessions, ctx.tenant_id
+    filters: dict[str, Any] = {
+        "statuses": status,
+        "agent": agent,
+        "since": created_since,
+        "until": created_before,
+        "key": key,
+        "tags": tags,
+        "top_level": bool(top_level),
+    }
     page = await runs_service.read_runs(
-        ctx.services.sessions,
-        ctx.tenant_id,
+        sessions,
+        tenant_id,
         first=20 if first is None else first,
         after=after,
-        statuses=status,
-        agent=agent,
-        since=created_since,
-        until=created_before,
         order=order,
-        key=key,
-        tags=tags,
-        top_level=bool(top_level),
+        **filters,
     )
     page.runs[:] = await _reconciled(ctx, page.runs)
-    return RunConnection.of(page)
+
+    async def count() -> int:  # only when `totalCount` is asked for
+        return await runs_service.count_runs(sessions, tenant_id, **filters)
+
+    return RunConnection.of(page, count)
 
 
 async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:

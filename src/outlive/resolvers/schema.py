@@ -56,6 +56,11 @@ class Query:
         description="One of the tenant's endpoints (null: no such endpoint of this tenant), to "
         "page and filter its deliveries on their own.",
     )
+    webhook_delivery: WebhookDelivery | None = strawberry.field(
+        resolver=webhook_fields.webhook_delivery,
+        description="One of the tenant's deliveries (null: no such delivery of this tenant), "
+        "with its attempt log.",
+    )
     invitations: list[Invitation] = strawberry.field(resolver=invitation_fields.list_invitations)
     usage: list[UsageDay] = strawberry.field(
         resolver=usage_fields.usage, description="Runs per UTC day, agent and status."

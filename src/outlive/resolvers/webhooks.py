@@ -33,6 +33,13 @@ async def webhook_endpoint(info: Info, id: strawberry.ID) -> WebhookEndpoint | N
     return WebhookEndpoint.of(found) if found is not None else None
 
 
+async def webhook_delivery(info: Info, id: strawberry.ID) -> WebhookDelivery | None:
+    ctx = info.context
+    delivery_id = DeliveryId(parse_uuid(id, what="webhook delivery"))
+    found = await webhooks.get_delivery(ctx.services.sessions, ctx.tenant_id, delivery_id)
+    return WebhookDelivery.of(found) if found is not None else None
+
+
 async def create_webhook_endpoint(
     info: Info, url: str, events: list[str] | None = None
 ) -> CreateWebhookEndpointPayload:

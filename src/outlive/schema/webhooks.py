@@ -8,9 +8,36 @@ from typing import Any, cast
 import strawberry
 
 from outlive.db.models import DeliveryStatus as DbDeliveryStatus
-from outlive.services.webhooks import DeliveryRecord, EndpointRecord
+from outlive.services.webhooks import AttemptRecord, DeliveryRecord, EndpointRecord
 
 DeliveryStatus = strawberry.enum(DbDeliveryStatus, name="DeliveryStatus")
+
+
+@strawberry.type(description="One attempt of a webhook delivery, as its attempt log keeps it.")
+class WebhookDeliveryAttempt:
+    attempt: int = strawberry.field(description="Its number (the delivery's attempts after it).")
+    response_status: int | None = strawberry.field(
+        description="The HTTP status the endpoint answered; null when there was no answer."
+    )
+    body_excerpt: str | None = strawberry.field(
+        description="The start of the response body: at most 1,024 bytes, decoded as UTF-8."
+    )
+    error: str | None = strawberry.field(
+        description="What went wrong, in generic words (at most 500 characters); null on success."
+    )
+    started_at: datetime
+    duration_ms: int = strawberry.field(description="From the host name lookup to the answer.")
+
+    @classmethod
+    def of(cls, a: AttemptRecord) -> WebhookDeliveryAttempt:
+        return cls(
+            attempt=a.attempt,
+            response_status=a.response_status,
+            body_excerpt=a.body_excerpt,
+            error=a.error,
+            started_at=a.started_at,
+            duration_ms=a.duration_ms,
+        )
 
 
 @strawberry.type
@@ -47,6 +74,14 @@ class WebhookDelivery:
             next_attempt_at=d.next_attempt_at,
         )
 
+    @strawberry.field(  # type: ignore[untyped-decorator]
+        description="Its attempts, newest first: the newest 20 are kept, each with at most 1,024"
+        " bytes of the response body."
+    )
+    async def attempt_log(self, info: strawberry.Info[Any, Any]) -> list[WebhookDeliveryAttempt]:
+        found = await info.context.delivery_attempts(str(self.id))
+        return [WebhookDeliveryAttempt.of(a) for a in cast(list[AttemptRecord], found)]
+
 
 @strawberry.type
 class WebhookEndpoint:
@@ -71,6 +106,17 @@ class WebhookEndpoint:
             self.record.id, first=20 if first is None else first, status=status, before=before
         )
         return [WebhookDelivery.of(d) for d in cast(list[DeliveryRecord], found)]
+
+    @strawberry.field(  # type: ignore[untyped-decorator]
+        description="How many deliveries it has (`status`: only those; null: any), counted up to"
+        " 1,001: 1,001 means more than 1,000."
+    )
+    async def delivery_count(
+        self,
+        info: strawberry.Info[Any, Any],
+        status: DeliveryStatus | None = None,  # type: ignore[valid-type]
+    ) -> int:
+        return cast(int, await info.context.endpoint_delivery_count(self.record.id, status))
 
     @classmethod
     def of(cls, e: EndpointRecord) -> WebhookEndpoint:

@@ -16,7 +16,10 @@ table, its job and the statuses of its lifecycle; everything that handles outbox
   whose job was lost is sent again;
 - the lifecycle (`record_attempt`, `finish`): a try that failed is counted on the row, which
   stays PENDING; the last one makes it `done` (DELIVERED, SENT) or FAILED, only from PENDING (a
-  redelivered job finds nothing to do), and frees its slot under the tenant's cap.
+  redelivered job finds nothing to do), and frees its slot under the tenant's cap. A kind with an
+  attempt log (`log`: webhook deliveries) gets one row per counted attempt (`Attempt`: status,
+  body excerpt, error, when, how long) in the same statement's unit, and keeps the newest
+  `log_kept` of them.
 
 Adding a kind: its table (a model and a migration, with `status`, `attempts`, `last_error`,
 `dispatched_at`, `relay_after`, `updated_at`), an entry here, its job (an envelope and a handler
@@ -35,6 +38,7 @@ from uuid import UUID
 
 from sqlalchemy import text
 
+from outlive.db.models.webhooks import ATTEMPT_ERROR_CHARS, ATTEMPTS_KEPT
 from outlive.db.ports import Admission, JobProducer
 from outlive.db.raw import Statement, prepare
 from outlive.db.tx import Unit
@@ -60,6 +64,8 @@ class OutboxKind:
     nudge: str  # what a change of the row announces
     extra: tuple[tuple[str, str], ...] = ()  # (column, SQL type) an attempt records as well
     cleared: tuple[str, ...] = ()  # columns its end sets NULL (a retry that will not come)
+    log: tuple[str, str] | None = None  # (table, column of the row's id): its attempts' log
+    log_kept: int = 0  # the newest this-many attempts of a row are kept in `log`
 
     def envelope(self, jobs: JobProducer, row_id: UUID) -> Any:
         """The row's job, keyed by the row."""
@@ -76,6 +82,8 @@ WEBHOOK = OutboxKind(
     nudge="webhook.delivery.updated",
     extra=(("response_status", "int"),),
     cleared=("next_attempt_at",),
+    log=("webhook_delivery_attempts", "delivery_id"),
+    log_kept=ATTEMPTS_KEPT,
 )
 INVITATION = OutboxKind(
     kind="invitation",
@@ -117,7 +125,7 @@ def _attempt_statement(k: OutboxKind) -> Statement:
         text(
             f"UPDATE {k.table} SET attempts = attempts + 1,{extra}"  # noqa: S608 (constants)
             " last_error = :error, updated_at = now()"
-            f" WHERE id = :row_id AND status = '{PENDING}' RETURNING tenant_id"
+            f" WHERE id = :row_id AND status = '{PENDING}' RETURNING tenant_id, attempts"
         )
     )
 
@@ -135,22 +143,74 @@ def _finish_statement(k: OutboxKind) -> Statement:
             f"{extra}{cleared} last_error = coalesce(CAST(:error AS text), last_error),"
             f" {k.done_at} = CASE WHEN CAST(:status AS text) = '{k.done}' THEN now()"
             f" ELSE {k.done_at} END"
-            f" WHERE id = :row_id AND status = '{PENDING}' RETURNING tenant_id"
+            f" WHERE id = :row_id AND status = '{PENDING}' RETURNING tenant_id, attempts"
+        )
+    )
+
+
+def _log_statement(table: str, key: str, kept: int) -> Statement:
+    """One attempt into the kind's log, and the row's attempts older than the newest `kept`
+    out of it (the log's bound)."""
+    return prepare(
+        text(
+            f"WITH logged AS (INSERT INTO {table} ({key}, attempt, tenant_id,"  # noqa: S608
+            " response_status, body_excerpt, error, started_at, duration_ms)"
+            " VALUES (:row_id, :attempt, :tenant_id, CAST(:response_status AS int),"
+            f" CAST(:body_excerpt AS text), left(CAST(:error AS text), {ATTEMPT_ERROR_CHARS}),"
+            " :started_at, :duration_ms) ON CONFLICT DO NOTHING)"
+            f" DELETE FROM {table} WHERE {key} = :row_id"
+            f" AND attempt <= CAST(:attempt AS int) - {kept}"
         )
     )
 
 
 _ATTEMPT = {k.kind: _attempt_statement(k) for k in KINDS}
 _FINISH = {k.kind: _finish_statement(k) for k in KINDS}
+_LOG = {k.kind: _log_statement(*k.log, k.log_kept) for k in KINDS if k.log is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try, as a kind with a log records it (its error is the lifecycle's `error`)."""
+
+    started_at: datetime
+    duration_ms: int
+    response_status: int | None = None
+    body_excerpt: str | None = None
+
+
+async def _log_attempt(
+    uow: Unit, k: OutboxKind, row: Any, row_id: UUID, error: str | None, attempt: Attempt | None
+) -> None:
+    if attempt is None or k.kind not in _LOG:
+        return
+    await uow.execute(
+        _LOG[k.kind],
+        row_id=row_id,
+        attempt=row["attempts"],
+        tenant_id=row["tenant_id"],
+        response_status=attempt.response_status,
+        body_excerpt=attempt.body_excerpt,
+        error=error,
+        started_at=attempt.started_at,
+        duration_ms=attempt.duration_ms,
+    )
 
 
 async def record_attempt(
-    uow: Unit, k: OutboxKind, row_id: UUID, *, error: str | None, **extra: Any
+    uow: Unit,
+    k: OutboxKind,
+    row_id: UUID,
+    *,
+    error: str | None,
+    attempt: Attempt | None = None,
+    **extra: Any,
 ) -> None:
-    """A try that did not succeed: counted, with its error (and `extra` columns); the row stays
-    PENDING for the next one."""
+    """A try that did not succeed: counted, with its error (and `extra` columns), and logged
+    (`attempt`, for a kind with a log); the row stays PENDING for the next one."""
     row = await uow.one(_ATTEMPT[k.kind], row_id=row_id, error=error, **extra)
     if row is not None:
+        await _log_attempt(uow, k, row, row_id, error, attempt)
         uow.nudge(k.nudge, row_id, tenant_id=row["tenant_id"])
 
 
@@ -163,11 +223,13 @@ async def finish(
     error: str | None = None,
     count_attempt: bool = False,
     dispatch: bool = True,
+    attempt: Attempt | None = None,
     **extra: Any,
 ) -> bool:
     """`k.done` or FAILED, only from PENDING: a redelivered job finds nothing to do (False). Its
     slot under the tenant's jobs cap is free then (`dispatch`: the tenant's next waiting row is
-    admitted after the commit; an unreachable queue leaves it to the relay)."""
+    admitted after the commit; an unreachable queue leaves it to the relay). A counted attempt
+    is logged (`attempt`, for a kind with a log)."""
     row = await uow.one(
         _FINISH[k.kind],
         row_id=row_id,
@@ -178,6 +240,8 @@ async def finish(
     )
     if row is None:
         return False
+    if count_attempt:
+        await _log_attempt(uow, k, row, row_id, error, attempt)
     tenant_id = row["tenant_id"]
     uow.nudge(k.nudge, row_id, tenant_id=tenant_id)
     if dispatch:

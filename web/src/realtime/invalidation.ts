@@ -44,6 +44,7 @@ export const OPERATIONS = {
   Invitations: "invitations",
   WebhookEndpoints: "webhooks",
   WebhookEndpointDeliveries: "webhooks", // one endpoint's deliveries, filtered or paged
+  WebhookDeliveryAttempts: "webhooks", // one delivery and its attempt log, opened under its row
   RunReplays: "replays",
 } as const satisfies Record<string, QueryKey["kind"]>;
 

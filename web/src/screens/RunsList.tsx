@@ -1,11 +1,12 @@
 import { useQuery } from "@apollo/client/react";
-import { type FormEvent, useEffect, useState } from "react";
-import { RUNS, RUNS_PAGE_SIZE } from "../api/documents/runs";
+import { type FormEvent, useEffect, useMemo, useState } from "react";
+import { RUNS } from "../api/documents/runs";
 import { AGENTS } from "../api/documents/viewer";
 import { Link, navigate, useLocation } from "../app/router";
-import { emptyText, filtersFromParams, listUrl, type RunFilters } from "./runFilters";
+import { emptyText, filtersFromParams, listUrl, PAGE_SIZES, type RunFilters, totalText } from "./runFilters";
+import { BulkBar, type Ticked } from "./runs/Bulk";
 import { ChildrenToggle, RunsFilters } from "./runs/Filters";
-import { Pager, RunsTable } from "./runs/Table";
+import { Pager, RunsTable, type Ticks } from "./runs/Table";
 import { ErrorNote, Loading } from "../ui/common";
 import { useNarrow } from "../ui/narrow";
 
@@ -20,7 +21,7 @@ export function isIdPrefix(value: string): boolean {
 /** The variables of the Runs query for the filters the URL holds. */
 function runsVariables(f: RunFilters) {
   return {
-    first: RUNS_PAGE_SIZE,
+    first: f.size,
     after: f.after,
     status: f.status.length ? f.status : null,
     agent: f.agent,
@@ -33,19 +34,52 @@ function runsVariables(f: RunFilters) {
   };
 }
 
+/** The ticked rows: ids, unticked all when the page or the filters change (a new URL). */
+function useTicks(url: string): { ticks: Ticks; ids: ReadonlySet<string>; clear: () => void } {
+  const [ids, setIds] = useState<ReadonlySet<string>>(new Set());
+  useEffect(() => setIds(new Set()), [url]);
+  const ticks = useMemo<Ticks>(
+    () => ({
+      has: (id) => ids.has(id),
+      toggle: (id) =>
+        setIds((old) => {
+          const next = new Set(old);
+          if (!next.delete(id)) next.add(id);
+          return next;
+        }),
+      setAll: (all, on) =>
+        setIds((old) => {
+          const next = new Set(old);
+          for (const id of all) {
+            if (on) next.add(id);
+            else next.delete(id);
+          }
+          return next;
+        }),
+    }),
+    [ids],
+  );
+  return { ticks, ids, clear: () => setIds(new Set()) };
+}
+
 /** Newest (or oldest) first, filtered by status (several), agent, time range, key, tags and
- * whether child runs show, paged by cursor; the URL holds it all. */
+ * whether child runs show, paged by cursor, 20, 50 or 100 a page, with the total counted (up to
+ * "1,000+"); the URL holds it all. Rows can be ticked for bulk cancel, retry and replay. */
 export function RunsList() {
   const { params } = useLocation();
   const narrow = useNarrow();
   const filters = filtersFromParams(params);
   const { data, error, loading } = useQuery(RUNS, { variables: runsVariables(filters) });
+  const { ticks, ids, clear } = useTicks(listUrl(filters));
   const agents = useQuery(AGENTS).data?.agents ?? [];
   useEffect(() => {
     document.title = "Runs · Outlive";
   }, []);
   const go = (change: Partial<RunFilters>) => navigate(listUrl({ ...filters, after: null, ...change }));
   const edges = data?.runs.edges ?? [];
+  const total = data?.runs.totalCount ?? null;
+  // the ticked runs as the page now shows them (a nudge may have moved their status on)
+  const ticked: Ticked[] = edges.filter((e) => ids.has(e.node.id)).map((e) => ({ id: e.node.id, status: e.node.status }));
 
   return (
     <section aria-labelledby="runs-heading">
@@ -70,12 +104,30 @@ export function RunsList() {
           {emptyText(filters)} <Link to="/runs/new">Start one</Link>.
         </p>
       )}
-      {edges.length > 0 && <RunsTable edges={edges} filters={filters} go={go} />}
-      <Pager
-        filters={filters}
-        endCursor={data?.runs.pageInfo.endCursor ?? null}
-        hasNextPage={data?.runs.pageInfo.hasNextPage ?? false}
-      />
+      {total !== null && edges.length > 0 && (
+        <p className="list-total muted" data-testid="runs-total">
+          {totalText(total)}
+        </p>
+      )}
+      <BulkBar key={listUrl(filters)} ticked={ticked} clear={clear} />
+      {edges.length > 0 && <RunsTable edges={edges} filters={filters} go={go} ticks={ticks} />}
+      <div className="list-foot">
+        <Pager
+          filters={filters}
+          endCursor={data?.runs.pageInfo.endCursor ?? null}
+          hasNextPage={data?.runs.pageInfo.hasNextPage ?? false}
+        />
+        <div className="field page-size">
+          <label htmlFor="runs-page-size">Runs per page</label>
+          <select id="runs-page-size" value={filters.size} onChange={(e) => go({ size: Number(e.target.value) })}>
+            {PAGE_SIZES.map((n) => (
+              <option key={n} value={n}>
+                {n}
+              </option>
+            ))}
+          </select>
+        </div>
+      </div>
     </section>
   );
 }

@@ -1,17 +1,19 @@
 import { useLazyQuery, useMutation, useQuery } from "@apollo/client/react";
-import { useState } from "react";
+import { Fragment, useState } from "react";
 import { Link } from "../app/router";
 import {
   REDELIVER_FAILED_WEBHOOKS,
   REDELIVER_WEBHOOK,
   RETRY_WEBHOOK_DELIVERY,
   SEND_TEST_WEBHOOK,
+  WEBHOOK_DELIVERY_ATTEMPTS,
   WEBHOOK_ENDPOINT_DELIVERIES,
 } from "../api/documents/webhooks";
 import { describeError } from "../api/errors";
 import type { DeliveryStatus } from "../api/generated";
 import type { WebhookDelivery, WebhookEndpoint } from "../api/types";
 import { CopyButton, Loading, StatusBadge, When } from "../ui/common";
+import { countText, PAGE_SIZES } from "./runFilters";
 
 const STATUSES: DeliveryStatus[] = ["PENDING", "DELIVERED", "FAILED"];
 
@@ -22,13 +24,16 @@ const STATUSES: DeliveryStatus[] = ["PENDING", "DELIVERED", "FAILED"];
 export function EndpointDeliveries({ endpoint }: { endpoint: WebhookEndpoint }) {
   const [status, setStatus] = useState<DeliveryStatus | null>(null);
   const [pages, setPages] = useState<string[]>([]); // the `before` of each page gone back to
+  const [size, setSize] = useState<number>(PAGE_SIZES[0]);
   const before = pages.at(-1) ?? null;
   const own = useQuery(WEBHOOK_ENDPOINT_DELIVERIES, {
-    variables: { id: endpoint.id, status, before },
-    skip: status === null && before === null,
+    variables: { id: endpoint.id, status, before, first: size },
+    skip: status === null && before === null && size === PAGE_SIZES[0],
   });
-  const filtered = status !== null || before !== null;
+  const filtered = status !== null || before !== null || size !== PAGE_SIZES[0];
   const deliveries = filtered ? (own.data?.webhookEndpoint?.deliveries ?? null) : endpoint.deliveries;
+  const which = status ? `${status.toLowerCase()} ` : "";
+  const count = filtered ? (own.data?.webhookEndpoint?.deliveryCount ?? null) : endpoint.deliveryCount;
   const last = deliveries?.at(-1);
   const name = endpoint.url;
   return (
@@ -60,6 +65,11 @@ export function EndpointDeliveries({ endpoint }: { endpoint: WebhookEndpoint }) 
           {describeError(own.error)}
         </p>
       )}
+      {count !== null && (
+        <p className="list-total muted" data-testid="deliveries-total">
+          {countText(count, `${which}delivery`, `${which}deliveries`)}
+        </p>
+      )}
       {deliveries === null ? (
         <Loading />
       ) : deliveries.length === 0 ? (
@@ -73,11 +83,28 @@ export function EndpointDeliveries({ endpoint }: { endpoint: WebhookEndpoint }) 
             Newer deliveries
           </button>
         )}
-        {deliveries !== null && deliveries.length >= 20 && last && (
+        {deliveries !== null && deliveries.length >= size && last && (
           <button type="button" onClick={() => setPages((p) => [...p, last.createdAt])}>
             Older deliveries
           </button>
         )}
+        <div className="field page-size">
+          <label htmlFor={`delivery-page-size-${endpoint.id}`}>Deliveries per page</label>
+          <select
+            id={`delivery-page-size-${endpoint.id}`}
+            value={size}
+            onChange={(e) => {
+              setSize(Number(e.target.value));
+              setPages([]);
+            }}
+          >
+            {PAGE_SIZES.map((n) => (
+              <option key={n} value={n}>
+                {n}
+              </option>
+            ))}
+          </select>
+        </div>
       </div>
     </>
   );
@@ -203,64 +230,144 @@ function DeliveryRow({ delivery: d }: { delivery: WebhookDelivery }) {
   const [redeliver, redelivering] = useMutation(REDELIVER_WEBHOOK);
   const [retryNow, retrying] = useMutation(RETRY_WEBHOOK_DELIVERY);
   const error = redelivering.error ?? retrying.error;
+  const [open, setOpen] = useState(false);
   const short = d.id.slice(0, 8);
   const waiting = d.status === "PENDING" && d.nextAttemptAt;
+  const logId = `attempt-log-${d.id}`;
   return (
-    <tr data-delivery-id={d.id}>
-      <td>
-        <code>{d.eventType}</code>
-      </td>
-      <td>
-        {d.runId ? (
-          <Link to={`/runs/${d.runId}`} className="mono" aria-label={`Run ${d.runId}`}>
-            {d.runId.slice(0, 8)}
-          </Link>
-        ) : (
-          <span className="muted">—</span>
-        )}
-      </td>
-      <td>
-        <StatusBadge status={d.status} testId="delivery-status" />
-      </td>
-      <td data-testid="delivery-attempts">{d.attempts}</td>
-      <td data-testid="delivery-response">{d.responseStatus ?? "—"}</td>
-      <td className="small">{d.lastError ?? <span className="muted">—</span>}</td>
-      <td data-testid="delivery-next-attempt">{waiting ? <When iso={d.nextAttemptAt} /> : <span className="muted">—</span>}</td>
-      <td>
-        <When iso={d.createdAt} />
-      </td>
-      <td>
-        <When iso={d.deliveredAt} relative={false} />
-      </td>
-      <td>
-        {waiting ? (
-          <button
-            type="button"
-            disabled={retrying.loading}
-            title="Try it now instead of waiting for the next attempt"
-            aria-label={`Retry now ${d.eventType} delivery ${short}`}
-            onClick={() => void retryNow({ variables: { deliveryId: d.id } }).catch(() => undefined)}
-          >
-            Retry now
-          </button>
-        ) : (
-          <button
-            type="button"
-            disabled={redelivering.loading || d.status === "PENDING"}
-            title={d.status === "PENDING" ? "Still being delivered" : "Send it again, with the same webhook-id"}
-            aria-label={`Redeliver ${d.eventType} delivery ${short}`}
-            onClick={() => void redeliver({ variables: { deliveryId: d.id } }).catch(() => undefined)}
-          >
-            Redeliver
-          </button>
-        )}{" "}
-        <CopyButton value={d.id} label={`Copy delivery id ${short}`} />
-        {error && (
-          <span className="field-error" role="alert">
-            {describeError(error)}
-          </span>
-        )}
-      </td>
-    </tr>
+    <Fragment>
+      <tr data-delivery-id={d.id}>
+        <td>
+          <code>{d.eventType}</code>
+        </td>
+        <td>
+          {d.runId ? (
+            <Link to={`/runs/${d.runId}`} className="mono" aria-label={`Run ${d.runId}`}>
+              {d.runId.slice(0, 8)}
+            </Link>
+          ) : (
+            <span className="muted">—</span>
+          )}
+        </td>
+        <td>
+          <StatusBadge status={d.status} testId="delivery-status" />
+        </td>
+        <td data-testid="delivery-attempts">
+          {d.attempts === 0 ? (
+            0
+          ) : (
+            <button
+              type="button"
+              className="quiet attempts-toggle"
+              aria-expanded={open}
+              aria-controls={open ? logId : undefined}
+              aria-label={`${d.attempts} ${d.attempts === 1 ? "attempt" : "attempts"}: ${open ? "hide" : "show"} the log of ${d.eventType} delivery ${short}`}
+              onClick={() => setOpen((o) => !o)}
+            >
+              {d.attempts}
+            </button>
+          )}
+        </td>
+        <td data-testid="delivery-response">{d.responseStatus ?? "—"}</td>
+        <td className="small">{d.lastError ?? <span className="muted">—</span>}</td>
+        <td data-testid="delivery-next-attempt">{waiting ? <When iso={d.nextAttemptAt} /> : <span className="muted">—</span>}</td>
+        <td>
+          <When iso={d.createdAt} />
+        </td>
+        <td>
+          <When iso={d.deliveredAt} relative={false} />
+        </td>
+        <td>
+          {waiting ? (
+            <button
+              type="button"
+              disabled={retrying.loading}
+              title="Try it now instead of waiting for the next attempt"
+              aria-label={`Retry now ${d.eventType} delivery ${short}`}
+              onClick={() => void retryNow({ variables: { deliveryId: d.id } }).catch(() => undefined)}
+            >
+              Retry now
+            </button>
+          ) : (
+            <button
+              type="button"
+              disabled={redelivering.loading || d.status === "PENDING"}
+              title={d.status === "PENDING" ? "Still being delivered" : "Send it again, with the same webhook-id"}
+              aria-label={`Redeliver ${d.eventType} delivery ${short}`}
+              onClick={() => void redeliver({ variables: { deliveryId: d.id } }).catch(() => undefined)}
+            >
+              Redeliver
+            </button>
+          )}{" "}
+          <CopyButton value={d.id} label={`Copy delivery id ${short}`} />
+          {error && (
+            <span className="field-error" role="alert">
+              {describeError(error)}
+            </span>
+          )}
+        </td>
+      </tr>
+      {open && (
+        <tr className="attempt-log-row">
+          <td colSpan={10} id={logId}>
+            <AttemptLog delivery={d} />
+          </td>
+        </tr>
+      )}
+    </Fragment>
+  );
+}
+
+/** A delivery's attempts, newest first: the answer (code and the start of its body) or the error,
+ * when and how long. The newest 20 are kept, each with at most 1 KiB of the body. */
+function AttemptLog({ delivery: d }: { delivery: WebhookDelivery }) {
+  const { data, error } = useQuery(WEBHOOK_DELIVERY_ATTEMPTS, {
+    variables: { id: d.id },
+    fetchPolicy: "cache-and-network",
+  });
+  const log = data?.webhookDelivery?.attemptLog ?? null;
+  if (error) {
+    return (
+      <p className="note note-error" role="alert">
+        {describeError(error)}
+      </p>
+    );
+  }
+  if (log === null) return <Loading>Reading the attempts…</Loading>;
+  if (log.length === 0) return <p className="muted">No attempt logged yet.</p>;
+  const dropped = d.attempts - log.length;
+  return (
+    <div className="attempt-log">
+      <ol aria-label={`Attempts of ${d.eventType} delivery ${d.id.slice(0, 8)}`} reversed>
+        {log.map((a) => (
+          <li key={a.attempt} data-testid="delivery-attempt">
+            <span className="attempt-head">
+              <strong>Attempt {a.attempt}</strong>{" "}
+              {a.responseStatus !== null ? (
+                <code data-testid="attempt-code">HTTP {a.responseStatus}</code>
+              ) : (
+                <span className="muted">no answer</span>
+              )}{" "}
+              <When iso={a.startedAt} /> <span className="muted">· {a.durationMs} ms</span>
+            </span>
+            {a.error && (
+              <span className="attempt-error" data-testid="attempt-error">
+                {a.error}
+              </span>
+            )}
+            {a.bodyExcerpt && (
+              <pre className="attempt-body" data-testid="attempt-body" tabIndex={0} aria-label={`Response body of attempt ${a.attempt}`}>
+                {a.bodyExcerpt}
+              </pre>
+            )}
+          </li>
+        ))}
+      </ol>
+      {dropped > 0 && (
+        <p className="muted small">
+          {dropped === 1 ? "1 older attempt is" : `${dropped} older attempts are`} no longer kept (the newest 20 are).
+        </p>
+      )}
+    </div>
   );
 }

@@ -18,7 +18,12 @@ export interface RunFilters {
   tags: string[];
   /** only runs with no parent: `children=hide` */
   topLevel: boolean;
+  /** runs per page, one of PAGE_SIZES: `size=50` (20 is not written) */
+  size: number;
 }
+
+/** The page sizes the list offers; the first is the default. */
+export const PAGE_SIZES = [20, 50, 100] as const;
 
 export const NO_FILTERS: RunFilters = {
   status: [],
@@ -30,6 +35,7 @@ export const NO_FILTERS: RunFilters = {
   key: null,
   tags: [],
   topLevel: false,
+  size: PAGE_SIZES[0],
 };
 
 export function isoOrNull(value: string | null): string | null {
@@ -48,7 +54,7 @@ export function toLocalInput(iso: string | null): string {
 
 /**
  * The filters a URL holds:
- * `?status=FAILED&status=CANCELLED&agent=demo&key=k&tag=a&tag=b&children=hide&order=oldest&after=<cursor>`.
+ * `?status=FAILED&status=CANCELLED&agent=demo&key=k&tag=a&tag=b&children=hide&order=oldest&size=50&after=<cursor>`.
  */
 export function filtersFromParams(params: URLSearchParams): RunFilters {
   const status = [...new Set(params.getAll("status").flatMap((v) => v.split(",")))].filter((s): s is RunStatus =>
@@ -64,7 +70,25 @@ export function filtersFromParams(params: URLSearchParams): RunFilters {
     key: params.get("key") || null,
     tags: [...new Set(params.getAll("tag").flatMap((v) => v.split(",")))].filter(Boolean),
     topLevel: params.get("children") === "hide",
+    size: pageSize(params.get("size")),
   };
+}
+
+/** A page size the list offers (anything else: the default). */
+export function pageSize(value: string | null): number {
+  const n = Number(value);
+  return (PAGE_SIZES as readonly number[]).includes(n) ? n : PAGE_SIZES[0];
+}
+
+/** A total as a list says it: the API counts up to 1,001, and 1,001 means more than 1,000. */
+export function countText(total: number, one: string, many: string): string {
+  if (total > 1000) return `1,000+ ${many}`;
+  return total === 1 ? `1 ${one}` : `${total.toLocaleString("en-US")} ${many}`;
+}
+
+/** The runs list's total, in words. */
+export function totalText(total: number): string {
+  return countText(total, "run", "runs");
 }
 
 export function listUrl(filters: RunFilters): string {
@@ -77,6 +101,7 @@ export function listUrl(filters: RunFilters): string {
   for (const t of filters.tags) params.append("tag", t);
   if (filters.topLevel) params.set("children", "hide");
   if (filters.order === "OLDEST_FIRST") params.set("order", "oldest");
+  if (filters.size !== PAGE_SIZES[0]) params.set("size", String(filters.size));
   if (filters.after) params.set("after", filters.after);
   const query = params.toString();
   return query ? `/runs?${query}` : "/runs";

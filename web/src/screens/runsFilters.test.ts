@@ -1,10 +1,19 @@
 import { describe, expect, it } from "vitest";
-import { emptyText, filtersFromParams, isFiltered, listUrl, NO_FILTERS, type RunFilters } from "./runFilters";
+import {
+  countText,
+  emptyText,
+  filtersFromParams,
+  isFiltered,
+  listUrl,
+  NO_FILTERS,
+  type RunFilters,
+  totalText,
+} from "./runFilters";
 
 describe("the runs filters in the URL", () => {
   it("round-trip: several statuses, agent, a time range, the cursor", () => {
     const url =
-      "/runs?status=FAILED&status=CANCELLED&agent=demo&from=2026-01-01T00%3A00%3A00.000Z&order=oldest&after=abc";
+      "/runs?status=FAILED&status=CANCELLED&agent=demo&from=2026-01-01T00%3A00%3A00.000Z&order=oldest&size=50&after=abc";
     const filters = filtersFromParams(new URL(url, "http://x").searchParams);
     expect(filters).toEqual({
       status: ["FAILED", "CANCELLED"],
@@ -16,6 +25,7 @@ describe("the runs filters in the URL", () => {
       key: null,
       tags: [],
       topLevel: false,
+      size: 50,
     });
     expect(listUrl(filters)).toBe(url);
   });
@@ -42,6 +52,19 @@ describe("the runs filters in the URL", () => {
     expect(filters.order).toBe("NEWEST_FIRST"); // absent: the default, which the URL leaves out
     expect(listUrl(NO_FILTERS)).toBe("/runs");
     expect(filtersFromParams(new URLSearchParams("order=sideways")).order).toBe("NEWEST_FIRST");
+    expect(filtersFromParams(new URLSearchParams("size=37")).size).toBe(20); // not offered
+    expect(listUrl({ ...NO_FILTERS, size: 20 })).toBe("/runs"); // the default, left out
+  });
+});
+
+describe("a list's total", () => {
+  it("is exact up to 1,000 and bounded past it", () => {
+    expect(totalText(0)).toBe("0 runs");
+    expect(totalText(1)).toBe("1 run");
+    expect(totalText(1000)).toBe("1,000 runs");
+    expect(totalText(1001)).toBe("1,000+ runs"); // counted no further
+    expect(countText(1, "failed delivery", "failed deliveries")).toBe("1 failed delivery");
+    expect(countText(1001, "delivery", "deliveries")).toBe("1,000+ deliveries");
   });
 });
 

@@ -19,7 +19,12 @@ from outlive.db.models.runs import (
 )
 from outlive.db.models.tenants import ApiToken, Tenant, User
 from outlive.db.models.usage import UsageDaily, UsageRollup
-from outlive.db.models.webhooks import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from outlive.db.models.webhooks import (
+    DeliveryStatus,
+    WebhookDelivery,
+    WebhookDeliveryAttempt,
+    WebhookEndpoint,
+)
 
 __all__ = [
     "ACTIVE_SQL",
@@ -46,5 +51,6 @@ __all__ = [
     "UsageRollup",
     "User",
     "WebhookDelivery",
+    "WebhookDeliveryAttempt",
     "WebhookEndpoint",
 ]

@@ -78,3 +78,28 @@ class WebhookDelivery(Base):
     dispatched_at: Mapped[datetime | None]  # admitted under the tenant's jobs cap
     next_attempt_at: Mapped[datetime | None]  # a PENDING one that failed: when its retry is due
     relay_after: Mapped[datetime] = mapped_column(server_default=text(RELAY_FIRST_LOOK))
+
+
+# The attempt log's bounds: each attempt keeps at most this many bytes of the response body, and a
+# delivery keeps its newest this-many attempts (older ones are deleted as new ones are written).
+ATTEMPT_EXCERPT_BYTES = 1024
+ATTEMPT_ERROR_CHARS = 500
+ATTEMPTS_KEPT = 20
+
+
+class WebhookDeliveryAttempt(Base):
+    """One attempt of a delivery: what the endpoint answered (or why there was no answer), when,
+    and how long it took. Written by the outbox's lifecycle with the attempt it counts."""
+
+    __tablename__ = "webhook_delivery_attempts"
+
+    delivery_id: Mapped[UUID] = mapped_column(
+        ForeignKey("webhook_deliveries.id", ondelete="CASCADE"), primary_key=True
+    )
+    attempt: Mapped[int] = mapped_column(primary_key=True)  # the delivery's `attempts` after it
+    tenant_id: Mapped[UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    response_status: Mapped[int | None]
+    body_excerpt: Mapped[str | None]  # at most ATTEMPT_EXCERPT_BYTES of the body, decoded
+    error: Mapped[str | None]
+    started_at: Mapped[datetime]
+    duration_ms: Mapped[int]

@@ -3,24 +3,32 @@
 An endpoint is a tenant's, so it is hostile until proven otherwise: the whole attempt (the DNS
 lookup, connect, send, response headers, the bit of body we read) runs under one deadline
 (`OUTLIVE_WEBHOOK_TIMEOUT_S`), not a per-read timeout a trickling server can stretch forever;
-the response is streamed and at most `OUTLIVE_WEBHOOK_MAX_RESPONSE_BYTES` of it are read (only
-the status matters); and the client never keeps a connection alive (`create_client`), so a
+the response is streamed and at most `OUTLIVE_WEBHOOK_MAX_RESPONSE_BYTES` of it are read (the
+status decides; the first `ATTEMPT_EXCERPT_BYTES` of the body go into the attempt log); and
+the client never keeps a connection alive (`create_client`), so a
 connection verified for one host name can never carry another host's delivery to the same
 address. `lastError` says what happened in generic words, never an address.
+
+Every attempt that counts is logged (`webhook_delivery_attempts`, through the outbox's lifecycle):
+its status, body excerpt, error, when it started and how long it took.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import httpx
 
 from outlive.db.models import DeliveryStatus
+from outlive.db.models.webhooks import ATTEMPT_EXCERPT_BYTES
 from outlive.ids import DeliveryId
 from outlive.jobs.deps import JobDeps
 from outlive.jobs.envelopes import DeliverWebhookV1
-from outlive.services import destinations, webhooks
+from outlive.services import destinations, outbox, webhooks
 
 
 class DeliveryFailed(Exception):
@@ -45,12 +53,29 @@ def create_client(
     )
 
 
+@dataclass(slots=True)
+class _Clock:
+    """When an attempt started, and its log entry once it ends."""
+
+    started_at: datetime
+    started: float
+
+    @classmethod
+    def start(cls) -> _Clock:
+        return cls(datetime.now(UTC), time.monotonic())
+
+    def attempt(self, status: int | None = None, excerpt: str | None = None) -> outbox.Attempt:
+        elapsed_ms = round((time.monotonic() - self.started) * 1000)
+        return outbox.Attempt(self.started_at, elapsed_ms, status, excerpt)
+
+
 async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
     delivery_id = DeliveryId(payload.delivery_id)
     outgoing = await webhooks.pending_delivery(deps.sessions, delivery_id)
     if outgoing is None:
         return  # already delivered, given up, or its endpoint was deleted
     timeout = deps.settings.webhook_timeout_s
+    clock = _Clock.start()
     try:
         async with asyncio.timeout(timeout):  # the lookup included: the name is the tenant's
             host, address = await destinations.resolve_public(
@@ -58,9 +83,9 @@ async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
                 allow_private=deps.settings.webhook_allow_private,
                 tenant=outgoing.tenant_id,  # a tenant's slow name server delays only its own
             )
-            status = await _post(deps, outgoing, host, address)
+            status, excerpt = await _post(deps, outgoing, host, address)
     except destinations.LookupFailed:  # the name server is slow or down: retried, not failed
-        await _record(deps, delivery_id, None, "the host name did not resolve")
+        await _record(deps, delivery_id, clock.attempt(), "the host name did not resolve")
         raise DeliveryFailed("lookup failed") from None
     except destinations.UnsafeDestination as exc:  # permanent: recorded, not retried
         async with deps.sessions.unit() as uow:
@@ -70,17 +95,19 @@ async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
                 status=DeliveryStatus.FAILED,
                 error=exc.message,
                 count_attempt=True,
+                attempt=clock.attempt(),
             )
         return
     except TimeoutError:
-        await _record(deps, delivery_id, None, f"no answer within {timeout:g}s")
+        await _record(deps, delivery_id, clock.attempt(), f"no answer within {timeout:g}s")
         raise DeliveryFailed("timed out") from None
     except httpx.HTTPError as exc:
-        await _record(deps, delivery_id, None, f"connection failed ({type(exc).__name__})")
+        error = f"connection failed ({type(exc).__name__})"
+        await _record(deps, delivery_id, clock.attempt(), error)
         raise DeliveryFailed(type(exc).__name__) from exc
     if not 200 <= status < 300:
         error = f"answered {status}"
-        await _record(deps, delivery_id, status, error)
+        await _record(deps, delivery_id, clock.attempt(status, excerpt), error)
         raise DeliveryFailed(error)
     async with deps.sessions.unit() as uow:
         await webhooks.finish_delivery(
@@ -89,12 +116,16 @@ async def handle(deps: JobDeps, payload: DeliverWebhookV1) -> None:
             status=DeliveryStatus.DELIVERED,
             response_status=status,
             count_attempt=True,
+            attempt=clock.attempt(status, excerpt),
         )
 
 
-async def _post(deps: JobDeps, outgoing: webhooks.Outgoing, host: str, address: str) -> int:
-    """POST to the checked address (the name goes in Host and SNI); the status, after reading
-    at most the configured number of body bytes."""
+async def _post(
+    deps: JobDeps, outgoing: webhooks.Outgoing, host: str, address: str
+) -> tuple[int, str | None]:
+    """POST to the checked address (the name goes in Host and SNI); the status and the start of
+    the body (at most `ATTEMPT_EXCERPT_BYTES`, decoded, what is not UTF-8 or is NUL replaced by
+    U+FFFD; None if empty), after reading at most the configured number of body bytes."""
     headers = webhooks.signed_headers(outgoing)
     headers["connection"] = "close"
     request = destinations.pin(
@@ -104,20 +135,29 @@ async def _post(deps: JobDeps, outgoing: webhooks.Outgoing, host: str, address: 
     )
     response = await deps.http.send(request, stream=True)
     try:
-        limit, read = deps.settings.webhook_max_response_bytes, 0
+        limit, head = deps.settings.webhook_max_response_bytes, bytearray()
+        read = 0
         if limit > 0:
             async for chunk in response.aiter_raw():
+                if len(head) < ATTEMPT_EXCERPT_BYTES:
+                    head += chunk[: ATTEMPT_EXCERPT_BYTES - len(head)]
                 read += len(chunk)
                 if read >= limit:
                     break
-        return response.status_code
+        excerpt = bytes(head[: min(limit, ATTEMPT_EXCERPT_BYTES)])
+        text = excerpt.decode(errors="replace").replace("\x00", "\ufffd")  # text cannot hold NUL
+        return response.status_code, text or None
     finally:
         await response.aclose()
 
 
-async def _record(deps: JobDeps, delivery_id: DeliveryId, status: int | None, error: str) -> None:
+async def _record(
+    deps: JobDeps, delivery_id: DeliveryId, attempt: outbox.Attempt, error: str
+) -> None:
     async with deps.sessions.unit() as uow:
-        await webhooks.record_attempt(uow, delivery_id, response_status=status, error=error)
+        await webhooks.record_attempt(
+            uow, delivery_id, response_status=attempt.response_status, error=error, attempt=attempt
+        )
 
 
 async def give_up(deps: JobDeps, payload: DeliverWebhookV1, error: str) -> None:

@@ -23,11 +23,13 @@ from outlive.services.runs.moves import (
     settle_run,
 )
 from outlive.services.runs.reads import (
+    MAX_COUNT,
     MAX_EVENTS_PAGE,
     MAX_PAGE,
     RunOrder,
     barren_losses,
     check_events_page,
+    count_runs,
     decode_cursor,
     encode_cursor,
     handed_while_parking,
@@ -74,6 +76,7 @@ from outlive.services.runs.wakes import (
 
 __all__ = [
     "MAX_ATTEMPTS",
+    "MAX_COUNT",
     "MAX_EVENTS_PAGE",
     "MAX_JOURNAL_BYTES",
     "MAX_LOST_ATTEMPTS",
@@ -98,6 +101,7 @@ __all__ = [
     "check_steps_page",
     "claim_run",
     "copy_steps",
+    "count_runs",
     "decode_cursor",
     "dispatch_after_commit",
     "encode_cursor",

@@ -33,23 +33,41 @@ PAGE_FILTERS = tuple(
 )
 
 
+def _where(filters: str) -> str:
+    """The runs list's filters, in one place (a page and its count use the same): the tenant,
+    statuses, agent, created in [since, until), and the optional `filters`."""
+    return (
+        "tenant_id = :tenant_id"
+        " AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
+        " AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))"
+        " AND (CAST(:since AS timestamptz) IS NULL"
+        " OR created_at >= CAST(:since AS timestamptz))"
+        " AND (CAST(:until AS timestamptz) IS NULL"
+        f" OR created_at < CAST(:until AS timestamptz)){filters}"
+    )
+
+
 def _runs_page(order: str, beyond: str, filters: str = "") -> Statement:
     """A page of a tenant's runs in `order` of (created_at, id), keyset-paginated: the rows
     `beyond` the cursor's. `ix_runs_tenant_newest` serves either direction (a backward scan)."""
     return prepare(
         text(
-            "SELECT * FROM runs WHERE tenant_id = :tenant_id"
+            f"SELECT * FROM runs WHERE {_where(filters)}"
             " AND (CAST(:after_at AS timestamptz) IS NULL"
             f" OR (created_at, id) {beyond}"
             " (CAST(:after_at AS timestamptz), CAST(:after_id AS uuid)))"
-            " AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
-            " AND (CAST(:agent AS text) IS NULL OR agent = CAST(:agent AS text))"
-            " AND (CAST(:since AS timestamptz) IS NULL"
-            " OR created_at >= CAST(:since AS timestamptz))"
-            " AND (CAST(:until AS timestamptz) IS NULL"
-            f" OR created_at < CAST(:until AS timestamptz)){filters}"
             f" ORDER BY created_at {order}, id {order} LIMIT :limit"
         ).columns(*RUN_COLUMNS)
+    )
+
+
+def _runs_count(filters: str) -> Statement:
+    """How many runs match (every page), counting at most `:cap` rows: a bounded count."""
+    return prepare(
+        text(
+            "SELECT count(*) AS n FROM (SELECT 1 FROM runs"
+            f" WHERE {_where(filters)} LIMIT :cap) matched"
+        )
     )
 
 
@@ -59,3 +77,5 @@ RUNS_PAGES = {
     for newest in (True, False)
     for filters in PAGE_FILTERS
 }
+# filters -> the bounded count of the runs that match
+RUNS_COUNTS = {filters: _runs_count(filters) for filters in PAGE_FILTERS}

@@ -7,6 +7,7 @@ import binascii
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Any
 from uuid import UUID
 
 from outlive.db.models import ACTIVE_STATUSES, RunStatus
@@ -18,6 +19,7 @@ from outlive.services.runs.keys import MAX_KEY, check_tags
 from outlive.services.runs.records import EventRecord, RunPage, RunRecord, to_event, to_record
 
 MAX_PAGE = 100
+MAX_COUNT = 1000  # a runs list's total is counted up to this, then "1,000+"
 
 
 class RunOrder(StrEnum):
@@ -103,31 +105,88 @@ async def read_runs(
     `top_level`, only runs with no parent (child runs left out)."""
     if not 0 <= first <= MAX_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
-    if key is not None and len(key) > MAX_KEY:
-        raise BadUserInput(f"a key is at most {MAX_KEY} characters")
-    wanted = list(check_tags(tags))
-    if since is not None and until is not None and since >= until:
-        raise BadUserInput("createdBefore must be after createdSince")
+    filters, params = _filters(
+        statuses=statuses,
+        agent=agent,
+        since=since,
+        until=until,
+        key=key,
+        tags=tags,
+        top_level=top_level,
+    )
     at, run_id = decode_cursor(after) if after is not None else (None, None)
-    filters = page_queries.page_filters(key=key is not None, tags=bool(wanted), top_level=top_level)
     rows = await db.all(
         page_queries.RUNS_PAGES[(order is RunOrder.NEWEST_FIRST, filters)],
         tenant_id=tenant_id,
         after_at=at,
         after_id=run_id,
-        statuses=[s.value for s in statuses] if statuses else None,
-        agent=agent,
-        since=since,
-        until=until,
         limit=first + 1,
-        **({"key": key} if key is not None else {}),
-        **({"tags": wanted} if wanted else {}),
+        **params,
     )
     runs = [to_record(row) for row in rows]
     page = runs[:first]
     return RunPage(
         runs=page, cursors=[encode_cursor(r) for r in page], has_next_page=len(runs) > first
     )
+
+
+async def count_runs(
+    db: Db,
+    tenant_id: TenantId,
+    *,
+    statuses: Sequence[RunStatus] | None = None,
+    agent: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    key: str | None = None,
+    tags: Sequence[str] | None = None,
+    top_level: bool = False,
+) -> int:
+    """How many of the tenant's runs match the filters `read_runs` takes (every page), counted
+    up to `MAX_COUNT + 1`: more than `MAX_COUNT` reads as `MAX_COUNT + 1` ("1,000+"), so the
+    count stays cheap however many runs there are."""
+    filters, params = _filters(
+        statuses=statuses,
+        agent=agent,
+        since=since,
+        until=until,
+        key=key,
+        tags=tags,
+        top_level=top_level,
+    )
+    row = await db.one(
+        page_queries.RUNS_COUNTS[filters], tenant_id=tenant_id, cap=MAX_COUNT + 1, **params
+    )
+    return int(row["n"]) if row is not None else 0
+
+
+def _filters(
+    *,
+    statuses: Sequence[RunStatus] | None,
+    agent: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    key: str | None,
+    tags: Sequence[str] | None,
+    top_level: bool,
+) -> tuple[str, dict[str, Any]]:
+    """The runs list's filters, checked: the optional filters' text (a key of the statements)
+    and the parameters they bind."""
+    if key is not None and len(key) > MAX_KEY:
+        raise BadUserInput(f"a key is at most {MAX_KEY} characters")
+    wanted = list(check_tags(tags))
+    if since is not None and until is not None and since >= until:
+        raise BadUserInput("createdBefore must be after createdSince")
+    filters = page_queries.page_filters(key=key is not None, tags=bool(wanted), top_level=top_level)
+    params: dict[str, Any] = {
+        "statuses": [s.value for s in statuses] if statuses else None,
+        "agent": agent,
+        "since": since,
+        "until": until,
+        **({"key": key} if key is not None else {}),
+        **({"tags": wanted} if wanted else {}),
+    }
+    return filters, params
 
 
 def check_events_page(first: int) -> None:

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 RUN_EVENTS = ("run.succeeded", "run.failed", "run.cancelled")
 MAX_ENDPOINTS_PER_TENANT = 50  # the default of OUTLIVE_WEBHOOK_MAX_ENDPOINTS
 MAX_DELIVERIES_PAGE = 100
+MAX_DELIVERIES_COUNT = 1000  # an endpoint's deliveries are counted up to this, then "1,000+"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,19 @@ class DeliveryRecord(Record):
     dispatched_at: datetime | None
     run_id: UUID | None = None
     next_attempt_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord(Record):
+    """One logged attempt of a delivery (`webhook_delivery_attempts`)."""
+
+    delivery_id: DeliveryId
+    attempt: int
+    response_status: int | None
+    body_excerpt: str | None
+    error: str | None
+    started_at: datetime
+    duration_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +179,13 @@ async def get_endpoint(
     return EndpointRecord.from_row(row) if row is not None else None
 
 
+async def get_delivery(
+    db: Db, tenant_id: TenantId, delivery_id: DeliveryId
+) -> DeliveryRecord | None:
+    row = await db.one(queries.DELIVERY, delivery_id=delivery_id, tenant_id=tenant_id)
+    return DeliveryRecord.from_row(row) if row is not None else None
+
+
 def check_deliveries_page(first: int) -> None:
     if not 0 <= first <= MAX_DELIVERIES_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_DELIVERIES_PAGE}")
@@ -195,6 +216,26 @@ async def list_deliveries_of_endpoints(
     for row in rows:
         found[EndpointId(row["endpoint_id"])].append(DeliveryRecord.from_row(row))
     return found
+
+
+async def count_deliveries_of_endpoints(
+    db: Db,
+    tenant_id: TenantId,
+    endpoint_ids: Sequence[EndpointId],
+    *,
+    status: DeliveryStatus | None = None,
+) -> dict[EndpointId, int]:
+    """How many deliveries each endpoint has (only `status` ones; None: any), counted up to
+    `MAX_DELIVERIES_COUNT + 1` (more reads as that: "1,000+"), in one statement, scoped to the
+    tenant: another tenant's endpoint has none."""
+    rows = await db.all(
+        queries.COUNT_DELIVERIES_OF_ENDPOINTS,
+        endpoint_ids=list(dict.fromkeys(endpoint_ids)),
+        tenant_id=tenant_id,
+        status=status.value if status is not None else None,
+        cap=MAX_DELIVERIES_COUNT + 1,
+    )
+    return {EndpointId(row["endpoint_id"]): int(row["n"]) for row in rows}
 
 
 # --- deliveries -------------------------------------------------------------------------------
@@ -237,10 +278,16 @@ async def record_attempt(
     *,
     response_status: int | None,
     error: str | None,
+    attempt: outbox.Attempt | None = None,
 ) -> None:
-    """A try that did not succeed; the row stays PENDING for the next one."""
+    """A try that did not succeed, logged (`attempt`); the row stays PENDING for the next one."""
     await outbox.record_attempt(
-        uow, outbox.WEBHOOK, delivery_id, error=error, response_status=response_status
+        uow,
+        outbox.WEBHOOK,
+        delivery_id,
+        error=error,
+        attempt=attempt,
+        response_status=response_status,
     )
 
 
@@ -252,9 +299,10 @@ async def finish_delivery(
     response_status: int | None = None,
     error: str | None = None,
     count_attempt: bool = False,
+    attempt: outbox.Attempt | None = None,
 ) -> bool:
     """DELIVERED or FAILED, only from PENDING: a redelivered job finds nothing to do. Its slot is
-    free for the tenant's next delivery (`outbox.finish`)."""
+    free for the tenant's next delivery (`outbox.finish`); a counted attempt is logged."""
     return await outbox.finish(
         uow,
         outbox.WEBHOOK,
@@ -262,8 +310,25 @@ async def finish_delivery(
         status=status.value,
         error=error,
         count_attempt=count_attempt,
+        attempt=attempt,
         response_status=response_status,
     )
+
+
+async def list_attempts_of_deliveries(
+    db: Db, tenant_id: TenantId, delivery_ids: Sequence[DeliveryId]
+) -> dict[DeliveryId, list[AttemptRecord]]:
+    """Each delivery's logged attempts, newest first (at most `ATTEMPTS_KEPT` each, as kept),
+    in one statement, scoped to the tenant: another tenant's delivery has none."""
+    rows = await db.all(
+        queries.ATTEMPTS_OF_DELIVERIES,
+        delivery_ids=list(dict.fromkeys(delivery_ids)),
+        tenant_id=tenant_id,
+    )
+    found: dict[DeliveryId, list[AttemptRecord]] = {d: [] for d in delivery_ids}
+    for row in rows:
+        found[DeliveryId(row["delivery_id"])].append(AttemptRecord.from_row(row))
+    return found
 
 
 async def schedule_next_attempt(uow: UnitOfWork, delivery_id: DeliveryId, delay_s: float) -> None:

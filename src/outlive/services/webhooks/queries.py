@@ -39,6 +39,16 @@ DELIVERIES_OF_ENDPOINTS = prepare(
     .bindparams(bindparam("endpoint_ids", type_=ARRAY(Uuid())))
     .columns(*_DELIVERY_COLUMNS_OF)
 )
+# How many deliveries each endpoint has (of a status, or any), counting at most :cap of each,
+# scoped to the tenant, in one statement however many endpoints.
+COUNT_DELIVERIES_OF_ENDPOINTS = prepare(
+    text(
+        "SELECT e.id AS endpoint_id, (SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries"
+        " WHERE endpoint_id = e.id AND tenant_id = :tenant_id"
+        " AND (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))"
+        " LIMIT :cap) d) AS n FROM unnest(:endpoint_ids) AS e(id)"
+    ).bindparams(bindparam("endpoint_ids", type_=ARRAY(Uuid())))
+)
 PENDING_DELIVERY = prepare(
     text(
         "SELECT d.id, d.tenant_id, e.url, e.secret, d.body FROM webhook_deliveries d"
@@ -135,6 +145,16 @@ SETTLED_DELIVERIES_CTE = """delivered AS (
     WHERE m.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
       AND (cardinality(e.events) = 0 OR m.event_type = ANY(e.events))
     RETURNING id)"""
+
+# Each delivery's logged attempts, newest first, scoped to the tenant (bounded by what is kept).
+ATTEMPTS_OF_DELIVERIES = prepare(
+    text(
+        "SELECT delivery_id, attempt, response_status, body_excerpt, error, started_at,"
+        " duration_ms FROM webhook_delivery_attempts"
+        " WHERE delivery_id = ANY(:delivery_ids) AND tenant_id = :tenant_id"
+        " ORDER BY delivery_id, attempt DESC"
+    ).bindparams(bindparam("delivery_ids", type_=ARRAY(Uuid())))
+)
 
 DELIVERY_ENDPOINT = prepare(
     text(

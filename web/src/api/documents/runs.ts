@@ -30,8 +30,6 @@ export type {
   StartRunMutation as StartRunData,
 } from "../generated";
 
-export const RUNS_PAGE_SIZE = 20;
-
 /** The most events one request asks for (the server's cap is 1000); `first:` in runs.graphql. */
 export const EVENTS_PAGE = 500;
 

@@ -6,6 +6,7 @@ export {
   RedeliverWebhookDocument as REDELIVER_WEBHOOK,
   RetryWebhookDeliveryDocument as RETRY_WEBHOOK_DELIVERY,
   SendTestWebhookDocument as SEND_TEST_WEBHOOK,
+  WebhookDeliveryAttemptsDocument as WEBHOOK_DELIVERY_ATTEMPTS,
   WebhookEndpointDeliveriesDocument as WEBHOOK_ENDPOINT_DELIVERIES,
   WebhookEndpointFieldsFragmentDoc as ENDPOINT_FIELDS,
   WebhookEndpointsDocument as WEBHOOK_ENDPOINTS,

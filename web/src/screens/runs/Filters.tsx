@@ -2,7 +2,7 @@ import { type FormEvent, useEffect, useState } from "react";
 import { RUN_STATUSES } from "../../api/types";
 import { navigate } from "../../app/router";
 import { StatusBadge } from "../../ui/common";
-import { isoOrNull, isFiltered, type RunFilters, toLocalInput } from "../runFilters";
+import { isoOrNull, isFiltered, listUrl, NO_FILTERS, type RunFilters, toLocalInput } from "../runFilters";
 
 type Go = (change: Partial<RunFilters>) => void;
 
@@ -45,7 +45,7 @@ export function RunsFilters({
         </div>
         <KeyTagsFilter filters={filters} go={go} />
         {on && (
-          <button type="button" className="quiet" onClick={() => navigate("/runs")}>
+          <button type="button" className="quiet" onClick={() => navigate(listUrl({ ...NO_FILTERS, size: filters.size }))}>
             Clear filters
           </button>
         )}

@@ -7,22 +7,46 @@ import { listUrl, type RunFilters } from "../runFilters";
 type Edge = RunsQuery["runs"]["edges"][number];
 type ListedRun = Edge["node"];
 
-/** The runs of one page, newest (or oldest) first; the Created header flips the order. */
+/** Which rows are ticked (for the bulk actions), and how to tick them. */
+export interface Ticks {
+  has: (id: string) => boolean;
+  toggle: (id: string) => void;
+  setAll: (ids: readonly string[], on: boolean) => void;
+}
+
+/** The runs of one page, newest (or oldest) first; the Created header flips the order; each row
+ * can be ticked, and the header's box ticks every row of the page. */
 export function RunsTable({
   edges,
   filters,
   go,
+  ticks,
 }: {
   edges: readonly Edge[];
   filters: RunFilters;
   go: (change: Partial<RunFilters>) => void;
+  ticks: Ticks;
 }) {
   const newestFirst = filters.order === "NEWEST_FIRST";
+  const ids = edges.map((e) => e.node.id);
+  const count = ids.filter(ticks.has).length;
+  const all = count > 0 && count === ids.length;
   return (
     <div className="table-wrap">
       <table className="table runs" aria-label="Runs">
         <thead>
           <tr>
+            <th scope="col" className="col-tick">
+              <input
+                type="checkbox"
+                aria-label="Tick every run on this page"
+                checked={all}
+                ref={(box) => {
+                  if (box) box.indeterminate = count > 0 && !all;
+                }}
+                onChange={() => ticks.setAll(ids, !all)}
+              />
+            </th>
             <th scope="col">Run</th>
             <th scope="col">Agent</th>
             <th scope="col">Status</th>
@@ -46,7 +70,7 @@ export function RunsTable({
         </thead>
         <tbody>
           {edges.map(({ node: run }) => (
-            <RunRow key={run.id} run={run} filters={filters} />
+            <RunRow key={run.id} run={run} filters={filters} ticks={ticks} />
           ))}
         </tbody>
       </table>
@@ -54,9 +78,18 @@ export function RunsTable({
   );
 }
 
-function RunRow({ run, filters }: { run: ListedRun; filters: RunFilters }) {
+function RunRow({ run, filters, ticks }: { run: ListedRun; filters: RunFilters; ticks: Ticks }) {
+  const ticked = ticks.has(run.id);
   return (
-    <tr data-run-id={run.id}>
+    <tr data-run-id={run.id} className={ticked ? "ticked" : undefined}>
+      <td className="col-tick">
+        <input
+          type="checkbox"
+          aria-label={`Tick run ${shortId(run.id)}`}
+          checked={ticked}
+          onChange={() => ticks.toggle(run.id)}
+        />
+      </td>
       <td data-label="Run">
         <Link to={`/runs/${run.id}`} className="mono" aria-label={`Run ${run.id}`}>
           {shortId(run.id)}
