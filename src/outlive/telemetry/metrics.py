@@ -158,6 +158,13 @@ GRAPHQL_DURATION = Histogram(
     buckets=SHORT_S,
 )
 
+GRAPHQL_DOCUMENTS = Counter(
+    "outlive_graphql_documents_total",
+    "Documents the one document cache was asked for (HTTP and the socket's subscriptions): a"
+    " `miss` was parsed and validated, a `hit` was found parsed and validated before.",
+    ["cache"],
+)
+
 # --- background loops -------------------------------------------------------------------------
 
 DAEMON_CRASHES = Counter(
