@@ -291,17 +291,24 @@ async def test_many_readers_of_one_run_each_get_its_whole_text_once(
         assert chunks[-1]["done"] is True
 
 
+def events_counted(result: str) -> float:
+    """`outlive_graphql_shared_events_total{result}` in this process."""
+    labels = {"result": result}
+    return REGISTRY.get_sample_value("outlive_graphql_shared_events_total", labels) or 0.0
+
+
 def documents_counted(cache: str) -> float:
     """`outlive_graphql_documents_total{cache}` in this process (the served app's)."""
     return REGISTRY.get_sample_value("outlive_graphql_documents_total", {"cache": cache}) or 0.0
 
 
-async def test_readers_subscribing_with_one_document_have_it_parsed_and_validated_once(
+async def test_readers_with_one_document_share_its_preparation_and_each_chunks_execution(
     served: Served, http: Api, tenant: TenantHandle, worker: Any
 ) -> None:
     """The socket's subscriptions come from the document cache HTTP uses: 20 readers of one run
     subscribing with one document (new to the process: its own comment) make one miss, parsed
-    and validated, and 19 hits; each reader still gets the whole text once."""
+    and validated, and 19 hits; a chunk sent to several of them is executed once; each reader
+    still gets the whole text once."""
     readers = 20
     document = f"# readers {uuid.uuid4()}\n{OUTPUT}"
     run = (
@@ -311,6 +318,7 @@ async def test_readers_subscribing_with_one_document_have_it_parsed_and_validate
         )
     )["run"]
     misses, hits = documents_counted("miss"), documents_counted("hit")
+    executed, shared = events_counted("executed"), events_counted("shared")
     async with contextlib.AsyncExitStack() as stack:
         sockets = [
             await stack.enter_async_context(Socket.open(served.url, token=tenant.token))
@@ -329,6 +337,11 @@ async def test_readers_subscribing_with_one_document_have_it_parsed_and_validate
     assert documents_counted("miss") - misses == 1
     assert documents_counted("hit") - hits == readers - 1
     assert [text_of(chunks) for chunks in results] == [stream_text(1, 300)] * readers
+    # and each chunk is executed once for the readers that got it: a reader that was behind got
+    # its own joined chunk, executed for it alone
+    sent = [tuple(sorted(c.items())) for chunks in results for c in chunks]
+    assert events_counted("executed") - executed == len(set(sent))
+    assert events_counted("shared") - shared == len(sent) - len(set(sent)) > 0
 
 
 async def test_a_subscription_over_the_input_limits_gets_an_error_frame(

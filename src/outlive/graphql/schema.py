@@ -23,6 +23,7 @@ from outlive.config import Settings
 from outlive.errors import BadUserInput
 from outlive.graphql.documents import Documents, Prepared
 from outlive.graphql.errors import ErrorCodes
+from outlive.graphql.events import SharedEvents
 from outlive.graphql.limits import check_cost, check_variables, limit_rules
 from outlive.resolvers.schema import build_schema
 
@@ -37,7 +38,10 @@ class Served:
 
 def served(settings: Settings) -> Served:
     documents: list[Documents] = []  # made from the schema, then used by its extensions
-    schema = build_schema(extensions=[lambda: PreparedDocuments(documents[0]), ErrorCodes])
+    schema = build_schema(
+        extensions=[lambda: PreparedDocuments(documents[0]), ErrorCodes],
+        execution_context_class=SharedEvents,  # a `runOutput` chunk executed once, not per reader
+    )
     documents.append(
         Documents(
             schema._schema,

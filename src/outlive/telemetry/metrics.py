@@ -165,6 +165,13 @@ GRAPHQL_DOCUMENTS = Counter(
     ["cache"],
 )
 
+GRAPHQL_SHARED_EVENTS = Counter(
+    "outlive_graphql_shared_events_total",
+    "Subscription events whose result subscribers share (`runOutput` chunks): `executed` ran the"
+    " selection, `shared` reused the result another subscriber's identical event got.",
+    ["result"],
+)
+
 # --- background loops -------------------------------------------------------------------------
 
 DAEMON_CRASHES = Counter(
