@@ -31,7 +31,7 @@ from outlive.config import Settings
 from outlive.errors import ServiceUnavailable
 from outlive.graphql.errors import unavailable_payload
 from outlive.graphql.http import Pipeline
-from outlive.graphql.schema import served_schema
+from outlive.graphql.schema import served
 from outlive.jobs.telemetry import serve_metrics
 from outlive.realtime.outputs import OutputStore, OutputTails
 from outlive.realtime.pending import Unauthenticated
@@ -408,16 +408,16 @@ def build_app(
 
 def build_view(settings: Settings) -> OutliveGraphQL:
     """The GraphQL view: strawberry's (GraphiQL, the socket) and the HTTP pipeline beside it."""
-    schema = served_schema(settings)
+    schema = served(settings)  # the socket and HTTP share its one document cache
     view = OutliveGraphQL(
-        schema,
+        schema.schema,
         graphql_ide="graphiql",
         subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
         connection_init_wait_timeout=timedelta(seconds=settings.ws_init_timeout_s),
         max_subscriptions_per_connection=settings.ws_max_subscriptions,
         allowed_origins=settings.allowed_origins,
     )
-    view.pipeline = Pipeline(schema, settings)
+    view.pipeline = Pipeline(schema.schema, settings, schema.documents)
     return view
 
 

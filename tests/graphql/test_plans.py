@@ -19,7 +19,7 @@ from outlive.app import build_app
 from outlive.config import Settings
 from outlive.graphql.http import Pipeline, choose_route
 from outlive.graphql.operations import Route
-from outlive.graphql.schema import served_schema
+from outlive.graphql.schema import served
 from tests.support import TenantHandle
 
 DOCUMENTS = Path(__file__).resolve().parents[2] / "web" / "src" / "api" / "documents"
@@ -47,7 +47,8 @@ class Both:
         self, clients: dict[bool, httpx.AsyncClient], settings: Settings, token: str
     ) -> None:
         self.clients, self.token = clients, token
-        self.pipeline = Pipeline(served_schema(settings), settings)
+        schema = served(settings)
+        self.pipeline = Pipeline(schema.schema, settings, schema.documents)
 
     async def send(
         self, document: str, name: str, variables: dict[str, Any], *, plans: bool

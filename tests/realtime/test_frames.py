@@ -5,14 +5,20 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from outlive.config import Settings
 from outlive.realtime.nudges import Nudge
 from outlive.realtime.registry import MAX_CLOSE_REASON_BYTES, close_reason
-from outlive.realtime.sockets import PlainSelection, _plain_selection, plain_selection
+from outlive.realtime.sockets import (
+    PlainSelection,
+    _plain_selection,
+    next_frame,
+    plain_selection,
+    shared_encoding,
+)
 from tests.conftest import make_settings
 from tests.realtime.clients import PLAIN, Served, Socket, publisher, serve
 from tests.support import Servers, TenantHandle
@@ -267,3 +273,27 @@ async def test_a_complete_or_ping_of_the_wrong_shape_closes_with_4400(
         code, _ = await sock.closed()
     assert code == 4400
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+@pytest.mark.parametrize("operation_id", ["1", "out", 'é"\\\n', "x" * 200])
+def test_a_shared_next_frame_is_byte_for_byte_strawberrys(operation_id: str) -> None:
+    """A `runOutput` chunk's data is encoded once for its readers (`shared_encoding`), each frame
+    around it with its own id: the same bytes as strawberry's `json.dumps` of the message."""
+    data = {"runOutput": {"cursor": "1-0", "text": 'a "quoted" é\n\u2028 text', "done": False}}
+    encode = strawberry_view_encoding()
+    shared = shared_encoding(data, encode)
+    assert shared is not None
+    assert shared_encoding(data, lambda _: "never called") == shared  # kept for this result
+    message = {"id": operation_id, "type": "next", "payload": {"data": data}}
+    assert next_frame(operation_id, shared) == encode(message)
+
+
+def strawberry_view_encoding() -> Callable[[object], str]:
+    from strawberry.http.base import BaseView
+
+    def encode(data: object) -> str:
+        text = BaseView.encode_json(cast(Any, None), data)
+        assert isinstance(text, str)
+        return text
+
+    return encode

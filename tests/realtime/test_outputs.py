@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 
 from outlive.agents.demo import stream_text
@@ -288,6 +289,78 @@ async def test_many_readers_of_one_run_each_get_its_whole_text_once(
         cursors = [c["cursor"] for c in chunks]
         assert len(cursors) == len(set(cursors))  # none twice
         assert chunks[-1]["done"] is True
+
+
+def events_counted(result: str) -> float:
+    """`outlive_graphql_shared_events_total{result}` in this process."""
+    labels = {"result": result}
+    return REGISTRY.get_sample_value("outlive_graphql_shared_events_total", labels) or 0.0
+
+
+def documents_counted(cache: str) -> float:
+    """`outlive_graphql_documents_total{cache}` in this process (the served app's)."""
+    return REGISTRY.get_sample_value("outlive_graphql_documents_total", {"cache": cache}) or 0.0
+
+
+async def test_readers_with_one_document_share_its_preparation_and_each_chunks_execution(
+    served: Served, http: Api, tenant: TenantHandle, worker: Any
+) -> None:
+    """The socket's subscriptions come from the document cache HTTP uses: 20 readers of one run
+    subscribing with one document (new to the process: its own comment) make one miss, parsed
+    and validated, and 19 hits; a chunk sent to several of them is executed once; each reader
+    still gets the whole text once."""
+    readers = 20
+    document = f"# readers {uuid.uuid4()}\n{OUTPUT}"
+    run = (
+        await http.start_run(
+            tenant.token,
+            input={"turns": 1, "delayMs": 0, "streamChars": 300, "streamDelayMs": 5},
+        )
+    )["run"]
+    misses, hits = documents_counted("miss"), documents_counted("hit")
+    executed, shared = events_counted("executed"), events_counted("shared")
+    async with contextlib.AsyncExitStack() as stack:
+        sockets = [
+            await stack.enter_async_context(Socket.open(served.url, token=tenant.token))
+            for _ in range(readers)
+        ]
+        for sock in sockets:
+            await sock.send(
+                {
+                    "type": "subscribe",
+                    "id": "out",
+                    "payload": {"query": document, "variables": {"id": run["id"]}},
+                }
+            )
+        results = await asyncio.gather(*(read_all(sock) for sock in sockets))
+
+    assert documents_counted("miss") - misses == 1
+    assert documents_counted("hit") - hits == readers - 1
+    assert [text_of(chunks) for chunks in results] == [stream_text(1, 300)] * readers
+    # and each chunk is executed once for the readers that got it: a reader that was behind got
+    # its own joined chunk, executed for it alone
+    sent = [tuple(sorted(c.items())) for chunks in results for c in chunks]
+    assert events_counted("executed") - executed == len(set(sent))
+    assert events_counted("shared") - shared == len(sent) - len(set(sent)) > 0
+
+
+async def test_a_subscription_over_the_input_limits_gets_an_error_frame(
+    served: Served, tenant: TenantHandle
+) -> None:
+    """The socket applies HTTP's limits before executing: variables nested deeper than
+    `OUTLIVE_MAX_JSON_DEPTH` (unused ones too) are BAD_USER_INPUT, in an `error` frame."""
+    deep: Any = "x"
+    for _ in range(served.app.state.runtime.settings.max_json_depth + 1):
+        deep = [deep]
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        variables = {"id": str(uuid.uuid4()), "deep": deep}
+        await sock.send(
+            {"type": "subscribe", "id": "out", "payload": {"query": OUTPUT, "variables": variables}}
+        )
+        frame = json.loads(await sock.next_frame())
+    assert frame["type"] == "error", frame
+    assert [e["extensions"]["code"] for e in frame["payload"]] == ["BAD_USER_INPUT"]
+    assert "nest deeper" in frame["payload"][0]["message"]
 
 
 async def streaming(served: Served, run_id: str, chars: int) -> None:

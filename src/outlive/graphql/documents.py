@@ -8,7 +8,10 @@ character), least recently used first out. Each entry is charged to the tenant w
 brought it in, and one tenant's entries hold at most `tenant_share_bytes` (a quarter of the cache):
 past it, that tenant's own least recently used entries go, never another tenant's, so one tenant's
 padded documents cannot flush every tenant's documents and persisted queries. Strawberry's own
-parser and validation caches are not installed (`graphql.schema`): this is the only copy.
+parser and validation caches are not installed: this is the only copy, for HTTP (`http.py`) and
+for the socket's subscriptions (`schema.PreparedDocuments`) alike, so 500 readers subscribing with
+one document parse and validate it once. `outlive_graphql_documents_total{cache}` counts the
+lookups: a `miss` is a document parsed and validated.
 
 Keyed by sha256, the cache is also the store of Automatic Persisted Queries (`persisted.py`): a
 document that validated is found by the hash a client sends instead of its text, by a tenant that
@@ -52,6 +55,7 @@ from graphql import (
 )
 
 from outlive.graphql.limits import CostPlan, cost_plan
+from outlive.telemetry import metrics
 
 # Root fields whose answer depends on the tenant only, never on which of its users asks.
 TENANT_FIELDS = frozenset(
@@ -128,6 +132,12 @@ class Documents:
         self._share = tenant_share_bytes if tenant_share_bytes is not None else max_bytes // 4
         self._charged: dict[str, tuple[Hashable, int]] = {}  # digest -> (tenant, bytes)
         self._tenant_bytes: dict[Hashable, int] = {}
+        self._hits = metrics.GRAPHQL_DOCUMENTS.labels(cache="hit")
+        self._misses = metrics.GRAPHQL_DOCUMENTS.labels(cache="miss")
+
+    @property
+    def max_tokens(self) -> int:
+        return self._max_tokens
 
     def prepare(self, query: str, owner: Hashable | None = None) -> Prepared:
         """The document, prepared once and kept under its sha256; `owner` (a tenant) has now
@@ -135,9 +145,11 @@ class Documents:
         digest = sha256_hex(query)
         found = self._cache.get(digest)
         if found is not None:
+            self._hits.inc()
             self._cache.move_to_end(digest)
             self._own(found, owner)
             return found
+        self._misses.inc()  # `outlive_graphql_documents_total`: parsed and validated here only
         prepared = self._prepare(query, digest)
         if not self._too_long(query):
             self._own(prepared, owner)

@@ -52,7 +52,7 @@ from outlive.graphql.errors import (
     unavailable,
     unavailable_payload,
 )
-from outlive.graphql.limits import check_cost, check_variables, limit_rules
+from outlive.graphql.limits import check_cost, check_variables
 from outlive.graphql.operations import Route, labels_for, observe_operation, observe_refused
 from outlive.graphql.persisted import PersistedQueryNotFound, request_document
 from outlive.graphql.plans import Plan, Unplanned, compile_plan
@@ -124,17 +124,13 @@ def refused_with(errors: list[GraphQLError]) -> Refused:
 
 
 class Pipeline:
-    """One per process, beside the strawberry schema it executes (`graphql.schema`)."""
+    """One per process, beside the strawberry schema it executes and the document cache it
+    shares with the socket (`graphql.schema.served`)."""
 
-    def __init__(self, schema: strawberry.Schema, settings: Settings) -> None:
+    def __init__(self, schema: strawberry.Schema, settings: Settings, documents: Documents) -> None:
         self.schema: GraphQLSchema = schema._schema
         self.settings = settings
-        self.documents = Documents(
-            self.schema,
-            rules=limit_rules(settings),
-            max_tokens=settings.max_query_tokens,
-            max_query_bytes=settings.max_query_bytes,
-        )
+        self.documents = documents
         self.gates = reads.TenantGates(settings.api_tenant_max_reads)
         self.labels = labels_for(settings)
         self.coalescer: Coalescer[Answer] = Coalescer(

@@ -24,7 +24,6 @@ from graphql import (
     BREAK,
     ASTValidationRule,
     DocumentNode,
-    ExecutionResult,
     FieldNode,
     FragmentDefinitionNode,
     FragmentSpreadNode,
@@ -47,7 +46,7 @@ from graphql import (
     visit,
 )
 from graphql.type.definition import GraphQLNamedType, GraphQLObjectType, GraphQLOutputType
-from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter, SchemaExtension
+from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter
 
 from outlive.errors import BadUserInput
 
@@ -183,8 +182,8 @@ class _Planner:
 def cost_plan(
     schema: GraphQLSchema, document: DocumentNode, operation_name: str | None
 ) -> CostPlan:
-    """The plan of one operation (the HTTP pipeline keeps it with its document, see
-    `documents.Prepared.cost`; the socket computes it per subscribe)."""
+    """The plan of one operation, kept with its document (`documents.Prepared.cost`) for HTTP
+    and the socket alike."""
     operation = get_operation_ast(document, operation_name)
     return CostPlan(()) if operation is None else _Planner(schema, document).plan(operation)
 
@@ -261,26 +260,6 @@ class NoNulInStrings(ValidationRule):
         if "\x00" in node.value:
             message = "text must not contain NUL (\\u0000) characters"
             self.report_error(GraphQLError(message, node, original_error=BadUserInput(message)))
-
-
-class RequestLimits(SchemaExtension):
-    """The socket's check (strawberry executes subscriptions): refuses, before execution, an
-    operation over the cost limit or with bad variables. HTTP checks in `http.py`."""
-
-    def on_execute(self) -> Iterator[None]:
-        context = self.execution_context
-        try:
-            check_variables(context.variables, context.context.services.settings.max_json_depth)
-            if context.graphql_document is not None:
-                plan = cost_plan(
-                    context.schema._schema, context.graphql_document, context.operation_name
-                )
-                check_cost(plan, context.variables, context.context.services.settings)
-        except BadUserInput as exc:
-            context.result = ExecutionResult(
-                data=None, errors=[GraphQLError(exc.message, original_error=exc)]
-            )
-        yield
 
 
 def check_cost(plan: CostPlan, variables: Mapping[str, Any] | None, settings: Any) -> None:

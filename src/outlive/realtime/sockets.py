@@ -23,7 +23,8 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import lru_cache, partial
@@ -39,6 +40,7 @@ from graphql import (
 )
 from starlette.websockets import WebSocketDisconnect
 from strawberry.asgi import ASGIWebSocketAdapter
+from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
@@ -68,10 +70,53 @@ MAX_PLAIN_QUERY = 2000
 
 
 class OutliveWebSocketAdapter(ASGIWebSocketAdapter):
-    """Strawberry's adapter, with every close reason it is given cut by `close_reason`."""
+    """Strawberry's adapter, with every close reason it is given cut by `close_reason`, and a
+    `next` frame's data encoded once for every socket that sends that same result object."""
 
     async def close(self, code: int, reason: str) -> None:
         await super().close(code, close_reason(reason))
+
+    async def send_json(self, message: Mapping[str, object]) -> None:
+        """The frame strawberry would send, byte for byte; the `data` of a `next` frame that
+        carries nothing else is encoded once per result (`shared_encoding`): readers of one run
+        are handed one result per chunk (`graphql.events.SharedEvents`)."""
+        payload = message.get("payload") if message.get("type") == "next" else None
+        if not isinstance(payload, dict) or len(payload) != 1 or not payload.get("data"):
+            await super().send_json(message)
+            return
+        data = shared_encoding(payload["data"], self.view.encode_json)
+        if data is None:
+            await super().send_json(message)
+            return
+        try:
+            await self.ws.send_text(next_frame(message["id"], data))
+        except WebSocketDisconnect as exc:
+            raise WebSocketDisconnected from exc
+
+
+def next_frame(operation_id: object, data: str) -> str:
+    """A `next` frame with only `data` (already encoded), as strawberry's `json.dumps` writes it."""
+    return f'{{"id":{json.dumps(operation_id)},"type":"next","payload":{{"data":{data}}}}}'
+
+
+SHARED_ENCODINGS = 256  # the last results' encodings (each keeps its result alive: ids unique)
+_encodings: OrderedDict[int, tuple[object, str]] = OrderedDict()
+
+
+def shared_encoding(data: object, encode: Callable[[object], str | bytes]) -> str | None:
+    """`encode(data)`, computed once per result object while it is among the last
+    `SHARED_ENCODINGS` (None when it encodes to bytes: the caller encodes the whole frame)."""
+    found = _encodings.get(id(data))
+    if found is not None and found[0] is data:
+        _encodings.move_to_end(id(data))
+        return found[1]
+    text = encode(data)
+    if not isinstance(text, str):
+        return None
+    _encodings[id(data)] = (data, text)
+    if len(_encodings) > SHARED_ENCODINGS:
+        _encodings.popitem(last=False)
+    return text
 
 
 async def close_subscriber(websocket: Any, closed: SubscriberClosed) -> None:

@@ -180,8 +180,15 @@ class OutliveSchema(strawberry.Schema):
         """Errors are coded and, when unexpected, logged by `ErrorCodes`; no second log."""
 
 
-def build_schema(*, extensions: Sequence[Any] = ()) -> strawberry.Schema:
-    """The schema of the root types, with `extensions` (strawberry's: classes or factories)."""
+def build_schema(
+    *, extensions: Sequence[Any] = (), execution_context_class: Any = None
+) -> strawberry.Schema:
+    """The schema of the root types, with `extensions` (strawberry's: classes or factories) and
+    the graphql-core executor strawberry executes with (None: strawberry's)."""
     return OutliveSchema(
-        query=Query, mutation=Mutation, subscription=Subscription, extensions=list(extensions)
+        query=Query,
+        mutation=Mutation,
+        subscription=Subscription,
+        extensions=list(extensions),
+        execution_context_class=execution_context_class,
     )

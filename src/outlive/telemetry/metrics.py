@@ -158,6 +158,20 @@ GRAPHQL_DURATION = Histogram(
     buckets=SHORT_S,
 )
 
+GRAPHQL_DOCUMENTS = Counter(
+    "outlive_graphql_documents_total",
+    "Documents the one document cache was asked for (HTTP and the socket's subscriptions): a"
+    " `miss` was parsed and validated, a `hit` was found parsed and validated before.",
+    ["cache"],
+)
+
+GRAPHQL_SHARED_EVENTS = Counter(
+    "outlive_graphql_shared_events_total",
+    "Subscription events whose result subscribers share (`runOutput` chunks): `executed` ran the"
+    " selection, `shared` reused the result another subscriber's identical event got.",
+    ["result"],
+)
+
 # --- background loops -------------------------------------------------------------------------
 
 DAEMON_CRASHES = Counter(
