@@ -179,8 +179,14 @@ MISSED_JOB_DISPATCHES = prepare(
 # --- timers: WAITING runs whose sleep or signal timeout is due -----------------------------------
 
 # (waking them is the run's own move: `services.runs.wake_due`)
+# A durable sleep's timer is due `:lead` early (`runs.wake_due`), a signal's timeout on time: two
+# probes of `ix_runs_wake`.
 NEXT_WAKE = prepare(
     text(
-        "SELECT extract(epoch FROM min(wake_at) - now()) AS in_s FROM runs WHERE status = 'WAITING'"
+        "SELECT extract(epoch FROM least("
+        "(SELECT min(wake_at) FROM runs WHERE status = 'WAITING' AND waiting_for IS NULL)"
+        " - make_interval(secs => :lead),"
+        " (SELECT min(wake_at) FROM runs WHERE status = 'WAITING' AND waiting_for IS NOT NULL))"
+        " - now()) AS in_s"
     )
 )
