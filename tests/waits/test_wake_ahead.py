@@ -6,15 +6,29 @@ handed back early. Ordering, not timing: each lead here is far longer than the s
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
+from outlive.config import Settings
 from outlive.db.models import RunStatus
+from outlive.db.tx import Sessions
 from outlive.errors import RunCancelled, RunParked
 from outlive.ids import RunId
-from tests.waits.test_races import Rig, rig  # noqa: F401 (the fixture)
+from tests.support import TenantHandle
+from tests.waits.test_races import Rig
 
 LEAD_S = 60.0  # far longer than any sleep here: a timer is handed back as soon as it is parked
+
+
+@pytest.fixture
+async def rig(sessions: Sessions, settings: Settings, tenant: TenantHandle) -> AsyncIterator[Rig]:
+    rig = Rig(sessions, settings, tenant)
+    rig.relay.wake_lead_s = LEAD_S
+    yield rig
+    await rig.http.aclose()
+    await rig.queue.disconnect()
+    await rig.jobs.disconnect()
 
 
 async def _parked_sleep(rig: Rig, seconds: float, agent: str = "demo") -> RunId:
@@ -38,7 +52,6 @@ async def _past_due(rig: Rig, run_id: RunId) -> bool:
 async def test_a_sleep_is_handed_back_ahead_and_its_attempt_goes_on_only_once_due(
     rig: Rig,
 ) -> None:
-    rig.relay.wake_lead_s = LEAD_S
     run_id = await _parked_sleep(rig, 1.5)
     assert not await _past_due(rig, run_id)
     assert await rig.relay._wake_due() == 1  # handed back before its due time
@@ -54,7 +67,6 @@ async def test_a_sleep_is_handed_back_ahead_and_its_attempt_goes_on_only_once_du
 
 
 async def test_a_cancel_ends_a_sleep_being_finished_in_process(rig: Rig) -> None:
-    rig.relay.wake_lead_s = LEAD_S
     run_id = await _parked_sleep(rig, 30)
     assert await rig.relay._wake_due() == 1
     ctx = await rig.context(run_id)
@@ -71,7 +83,6 @@ async def test_a_cancel_ends_a_sleep_being_finished_in_process(rig: Rig) -> None
 
 
 async def test_a_signal_timeout_is_never_handed_back_early(rig: Rig) -> None:
-    rig.relay.wake_lead_s = LEAD_S
     run_id = await rig.start()
     await rig.park(run_id, "go", timeout=30)
     assert await rig.relay._wake_due() == 0  # a signal may still come until then
