@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     )
     relay_batch: int = Field(200, ge=1, description="rows one relay pass hands at most")
     wake_lead_s: float = Field(
-        1.0,
+        0.3,
         ge=0,
         description="a durable sleep's run is handed back this long before it is due; the"
         " attempt that claims it finishes the sleep in-process, at its due time (docs/waits.md)",
