@@ -98,7 +98,7 @@ class Settings(BaseSettings):
         0.3,
         ge=0,
         description="a durable sleep's run is handed back this long before it is due; the"
-        " attempt that claims it finishes the sleep in-process, at its due time (docs/waits.md)",
+        " attempt that claims it finishes the sleep in-process, at its due time (docs/architecture.md)",
     )
 
     # Jobs queue (contract §2).
