@@ -97,8 +97,8 @@ class Settings(BaseSettings):
     wake_lead_s: float = Field(
         0.3,
         ge=0,
-        description="a durable sleep's run is handed back this long before it is due; the"
-        " attempt that claims it finishes the sleep in-process, at its due time (docs/architecture.md)",
+        description="a durable sleep's run is handed back this long before it is due; the attempt"
+        " that claims it finishes the sleep in-process, at its due time (docs/architecture.md)",
     )
 
     # Jobs queue (contract §2).
