@@ -23,8 +23,9 @@ each system's defaults, which are what its documentation gives for production; b
 4. `sleeps`: 1,000 workflows that each sleep durably for 5 s: lateness p50/p99, the wall clock
    at which the workflow went on after the sleep minus the wake time the system recorded for it
    (Outlive: the `waiting` event's `until`; DBOS: its `DBOS.sleep` operation's output). Outlive
-   parks a sleeping run (its worker slot is free); DBOS sleeps in the process, holding a slot
-   of its queue, so its 1,000 sleeps go 32 at a time.
+   parks a sleeping run (its worker slot is free) and hands it back `OUTLIVE_WAKE_LEAD_S` before
+   it is due, to finish the sleep in-process; DBOS sleeps in the process, holding a slot of its
+   queue, so its 1,000 sleeps go 32 at a time.
 
 Figures are from a machine shared with other work: compare the two systems within one run.
 Needs PostgreSQL and Redis (BENCH_DATABASE_URL, BENCH_REDIS_URL; default the local ones).
@@ -207,7 +208,7 @@ class OutliveSystem(System):
 
     def settings_text(self) -> str:
         s = Settings(database_url=self.database_url, redis_url=self.redis_url)
-        keys = ("run_heartbeat_s", "run_sweep_s", "relay_scan_s", "liveness_check_s")
+        keys = ("run_heartbeat_s", "run_sweep_s", "relay_scan_s", "liveness_check_s", "wake_lead_s")
         shown = {k: getattr(s, k) for k in keys}
         shown |= {"db_pool_size": s.db_pool_size, "db_raw_pool_size": s.db_raw_pool_size}
         return f"outlive worker --concurrency {CONCURRENCY}; defaults: {json.dumps(shown)}"

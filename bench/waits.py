@@ -12,6 +12,8 @@
    were an hour long so that all N are asleep at once). The worker's relay wakes them.
    Lateness = the `resumed` event's time minus the due time (PostgreSQL's clock on both
    sides), over every run; and to the next `claimed` event (a worker slot running it again).
+   A sleep is handed back `OUTLIVE_WAKE_LEAD_S` ahead (docs/architecture.md, "Durable timers,
+   handed back ahead"), so both may be negative by up to the lead: the agent goes on at `until`.
 3. The floor, in the same run: a bare asyncpg loop over a table of N rows with the same due
    times, sleeping until the earliest and taking due rows (`FOR UPDATE SKIP LOCKED`, 200 at a
    time, as the relay's batch), stamping each with `clock_timestamp()`.
@@ -117,6 +119,10 @@ async def main() -> None:
                 " WHERE r.id = x.id AND r.status = 'WAITING'",
                 n,
                 args.spread,
+            )
+            await conn.execute(  # the sleep's record too: its attempt finishes it at `until`
+                "UPDATE run_waits w SET until = r.wake_at FROM runs r"
+                " WHERE w.run_id = r.id AND w.kind = 'sleep' AND r.status = 'WAITING'"
             )
             await conn.execute(
                 "CREATE TEMP TABLE due AS SELECT id, wake_at FROM runs WHERE status = 'WAITING'"

@@ -94,6 +94,12 @@ class Settings(BaseSettings):
         60.0, gt=0, description="how often a row still QUEUED/PENDING is handed again (a no-op)"
     )
     relay_batch: int = Field(200, ge=1, description="rows one relay pass hands at most")
+    wake_lead_s: float = Field(
+        0.3,
+        ge=0,
+        description="a durable sleep's run is handed back this long before it is due; the attempt"
+        " that claims it finishes the sleep in-process, at its due time (docs/architecture.md)",
+    )
 
     # Jobs queue (contract §2).
     job_retry_base_s: float = Field(30.0, ge=0)

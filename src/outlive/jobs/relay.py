@@ -183,6 +183,7 @@ def build_relay(
         default_runs_cap=settings.tenant_max_running_runs,
         default_jobs_cap=settings.tenant_max_inflight_jobs,
         admission=admission,
+        wake_lead_s=settings.wake_lead_s,
     )
     listen_url = None if settings.db_pgbouncer else database_url
     return RelayLoop(

@@ -4,6 +4,7 @@ durable sleeps and waits. Every write is fenced on the attempt."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -262,7 +263,14 @@ class AttemptContext:
         self._fresh = None
         if isinstance(outcome, waits.Parked):
             raise RunParked(f"run {self.run_id} waits ({kind} {name!r} #{occurrence})")
+        await self._finish(outcome.not_before)
         return outcome
+
+    async def _finish(self, not_before: float) -> None:
+        """A sleep handed back ahead of its due time (`OUTLIVE_WAKE_LEAD_S`) ends here, in-process,
+        never before `not_before` (`waits.Resolved`); a cancel request ends it at once."""
+        while (left := not_before - time.monotonic()) > 0:
+            await self.interrupts.pause(left)
 
     async def delay(self, seconds: float) -> None:
         """Sleep in-process, holding the worker: a cancel request ends it at once (raising

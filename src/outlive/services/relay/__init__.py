@@ -172,8 +172,10 @@ class Relay:
         default_runs_cap: int,
         default_jobs_cap: int,
         admission: Admission,
+        wake_lead_s: float = 0.0,
     ) -> None:
         self._sessions = sessions
+        self.wake_lead_s = wake_lead_s
         self._admission = admission
         self._instances = instances
         self._jobs = jobs
@@ -211,13 +213,18 @@ class Relay:
         if done.taken:
             await self._hand(done.taken)
         done.full = done.full or done.woken >= self.batch
-        row = await self._sessions.one(NEXT_WAKE)
+        row = await self._sessions.one(NEXT_WAKE, lead=self.wake_lead_s)
         done.next_wake_s = None if row is None or row["in_s"] is None else float(row["in_s"])
         return done
 
     async def _wake_due(self) -> int:
         """Wake up to a batch of WAITING runs whose timer is due (see the module's docstring)."""
-        woken = await wake_due(self._sessions, batch=self.batch, default_cap=self._caps["run"])
+        woken = await wake_due(
+            self._sessions,
+            batch=self.batch,
+            default_cap=self._caps["run"],
+            lead_s=self.wake_lead_s,
+        )
         for row in woken:
             metrics.TIMER_LATENESS.observe(max(0.0, float(row["late_s"])))
         if woken:

@@ -179,8 +179,15 @@ MISSED_JOB_DISPATCHES = prepare(
 # --- timers: WAITING runs whose sleep or signal timeout is due -----------------------------------
 
 # (waking them is the run's own move: `services.runs.wake_due`)
+# The earliest timer, one probe of `ix_runs_wake`: a durable sleep's is due `:lead` early
+# (`runs.wake_due`), a signal's timeout on time. (A sleep due within the lead after an earlier
+# timeout is handed back with that timeout's pass: ahead still, by less than the lead. Looking
+# for the earliest sleep and the earliest timeout apart scanned the whole index when there was
+# no timeout at all, on every pass.)
 NEXT_WAKE = prepare(
     text(
-        "SELECT extract(epoch FROM min(wake_at) - now()) AS in_s FROM runs WHERE status = 'WAITING'"
+        "SELECT extract(epoch FROM wake_at - now() - CASE WHEN waiting_for IS NULL"
+        " THEN make_interval(secs => :lead) ELSE interval '0' END) AS in_s"
+        " FROM runs WHERE status = 'WAITING' ORDER BY wake_at LIMIT 1"
     )
 )

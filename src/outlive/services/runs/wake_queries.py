@@ -73,13 +73,17 @@ SIGNAL_EVENT = prepare(
     ).columns(*RUN_COLUMNS)
 )
 
-# WAITING runs whose sleep or signal timeout is due, a batch at a time (the relay's timers).
+# WAITING runs whose sleep or signal timeout is due, a batch at a time (the relay's timers). A
+# durable sleep (`waiting_for` NULL) is due `:lead` seconds early: its run is handed back ahead
+# and the attempt that claims it finishes the sleep in-process, at `until` (`services.waits`). A
+# signal's timeout is never early: a signal may still come until then.
 _BY = "CASE WHEN waited_for IS NULL THEN 'timer' ELSE 'timeout' END"
 WAKE_DUE = prepare(
     text(
         f"""WITH due AS (
             SELECT id, waiting_for, wake_at FROM runs
-             WHERE status = 'WAITING' AND wake_at <= now()
+             WHERE status = 'WAITING' AND wake_at <= now() + make_interval(secs => :lead)
+               AND (waiting_for IS NULL OR wake_at <= now())
              ORDER BY wake_at LIMIT :batch FOR UPDATE SKIP LOCKED),
         moved AS (
             UPDATE runs SET {WOKEN_SETS}, {bump()} FROM due

@@ -75,17 +75,21 @@ async def note_signal(
     return to_record(row)
 
 
-async def wake_due(sessions: Sessions, *, batch: int, default_cap: int) -> list[Mapping[str, Any]]:
+async def wake_due(
+    sessions: Sessions, *, batch: int, default_cap: int, lead_s: float = 0.0
+) -> list[Mapping[str, Any]]:
     """Wake up to `batch` WAITING runs whose timer is due, in one unit: `resumed {by: timer |
-    timeout}`. Each woken run's `id`, `tenant_id`, `admitted` and `late_s` (how late its timer
-    fired), for the relay to hand them to the queue after the commit; the tenants of those not
-    admitted dispatch after it."""
+    timeout}`; a durable sleep's timer is due `lead_s` early (its attempt finishes the sleep
+    in-process). Each woken run's `id`, `tenant_id`, `admitted` and `late_s` (how late its timer
+    fired; negative: handed back ahead), for the relay to hand them to the queue after the
+    commit; the tenants of those not admitted dispatch after it."""
     async with sessions.unit() as uow:
         woken = await uow.all(
             queries.WAKE_DUE,
             batch=batch,
             default_cap=default_cap,
             agents=uow.limits.agents,
+            lead=lead_s,
         )
         for row in woken:
             uow.nudge("run.updated", row["id"], tenant_id=row["tenant_id"])

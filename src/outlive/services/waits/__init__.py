@@ -17,6 +17,12 @@ order within an attempt. Woken, the run is claimed again (a new attempt, not a r
 and the agent runs from the top: a sleep or wait whose record is resolved returns at once (the
 wait with its signal's payload, or its timeout). Code outside durable steps runs again.
 
+A durable sleep's run is handed back `OUTLIVE_WAKE_LEAD_S` before its due time (the relay's
+`runs.wake_due`), so that a worker has claimed it and replayed to the sleep by then: its record
+is resolved, but `until` is still ahead, and the attempt finishes the sleep in-process
+(`Resolved.not_before`, from PostgreSQL's clock: never before `until`; a cancel ends it at once).
+Its worker slot is free for the rest of the sleep. A signal's timeout is never handed back early.
+
 The mailbox (`run_signals`): every accepted signal is kept, and a wait takes the oldest one of
 its name (first in, first out), so a signal sent before the wait is never lost. A signal bound
 to a wait (`wait_id`, as `Run.waitId` reads while the run waits) is never kept: that wait takes
@@ -29,6 +35,7 @@ exactly one outcome.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -59,10 +66,13 @@ MAX_IDEMPOTENCY_KEY = 256
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
-    """A sleep or wait that is over: `by` "timer", "signal" or "timeout"; a signal's payload."""
+    """A sleep or wait that is over: `by` "timer", "signal" or "timeout"; a signal's payload.
+    `not_before`: a sleep handed back ahead of its due time ends at this `time.monotonic()`
+    (0: now)."""
 
     by: str
     payload: Any = None
+    not_before: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +112,7 @@ async def wait(
     key = {"run_id": run_id, "kind": kind, "name": name, "occurrence": occurrence}
     record = await uow.one(queries.GET_WAIT, **key)
     if record is not None and record["resolved_at"] is not None:
-        return Resolved(record["resolved_by"], record["payload"])
+        return Resolved(record["resolved_by"], record["payload"], _not_before(kind, record))
     if kind == SIGNAL:
         taken = await uow.one(queries.TAKE_SIGNAL, run_id=run_id, name=name)
         if taken is not None:
@@ -123,6 +133,13 @@ async def wait(
     if run is None:  # the lock above makes this unreachable; fenced all the same
         raise RunSuperseded(f"attempt {attempt} of run {run_id} no longer holds it")
     return Parked(run)
+
+
+def _not_before(kind: str, record: Any) -> float:
+    """When a resolved sleep whose `until` is still ahead (handed back early) may end: the time
+    left by PostgreSQL's clock, from now on this process's monotonic clock (so never early)."""
+    due_in = float(record["due_in_s"] or 0.0)
+    return time.monotonic() + due_in if kind == SLEEP and due_in > 0 else 0.0
 
 
 async def _record(

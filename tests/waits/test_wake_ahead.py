@@ -1,0 +1,99 @@
+"""A durable sleep's run is handed back ahead of its due time (`OUTLIVE_WAKE_LEAD_S`), and the
+attempt that claims it finishes the sleep in-process: the code after the sleep never runs before
+its due time (PostgreSQL's clock), a cancel still ends it at once, and a signal's timeout is never
+handed back early. Ordering, not timing: each lead here is far longer than the sleep's wait."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from outlive.config import Settings
+from outlive.db.models import RunStatus
+from outlive.db.tx import Sessions
+from outlive.errors import RunCancelled, RunParked
+from outlive.ids import RunId
+from tests.support import TenantHandle
+from tests.waits.test_races import Rig
+
+LEAD_S = 60.0  # far longer than any sleep here: a timer is handed back as soon as it is parked
+
+
+@pytest.fixture
+async def rig(sessions: Sessions, settings: Settings, tenant: TenantHandle) -> AsyncIterator[Rig]:
+    rig = Rig(sessions, settings, tenant)
+    rig.relay.wake_lead_s = LEAD_S
+    yield rig
+    await rig.http.aclose()
+    await rig.queue.disconnect()
+    await rig.jobs.disconnect()
+
+
+async def _parked_sleep(rig: Rig, seconds: float, agent: str = "demo") -> RunId:
+    run_id = await rig.start(agent)
+    ctx = await rig.context(run_id)
+    with pytest.raises(RunParked):
+        await ctx.sleep(seconds)
+    return run_id
+
+
+async def _past_due(rig: Rig, run_id: RunId) -> bool:
+    """The run's sleep is over by PostgreSQL's clock (its record's `until`)."""
+    row = await rig.one(
+        "SELECT clock_timestamp() >= until AS past FROM run_waits"
+        " WHERE run_id = :r AND kind = 'sleep'",
+        r=run_id,
+    )
+    return bool(row["past"])
+
+
+async def test_a_sleep_is_handed_back_ahead_and_its_attempt_goes_on_only_once_due(
+    rig: Rig,
+) -> None:
+    run_id = await _parked_sleep(rig, 1.5)
+    assert not await _past_due(rig, run_id)
+    assert await rig.relay._wake_due() == 1  # handed back before its due time
+    woken = await rig.read(run_id)
+    assert woken.status == RunStatus.QUEUED
+    assert not await _past_due(rig, run_id)
+    ctx = await rig.context(run_id)  # claimed ahead, replays to the sleep
+    await ctx.sleep(1.5)  # occurrence 1: resolved, finished in-process
+    assert await _past_due(rig, run_id)  # never early
+    assert (await rig.read(run_id)).status == RunStatus.RUNNING  # the attempt held it
+    names = [e.type for e in await rig.events(run_id)]
+    assert names[-3:] == ["waiting", "resumed", "claimed"]
+
+
+async def test_a_cancel_ends_a_sleep_being_finished_in_process(rig: Rig) -> None:
+    run_id = await _parked_sleep(rig, 30)
+    assert await rig.relay._wake_due() == 1
+    ctx = await rig.context(run_id)
+    finishing = asyncio.create_task(ctx.sleep(30))
+    with pytest.raises(TimeoutError):  # it read its record, and waits for the due time
+        await asyncio.wait_for(asyncio.shield(finishing), timeout=0.5)
+    cancelled = await rig.cancel(run_id)
+    assert cancelled.cancel_requested_at is not None
+    ctx.cancel_requested()  # what the worker pushes to the attempt
+    with pytest.raises(RunCancelled):
+        await finishing
+    assert not await _past_due(rig, run_id)  # ended by the cancel, not by its timer
+    await rig.finish(run_id)
+
+
+async def test_a_signal_timeout_is_never_handed_back_early(rig: Rig) -> None:
+    run_id = await rig.start()
+    await rig.park(run_id, "go", timeout=30)
+    assert await rig.relay._wake_due() == 0  # a signal may still come until then
+    assert (await rig.read(run_id)).status == RunStatus.WAITING
+    sleeper = await _parked_sleep(
+        rig, 45, "sleeper"
+    )  # the relay's next pass is for the sleep, ahead
+    done = await rig.relay.run_pass(scan=False)
+    assert done.woken == 1
+    assert (await rig.read(sleeper)).status == RunStatus.QUEUED
+    assert done.next_wake_s is not None
+    assert 0 < done.next_wake_s <= 30  # the signal's timeout, on time
+    await rig.finish(run_id)
+    await rig.finish(sleeper)
