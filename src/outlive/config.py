@@ -95,10 +95,11 @@ class Settings(BaseSettings):
     )
     relay_batch: int = Field(200, ge=1, description="rows one relay pass hands at most")
     wake_lead_s: float = Field(
-        0.3,
+        0.0,
         ge=0,
         description="a durable sleep's run is handed back this long before it is due; the attempt"
-        " that claims it finishes the sleep in-process, at its due time (docs/architecture.md)",
+        " that claims it finishes the sleep in-process, at its due time (docs/architecture.md);"
+        " 0 (the default): handed back when due",
     )
 
     # Jobs queue (contract §2).
