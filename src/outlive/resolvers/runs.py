@@ -3,10 +3,12 @@ instances."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, cast
 
 import strawberry
+from strawberry.types.nodes import SelectedField, Selection
 
 from outlive.db.models import RunStatus
 from outlive.resolvers.context import Context
@@ -121,11 +123,18 @@ async def runs(
         **filters,
     )
     page.runs[:] = await _reconciled(ctx, page.runs)
+    total = None
+    if any(_selects(field.selections, "totalCount") for field in info.selected_fields):
+        total = await runs_service.count_runs(sessions, tenant_id, **filters)
+    return RunConnection.of(page, total)
 
-    async def count() -> int:  # only when `totalCount` is asked for
-        return await runs_service.count_runs(sessions, tenant_id, **filters)
 
-    return RunConnection.of(page, count)
+def _selects(selections: Sequence[Selection], name: str) -> bool:
+    """Whether these selections (through fragments, not below fields) include the field `name`."""
+    return any(
+        s.name == name if isinstance(s, SelectedField) else _selects(s.selections, name)
+        for s in selections
+    )
 
 
 async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:

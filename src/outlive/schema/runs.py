@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, cast
 
@@ -311,20 +310,17 @@ class PageInfo:
 class RunConnection:
     edges: list[RunEdge]
     page_info: PageInfo
-    counter: strawberry.Private[Callable[[], Awaitable[int]] | None] = None
-
-    @strawberry.field(  # type: ignore[untyped-decorator]
+    # Plain data, counted by the root resolver when the operation asks for it, so that a page
+    # with its total is still answered by a compiled plan (`graphql/plans.py`).
+    total_count: int | None = strawberry.field(
+        default=None,
         description="How many runs match the filters, on every page: counted up to 1,001, so"
         " 1,001 means more than 1,000 (the console says 1,000+). Null where the list is not"
-        " counted (a run's children: see childCounts)."
+        " counted (a run's children: see childCounts).",
     )
-    async def total_count(self) -> int | None:
-        return await self.counter() if self.counter is not None else None
 
     @classmethod
-    def of(
-        cls, page: RunPage, counter: Callable[[], Awaitable[int]] | None = None
-    ) -> RunConnection:
+    def of(cls, page: RunPage, total_count: int | None = None) -> RunConnection:
         edges = [
             RunEdge(cursor=c, node=Run.of(r)) for r, c in zip(page.runs, page.cursors, strict=True)
         ]
@@ -334,7 +330,7 @@ class RunConnection:
                 has_next_page=page.has_next_page,
                 end_cursor=page.cursors[-1] if page.cursors else None,
             ),
-            counter=counter,
+            total_count=total_count,
         )
 
 
