@@ -119,15 +119,35 @@ def job(jobs: JobProducer, kind: str, row_id: UUID) -> Any:
 # --- the lifecycle of a PENDING row -----------------------------------------------------------
 
 
+def _logged(k: OutboxKind, update: str) -> str:
+    """`update` (RETURNING tenant_id, attempts), and for a kind with a log the counted attempt
+    logged by the same statement (when `:log`), the row's attempts older than the newest
+    `k.log_kept` out of the log (its bound): one statement, as the lifecycle was before the log."""
+    if k.log is None:
+        return update
+    table, key = k.log
+    return (
+        f"WITH moved AS ({update}),"  # noqa: S608 (constants)
+        f" logged AS (INSERT INTO {table} ({key}, attempt, tenant_id, response_status,"
+        " body_excerpt, error, started_at, duration_ms)"
+        " SELECT CAST(:row_id AS uuid), attempts, tenant_id, CAST(:log_status AS int),"
+        f" CAST(:log_body AS text), left(CAST(:error AS text), {ATTEMPT_ERROR_CHARS}),"
+        " CAST(:log_started_at AS timestamptz), CAST(:log_duration_ms AS int) FROM moved"
+        " WHERE CAST(:log AS boolean) ON CONFLICT DO NOTHING),"
+        f" pruned AS (DELETE FROM {table} WHERE {key} = :row_id AND CAST(:log AS boolean)"
+        f" AND attempt <= (SELECT attempts FROM moved) - {k.log_kept})"
+        " SELECT tenant_id, attempts FROM moved"
+    )
+
+
 def _attempt_statement(k: OutboxKind) -> Statement:
     extra = "".join(f" {column} = CAST(:{column} AS {type})," for column, type in k.extra)
-    return prepare(
-        text(
-            f"UPDATE {k.table} SET attempts = attempts + 1,{extra}"  # noqa: S608 (constants)
-            " last_error = :error, updated_at = now()"
-            f" WHERE id = :row_id AND status = '{PENDING}' RETURNING tenant_id, attempts"
-        )
+    update = (
+        f"UPDATE {k.table} SET attempts = attempts + 1,{extra}"  # noqa: S608 (constants)
+        " last_error = CAST(:error AS text), updated_at = now()"
+        f" WHERE id = :row_id AND status = '{PENDING}' RETURNING tenant_id, attempts"
     )
+    return prepare(text(_logged(k, update)))
 
 
 def _finish_statement(k: OutboxKind) -> Statement:
@@ -136,37 +156,19 @@ def _finish_statement(k: OutboxKind) -> Statement:
         f" {column} = coalesce(CAST(:{column} AS {type}), {column})," for column, type in k.extra
     )
     cleared = "".join(f" {column} = NULL," for column in k.cleared)
-    return prepare(
-        text(
-            f"UPDATE {k.table} SET status = CAST(:status AS text), updated_at = now(),"  # noqa: S608
-            " attempts = attempts + CAST(CAST(:count_attempt AS boolean) AS int),"
-            f"{extra}{cleared} last_error = coalesce(CAST(:error AS text), last_error),"
-            f" {k.done_at} = CASE WHEN CAST(:status AS text) = '{k.done}' THEN now()"
-            f" ELSE {k.done_at} END"
-            f" WHERE id = :row_id AND status = '{PENDING}' RETURNING tenant_id, attempts"
-        )
+    update = (
+        f"UPDATE {k.table} SET status = CAST(:status AS text), updated_at = now(),"  # noqa: S608
+        " attempts = attempts + CAST(CAST(:count_attempt AS boolean) AS int),"
+        f"{extra}{cleared} last_error = coalesce(CAST(:error AS text), last_error),"
+        f" {k.done_at} = CASE WHEN CAST(:status AS text) = '{k.done}' THEN now()"
+        f" ELSE {k.done_at} END"
+        f" WHERE id = :row_id AND status = '{PENDING}' RETURNING tenant_id, attempts"
     )
-
-
-def _log_statement(table: str, key: str, kept: int) -> Statement:
-    """One attempt into the kind's log, and the row's attempts older than the newest `kept`
-    out of it (the log's bound)."""
-    return prepare(
-        text(
-            f"WITH logged AS (INSERT INTO {table} ({key}, attempt, tenant_id,"  # noqa: S608
-            " response_status, body_excerpt, error, started_at, duration_ms)"
-            " VALUES (:row_id, :attempt, :tenant_id, CAST(:response_status AS int),"
-            f" CAST(:body_excerpt AS text), left(CAST(:error AS text), {ATTEMPT_ERROR_CHARS}),"
-            " :started_at, :duration_ms) ON CONFLICT DO NOTHING)"
-            f" DELETE FROM {table} WHERE {key} = :row_id"
-            f" AND attempt <= CAST(:attempt AS int) - {kept}"
-        )
-    )
+    return prepare(text(_logged(k, update)))
 
 
 _ATTEMPT = {k.kind: _attempt_statement(k) for k in KINDS}
 _FINISH = {k.kind: _finish_statement(k) for k in KINDS}
-_LOG = {k.kind: _log_statement(*k.log, k.log_kept) for k in KINDS if k.log is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,22 +181,18 @@ class Attempt:
     body_excerpt: str | None = None
 
 
-async def _log_attempt(
-    uow: Unit, k: OutboxKind, row: Any, row_id: UUID, error: str | None, attempt: Attempt | None
-) -> None:
-    if attempt is None or k.kind not in _LOG:
-        return
-    await uow.execute(
-        _LOG[k.kind],
-        row_id=row_id,
-        attempt=row["attempts"],
-        tenant_id=row["tenant_id"],
-        response_status=attempt.response_status,
-        body_excerpt=attempt.body_excerpt,
-        error=error,
-        started_at=attempt.started_at,
-        duration_ms=attempt.duration_ms,
-    )
+def _log_params(k: OutboxKind, attempt: Attempt | None) -> dict[str, Any]:
+    """The log's parameters of a kind's statements (none for a kind without a log); `log` is
+    whether this attempt is logged."""
+    if k.log is None:
+        return {}
+    return {
+        "log": attempt is not None,
+        "log_status": attempt.response_status if attempt else None,
+        "log_body": attempt.body_excerpt if attempt else None,
+        "log_started_at": attempt.started_at if attempt else None,
+        "log_duration_ms": attempt.duration_ms if attempt else None,
+    }
 
 
 async def record_attempt(
@@ -208,9 +206,10 @@ async def record_attempt(
 ) -> None:
     """A try that did not succeed: counted, with its error (and `extra` columns), and logged
     (`attempt`, for a kind with a log); the row stays PENDING for the next one."""
-    row = await uow.one(_ATTEMPT[k.kind], row_id=row_id, error=error, **extra)
+    row = await uow.one(
+        _ATTEMPT[k.kind], row_id=row_id, error=error, **extra, **_log_params(k, attempt)
+    )
     if row is not None:
-        await _log_attempt(uow, k, row, row_id, error, attempt)
         uow.nudge(k.nudge, row_id, tenant_id=row["tenant_id"])
 
 
@@ -237,11 +236,10 @@ async def finish(
         error=error,
         count_attempt=count_attempt,
         **{column: extra.get(column) for column, _ in k.extra},
+        **_log_params(k, attempt if count_attempt else None),
     )
     if row is None:
         return False
-    if count_attempt:
-        await _log_attempt(uow, k, row, row_id, error, attempt)
     tenant_id = row["tenant_id"]
     uow.nudge(k.nudge, row_id, tenant_id=tenant_id)
     if dispatch:
