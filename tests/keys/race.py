@@ -87,53 +87,63 @@ def _input(strategy: str, i: int) -> dict[str, Any]:
     return {"turns": 1, "delayMs": 1000 + i}
 
 
-async def _fire(http: httpx.AsyncClient, fleet: Fleet, token: str, race: Race, rnd: Round) -> None:
+async def _fire(fleet: Fleet, token: str, race: Race, rnd: Round) -> None:
     """Every start of the round at once, spread over the API processes; a failed request (an
-    API that could not answer) is sent again, as a client would."""
+    API that could not answer) is sent again, as a client would. One HTTP client per key: at
+    100 x 20 a single client's pool held 2,000 queued requests, and httpcore assigns queued
+    requests to connections by walking all of both on every change (encode/httpcore#1035): the
+    bench's client spun at 100% CPU for 23 minutes and no run was written."""
     headers = {"Authorization": f"Bearer {token}"}
-
-    async def one(i: int, key: str) -> None:
-        body = {
-            "agent": "demo",
-            "input": _input(rnd.strategy, i),
-            "key": key,
-            "onConflict": rnd.strategy,
-        }
-        for attempt in range(20):
-            url = fleet.apis[(i + attempt) % len(fleet.apis)].url
-            try:
-                response = await http.post(
-                    f"{url}/graphql",
-                    json={"query": START, "variables": {"i": body}},
-                    headers=headers,
-                )
-                answer = response.json()
-            except (httpx.HTTPError, ValueError):
-                await asyncio.sleep(0.2)
-                continue
-            errors = answer.get("errors") or []
-            if errors and errors[0].get("extensions", {}).get("code") != "RUN_ACTIVE":
-                await asyncio.sleep(0.2)
-                continue
-            rnd.answers.append(
-                {
-                    "i": i,
-                    "key": key,
-                    "input": body["input"],
-                    "data": answer.get("data"),
-                    "error": errors[0] if errors else None,
-                }
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(httpx.AsyncClient(timeout=60)) for _ in range(race.keys)
+        ]
+        await asyncio.gather(
+            *(
+                _start(clients[k], fleet, headers, k * race.starts + s, f"{rnd.strategy}:{k}", rnd)
+                for s in range(race.starts)
+                for k in range(race.keys)
             )
-            return
-        rnd.problems.append(f"start {i} of {key} never got an answer")
-
-    await asyncio.gather(
-        *(
-            one(k * race.starts + s, f"{rnd.strategy}:{k}")
-            for s in range(race.starts)
-            for k in range(race.keys)
         )
-    )
+
+
+async def _start(
+    http: httpx.AsyncClient, fleet: Fleet, headers: dict[str, str], i: int, key: str, rnd: Round
+) -> None:
+    """Start `i` of `key`, answered and recorded."""
+    body = {
+        "agent": "demo",
+        "input": _input(rnd.strategy, i),
+        "key": key,
+        "onConflict": rnd.strategy,
+    }
+    for attempt in range(20):
+        url = fleet.apis[(i + attempt) % len(fleet.apis)].url
+        try:
+            response = await http.post(
+                f"{url}/graphql",
+                json={"query": START, "variables": {"i": body}},
+                headers=headers,
+            )
+            answer = response.json()
+        except (httpx.HTTPError, ValueError):
+            await asyncio.sleep(0.2)
+            continue
+        errors = answer.get("errors") or []
+        if errors and errors[0].get("extensions", {}).get("code") != "RUN_ACTIVE":
+            await asyncio.sleep(0.2)
+            continue
+        rnd.answers.append(
+            {
+                "i": i,
+                "key": key,
+                "input": body["input"],
+                "data": answer.get("data"),
+                "error": errors[0] if errors else None,
+            }
+        )
+        return
+    rnd.problems.append(f"start {i} of {key} never got an answer")
 
 
 async def _sample(sessions: Sessions, tenant_id: str, rnd: Round, stop: asyncio.Event) -> None:
@@ -215,10 +225,7 @@ async def run_race(
     sessions = create_sessions(engine)
     rounds = []
     try:
-        async with (
-            _fleet(race, env_of(database_url, redis_url)) as fleet,
-            httpx.AsyncClient(timeout=60) as http,
-        ):
+        async with _fleet(race, env_of(database_url, redis_url)) as fleet:
             for strategy in strategies:
                 rnd = Round(strategy)
                 began = time.monotonic()
@@ -228,7 +235,7 @@ async def run_race(
                 if race.kill_every_s is not None:
                     rng = random.Random(race.seed)
                     killer = asyncio.create_task(_killing(fleet, race.kill_every_s, rng, stop))
-                await _fire(http, fleet, token, race, rnd)
+                await _fire(fleet, token, race, rnd)
                 if not await _settled(
                     sessions, tenant_id, strategy, time.monotonic() + race.settle_timeout_s
                 ):
