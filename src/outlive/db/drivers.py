@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import asyncpg
@@ -87,8 +87,7 @@ def _from_a_driver(error: BaseException) -> bool:
     return module.startswith(("asyncpg", "sqlalchemy"))
 
 
-@contextmanager
-def reaching(connection: asyncpg.Connection | None = None) -> Iterator[None]:
+def reaching(connection: asyncpg.Connection | None = None) -> _Reaching:
     """The block's driver failures that mean "PostgreSQL cannot be reached" leave it as
     `ServiceUnavailable` (the original as its cause); everything else passes unchanged.
 
@@ -99,14 +98,27 @@ def reaching(connection: asyncpg.Connection | None = None) -> Iterator[None]:
     - the connection is terminated before its holder releases it. A query cut off by the server
       can leave the protocol mid-operation before asyncpg has seen the socket close; released
       as it is, the next statement on it failed with "another operation is in progress"."""
-    try:
-        yield
-    except (ServiceUnavailable, DomainError):
-        raise
-    except Exception as exc:
+    return _Reaching(connection)
+
+
+class _Reaching:
+    """`reaching`'s block: a class, not a generator, since it wraps every statement."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: asyncpg.Connection | None) -> None:
+        self.connection = connection
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if not isinstance(exc, Exception) or isinstance(exc, ServiceUnavailable | DomainError):
+            return
         _answered(exc)
+        connection = self.connection
         if not (unreachable(exc) or (connection is not None and _gone(connection))):
-            raise
+            return
         if connection is not None:
             _terminate(connection)
         _outage.seen(exc)
@@ -167,65 +179,83 @@ def _rowcount(status: str) -> int:
 
 
 async def raw_one(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> Row | None:
-    async with (
-        reads.reading(gated=isinstance(on, asyncpg.Pool)) as scope,
-        _connection(on) as connection,
-    ):
-        with reaching(connection):
-            row: Row | None = await connection.fetchrow(st.sql, *st.args(params))
-        if scope is not None and scope.charge(row):
-            del row  # not kept alive by the error's frames
-            scope.check()
+    row: Row | None = await _statement(on, lambda c: c.fetchrow(st.sql, *st.args(params)))
     return row
 
 
 async def raw_all(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> list[Row]:
-    async with (
-        reads.reading(gated=isinstance(on, asyncpg.Pool)) as scope,
-        _connection(on) as connection,
-    ):
-        with reaching(connection):
-            rows: list[Row] = await connection.fetch(st.sql, *st.args(params))
-        if scope is not None and scope.charge(rows):
-            del rows  # not kept alive by the error's frames
-            scope.check()
+    rows: list[Row] = await _statement(on, lambda c: c.fetch(st.sql, *st.args(params)))
     return rows
 
 
 async def raw_execute(on: asyncpg.Pool | asyncpg.Connection, st: Statement, params: Any) -> int:
-    async with _connection(on) as connection:
-        with reaching(connection):
-            return _rowcount(await connection.execute(st.sql, *st.args(params)))
+    status: str = await _statement(on, lambda c: c.execute(st.sql, *st.args(params)), read=False)
+    return _rowcount(status)
 
 
-@asynccontextmanager
-async def _connection(on: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator[asyncpg.Connection]:
-    """`on` itself when it is a connection (a unit's); else one taken from the pool for the
-    statement, so that a failure on it is handled before it goes back (`reaching`)."""
+async def _statement(
+    on: asyncpg.Pool | asyncpg.Connection,
+    call: Callable[[asyncpg.Connection], Awaitable[Any]],
+    *,
+    read: bool = True,
+) -> Any:
+    """One statement, on `on` itself (a unit's connection) or on a connection taken from the
+    pool for it and given back after (`held`), so that a failure on it is handled before it goes
+    back (`reaching`). A `read` runs within the request's read scope (`outlive.db.reads`): its
+    rows are counted against the byte budget, and one on the pool waits for a slot of its
+    tenant's gate first. One on a unit's connection never waits for a slot: with the slots taken
+    by statements waiting for the pool, and the pool held by transactions waiting for a slot,
+    nobody would move (a 200-run burst of one tenant hung that way). Written out rather than as
+    nested context managers: every statement of a request comes through here."""
+    scope = reads.current() if read else None
+    if scope is not None:
+        scope.check()
     if not isinstance(on, asyncpg.Pool):
-        yield on
-        return
-    with reaching():  # the connect, when the pool has to make one
-        async with held(on) as connection:
-            yield connection
+        with reaching(on):
+            result = await call(on)
+    else:
+        gate = None if scope is None else scope.gate
+        if gate is not None:
+            await gate.acquire()
+        try:
+            if gate is not None:
+                scope.check()  # type: ignore[union-attr]  # a gate comes with its scope
+            with reaching():  # the connect, when the pool has to make one
+                connection = await on.acquire()
+            try:
+                with reaching(connection):
+                    result = await call(connection)
+            finally:
+                await _release(on, connection)
+        finally:
+            if gate is not None:
+                gate.release()
+    if scope is not None and scope.charge(result):
+        del result  # not kept alive by the error's frames
+        scope.check()
+    return result
 
 
 @asynccontextmanager
 async def held(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
-    """A connection of `pool` for the block, given back after it. When the server closed it
-    meanwhile, asyncpg may already have taken its holder back, and `release` then fails
-    ("called on a free connection holder") although the block's statements committed: that is
-    no failure of the block."""
+    """A connection of `pool` for the block, given back after it (`_release`)."""
     connection = await pool.acquire()
     try:
         yield connection
     finally:
-        try:
-            await pool.release(connection)
-        except (asyncpg.InterfaceError, asyncpg.InternalClientError):
-            if not _gone(connection):
-                raise
-            _terminate(connection)
+        await _release(pool, connection)
+
+
+async def _release(pool: asyncpg.Pool, connection: asyncpg.Connection) -> None:
+    """Give `connection` back to `pool`. When the server closed it meanwhile, asyncpg may
+    already have taken its holder back, and `release` then fails ("called on a free connection
+    holder") although the block's statements committed: that is no failure of the block."""
+    try:
+        await pool.release(connection)
+    except (asyncpg.InterfaceError, asyncpg.InternalClientError):
+        if not _gone(connection):
+            raise
+        _terminate(connection)
 
 
 async def in_session(session: AsyncSession, query: Query, params: Mapping[str, Any]) -> Any:

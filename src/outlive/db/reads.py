@@ -3,7 +3,8 @@
 The API's pool of connections, PostgreSQL's CPU and the process's memory are shared by every
 tenant. An operation is bounded in objects by its cost (`outlive.graphql.limits`), but not in
 bytes (a JSON field is up to 64 KiB) nor in time. So every statement a request runs on the raw
-pool goes through the request's `ReadScope` (set by the pipeline, see `scoped`):
+pool goes through the request's `ReadScope` (set by the pipeline, see `scoped`; applied by
+`outlive.db.drivers`, around each statement):
 
 - **the tenant's gate**: at most `OUTLIVE_API_TENANT_MAX_READS` of one tenant's statements run
   at once in a process; the others wait for one of its own slots, never for another tenant's;
@@ -23,6 +24,8 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -105,34 +108,28 @@ def current() -> ReadScope | None:
     return _scope.get()
 
 
-@asynccontextmanager
-async def reading(*, gated: bool = True) -> AsyncIterator[ReadScope | None]:
-    """Around one statement on the pool: refused when the budget is spent, else run once a slot
-    of the tenant's gate is free. Not `gated`: the statement runs on a connection its unit
-    already holds (a transaction's). It must not wait for a slot while it holds a connection:
-    with the slots taken by statements waiting for the pool, and the pool held by transactions
-    waiting for a slot, nobody would move (a 200-run burst of one tenant hung that way)."""
-    scope = _scope.get()
-    if scope is None:
-        yield None
-        return
-    scope.check()
-    if scope.gate is None or not gated:
-        yield scope
-        return
-    async with scope.gate:
-        scope.check()
-        yield scope
+# Values a row holds that count a fixed 8 bytes: tested by type, not `isinstance`, since a
+# request's rows are counted value by value (every statement's, a write's too).
+_FIXED = frozenset({int, float, bool, type(None), UUID, datetime, date, timedelta, Decimal})
 
 
 def size_of(value: Any) -> int:
     """About the bytes `value` takes in a JSON answer (strings by length, containers summed)."""
-    if isinstance(value, str | bytes):
+    kind = type(value)
+    if kind is str or kind is bytes:
         return len(value) + 2
-    if isinstance(value, Mapping):
-        return sum(len(str(k)) + 4 + size_of(v) for k, v in value.items()) + 2
+    if kind in _FIXED:
+        return 8
     if isinstance(value, list | tuple):
         return sum(size_of(v) + 1 for v in value) + 2
-    if hasattr(value, "items") and callable(value.items):  # an asyncpg Record
-        return sum(len(str(k)) + 4 + size_of(v) for k, v in value.items()) + 2
+    items = getattr(value, "items", None)
+    if items is not None and callable(items):  # a mapping, or an asyncpg Record
+        total = 2
+        for key, item in items():
+            kind = type(item)
+            total += len(str(key)) + 4
+            total += len(item) + 2 if kind is str else 8 if kind in _FIXED else size_of(item)
+        return total
+    if isinstance(value, str | bytes):
+        return len(value) + 2
     return 8
