@@ -640,13 +640,17 @@ async def _main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--only", default="crash,throughput,step,sleeps")
     parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument(
+        "--systems", default="outlive,dbos", help="one alone: a quick loop, no comparison"
+    )
     args = parser.parse_args()
+    systems = args.systems.split(",")
     only = set(args.only.split(","))
     logs = Path(tempfile.mkdtemp(prefix="outlive-peers-"))
     print(f"logs in {logs}; a shared machine: compare within this run only")
     rounds: list[dict[str, dict[str, float]]] = []
     for r in range(args.rounds):
-        order = ["outlive", "dbos"] if r % 2 == 0 else ["dbos", "outlive"]
+        order = systems if r % 2 == 0 else systems[::-1]
         this: dict[str, dict[str, float]] = {}
         for name in order:
             print(f"round {r + 1}: {name}", flush=True)

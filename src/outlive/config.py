@@ -95,11 +95,17 @@ class Settings(BaseSettings):
     )
     relay_batch: int = Field(200, ge=1, description="rows one relay pass hands at most")
     wake_lead_s: float = Field(
-        0.0,
+        0.3,
         ge=0,
-        description="a durable sleep's run is handed back this long before it is due; the attempt"
-        " that claims it finishes the sleep in-process, at its due time (docs/architecture.md);"
-        " 0 (the default): handed back when due",
+        description="a durable sleep's run is handed back this long before it is due, less when"
+        " early wakes would hold more than a quarter of a worker's slots"
+        " (services/relay/lead.py); the attempt that claims the run finishes the sleep"
+        " in-process, at its due time; 0: handed back when due",
+    )
+    wake_lead_bounded: bool = Field(
+        True,
+        description="false: every durable sleep is handed back the whole OUTLIVE_WAKE_LEAD_S"
+        " ahead, whatever the rate of wakes (measured worse under bursts of wakes)",
     )
 
     # Jobs queue (contract §2).

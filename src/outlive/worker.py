@@ -39,6 +39,7 @@ from outlive.realtime.outputs import OutputStore
 from outlive.runtime import Queues, Runtime, open_runtime
 from outlive.services.limits import NamedLimits
 from outlive.services.ratelimits import RateLimiter
+from outlive.services.relay.lead import WakeLead
 from outlive.workflows.runs import WorkflowDeps
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,10 @@ class WorkerHost:
         # endpoint, a mail server), so the slots cost little; a tenant whose own cap was raised
         # past half of them (`set-limits`) is the operator's choice.
         self.jobs_concurrency = max(jobs_concurrency, 2 * settings.tenant_max_inflight_jobs)
+        # how far ahead the relay hands back a durable sleep, bounded by this worker's slots
+        self.lead = WakeLead(
+            most_s=settings.wake_lead_s, slots=concurrency, bounded=settings.wake_lead_bounded
+        )
         self.deps: WorkerDeps | None = None
         self.relay: RelayLoop | None = None
         self.cancels: CancelListener | None = None
@@ -102,6 +107,7 @@ class WorkerHost:
                 cancels=self.cancels,
                 limits=NamedLimits(queues.redis, sessions, settings),
                 liveness=runtime.liveness,
+                wake_lead=self.lead,
             ),
             jobs=JobDeps(
                 sessions=sessions,
@@ -174,6 +180,7 @@ class WorkerHost:
             jobs_queue=queues.jobs,
             database_url=database_url,
             admission=runtime.sessions.admission,
+            lead=self.lead,
         )
         self.relay.start()
         self._stack.push_async_callback(self.relay.stop)

@@ -30,6 +30,7 @@ from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue
 from outlive.jobs.relay import MARKER_KEY, RedisQueueMarker
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.services.relay import Relay, Taken
+from outlive.services.relay.lead import WakeLead
 from outlive.worker import WorkerHost
 from tests.conftest import make_settings, new_tenant
 from tests.faults import OwnRedis, StallingProxy
@@ -214,6 +215,7 @@ async def test_four_workers_relays_hand_each_due_row_once(servers: Servers) -> N
             default_runs_cap=10,
             default_jobs_cap=20,
             admission=NO_ADMISSION,
+            lead=WakeLead(most_s=0.0, slots=32),
         )
         taken: list[Taken] = []
         try:

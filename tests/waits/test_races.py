@@ -30,6 +30,7 @@ from outlive.jobs.run_instances import SaqRunInstances
 from outlive.services import runs as runs_service
 from outlive.services import waits
 from outlive.services.relay import Relay
+from outlive.services.relay.lead import WakeLead
 from outlive.workflows.runs import AttemptContext, RetryLater, WorkflowDeps, run_attempt
 from tests.support import TenantHandle
 
@@ -56,10 +57,21 @@ class Rig:
             default_runs_cap=10,
             default_jobs_cap=10,
             admission=NO_ADMISSION,
+            lead=WakeLead(most_s=0.0, slots=32),  # off: handed back when due
         )
 
     def deps(self, *agents: Agent[Any]) -> WorkflowDeps:
-        return WorkflowDeps(self.sessions, AgentRegistry(agents), self.http, self.settings)
+        return WorkflowDeps(
+            self.sessions,
+            AgentRegistry(agents),
+            self.http,
+            self.settings,
+            wake_lead=self.relay.lead,
+        )
+
+    async def wake(self) -> int:
+        """One relay pass's wake of the timers due (with the relay's lead)."""
+        return await self.relay._wake_due(self.relay.lead.seconds)
 
     async def start(self, agent: str = "demo") -> RunId:
         async with self.sessions.unit(self.tenant_id, single_statement=True) as uow:
@@ -139,7 +151,7 @@ async def test_a_signal_racing_the_timeout_has_exactly_one_outcome(rig: Rig) -> 
             await asyncio.sleep(random.uniform(0, 0.01))  # jitter
             return await rig.signal(run_id, "go", {"round": round})
 
-        _, accepted = await asyncio.gather(rig.relay._wake_due(), send(run_id, round))
+        _, accepted = await asyncio.gather(rig.wake(), send(run_id, round))
         assert accepted  # the run is active either way: the signal is kept
         events = await rig.events(run_id)
         resumed = [e.data for e in events if e.type == "resumed"]
@@ -300,7 +312,7 @@ async def test_a_short_sleep_stays_in_process_and_a_satisfied_long_one_is_skippe
         "SELECT extract(epoch FROM wake_at - now()) AS s FROM runs WHERE id = :r", r=run_id
     )
     await asyncio.sleep(max(0.0, float(left["s"])))
-    assert await rig.relay._wake_due() == 1
+    assert await rig.wake() == 1
     ctx = await rig.context(run_id)  # resumed: runs from the top
     loop = asyncio.get_running_loop()
     began = loop.time()

@@ -15,6 +15,7 @@ from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
 from outlive.errors import RunCancelled, RunParked
 from outlive.ids import RunId
+from outlive.services.relay.lead import WakeLead
 from tests.support import TenantHandle
 from tests.waits.test_races import Rig
 
@@ -24,7 +25,7 @@ LEAD_S = 60.0  # far longer than any sleep here: a timer is handed back as soon 
 @pytest.fixture
 async def rig(sessions: Sessions, settings: Settings, tenant: TenantHandle) -> AsyncIterator[Rig]:
     rig = Rig(sessions, settings, tenant)
-    rig.relay.wake_lead_s = LEAD_S
+    rig.relay.lead = WakeLead(most_s=LEAD_S, slots=32, bounded=False)  # fixed
     yield rig
     await rig.http.aclose()
     await rig.queue.disconnect()
@@ -54,7 +55,7 @@ async def test_a_sleep_is_handed_back_ahead_and_its_attempt_goes_on_only_once_du
 ) -> None:
     run_id = await _parked_sleep(rig, 1.5)
     assert not await _past_due(rig, run_id)
-    assert await rig.relay._wake_due() == 1  # handed back before its due time
+    assert await rig.wake() == 1  # handed back before its due time
     woken = await rig.read(run_id)
     assert woken.status == RunStatus.QUEUED
     assert not await _past_due(rig, run_id)
@@ -68,7 +69,7 @@ async def test_a_sleep_is_handed_back_ahead_and_its_attempt_goes_on_only_once_du
 
 async def test_a_cancel_ends_a_sleep_being_finished_in_process(rig: Rig) -> None:
     run_id = await _parked_sleep(rig, 30)
-    assert await rig.relay._wake_due() == 1
+    assert await rig.wake() == 1
     ctx = await rig.context(run_id)
     finishing = asyncio.create_task(ctx.sleep(30))
     with pytest.raises(TimeoutError):  # it read its record, and waits for the due time
@@ -85,7 +86,7 @@ async def test_a_cancel_ends_a_sleep_being_finished_in_process(rig: Rig) -> None
 async def test_a_signal_timeout_is_never_handed_back_early(rig: Rig) -> None:
     run_id = await rig.start()
     await rig.park(run_id, "go", timeout=30)
-    assert await rig.relay._wake_due() == 0  # a signal may still come until then
+    assert await rig.wake() == 0  # a signal may still come until then
     assert (await rig.read(run_id)).status == RunStatus.WAITING
     sleeper = await _parked_sleep(
         rig, 45, "sleeper"
@@ -97,3 +98,36 @@ async def test_a_signal_timeout_is_never_handed_back_early(rig: Rig) -> None:
     assert 0 < done.next_wake_s <= 30  # the signal's timeout, on time
     await rig.finish(run_id)
     await rig.finish(sleeper)
+
+
+async def _until_due(rig: Rig, run_id: RunId) -> None:
+    """Wait out the run's timer by PostgreSQL's clock."""
+    row = await rig.one(
+        "SELECT extract(epoch FROM wake_at - clock_timestamp()) AS s FROM runs WHERE id = :r",
+        r=run_id,
+    )
+    await asyncio.sleep(max(0.0, float(row["s"])))
+
+
+async def test_the_attempt_a_sleep_is_handed_to_reports_its_delay(rig: Rig) -> None:
+    """The attempt that replays to the sleep it was handed reports how long after the hand-back
+    it got there (the lead's slot bound learns from it); a later attempt replaying that older
+    sleep does not (its delay would count the whole time since)."""
+    lead = rig.relay.lead = WakeLead(most_s=0.05, slots=32)
+    run_id = await _parked_sleep(rig, 1.1)
+    await _until_due(rig, run_id)
+    assert await rig.wake() == 1
+    await asyncio.sleep(0.3)  # a slow hand-back: the claim comes 0.3 s after it
+    ctx = await rig.context(run_id)
+    await ctx.sleep(1.1)  # sleep 0, handed to this attempt: reports about 0.3 s
+    with pytest.raises(RunParked):
+        await ctx.sleep(1.2)  # sleep 1
+    await _until_due(rig, run_id)
+    assert await rig.wake() == 1
+    ctx = await rig.context(run_id)  # at once
+    await ctx.sleep(1.1)  # sleep 0 again: over 1.5 s since its hand-back, not reported
+    await ctx.sleep(1.2)  # sleep 1, handed to this attempt: reports a short delay
+    slow, quick = lead.delays
+    assert 0.3 <= slow < 1.0
+    assert quick < slow
+    await rig.finish(run_id)

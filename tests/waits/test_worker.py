@@ -108,14 +108,16 @@ async def test_a_timer_survives_redis_restarted_empty_and_fires(
 async def test_a_worker_killed_while_it_finishes_a_sleep_leaves_it_to_another_on_time(
     servers: Servers, sessions: Sessions, tmp_path: Path
 ) -> None:
-    """The run is handed back ahead (a lead of 60 s: at once), and the worker that claimed it
+    """The run is handed back ahead (a fixed lead of 60 s: at once), and the worker that claimed it
     waits in-process for the sleep's due time; SIGKILLed then, another worker takes the run over
     (its liveness), replays to the same resolved sleep, and goes on at its due time: not before,
     and not a lease or a second sleep later."""
     settings = make_settings(servers)
     assert settings.redis_url is not None
     tenant = await new_tenant(sessions, "killed")
-    with WorkerProcesses.of(settings, tmp_path, OUTLIVE_WAKE_LEAD_S="60") as workers:
+    with WorkerProcesses.of(
+        settings, tmp_path, OUTLIVE_WAKE_LEAD_S="60", OUTLIVE_WAKE_LEAD_BOUNDED="false"
+    ) as workers:
         first = workers.start()
         async with (
             Api.running(settings) as api,

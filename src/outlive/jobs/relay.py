@@ -35,6 +35,7 @@ from outlive.errors import QueueUnavailable
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.services.relay import CHANNEL, QUEUE_TIMEOUT_S, Relay
+from outlive.services.relay.lead import WakeLead
 from outlive.telemetry.daemons import Daemon
 
 log = logging.getLogger(__name__)
@@ -169,9 +170,11 @@ def build_relay(
     jobs_queue: RedisQueue,
     database_url: str,
     admission: Admission,
+    lead: WakeLead,
 ) -> RelayLoop:
     """The relay a worker runs (started with `start()`, stopped with `stop()`), making up for
-    missed dispatches through `admission` (the runtime's)."""
+    missed dispatches through `admission` (the runtime's), handing sleeps back `lead` early
+    (the worker's, which its attempts teach)."""
     relaxed = settings.model_copy(update={"queue_timeout_s": QUEUE_TIMEOUT_S})
     relay = Relay(
         sessions,
@@ -183,7 +186,7 @@ def build_relay(
         default_runs_cap=settings.tenant_max_running_runs,
         default_jobs_cap=settings.tenant_max_inflight_jobs,
         admission=admission,
-        wake_lead_s=settings.wake_lead_s,
+        lead=lead,
     )
     listen_url = None if settings.db_pgbouncer else database_url
     return RelayLoop(

@@ -78,6 +78,11 @@ TIMER_LATENESS = Histogram(
     "From a WAITING run's due time (its sleep, or its signal's timeout) to the relay waking it.",
     buckets=SHORT_S,
 )
+WAKE_LEAD = Gauge(
+    "outlive_wake_lead_seconds",
+    "How far ahead of its due time this worker's relay hands back a durable sleep (learned).",
+    multiprocess_mode="livemax",
+)
 
 # --- jobs queue -------------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ class AttemptContext:
         self._outputs = deps.outputs
         self._batch_s = deps.settings.stream_batch_ms / 1000
         self._family = Family(deps, run, run.attempt)  # its child runs
+        self._wake_lead = deps.wake_lead
 
     @property
     def public_http(self) -> httpx.AsyncClient:
@@ -263,6 +264,8 @@ class AttemptContext:
         self._fresh = None
         if isinstance(outcome, waits.Parked):
             raise RunParked(f"run {self.run_id} waits ({kind} {name!r} #{occurrence})")
+        if outcome.handed_s is not None:
+            self._wake_lead.seen(outcome.handed_s)
         await self._finish(outcome.not_before)
         return outcome
 

@@ -15,6 +15,7 @@ from outlive.db.liveness import Liveness
 from outlive.db.tx import Sessions
 from outlive.ids import RunId
 from outlive.realtime.outputs import OutputStore
+from outlive.services.relay.lead import WakeLead
 from outlive.workflows.calls import Limits
 
 
@@ -52,6 +53,9 @@ class WorkflowDeps:
     limits: Limits | None = None  # named limits shared across workers (`ctx.step(limit=...)`)
     cancels: CancelWatch | None = None  # None: a cancel is seen by the heartbeat only
     liveness: Liveness | None = None  # this process's mark of life; None: the lease alone
+    # told how long after their hand-back this process's attempts reach the sleeps they resume
+    # (the relay's lead, `services.relay.lead`; the default: off)
+    wake_lead: WakeLead = field(default_factory=lambda: WakeLead(most_s=0.0, slots=1))
     # under `ctx.public_http` (each attempt's client checks destinations on top of it)
     public_transport: httpx.AsyncBaseTransport = field(default_factory=httpx.AsyncHTTPTransport)
 

@@ -66,6 +66,7 @@ from outlive.db.tx import JobProducer, Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId
 from outlive.services import outbox
+from outlive.services.relay.lead import WakeLead
 from outlive.services.relay.queries import (
     CHANNEL,
     CHUNK,
@@ -172,10 +173,10 @@ class Relay:
         default_runs_cap: int,
         default_jobs_cap: int,
         admission: Admission,
-        wake_lead_s: float = 0.0,
+        lead: WakeLead,
     ) -> None:
         self._sessions = sessions
-        self.wake_lead_s = wake_lead_s
+        self.lead = lead
         self._admission = admission
         self._instances = instances
         self._jobs = jobs
@@ -202,7 +203,8 @@ class Relay:
             await self._hand_running()
         if scan:
             done.dispatched = await self._make_up_missed_dispatches()
-        done.woken = await self._wake_due()
+        lead_s = self.lead.seconds
+        done.woken = await self._wake_due(lead_s)
         rows = await self._sessions.all(
             TAKE, window=self.batch * WINDOW, batch=self.batch, recheck=self.recheck_s
         )
@@ -213,18 +215,17 @@ class Relay:
         if done.taken:
             await self._hand(done.taken)
         done.full = done.full or done.woken >= self.batch
-        row = await self._sessions.one(NEXT_WAKE, lead=self.wake_lead_s)
+        row = await self._sessions.one(NEXT_WAKE, lead=lead_s)
         done.next_wake_s = None if row is None or row["in_s"] is None else float(row["in_s"])
         return done
 
-    async def _wake_due(self) -> int:
-        """Wake up to a batch of WAITING runs whose timer is due (see the module's docstring)."""
+    async def _wake_due(self, lead_s: float) -> int:
+        """Wake up to a batch of WAITING runs whose timer is due, a durable sleep's `lead_s`
+        early (`lead.WakeLead`; see the module's docstring)."""
         woken = await wake_due(
-            self._sessions,
-            batch=self.batch,
-            default_cap=self._caps["run"],
-            lead_s=self.wake_lead_s,
+            self._sessions, batch=self.batch, default_cap=self._caps["run"], lead_s=lead_s
         )
+        self.lead.handed(len(woken))
         for row in woken:
             metrics.TIMER_LATENESS.observe(max(0.0, float(row["late_s"])))
         if woken:

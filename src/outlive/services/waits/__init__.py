@@ -17,11 +17,13 @@ order within an attempt. Woken, the run is claimed again (a new attempt, not a r
 and the agent runs from the top: a sleep or wait whose record is resolved returns at once (the
 wait with its signal's payload, or its timeout). Code outside durable steps runs again.
 
-A durable sleep's run is handed back `OUTLIVE_WAKE_LEAD_S` before its due time (the relay's
-`runs.wake_due`), so that a worker has claimed it and replayed to the sleep by then: its record
-is resolved, but `until` is still ahead, and the attempt finishes the sleep in-process
-(`Resolved.not_before`, from PostgreSQL's clock: never before `until`; a cancel ends it at once).
-Its worker slot is free for the rest of the sleep. A signal's timeout is never handed back early.
+A durable sleep's run is handed back ahead of its due time, by the relay's lead
+(`services.relay.lead`: `OUTLIVE_WAKE_LEAD_S`, shorter under bursts; the attempt it is handed to
+reports how long the hand-back took, `Resolved.handed_s`, for the lead's bound), so that a
+worker has claimed it and replayed to the sleep by then: its record is resolved, but `until` is
+still ahead, and the attempt finishes the sleep in-process (`Resolved.not_before`, from
+PostgreSQL's clock: never before `until`; a cancel ends it at once). Its worker slot is free for
+the rest of the sleep. A signal's timeout is never handed back early.
 
 The mailbox (`run_signals`): every accepted signal is kept, and a wait takes the oldest one of
 its name (first in, first out), so a signal sent before the wait is never lost. A signal bound
@@ -68,11 +70,14 @@ MAX_IDEMPOTENCY_KEY = 256
 class Resolved:
     """A sleep or wait that is over: `by` "timer", "signal" or "timeout"; a signal's payload.
     `not_before`: a sleep handed back ahead of its due time ends at this `time.monotonic()`
-    (0: now)."""
+    (0: now). `handed_s`: a sleep the relay handed back to this attempt (the one after the
+    attempt that parked on it): how long ago, by PostgreSQL's clock (the relay's lead bounds
+    the slots early wakes hold with it, `services.relay.lead`); None otherwise."""
 
     by: str
     payload: Any = None
     not_before: float = 0.0
+    handed_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +117,12 @@ async def wait(
     key = {"run_id": run_id, "kind": kind, "name": name, "occurrence": occurrence}
     record = await uow.one(queries.GET_WAIT, **key)
     if record is not None and record["resolved_at"] is not None:
-        return Resolved(record["resolved_by"], record["payload"], _not_before(kind, record))
+        return Resolved(
+            record["resolved_by"],
+            record["payload"],
+            _not_before(kind, record),
+            _handed(kind, record, attempt),
+        )
     if kind == SIGNAL:
         taken = await uow.one(queries.TAKE_SIGNAL, run_id=run_id, name=name)
         if taken is not None:
@@ -140,6 +150,14 @@ def _not_before(kind: str, record: Any) -> float:
     left by PostgreSQL's clock, from now on this process's monotonic clock (so never early)."""
     due_in = float(record["due_in_s"] or 0.0)
     return time.monotonic() + due_in if kind == SLEEP and due_in > 0 else 0.0
+
+
+def _handed(kind: str, record: Any, attempt: int) -> float | None:
+    """How long ago the relay handed this sleep's run back, when this attempt is the one it was
+    handed to (the next after the attempt that parked on it); None otherwise (a replay of an
+    older sleep, a sleep resolved in-process, a take-over after a lost worker)."""
+    handed = kind == SLEEP and record["resolved_by"] == "timer" and record["attempt"] == attempt - 1
+    return float(record["handed_s"]) if handed else None
 
 
 async def _record(

@@ -25,9 +25,10 @@ LOCK_ATTEMPT = prepare(
 )
 GET_WAIT = prepare(
     text(
-        "SELECT until, resolved_at, resolved_by, payload,"
+        "SELECT until, attempt, resolved_at, resolved_by, payload,"
         " extract(epoch FROM until - now()) AS left_s,"
-        " extract(epoch FROM until - clock_timestamp()) AS due_in_s FROM run_waits"
+        " extract(epoch FROM until - clock_timestamp()) AS due_in_s,"
+        " extract(epoch FROM clock_timestamp() - resolved_at) AS handed_s FROM run_waits"
         " WHERE run_id = :run_id AND kind = :kind AND name = :name AND occurrence = :occurrence"
     )
 )
