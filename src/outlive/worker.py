@@ -181,6 +181,7 @@ class WorkerHost:
             database_url=database_url,
             admission=runtime.sessions.admission,
             lead=self.lead,
+            deaths=None if runtime.liveness is None else runtime.liveness.watch(),
         )
         self.relay.start()
         self._stack.push_async_callback(self.relay.stop)

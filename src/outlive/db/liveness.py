@@ -69,6 +69,15 @@ class Liveness:
         """The key this process holds, or None while it holds none (the lease alone decides)."""
         return self._key if self._held else None
 
+    @property
+    def connection(self) -> asyncpg.Connection | None:
+        """The liveness session while it holds the lock (`DeathWatch` waits on it)."""
+        return self._conn if self._held else None
+
+    def watch(self) -> DeathWatch:
+        """A watch on the other workers' liveness (`DeathWatch`), on this session."""
+        return DeathWatch(self)
+
     async def start(self) -> None:
         """Take the lock (raises when PostgreSQL cannot be reached), then keep it: a lost
         connection is opened again every `REOPEN_S`."""
@@ -119,3 +128,93 @@ class Liveness:
 
 def _new_key() -> int:
     return secrets.randbelow(2**31 - 2) + 1  # a positive int4: `runs.worker_id`, an oid in pg_locks
+
+
+_LIVE_KEYS = (  # the other live workers' keys
+    "SELECT CAST(objid AS bigint) AS key FROM pg_locks WHERE locktype = 'advisory'"  # noqa: S608 (constants)
+    f" AND classid = {LOCK_CLASS} AND objsubid = 2 AND granted AND pid <> pg_backend_pid()"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+
+
+class DeathWatch:
+    """Learns of another worker's death the moment PostgreSQL does, so that its runs are taken
+    over without waiting for the next look (`OUTLIVE_LIVENESS_CHECK_S`).
+
+    On the liveness session itself (idle once its lock is taken, so no connection more), it
+    waits to take one other worker's liveness lock (`pg_advisory_lock`): the wait ends when that
+    worker's session ends. The workers watch each other in a ring (each the live key after its
+    own, wrapping), so with two or more workers each one is watched by one other. The lock is
+    let go at once (held, it would make the dead worker look alive to `worker_gone`), and the
+    next key is watched. The ring is chosen again every `RECHOOSE_S`, so a worker that joined is
+    watched too; until then, and while the liveness session is down, the periodic look alone
+    finds a gone worker's runs, as before."""
+
+    RECHOOSE_S = 10.0
+    ALONE_S = 1.0  # with no other worker to watch, how often to look for one
+
+    def __init__(self, own: Liveness) -> None:
+        self._own = own
+        self._wait: asyncio.Task[int] | None = None
+        self._watched: int | None = None
+        self._chosen_at = 0.0
+
+    async def death(self, within: float) -> bool:
+        """Wait up to `within` seconds for a watched worker to die: True when one did."""
+        loop = asyncio.get_running_loop()
+        try:
+            if self._wait is not None and loop.time() - self._chosen_at > self.RECHOOSE_S:
+                await self.stop()
+            if self._wait is None:
+                self._wait = await self._watch_next()
+                self._chosen_at = loop.time()
+            if self._wait is None:
+                await asyncio.sleep(min(within, self.ALONE_S))
+                return False
+            done, _ = await asyncio.wait({self._wait}, timeout=within)
+            if not done:
+                return False
+            key, self._wait = self._wait.result(), None
+            await self._let_go(key)
+            log.info("liveness: worker %d is gone", key)
+            return True
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.debug("liveness: cannot watch the other workers (%r)", exc)
+            self._wait = None
+            await asyncio.sleep(min(within, self.ALONE_S))
+            return False
+
+    async def stop(self) -> None:
+        """Stop waiting (asyncpg cancels the statement); a lock taken meanwhile is let go."""
+        wait, self._wait = self._wait, None
+        if wait is None:
+            return
+        wait.cancel()
+        await asyncio.wait({wait})
+        if not wait.cancelled() and wait.exception() is None:
+            with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                await self._let_go(wait.result())
+
+    async def _watch_next(self) -> asyncio.Task[int] | None:
+        """Start waiting for the live key after this worker's own; None: no other worker."""
+        own, conn = self._own.worker_id, self._own.connection
+        if own is None or conn is None:
+            return None
+        keys = sorted({int(r["key"]) for r in await conn.fetch(_LIVE_KEYS)} - {own})
+        if not keys:
+            return None
+        key = next((k for k in keys if k > own), keys[0])
+        if key != self._watched:
+            log.info("liveness: watching worker %d", key)
+            self._watched = key
+
+        async def taken() -> int:
+            await conn.execute("SELECT pg_advisory_lock($1, $2)", LOCK_CLASS, key)
+            return key
+
+        return asyncio.create_task(taken(), name="outlive-liveness-watch")
+
+    async def _let_go(self, key: int) -> None:
+        conn = self._own.connection
+        if conn is not None:
+            await conn.execute("SELECT pg_advisory_unlock($1, $2)", LOCK_CLASS, key)

@@ -9,9 +9,11 @@ batch is followed by another at once. While the queue is unreachable the loop re
 own, a quarter of a second and doubling up to 2 s, so the work is handed within seconds of Redis
 coming back; it listens to nothing meanwhile.
 
-Beside the passes, every `OUTLIVE_LIVENESS_CHECK_S` it hands again the runs whose worker
-process is gone (`Relay.hand_orphans`): that is how a SIGKILLed worker's runs go on within about
-a second instead of a lease and a sweep.
+Beside the passes, it hands again the runs whose worker process is gone (`Relay.hand_orphans`):
+the moment the worker it watches dies (`outlive.db.liveness.DeathWatch`: a wait for that
+worker's liveness lock, which PostgreSQL grants when its session ends), and every
+`OUTLIVE_LIVENESS_CHECK_S` for the others. That is how a SIGKILLed worker's runs go on within
+milliseconds instead of a lease and a sweep.
 
 Behind PgBouncer in transaction mode LISTEN cannot work, so the loop only scans there.
 """
@@ -29,6 +31,7 @@ from redis.exceptions import RedisError
 from saq.queue.redis import RedisQueue
 
 from outlive.config import Settings
+from outlive.db.liveness import DeathWatch
 from outlive.db.ports import Admission
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
@@ -70,9 +73,11 @@ class RelayLoop:
         scan_s: float,
         listen_url: str | None,
         orphans_s: float | None = None,
+        deaths: DeathWatch | None = None,
     ) -> None:
         self.relay = relay
         self._orphans_s = orphans_s  # None: this worker looks for no gone worker's runs
+        self._deaths = deaths  # None: it looks every `orphans_s` only
         self._orphans = Daemon("outlive-orphans", self.watch_orphans)
         self.scan_s = scan_s
         self._listen_url = listen_url
@@ -89,6 +94,8 @@ class RelayLoop:
     async def stop(self) -> None:
         for daemon in (self._orphans, self._daemon):
             await daemon.stop()
+        if self._deaths is not None:
+            await self._deaths.stop()
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -131,11 +138,15 @@ class RelayLoop:
                     await self._wake.wait()
 
     async def watch_orphans(self) -> None:
-        """Every `OUTLIVE_LIVENESS_CHECK_S`: hand again the runs whose worker process is gone
-        (`Relay.hand_orphans`: one statement when there are none)."""
+        """Hand again the runs whose worker process is gone (`Relay.hand_orphans`: one statement
+        when there are none): as soon as a watched worker dies (`DeathWatch`), and at the latest
+        every `OUTLIVE_LIVENESS_CHECK_S`."""
         assert self._orphans_s is not None  # noqa: S101 (started only with a period)
         while True:
-            await asyncio.sleep(self._orphans_s)
+            if self._deaths is None:
+                await asyncio.sleep(self._orphans_s)
+            else:
+                await self._deaths.death(within=self._orphans_s)
             try:
                 await self.relay.hand_orphans()
             except Exception as exc:  # noqa: BLE001 (PostgreSQL or the queue away: next time)
@@ -171,6 +182,7 @@ def build_relay(
     database_url: str,
     admission: Admission,
     lead: WakeLead,
+    deaths: DeathWatch | None = None,
 ) -> RelayLoop:
     """The relay a worker runs (started with `start()`, stopped with `stop()`), making up for
     missed dispatches through `admission` (the runtime's), handing sleeps back `lead` early
@@ -194,4 +206,5 @@ def build_relay(
         scan_s=settings.relay_scan_s,
         listen_url=listen_url,
         orphans_s=settings.liveness_check_s,
+        deaths=deaths,
     )
