@@ -48,7 +48,10 @@ async def main() -> None:
                     "; ".join(rnd.problems[:3]),
                 ]
             )
-    print(table(rows, ["strategy", "faults", "seconds", "samples", "problems", "first"]))
+        print(table(rows, HEADERS), flush=True)  # each phase as it ends: a long run shows it
+
+
+HEADERS = ["strategy", "faults", "seconds", "samples", "problems", "first"]
 
 
 if __name__ == "__main__":
