@@ -63,11 +63,16 @@ async def two_workers(
     """Two started workers, by the liveness key each holds (the `worker_id` of its claims)."""
     workers = [start_worker(settings, logs, tmp_path, **env) for _ in range(2)]
     by_key = {}
-    for (path, _), process in zip(logs[-2:], workers, strict=True):
-        logged = await until_logged(path, "worker started")
-        found = re.search(r"holds its lock \(worker id (\d+)\)", logged)
-        assert found is not None
-        by_key[int(found.group(1))] = process
+    try:
+        for (path, _), process in zip(logs[-2:], workers, strict=True):
+            logged = await until_logged(path, "worker started")
+            found = re.search(r"holds its lock \(worker id (\d+)\)", logged)
+            assert found is not None
+            by_key[int(found.group(1))] = process
+    except BaseException:  # the test's own `finally` is not reached: leave no worker behind
+        for process in workers:
+            stop(process)
+        raise
     return by_key
 
 
@@ -139,8 +144,13 @@ async def test_the_worker_watching_a_sigkilled_one_takes_its_runs_without_lookin
     worker's liveness lock, granted when its session ends) can take the run over before its
     lease: `DeathWatch`."""
     workers = await two_workers(settings, worker_logs, tmp_path, OUTLIVE_LIVENESS_CHECK_S="3600")
-    for path, _ in worker_logs[-2:]:
-        await until_logged(path, "liveness: watching worker")
+    try:
+        for path, _ in worker_logs[-2:]:
+            await until_logged(path, "liveness: watching worker")
+    except BaseException:
+        for process in workers.values():
+            stop(process)
+        raise
     took = await kill_the_holder(api, settings, sessions, tenant, workers)
     print(f"re-claimed after {took:.2f}s by the watch")  # noqa: T201 (the figure, with -s)
     assert took < RECLAIM_DEADLINE_S, f"re-claimed only after {took:.1f}s"

@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 LOCK_CLASS = 0x4F4C  # the first key of Outlive's liveness locks ("OL"); the worker id the second
 REOPEN_S = 1.0  # how often a lost liveness connection is tried again
 APPLICATION_NAME = "outlive-liveness"
+# While the liveness session waits for another worker's lock (`DeathWatch`), its server process
+# is busy and would not notice this process dying: PostgreSQL reads a busy session's socket only
+# every `client_connection_check_interval` (14 and later; off by default). Without it, a killed
+# worker's session would live on, its lock held, for as long as the worker it watched lives.
+CHECK_INTERVAL = "50ms"
 
 
 def worker_gone(column: str) -> str:
@@ -62,6 +67,7 @@ class Liveness:
         self._conn: asyncpg.Connection | None = None
         self._key: int | None = None
         self._held = False
+        self.watchable = False  # the session can wait for another worker's lock (`DeathWatch`)
         self._daemon = Daemon("outlive-liveness", self._keep)
 
     @property
@@ -71,8 +77,9 @@ class Liveness:
 
     @property
     def connection(self) -> asyncpg.Connection | None:
-        """The liveness session while it holds the lock (`DeathWatch` waits on it)."""
-        return self._conn if self._held else None
+        """The liveness session while it holds the lock and notices its client's death while
+        busy (`DeathWatch` waits on it)."""
+        return self._conn if self._held and self.watchable else None
 
     def watch(self) -> DeathWatch:
         """A watch on the other workers' liveness (`DeathWatch`), on this session."""
@@ -93,11 +100,19 @@ class Liveness:
             self._conn = None
 
     async def _open(self) -> None:
-        conn = await asyncpg.connect(
-            self._url,
-            statement_cache_size=0,
-            server_settings={"application_name": APPLICATION_NAME},
-        )
+        settings = {"application_name": APPLICATION_NAME}
+        try:
+            conn = await asyncpg.connect(
+                self._url,
+                statement_cache_size=0,
+                server_settings=settings | {"client_connection_check_interval": CHECK_INTERVAL},
+            )
+            self.watchable = True
+        except asyncpg.UndefinedObjectError:  # PostgreSQL before 14: no watch, the look alone
+            conn = await asyncpg.connect(
+                self._url, statement_cache_size=0, server_settings=settings
+            )
+            self.watchable = False
         try:
             key = self._key or _new_key()
             while not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", LOCK_CLASS, key):
