@@ -108,7 +108,9 @@ class Liveness:
                 server_settings=settings | {"client_connection_check_interval": CHECK_INTERVAL},
             )
             self.watchable = True
-        except asyncpg.UndefinedObjectError:  # PostgreSQL before 14: no watch, the look alone
+        except (asyncpg.UndefinedObjectError, asyncpg.ProtocolViolationError):
+            # PostgreSQL before 14, or a pooler in between that refuses the setting: no watch,
+            # the periodic look alone
             conn = await asyncpg.connect(
                 self._url, statement_cache_size=0, server_settings=settings
             )
