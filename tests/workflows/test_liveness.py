@@ -28,24 +28,38 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 RECLAIM_DEADLINE_S = 5.0  # the lease path takes 10 s + a 5 s sweep with these settings
 
 
+class WorkerLogs(list[tuple[Path, IO[bytes]]]):
+    """The started workers' logs, in start order, and their processes: the fixture stops every
+    one at teardown, whatever the test did (a test that fails while its workers start would
+    otherwise leave them running)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+
 @pytest.fixture
-def worker_logs() -> Iterator[list[tuple[Path, IO[bytes]]]]:
-    logs: list[tuple[Path, IO[bytes]]] = []
+def worker_logs() -> Iterator[WorkerLogs]:
+    logs = WorkerLogs()
     yield logs
+    for process in logs.processes:
+        stop(process)
     for _, log in logs:
         log.close()
 
 
 def start_worker(
-    settings: Settings, logs: list[tuple[Path, IO[bytes]]], tmp_path: Path, **env: str
+    settings: Settings, logs: WorkerLogs, tmp_path: Path, **env: str
 ) -> subprocess.Popen[bytes]:
     path = tmp_path / f"worker-{len(logs)}.log"
     log = path.open("wb")
     logs.append((path, log))
     defaults = {"OUTLIVE_RUN_HEARTBEAT_S": "10", "OUTLIVE_RUN_SWEEP_S": "5", **env}
-    return spawn_outlive(
+    process: subprocess.Popen[bytes] = spawn_outlive(
         "worker", "--concurrency", "4", env=service_env(settings, **defaults), log=log
     )
+    logs.processes.append(process)
+    return process
 
 
 async def until_logged(path: Path, text: str, timeout: float = 90) -> str:
@@ -58,21 +72,16 @@ async def until_logged(path: Path, text: str, timeout: float = 90) -> str:
 
 
 async def two_workers(
-    settings: Settings, logs: list[tuple[Path, IO[bytes]]], tmp_path: Path, **env: str
+    settings: Settings, logs: WorkerLogs, tmp_path: Path, **env: str
 ) -> dict[int, subprocess.Popen[bytes]]:
     """Two started workers, by the liveness key each holds (the `worker_id` of its claims)."""
     workers = [start_worker(settings, logs, tmp_path, **env) for _ in range(2)]
     by_key = {}
-    try:
-        for (path, _), process in zip(logs[-2:], workers, strict=True):
-            logged = await until_logged(path, "worker started")
-            found = re.search(r"holds its lock \(worker id (\d+)\)", logged)
-            assert found is not None
-            by_key[int(found.group(1))] = process
-    except BaseException:  # the test's own `finally` is not reached: leave no worker behind
-        for process in workers:
-            stop(process)
-        raise
+    for (path, _), process in zip(logs[-2:], workers, strict=True):
+        logged = await until_logged(path, "worker started")
+        found = re.search(r"holds its lock \(worker id (\d+)\)", logged)
+        assert found is not None
+        by_key[int(found.group(1))] = process
     return by_key
 
 
@@ -118,41 +127,31 @@ async def kill_the_holder(
     return took
 
 
+@pytest.mark.parametrize(
+    ("look_s", "how"),
+    [(None, "the lease path: 10 s + a 5 s sweep"), ("3600", "by the watch")],
+    ids=["look-every-0.5s", "look-an-hour-apart"],
+)
 async def test_a_sigkilled_worker_s_runs_are_claimed_again_within_a_second(
     api: Api,
     settings: Settings,
     sessions: Sessions,
     tenant: TenantHandle,
-    worker_logs: list[tuple[Path, IO[bytes]]],
+    worker_logs: WorkerLogs,
     tmp_path: Path,
-) -> None:
-    workers = await two_workers(settings, worker_logs, tmp_path)
-    took = await kill_the_holder(api, settings, sessions, tenant, workers)
-    print(f"re-claimed after {took:.2f}s (the lease path: 10 s + a 5 s sweep)")  # noqa: T201 (the figure, with -s)
-    assert took < RECLAIM_DEADLINE_S, f"re-claimed only after {took:.1f}s"
-
-
-async def test_the_worker_watching_a_sigkilled_one_takes_its_runs_without_looking(
-    api: Api,
-    settings: Settings,
-    sessions: Sessions,
-    tenant: TenantHandle,
-    worker_logs: list[tuple[Path, IO[bytes]]],
-    tmp_path: Path,
+    look_s: str | None,
+    how: str,
 ) -> None:
     """With the periodic look an hour apart, only the death watch (a wait for the other
     worker's liveness lock, granted when its session ends) can take the run over before its
     lease: `DeathWatch`."""
-    workers = await two_workers(settings, worker_logs, tmp_path, OUTLIVE_LIVENESS_CHECK_S="3600")
-    try:
+    env = {} if look_s is None else {"OUTLIVE_LIVENESS_CHECK_S": look_s}
+    workers = await two_workers(settings, worker_logs, tmp_path, **env)
+    if look_s is not None:
         for path, _ in worker_logs[-2:]:
             await until_logged(path, "liveness: watching worker")
-    except BaseException:
-        for process in workers.values():
-            stop(process)
-        raise
     took = await kill_the_holder(api, settings, sessions, tenant, workers)
-    print(f"re-claimed after {took:.2f}s by the watch")  # noqa: T201 (the figure, with -s)
+    print(f"re-claimed after {took:.2f}s ({how})")  # noqa: T201 (the figure, with -s)
     assert took < RECLAIM_DEADLINE_S, f"re-claimed only after {took:.1f}s"
 
 
@@ -161,7 +160,7 @@ async def test_a_frozen_worker_is_taken_over_by_its_lease_and_writes_nothing_onc
     settings: Settings,
     sessions: Sessions,
     tenant: TenantHandle,
-    worker_logs: list[tuple[Path, IO[bytes]]],
+    worker_logs: WorkerLogs,
     tmp_path: Path,
 ) -> None:
     """SIGSTOP keeps the frozen process's socket, so its liveness lock: only the lease (2 s here)
@@ -216,7 +215,7 @@ async def test_a_rolling_sigterm_restart_leaves_no_run_waiting_for_a_lease(
     api: Api,
     settings: Settings,
     sessions: Sessions,
-    worker_logs: list[tuple[Path, IO[bytes]]],
+    worker_logs: WorkerLogs,
     tmp_path: Path,
 ) -> None:
     """4 workers under load, each stopped with SIGTERM in turn once its replacement is up (as a
