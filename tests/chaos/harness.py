@@ -238,6 +238,10 @@ class Fleet:
         replacement.add_done_callback(self._starting.discard)
         return True
 
+    async def replaced(self) -> None:
+        """Until every killed worker's replacement is up (or gave up trying)."""
+        await asyncio.gather(*self._starting, return_exceptions=True)
+
     def api_tracebacks(self, most: int = 3) -> list[str]:
         """The first errors the API processes logged with a traceback (what a 500 was)."""
         found: list[str] = []

@@ -175,8 +175,14 @@ async def _settled(sessions: Sessions, tenant_id: str, strategy: str, deadline: 
 
 
 async def _killing(fleet: Fleet, every_s: float, rng: random.Random, stop: asyncio.Event) -> int:
+    """Rolling SIGKILLs, as a rolling restart goes: the next worker is killed only once the last
+    one's replacement is up, and then after `every_s` (from 0.5x to 1.5x). Killing faster than
+    replacements start leaves a fleet that spends its life starting, and a run whose only step
+    takes a second can then lose three workers before completing it: failed by the lost-worker
+    rule, as CONTRACT section 7 says it must be (a poison run looks no different)."""
     kills = 0
     while not stop.is_set():
+        await fleet.replaced()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), every_s * rng.uniform(0.5, 1.5))
         if not stop.is_set() and await fleet.kill_a_worker(rng):

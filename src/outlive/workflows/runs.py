@@ -117,7 +117,8 @@ async def _attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -
     ):
         error = (
             f"gave up: its worker was lost {barren} times without completing a step (the last "
-            "one's lease expired); a run that kills its worker is not retried forever"
+            "one's process ended or its lease expired); a run that kills its worker is not"
+            " retried forever"
         )
         await _settle(deps, run, RunStatus.FAILED, error=error)
         return
