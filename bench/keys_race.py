@@ -4,7 +4,8 @@ rolling worker SIGKILLs. Prints, per strategy, the time to settle everything, th
 taken and the problems found (`tests/keys/race.py` says what is checked).
 
     uv run python bench/keys_race.py [--keys 100] [--starts 20] [--workers 3] [--kill-every 2]
-                                     [--strategies ENQUEUE,REJECT]
+                                     [--strategies ENQUEUE,REJECT] [--skip-clean]
+                                     [--heartbeat-s 1]
 
 Needs PostgreSQL and Redis (BENCH_DATABASE_URL, BENCH_REDIS_URL, BENCH_REDIS_DB).
 """
@@ -30,11 +31,22 @@ async def main() -> None:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--kill-every", type=float, default=2.0, help="0: no SIGKILL round")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--skip-clean", action="store_true", help="the SIGKILL round only")
+    parser.add_argument(
+        "--heartbeat-s", type=float, help="OUTLIVE_RUN_HEARTBEAT_S (the lease); default: 10"
+    )
     args = parser.parse_args()
     strategies = tuple(s for s in args.strategies.split(",") if s)
     rows = []
-    for kill in (None, args.kill_every or None) if args.kill_every else (None,):
-        race = Race(keys=args.keys, starts=args.starts, workers=args.workers, kill_every_s=kill)
+    phases = (None, args.kill_every or None) if args.kill_every else (None,)
+    for kill in phases[1:] if args.skip_clean and args.kill_every else phases:
+        race = Race(
+            keys=args.keys,
+            starts=args.starts,
+            workers=args.workers,
+            kill_every_s=kill,
+            heartbeat_s=args.heartbeat_s,
+        )
         async with bench_env() as env:
             rounds = await run_race(race, env.database_url, env.redis_url, strategies)
         for rnd in rounds:

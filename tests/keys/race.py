@@ -49,6 +49,7 @@ class Race:
     kill_every_s: float | None = None  # rolling worker SIGKILLs
     settle_timeout_s: float = 240.0
     seed: int = 27
+    heartbeat_s: float | None = None  # OUTLIVE_RUN_HEARTBEAT_S; None: the default (10 s)
 
 
 @dataclass
@@ -61,19 +62,22 @@ class Round:
     seconds: float = 0.0
 
 
-def env_of(database_url: str, redis_url: str) -> dict[str, str]:
+def env_of(database_url: str, redis_url: str, heartbeat_s: float | None = None) -> dict[str, str]:
+    """The fleet's settings. The lease is the default one (10 s): a SIGKILLed worker's runs are
+    taken over through its liveness lock at once, whatever the lease. A 1 s lease, as before
+    liveness, made the race's own CPU starvation a fault: a heartbeat late by a fraction of a
+    second stops its attempt before the lease can expire, and the run counts a lost attempt
+    that no kill caused."""
     return {
         "DATABASE_URL": database_url,
         "REDIS_URL": redis_url,
-        "OUTLIVE_RUN_HEARTBEAT_S": "1",
-        "OUTLIVE_RUN_SWEEP_S": "1",
         "OUTLIVE_RECONCILE_GRACE_S": "2",
         "OUTLIVE_RUN_RETRY_DELAY_S": "0.5",
         "OUTLIVE_SHUTDOWN_GRACE_S": "1",
         "OUTLIVE_RATE_START_RUN": "off",
         "OUTLIVE_RATE_SIGNAL_RUN": "off",
         "OUTLIVE_LOG_FORMAT": "text",
-    }
+    } | ({} if heartbeat_s is None else {"OUTLIVE_RUN_HEARTBEAT_S": str(heartbeat_s)})
 
 
 def _input(strategy: str, i: int) -> dict[str, Any]:
@@ -231,7 +235,7 @@ async def run_race(
     sessions = create_sessions(engine)
     rounds = []
     try:
-        async with _fleet(race, env_of(database_url, redis_url)) as fleet:
+        async with _fleet(race, env_of(database_url, redis_url, race.heartbeat_s)) as fleet:
             for strategy in strategies:
                 rnd = Round(strategy)
                 began = time.monotonic()
@@ -263,7 +267,9 @@ async def _runs(sessions: Sessions, tenant_id: str, strategy: str) -> dict[str, 
         "SELECT r.id::text AS id, r.key, r.status, r.error, r.input, r.started_at, r.finished_at,"
         " r.created_at, (SELECT count(*) - count(DISTINCT e.data->>'turn') FROM run_events e"
         "   WHERE e.run_id = r.id AND e.type = 'turn') AS doubled,"
-        " ARRAY(SELECT s.payload::text FROM run_signals s WHERE s.run_id = r.id) AS signals"
+        " ARRAY(SELECT s.payload::text FROM run_signals s WHERE s.run_id = r.id) AS signals,"
+        " ARRAY(SELECT e.data->>'reason' FROM run_events e"
+        "   WHERE e.run_id = r.id AND e.type = 'lost' ORDER BY e.seq) AS losses"
         " FROM runs r WHERE r.tenant_id = CAST(:t AS uuid) AND r.key LIKE :prefix"
     )
     found = await sessions.all(statement, t=tenant_id, prefix=f"{strategy}:%")
@@ -310,8 +316,12 @@ async def check_round(sessions: Sessions, tenant_id: str, race: Race, rnd: Round
 
 
 def _not_succeeded(runs: dict[str, Any]) -> list[str]:
+    """Each run that did not succeed, with how each of its lost attempts was found."""
     return [
-        f"{i} is {r['status']}: {r['error']}" for i, r in runs.items() if r["status"] != "SUCCEEDED"
+        f"{i} is {r['status']}: {r['error']}"
+        + (f" (lost: {'; '.join(r['losses'])})" if r["losses"] else "")
+        for i, r in runs.items()
+        if r["status"] != "SUCCEEDED"
     ]
 
 
