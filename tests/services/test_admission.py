@@ -251,3 +251,52 @@ async def _admitted(world: World, ids: list[str]) -> list[bool]:
     }
     await conn.close()
     return [rows[i] for i in ids]
+
+
+WAITERS = """SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'
+                AND query LIKE '%outlive_dispatch_runs%'"""
+
+
+async def test_a_burst_of_dispatches_of_one_tenant_waits_on_its_row_once(world: World) -> None:
+    """Every settle dispatches its tenant after its commit. While one dispatch waits on the
+    tenant's row, the rest of a process's burst shares the one after it instead of each holding
+    a pooled connection in the row's queue (with the pool full of them, another tenant's claim
+    waited: issue 26). `tests/services/test_coalesce.py` proves that no caller gets the answer
+    of a dispatch that started before it asked."""
+    from outlive.runtime import open_runtime
+
+    tenant = await new_tenant(world.sessions, "bursty")
+    await set_cap(world, tenant, 1, None)
+    holder = await asyncpg.connect(world.database_url)
+    watcher = await asyncpg.connect(world.database_url)
+    try:
+        async with open_runtime(world.settings, "worker") as runtime:
+            admission = runtime.sessions.admission
+            lock = holder.transaction()
+            await lock.start()
+            await holder.execute(
+                "SELECT 1 FROM tenants WHERE id = $1 FOR NO KEY UPDATE", tenant.id
+            )
+            burst = [asyncio.create_task(admission.dispatch_runs(tenant.id)) for _ in range(20)]
+            while not await watcher.fetchval(WAITERS):  # the first one reached the row
+                await asyncio.sleep(0.01)
+            # Unmerged, the other 19 would each take a connection (10 in the pool) and queue
+            # behind the first within milliseconds: look for them for a while.
+            seen = [await watcher.fetchval(WAITERS) for _ in range(50)]
+            run_id = await watcher.fetchval(  # a run waiting for a slot, meanwhile
+                "INSERT INTO runs (tenant_id, agent, input) VALUES ($1, 'many-0', '{}')"
+                " RETURNING id",
+                tenant.id,
+            )
+            await lock.commit()
+            answers = await asyncio.gather(*burst)
+            dispatched = await watcher.fetchval(
+                "SELECT dispatched_at IS NOT NULL FROM runs WHERE id = $1", run_id
+            )
+    finally:
+        await holder.close()
+        await watcher.close()
+    assert max(seen) == 1, f"dispatches waiting on the tenant's row at once: {max(seen)}"
+    assert dispatched
+    assert [run_id] in answers  # admitted once, by one of the burst's two dispatches

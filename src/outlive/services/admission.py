@@ -36,6 +36,7 @@ from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId, TenantId
 from outlive.services import outbox, relay, runs
+from outlive.services.coalesce import Coalesced
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,26 @@ class TenantAdmission:
         self._instances = instances
         self._jobs = jobs
         self.limits = limits
+        # One dispatch of a tenant's runs (and one of its jobs) in flight per process, and one
+        # after it for every caller meanwhile: not one per settle queued on the tenant's row.
+        self._runs = Coalesced(self._dispatch_runs)
+        self._jobs_of = Coalesced(self._dispatch_jobs)
 
     async def dispatch_runs(self, tenant_id: UUID) -> list[RunId]:
-        """Admit the tenant's waiting runs up to its cap and enqueue them. Should the queue be
-        unreachable, the runs it could not take stay admitted and go to the relay
-        (`services.relay`), which hands them once the queue is back: a Redis outage delays a
-        run, it never fails one."""
+        """Admit the tenant's waiting runs up to its cap and enqueue them (`Coalesced`: with
+        one in flight, the caller shares the next one). Should the queue be unreachable, the
+        runs it could not take stay admitted and go to the relay (`services.relay`), which
+        hands them once the queue is back: a Redis outage delays a run, it never fails one."""
+        return await self._runs(tenant_id)
+
+    async def dispatch_jobs(self, tenant_id: UUID) -> list[tuple[str, UUID]]:
+        """Admit the tenant's waiting deliveries and emails up to its cap and enqueue them
+        (`Coalesced`, as runs). When the queue is unreachable, they stay admitted and PENDING
+        and go to the relay, which hands them once the queue is back (nothing is failed,
+        nothing raised)."""
+        return await self._jobs_of(tenant_id)
+
+    async def _dispatch_runs(self, tenant_id: UUID) -> list[RunId]:
         rows = await self._sessions.all(
             _DISPATCH_RUNS, tenant_id=tenant_id, default_cap=self.limits.max_running_runs
         )
@@ -76,10 +91,7 @@ class TenantAdmission:
                 return admitted
         return admitted
 
-    async def dispatch_jobs(self, tenant_id: UUID) -> list[tuple[str, UUID]]:
-        """Admit the tenant's waiting deliveries and emails up to its cap and enqueue them. When
-        the queue is unreachable, they stay admitted and PENDING and go to the relay, which
-        hands them once the queue is back (nothing is failed, nothing raised)."""
+    async def _dispatch_jobs(self, tenant_id: UUID) -> list[tuple[str, UUID]]:
         rows = await self._sessions.all(
             _DISPATCH_JOBS, tenant_id=tenant_id, default_cap=self.limits.max_inflight_jobs
         )
