@@ -4,6 +4,7 @@ a result of a call that started before the caller asked."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 import pytest
 
@@ -113,3 +114,30 @@ async def _now(coalesced: Coalesced[str, int], work: Gated) -> int:
     await work.next_entered()
     work.gates[-1].set()
     return await call
+
+
+async def test_the_follow_up_runs_in_no_caller_s_context() -> None:
+    """It is done for all its callers: a value the call it follows set (a request's read scope,
+    its log bindings) is not seen by it."""
+    scope: contextvars.ContextVar[str] = contextvars.ContextVar("scope", default="none")
+    seen: list[str] = []
+    release = asyncio.Event()
+
+    async def work(key: str) -> str:
+        seen.append(scope.get())
+        await release.wait()
+        return key
+
+    coalesced = Coalesced(work)
+
+    async def in_request(name: str) -> str:
+        scope.set(name)
+        return await coalesced("t")
+
+    first = asyncio.create_task(in_request("request-1"))
+    await asyncio.sleep(0)
+    second = asyncio.create_task(in_request("request-2"))
+    await asyncio.sleep(0)
+    release.set()
+    assert await asyncio.gather(first, second) == ["t", "t"]
+    assert seen == ["request-1", "none"]

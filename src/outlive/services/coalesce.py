@@ -14,6 +14,7 @@ process waits for the row.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Generic, TypeVar
 
@@ -50,7 +51,11 @@ class Coalesced(Generic[K, T]):
         if follow is None:
             self._busy.discard(key)
             return
-        task = asyncio.ensure_future(self._follow_up(key, follow))  # `key` stays busy
+        # `key` stays busy. The follow-up is done for every caller that waits for it, so it
+        # runs in a context of its own: not in the one that ended (its request's read scope,
+        # byte budget and log bindings are that caller's alone).
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._follow_up(key, follow), context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
