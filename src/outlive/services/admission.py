@@ -23,8 +23,10 @@ below that the run is admitted by the INSERT itself and no dispatch is needed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from sqlalchemy import text
@@ -36,9 +38,10 @@ from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId, TenantId
 from outlive.services import outbox, relay, runs
-from outlive.services.coalesce import Coalesced
+from outlive.services.coalesce import Coalesced, retrieved
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _DISPATCH_RUNS = prepare(text("SELECT outlive_dispatch_runs(:tenant_id, :default_cap) AS id"))
 _DISPATCH_JOBS = prepare(
@@ -57,30 +60,34 @@ class TenantAdmission:
         self._instances = instances
         self._jobs = jobs
         self.limits = limits
-        # One dispatch of a tenant's runs (and one of its jobs) in flight per process, and one
-        # after it for every caller meanwhile: not one per settle queued on the tenant's row.
-        self._runs = Coalesced(self._dispatch_runs)
-        self._jobs_of = Coalesced(self._dispatch_jobs)
+        # One dispatch statement of a tenant's runs (and one of its jobs) in flight per
+        # process, and one after it for every caller meanwhile: not one per settle queued on the
+        # tenant's row. The enqueue of what it admitted is not part of it (the next statement
+        # need not wait for Redis); every caller that shares the statement awaits that enqueue.
+        self._runs = Coalesced(self._admit_runs)
+        self._jobs_of = Coalesced(self._admit_jobs)
 
     async def dispatch_runs(self, tenant_id: UUID) -> list[RunId]:
         """Admit the tenant's waiting runs up to its cap and enqueue them (`Coalesced`: with
         one in flight, the caller shares the next one). Should the queue be unreachable, the
         runs it could not take stay admitted and go to the relay (`services.relay`), which
         hands them once the queue is back: a Redis outage delays a run, it never fails one."""
-        return await self._runs(tenant_id)
+        return await asyncio.shield(await self._runs(tenant_id))
 
     async def dispatch_jobs(self, tenant_id: UUID) -> list[tuple[str, UUID]]:
         """Admit the tenant's waiting deliveries and emails up to its cap and enqueue them
         (`Coalesced`, as runs). When the queue is unreachable, they stay admitted and PENDING
         and go to the relay, which hands them once the queue is back (nothing is failed,
         nothing raised)."""
-        return await self._jobs_of(tenant_id)
+        return await asyncio.shield(await self._jobs_of(tenant_id))
 
-    async def _dispatch_runs(self, tenant_id: UUID) -> list[RunId]:
+    async def _admit_runs(self, tenant_id: UUID) -> asyncio.Future[list[RunId]]:
         rows = await self._sessions.all(
             _DISPATCH_RUNS, tenant_id=tenant_id, default_cap=self.limits.max_running_runs
         )
-        admitted = [RunId(row["id"]) for row in rows]
+        return _handing([RunId(row["id"]) for row in rows], self._hand_runs)
+
+    async def _hand_runs(self, admitted: list[RunId]) -> None:
         for done, run_id in enumerate(admitted):
             try:
                 await self._instances.start(run_id)
@@ -88,23 +95,40 @@ class TenantAdmission:
                 left = admitted[done:]
                 log.warning("%d admitted run(s) go to the relay: no queue", len(left))
                 await runs.handoff_failed_runs(self._sessions, left)
-                return admitted
-        return admitted
+                return
 
-    async def _dispatch_jobs(self, tenant_id: UUID) -> list[tuple[str, UUID]]:
+    async def _admit_jobs(self, tenant_id: UUID) -> asyncio.Future[list[tuple[str, UUID]]]:
         rows = await self._sessions.all(
             _DISPATCH_JOBS, tenant_id=tenant_id, default_cap=self.limits.max_inflight_jobs
         )
-        admitted = [(str(row["kind"]), UUID(str(row["id"]))) for row in rows]
+        return _handing([(str(row["kind"]), UUID(str(row["id"]))) for row in rows], self._send)
+
+    async def _send(self, admitted: list[tuple[str, UUID]]) -> None:
         jobs = self._jobs
-        if not admitted:
-            return admitted
         try:
             await jobs.send([outbox.job(jobs, kind, row_id) for kind, row_id in admitted])
         except QueueUnavailable:
             log.warning("%d admitted job(s) go to the relay: no queue", len(admitted))
             await relay.handoff_failed_jobs(self._sessions, admitted)
+
+
+def _handing(
+    admitted: list[T], hand: Callable[[list[T]], Awaitable[None]]
+) -> asyncio.Future[list[T]]:
+    """`admitted`, once `hand` gave them to the queue: a task of its own (started now), so that
+    every caller sharing the dispatch awaits the same one, and none of them cancels it."""
+    if not admitted:
+        done: asyncio.Future[list[T]] = asyncio.get_running_loop().create_future()
+        done.set_result(admitted)
+        return done
+
+    async def handed() -> list[T]:
+        await hand(admitted)
         return admitted
+
+    task = asyncio.ensure_future(handed())
+    task.add_done_callback(retrieved)
+    return task
 
 
 _POSITION = prepare(

@@ -43,7 +43,7 @@ class Coalesced(Generic[K, T]):
         follow = self._next.get(key)
         if follow is None:
             follow = self._next[key] = asyncio.get_running_loop().create_future()
-            follow.add_done_callback(_retrieved)
+            follow.add_done_callback(retrieved)
         return await asyncio.shield(follow)
 
     def _ended(self, key: K) -> None:
@@ -73,7 +73,7 @@ class Coalesced(Generic[K, T]):
             self._ended(key)
 
 
-def _retrieved(future: asyncio.Future[Any]) -> None:
+def retrieved(future: asyncio.Future[Any]) -> None:
     """Its callers may all have been cancelled meanwhile: an error nobody awaited is not logged
     as never retrieved (each caller that awaited it got it)."""
     if not future.cancelled():
