@@ -275,11 +275,10 @@ async def test_a_burst_of_dispatches_of_one_tenant_waits_on_its_row_once(world: 
             admission = runtime.sessions.admission
             lock = holder.transaction()
             await lock.start()
-            await holder.execute(
-                "SELECT 1 FROM tenants WHERE id = $1 FOR NO KEY UPDATE", tenant.id
-            )
+            await holder.execute("SELECT 1 FROM tenants WHERE id = $1 FOR NO KEY UPDATE", tenant.id)
             burst = [asyncio.create_task(admission.dispatch_runs(tenant.id)) for _ in range(20)]
-            while not await watcher.fetchval(WAITERS):  # the first one reached the row
+            # Until the first one reached the row (PostgreSQL's lock table: no event to await).
+            while not await watcher.fetchval(WAITERS):  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
             # Unmerged, the other 19 would each take a connection (10 in the pool) and queue
             # behind the first within milliseconds: look for them for a while.
