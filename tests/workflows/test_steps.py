@@ -6,7 +6,9 @@ attempt records nothing; a result over 256 KiB fails the run naming the step; `R
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
+import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -186,6 +188,36 @@ async def take_over(sessions: Sessions, run_id: RunId, *, expire: bool) -> RunRe
             return run
         expire = True
     raise AssertionError(f"run {run_id} could not be taken over")
+
+
+async def test_gathered_steps_cancelled_before_they_start_leave_no_coroutine_unawaited(
+    deps_for: Callable[[AgentRegistry], WorkflowDeps], sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """An attempt cancelled between its gather's call and the gathered steps' start (a crash
+    test hit that window): each step is one coroutine until it starts, so none of the inner
+    ones was made and left never awaited (a warning, an error under this suite's filters)."""
+
+    async def noop() -> int:
+        return 1
+
+    async def agent(ctx: RunContext, params: DemoInput) -> Any:
+        return await asyncio.gather(ctx.step("a", noop), ctx.step("b", noop))
+
+    deps = deps_for(registry(agent))
+    run_id = await start(sessions, tenant, {})
+    ctx = AttemptContext(deps, await take_over(sessions, run_id, expire=False))
+    await ctx.resume()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        attempt = asyncio.create_task(agent(ctx, DemoInput()))
+        await asyncio.sleep(0)  # the agent ran up to its gather: both steps' tasks made, not run
+        attempt.cancel()
+        await asyncio.gather(attempt, return_exceptions=True)
+        del attempt
+        gc.collect()
+    unawaited = [str(w.message) for w in caught if "never awaited" in str(w.message)]
+    assert unawaited == []
+    assert await journal_rows(sessions, run_id) == []
 
 
 async def test_gathered_steps_crashed_and_resumed_20_times_never_run_again_once_recorded(

@@ -143,24 +143,18 @@ class StepJournal:
                 self._sessions, self._run.id, max_bytes=self._max_bytes
             )
 
-    def call(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        policy: StepPolicy | None = None,
-    ) -> Any:
-        """The step's awaitable; its occurrence is taken now, synchronously."""
+    def take(self, name: str) -> int:
+        """The step's occurrence, taken now, synchronously: at the call, not at the await (a
+        gather's steps are numbered in the order they were called)."""
         if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME:
             raise ValueError(f"a step name is 1 to {MAX_STEP_NAME} characters")
         if _IN_STEP.get() is not None:
             raise RuntimeError(f"step {name!r} was called inside another step; steps do not nest")
         occurrence = self._occurrences.get(name, 0) + 1
         self._occurrences[name] = occurrence
-        return self._step(name, occurrence, fn, args, kwargs, policy)
+        return occurrence
 
-    async def _step(
+    async def run(
         self,
         name: str,
         occurrence: int,
