@@ -38,8 +38,8 @@ async def main() -> None:
     args = parser.parse_args()
     strategies = tuple(s for s in args.strategies.split(",") if s)
     rows = []
-    phases = (None, args.kill_every or None) if args.kill_every else (None,)
-    for kill in phases[1:] if args.skip_clean and args.kill_every else phases:
+    phases = ([] if args.skip_clean else [None]) + ([args.kill_every] if args.kill_every else [])
+    for kill in phases:
         race = Race(
             keys=args.keys,
             starts=args.starts,

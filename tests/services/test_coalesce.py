@@ -37,11 +37,17 @@ class Gated:
         self.entered.clear()
 
 
-async def test_callers_during_a_call_share_one_call_that_starts_after_it() -> None:
+async def one_in_flight() -> tuple[Gated, Coalesced[str, int], asyncio.Task[int]]:
+    """A `Coalesced` over a `Gated` work, with a first call for "t" in flight."""
     work = Gated()
     coalesced = Coalesced(work)
     first = asyncio.create_task(coalesced("t"))
     await work.next_entered()
+    return work, coalesced, first
+
+
+async def test_callers_during_a_call_share_one_call_that_starts_after_it() -> None:
+    work, coalesced, first = await one_in_flight()
     later = [asyncio.create_task(coalesced("t")) for _ in range(10)]
     other = asyncio.create_task(coalesced("u"))  # another key is not held back
     await work.next_entered()
@@ -58,10 +64,7 @@ async def test_callers_during_a_call_share_one_call_that_starts_after_it() -> No
 
 
 async def test_a_caller_during_the_follow_up_waits_for_one_more() -> None:
-    work = Gated()
-    coalesced = Coalesced(work)
-    first = asyncio.create_task(coalesced("t"))
-    await work.next_entered()
+    work, coalesced, first = await one_in_flight()
     second = asyncio.create_task(coalesced("t"))
     await asyncio.sleep(0)  # `second` asks while the first runs
     work.gates[0].set()
@@ -76,10 +79,7 @@ async def test_a_caller_during_the_follow_up_waits_for_one_more() -> None:
 
 
 async def test_a_failed_follow_up_reaches_each_caller_and_the_next_call_runs_anew() -> None:
-    work = Gated()
-    coalesced = Coalesced(work)
-    first = asyncio.create_task(coalesced("t"))
-    await work.next_entered()
+    work, coalesced, first = await one_in_flight()
     waiting = [asyncio.create_task(coalesced("t")) for _ in range(3)]
     await asyncio.sleep(0)
     work.gates[0].set()
@@ -94,10 +94,7 @@ async def test_a_failed_follow_up_reaches_each_caller_and_the_next_call_runs_ane
 
 
 async def test_a_cancelled_caller_leaves_the_follow_up_to_the_others() -> None:
-    work = Gated()
-    coalesced = Coalesced(work)
-    first = asyncio.create_task(coalesced("t"))
-    await work.next_entered()
+    work, coalesced, first = await one_in_flight()
     quitter, stayer = (asyncio.create_task(coalesced("t")) for _ in range(2))
     await asyncio.sleep(0)
     quitter.cancel()

@@ -108,22 +108,18 @@ async def kill_the_holder(
     """SIGKILL the worker holding a 40-turn run; the seconds until another worker claimed it.
     Checks that the run then goes on to succeed, with one lost attempt for the ended process."""
     assert settings.redis_url is not None
-    try:
-        async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-            started = await api.start_run(tenant.token, "demo", {"turns": 40, "delayMs": 250})
-            run_id = started["run"]["id"]
-            await watch.until_events(run_id, lambda es: any(e.type == "turn" for e in es))
-            holder = await watch.until(run_id, lambda r: r.worker_id is not None)
-            assert holder.worker_id in workers
-            workers[holder.worker_id].send_signal(signal.SIGKILL)
-            killed_at = time.monotonic()
-            taken = await watch.until(run_id, lambda r: r.attempt == 2, timeout=30)
-            took = time.monotonic() - killed_at
-            done = await watch.until(run_id, settled, timeout=60)
-            timeline = await watch.until_events(run_id, lambda es: True)
-    finally:
-        for process in workers.values():
-            stop(process)
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+        started = await api.start_run(tenant.token, "demo", {"turns": 40, "delayMs": 250})
+        run_id = started["run"]["id"]
+        await watch.until_events(run_id, lambda es: any(e.type == "turn" for e in es))
+        holder = await watch.until(run_id, lambda r: r.worker_id is not None)
+        assert holder.worker_id in workers
+        workers[holder.worker_id].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        taken = await watch.until(run_id, lambda r: r.attempt == 2, timeout=30)
+        took = time.monotonic() - killed_at
+        done = await watch.until(run_id, settled, timeout=60)
+        timeline = await watch.until_events(run_id, lambda es: True)
     assert taken.worker_id is not None
     assert taken.worker_id != holder.worker_id
     assert done.status == "SUCCEEDED"
@@ -175,30 +171,26 @@ async def test_a_frozen_worker_is_taken_over_by_its_lease_and_writes_nothing_onc
     assert settings.redis_url is not None
     short = {"OUTLIVE_RUN_HEARTBEAT_S": "2", "OUTLIVE_RUN_SWEEP_S": "1"}
     workers = await two_workers(settings, worker_logs, tmp_path, **short)
-    try:
-        async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-            started = await api.start_run(tenant.token, "demo", {"turns": 30, "delayMs": 300})
-            run_id = started["run"]["id"]
-            await watch.until_events(run_id, lambda es: any(e.type == "turn" for e in es))
-            holder = await watch.until(run_id, lambda r: r.worker_id is not None)
-            assert holder.worker_id in workers
-            frozen = workers[holder.worker_id]
-            frozen.send_signal(signal.SIGSTOP)
-            stopped_at = time.monotonic()
-            taken = await watch.until(run_id, lambda r: r.attempt == 2, timeout=60)
-            took = time.monotonic() - stopped_at
-            frozen.send_signal(signal.SIGCONT)
-            run = await watch.until(run_id, settled, timeout=90)
-            frozen_log = worker_logs[list(workers.values()).index(frozen)][0]
-            await until_logged(frozen_log, STOPPED_THAWED, timeout=30)
-            async with sessions.unit() as uow:
-                steps = await uow.all(
-                    text("SELECT attempt, completed_at FROM run_steps WHERE run_id = :run_id"),
-                    run_id=run_id,
-                )
-    finally:
-        for process in workers.values():
-            stop(process)
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+        started = await api.start_run(tenant.token, "demo", {"turns": 30, "delayMs": 300})
+        run_id = started["run"]["id"]
+        await watch.until_events(run_id, lambda es: any(e.type == "turn" for e in es))
+        holder = await watch.until(run_id, lambda r: r.worker_id is not None)
+        assert holder.worker_id in workers
+        frozen = workers[holder.worker_id]
+        frozen.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        taken = await watch.until(run_id, lambda r: r.attempt == 2, timeout=60)
+        took = time.monotonic() - stopped_at
+        frozen.send_signal(signal.SIGCONT)
+        run = await watch.until(run_id, settled, timeout=90)
+        frozen_log = worker_logs[list(workers.values()).index(frozen)][0]
+        await until_logged(frozen_log, STOPPED_THAWED, timeout=30)
+        async with sessions.unit() as uow:
+            steps = await uow.all(
+                text("SELECT attempt, completed_at FROM run_steps WHERE run_id = :run_id"),
+                run_id=run_id,
+            )
     print(f"a frozen worker's run was taken over after {took:.2f}s (lease 2 s)")  # noqa: T201 (the figure, with -s)
     assert took >= 1.0, "taken over before any lease could expire: the lock was not held"
     assert run.status == "SUCCEEDED"
@@ -252,10 +244,10 @@ async def test_a_rolling_sigterm_restart_leaves_no_run_waiting_for_a_lease(
             await asyncio.sleep(0.02)  # a sampling period, not a wait for an event
 
     watcher = asyncio.create_task(watch_dead_holders())
-    replacements, stopped_at = [], []
+    stopped_at: list[float] = []
     try:
         for process in first:  # as a deploy rolls: the new one up, then the old one stopped
-            replacements.append(start_worker(settings, worker_logs, tmp_path))
+            start_worker(settings, worker_logs, tmp_path)  # the fixture stops it
             await until_logged(worker_logs[-1][0], "worker started")
             stopped_at.append(time.time())
             process.send_signal(signal.SIGTERM)
@@ -267,8 +259,6 @@ async def test_a_rolling_sigterm_restart_leaves_no_run_waiting_for_a_lease(
     finally:
         stop_watch.set()
         await watcher
-        for process in first + replacements:
-            stop(process)
     print(f"longest stretch of a RUNNING run with a dead holder: {longest:.2f}s")  # noqa: T201
     handed = await _sigterm_to_claimed(sessions, run_ids, stopped_at)
     print(  # noqa: T201

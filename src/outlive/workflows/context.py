@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, TypeVar, overload
 
 import httpx
@@ -133,21 +134,13 @@ class AttemptContext:
         policy = None
         if retry is not None or timeout is not None or shield or limit is not None:
             policy = StepPolicy(retry=retry, timeout=timeout, shield=shield, limit=limit)
-        return self._stepping(name, self._steps.take(name), fn, args, kwargs, policy)
+        occurrence = self._steps.take(name)
+        return self._stepping(partial(self._steps.run, name, occurrence, fn, args, kwargs, policy))
 
-    async def _stepping(
-        self,
-        name: str,
-        occurrence: int,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        policy: StepPolicy | None,
-    ) -> Any:
+    async def _stepping(self, step: Callable[[], Awaitable[Any]]) -> Any:
         """The step's one coroutine, the rest built when it starts: a step cancelled before it
         started (a gather cancelled with its attempt) leaves no inner coroutine never awaited."""
-        step = self._steps.run(name, occurrence, fn, args, kwargs, policy)
-        return await self._parking(within_step(step))
+        return await self._parking(within_step(step()))
 
     async def _parking(self, step: Awaitable[T]) -> T:
         """The step; a named limit too far away to wait for in-process (`LimitWait`) parks the
