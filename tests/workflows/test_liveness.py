@@ -20,6 +20,7 @@ from sqlalchemy import text
 
 from outlive.config import Settings
 from outlive.db.tx import Sessions
+from outlive.services.runs import RunRecord
 from tests.conftest import new_tenant
 from tests.support import Api, NudgeWatch, TenantHandle, service_env, settled, spawn_outlive
 
@@ -98,6 +99,25 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     process.wait(timeout=10)
 
 
+async def held_run(
+    api: Api,
+    watch: NudgeWatch,
+    tenant: TenantHandle,
+    workers: dict[int, subprocess.Popen[bytes]],
+    *,
+    turns: int,
+    delay_ms: int,
+) -> tuple[str, RunRecord, subprocess.Popen[bytes]]:
+    """A demo run started and going (a turn recorded), its record, and the one of `workers`
+    holding it."""
+    started = await api.start_run(tenant.token, "demo", {"turns": turns, "delayMs": delay_ms})
+    run_id: str = started["run"]["id"]
+    await watch.until_events(run_id, lambda es: any(e.type == "turn" for e in es))
+    holder = await watch.until(run_id, lambda r: r.worker_id is not None)
+    assert holder.worker_id in workers
+    return run_id, holder, workers[holder.worker_id]
+
+
 async def kill_the_holder(
     api: Api,
     settings: Settings,
@@ -109,12 +129,10 @@ async def kill_the_holder(
     Checks that the run then goes on to succeed, with one lost attempt for the ended process."""
     assert settings.redis_url is not None
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-        started = await api.start_run(tenant.token, "demo", {"turns": 40, "delayMs": 250})
-        run_id = started["run"]["id"]
-        await watch.until_events(run_id, lambda es: any(e.type == "turn" for e in es))
-        holder = await watch.until(run_id, lambda r: r.worker_id is not None)
-        assert holder.worker_id in workers
-        workers[holder.worker_id].send_signal(signal.SIGKILL)
+        run_id, holder, process = await held_run(
+            api, watch, tenant, workers, turns=40, delay_ms=250
+        )
+        process.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         taken = await watch.until(run_id, lambda r: r.attempt == 2, timeout=30)
         took = time.monotonic() - killed_at
@@ -172,12 +190,7 @@ async def test_a_frozen_worker_is_taken_over_by_its_lease_and_writes_nothing_onc
     short = {"OUTLIVE_RUN_HEARTBEAT_S": "2", "OUTLIVE_RUN_SWEEP_S": "1"}
     workers = await two_workers(settings, worker_logs, tmp_path, **short)
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
-        started = await api.start_run(tenant.token, "demo", {"turns": 30, "delayMs": 300})
-        run_id = started["run"]["id"]
-        await watch.until_events(run_id, lambda es: any(e.type == "turn" for e in es))
-        holder = await watch.until(run_id, lambda r: r.worker_id is not None)
-        assert holder.worker_id in workers
-        frozen = workers[holder.worker_id]
+        run_id, _, frozen = await held_run(api, watch, tenant, workers, turns=30, delay_ms=300)
         frozen.send_signal(signal.SIGSTOP)
         stopped_at = time.monotonic()
         taken = await watch.until(run_id, lambda r: r.attempt == 2, timeout=60)
