@@ -235,7 +235,9 @@ async def test_a_rolling_sigterm_restart_leaves_no_run_waiting_for_a_lease(
     again by a live worker at once; the production lease (10 s) is never waited for. The longest
     such stretch and the time from each SIGTERM to the claim that took its runs again are
     measured."""
-    tenants = [await new_tenant(sessions, "roll") for _ in range(12)]
+    # 16 runs fill the 4 workers' 16 slots, so the first SIGTERM finds 4 in flight (with 12, the
+    # first workers stopped could hold none, and the rest be done before their turn came).
+    tenants = [await new_tenant(sessions, "roll") for _ in range(16)]
     first = [start_worker(settings, worker_logs, tmp_path) for _ in range(4)]
     for path, _ in worker_logs:
         await until_logged(path, "worker started")
