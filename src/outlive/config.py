@@ -98,7 +98,7 @@ class Settings(BaseSettings):
         0.3,
         ge=0,
         description="a durable sleep's run is handed back this long before it is due, less when"
-        " early wakes would hold more than a quarter of a worker's slots"
+        " early wakes would be more than a worker lends (4 per slot) and a quarter of its slots"
         " (services/relay/lead.py); the attempt that claims the run finishes the sleep"
         " in-process, at its due time; 0: handed back when due",
     )

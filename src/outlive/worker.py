@@ -41,6 +41,7 @@ from outlive.services.limits import NamedLimits
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.relay.lead import WakeLead
 from outlive.workflows.runs import WorkflowDeps
+from outlive.workflows.slots import LEND_FACTOR, SlotLender
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,14 @@ class WorkerHost:
         # endpoint, a mail server), so the slots cost little; a tenant whose own cap was raised
         # past half of them (`set-limits`) is the operator's choice.
         self.jobs_concurrency = max(jobs_concurrency, 2 * settings.tenant_max_inflight_jobs)
+        # an attempt finishing a sleep in-process lends its slot meanwhile (`workflows.slots`)
+        self.lender = SlotLender(most=LEND_FACTOR * concurrency)
         # how far ahead the relay hands back a durable sleep, bounded by this worker's slots
         self.lead = WakeLead(
-            most_s=settings.wake_lead_s, slots=concurrency, bounded=settings.wake_lead_bounded
+            most_s=settings.wake_lead_s,
+            slots=concurrency,
+            lendable=self.lender.most,
+            bounded=settings.wake_lead_bounded,
         )
         self.deps: WorkerDeps | None = None
         self.relay: RelayLoop | None = None
@@ -108,6 +114,7 @@ class WorkerHost:
                 limits=NamedLimits(queues.redis, sessions, settings),
                 liveness=runtime.liveness,
                 wake_lead=self.lead,
+                slots=self.lender,
             ),
             jobs=JobDeps(
                 sessions=sessions,
@@ -140,6 +147,7 @@ class WorkerHost:
             functions=[instrumented_run_task(run_workflow)],
             after_process=after_parking(queues.instances, deps.workflows.sessions),
             concurrency=self.concurrency,
+            lender=self.lender,
             timers=timers,
             shutdown_grace_period_s=None,  # release at once; the run goes on elsewhere
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
@@ -224,10 +232,30 @@ class GracefulWorker(Worker[Any]):
     `outlive.workflows.runs`); only a task that overruns the cancellation deadline is left to
     saq's warning."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lender: SlotLender | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._dequeuing: set[asyncio.Task[Any]] = set()  # process loops that hold no job
         self._upkeep: set[asyncio.Task[Any]] = set()
+        self._lender = lender  # its attempts lend their slots while they wait (`workflows.slots`)
+        if lender is not None:
+            lender.bind(self)
+
+    def add_loop(self) -> None:
+        self._process()
+
+    def idle_loops(self) -> int:
+        return len(self._dequeuing)
+
+    def stopping(self) -> bool:
+        return self.event is not None and self.event.is_set()
+
+    def _process(self, previous_task: asyncio.Task[Any] | None = None) -> None:
+        """saq's loop restart: a loop whose slot a lent attempt takes back ends here."""
+        lender = self._lender
+        if previous_task is not None and lender is not None and lender.loop_ends():
+            self.tasks.discard(previous_task)
+            return
+        super()._process(previous_task)
 
     async def upkeep(self) -> list[asyncio.Task[None]]:
         tasks = await super().upkeep()

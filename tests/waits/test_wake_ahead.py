@@ -6,6 +6,7 @@ handed back early. Ordering, not timing: each lead here is far longer than the s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,7 +16,10 @@ from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
 from outlive.errors import RunCancelled, RunParked
 from outlive.ids import RunId
+from outlive.services import runs as runs_service
 from outlive.services.relay.lead import WakeLead
+from outlive.workflows.context import AttemptContext
+from outlive.workflows.slots import SlotLender
 from tests.support import TenantHandle
 from tests.waits.test_races import Rig
 
@@ -130,4 +134,51 @@ async def test_the_attempt_a_sleep_is_handed_to_reports_its_delay(rig: Rig) -> N
     slow, quick = lead.delays
     assert 0.3 <= slow < 1.0
     assert quick < slow
+    await rig.finish(run_id)
+
+
+class _Loops:
+    """A worker's loops as the lender sees them (`workflows.slots.LoopOwner`): none idle."""
+
+    def __init__(self) -> None:
+        self.added = 0
+
+    def add_loop(self) -> None:
+        self.added += 1
+
+    def idle_loops(self) -> int:
+        return 0
+
+    def stopping(self) -> bool:
+        return False
+
+
+async def test_a_sleep_finished_in_process_lends_the_attempts_worker_slot(rig: Rig) -> None:
+    """The attempt waits out its early wake without its slot: the worker takes another job in it
+    meanwhile, and the attempt gets a slot back (here: the next job to end) before it goes on."""
+    loops, lender = _Loops(), SlotLender(most=8)
+    lender.bind(loops)
+    run_id = await _parked_sleep(rig, 1.5)
+    assert await rig.wake() == 1
+    async with rig.sessions.unit(single_statement=True) as uow:
+        run = await runs_service.claim_run(uow, run_id, lease_s=30)
+    assert run is not None
+    ctx = AttemptContext(dataclasses.replace(rig.deps(), slots=lender), run)
+    finishing = asyncio.create_task(ctx.sleep(1.5))
+    with pytest.raises(TimeoutError):  # waiting for the due time, its slot lent
+        await asyncio.wait_for(asyncio.shield(finishing), timeout=0.3)
+    assert (loops.added, lender.lent_now) == (1, 1)
+    row = await rig.one(
+        "SELECT extract(epoch FROM until - clock_timestamp()) AS s FROM run_waits"
+        " WHERE run_id = :r AND kind = 'sleep'",
+        r=run_id,
+    )
+    await asyncio.sleep(max(0.0, float(row["s"])))  # its due time, by PostgreSQL's clock
+    with pytest.raises(TimeoutError):  # due, but every loop holds a job: it waits for one
+        await asyncio.wait_for(asyncio.shield(finishing), timeout=0.3)
+    assert lender.loop_ends()  # a loop's job ended: that loop ends, its slot is the attempt's
+    await finishing
+    assert await _past_due(rig, run_id)
+    assert lender.lent_now == 0
+    assert not lender.loop_ends()  # no loop over the count is left
     await rig.finish(run_id)

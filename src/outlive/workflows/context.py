@@ -63,6 +63,7 @@ class AttemptContext:
         self._batch_s = deps.settings.stream_batch_ms / 1000
         self._family = Family(deps, run, run.attempt)  # its child runs
         self._wake_lead = deps.wake_lead
+        self._slots = deps.slots
 
     @property
     def public_http(self) -> httpx.AsyncClient:
@@ -278,9 +279,13 @@ class AttemptContext:
 
     async def _finish(self, not_before: float) -> None:
         """A sleep handed back ahead of its due time (`OUTLIVE_WAKE_LEAD_S`) ends here, in-process,
-        never before `not_before` (`waits.Resolved`); a cancel request ends it at once."""
-        while (left := not_before - time.monotonic()) > 0:
-            await self.interrupts.pause(left)
+        never before `not_before` (`waits.Resolved`); a cancel request ends it at once. The
+        attempt's worker slot is lent meanwhile (`workflows.slots`)."""
+        if (left := not_before - time.monotonic()) <= 0:
+            return
+        async with self._slots.lent(left):
+            while (left := not_before - time.monotonic()) > 0:
+                await self.interrupts.pause(left)
 
     async def delay(self, seconds: float) -> None:
         """Sleep in-process, holding the worker: a cancel request ends it at once (raising

@@ -17,6 +17,7 @@ from outlive.ids import RunId
 from outlive.realtime.outputs import OutputStore
 from outlive.services.relay.lead import WakeLead
 from outlive.workflows.calls import Limits
+from outlive.workflows.slots import SlotLender
 
 
 class AttemptControl(Protocol):
@@ -56,6 +57,8 @@ class WorkflowDeps:
     # told how long after their hand-back this process's attempts reach the sleeps they resume
     # (the relay's lead, `services.relay.lead`; the default: off)
     wake_lead: WakeLead = field(default_factory=lambda: WakeLead(most_s=0.0, slots=1))
+    # lends an attempt's worker slot while it finishes a sleep in-process (the default: never)
+    slots: SlotLender = field(default_factory=lambda: SlotLender(most=0))
     # under `ctx.public_http` (each attempt's client checks destinations on top of it)
     public_transport: httpx.AsyncBaseTransport = field(default_factory=httpx.AsyncHTTPTransport)
 

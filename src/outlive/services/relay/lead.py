@@ -21,6 +21,11 @@ tried and measured worse: under a burst the delays rise while the wakes come, so
 from the last ones is always short (`bench/peers.py --only sleeps`: 144 ms late at p50 against
 37 ms with the whole lead, docs/architecture.md).
 
+Early wakes no longer hold a slot each: a worker lends the slot of an attempt waiting out its
+sleep (`workflows.slots`), up to `lendable` of them (4 per slot of its concurrency), so the
+bound allows that many early wakes on top of the share of the slots; only past it does an early
+wake hold a slot again.
+
 `bounded=False` (`OUTLIVE_WAKE_LEAD_BOUNDED`) hands every sleep back the whole `most_s` ahead,
 whatever the rate: the fixed lead this replaced. Each worker's relay bounds its lead by its own
 slots and its own hand-backs (any worker may claim a run any relay handed back; the delays this
@@ -49,11 +54,13 @@ class WakeLead:
         *,
         most_s: float,
         slots: int,
+        lendable: int = 0,
         bounded: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.most_s = most_s
         self.slots = slots
+        self.lendable = lendable
         self.bounded = bounded
         self._clock = clock
         self._delays: deque[float] = deque(maxlen=WINDOW)
@@ -83,13 +90,14 @@ class WakeLead:
         return lead
 
     def _slots_bound(self, upper: float) -> float:
-        """The longest lead up to `upper` whose early wakes hold at most `SLOTS_SHARE` of the
-        slots at the current rate of hand-backs (slots held grow with the lead: bisected)."""
+        """The longest lead up to `upper` whose early wakes are at most the lendable slots and
+        `SLOTS_SHARE` of the others at the current rate of hand-backs (they grow with the lead:
+        bisected)."""
         now = self._clock()
         while self._handed and self._handed[0][0] < now - RATE_WINDOW_S:
             self._handed.popleft()
         rate = sum(count for _, count in self._handed) / RATE_WINDOW_S
-        allowed = SLOTS_SHARE * self.slots
+        allowed = SLOTS_SHARE * self.slots + self.lendable
         delays = self._delays or (0.0,)
 
         def held(lead: float) -> float:
