@@ -40,6 +40,12 @@ class Stage:
     def let(self, what: str) -> None:
         self.events[what].set()
 
+    async def not_yet(self, what: str) -> None:
+        """`what` has not happened half a second on (it must not happen by itself)."""
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await self.events[what].wait()
+
 
 async def job(ctx: dict[str, Any], *, name: str) -> None:
     stage: Stage = ctx["stage"]
@@ -59,6 +65,13 @@ class Rig:
 
     async def enqueue(self, name: str) -> None:
         await self.worker.queue.enqueue("job", name=name, key=name)
+
+    async def lent_beside(self, other: str) -> None:
+        """A sleeper lends the one slot, and `other` starts in it."""
+        await self.enqueue("sleeper")
+        await self.stage.reached("sleeper lent")
+        await self.enqueue(other)
+        await self.stage.reached(f"{other} started")
 
     def loops(self) -> int:
         return sum(1 for t in self.worker.tasks if t.get_name() == "process")
@@ -94,10 +107,7 @@ async def test_a_lent_slot_runs_another_job_and_the_loops_come_back_to_the_concu
     rig: Rig,
 ) -> None:
     stage = rig.stage
-    await rig.enqueue("sleeper")
-    await stage.reached("sleeper lent")
-    await rig.enqueue("other")  # the one slot is the sleeper's: only a lent one runs this
-    await stage.reached("other started")
+    await rig.lent_beside("other")  # the one slot is the sleeper's: only a lent one runs this
     assert rig.lender.lent_now == 1
     stage.let("other ends")
     await stage.reached("other done")
@@ -109,9 +119,7 @@ async def test_a_lent_slot_runs_another_job_and_the_loops_come_back_to_the_concu
         await rig.enqueue(name)
     await stage.reached("first started")
     # one loop ends after its job: at concurrency 1 the second waits for the first
-    with pytest.raises(TimeoutError):
-        async with asyncio.timeout(0.5):
-            await stage.events["second started"].wait()
+    await stage.not_yet("second started")
     assert rig.loops() == 1
     stage.let("first ends")
     stage.let("second ends")
@@ -122,14 +130,9 @@ async def test_a_lent_slot_is_taken_back_only_once_a_job_ends_when_every_slot_is
     rig: Rig,
 ) -> None:
     stage = rig.stage
-    await rig.enqueue("sleeper")
-    await stage.reached("sleeper lent")
-    await rig.enqueue("busy")
-    await stage.reached("busy started")
+    await rig.lent_beside("busy")
     stage.let("sleeper wakes")  # no idle loop: the sleeper waits for the busy job's slot
-    with pytest.raises(TimeoutError):
-        async with asyncio.timeout(0.5):
-            await stage.events["sleeper back"].wait()
+    await stage.not_yet("sleeper back")
     await rig.enqueue("queued")  # the busy job's slot goes to the sleeper, not to this
     stage.let("busy ends")
     await stage.reached("sleeper back")
@@ -150,9 +153,7 @@ async def test_a_worker_lends_at_most_its_count(rig: Rig) -> None:
     await stage.reached("sleeper4 lent")
     assert rig.lender.lent_now == 4
     await rig.enqueue("other")
-    with pytest.raises(TimeoutError):
-        async with asyncio.timeout(0.5):
-            await stage.events["other started"].wait()
+    await stage.not_yet("other started")
     for i in range(5):
         stage.let(f"sleeper{i} wakes")
         stage.let(f"sleeper{i} ends")
