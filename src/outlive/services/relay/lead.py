@@ -3,13 +3,13 @@ worker's slots.
 
 A sleep's run handed back `lead` seconds early is on time when a worker has claimed it and
 replayed the agent to its sleep within the lead; the attempt then finishes the sleep in-process,
-never before it is due (`services.waits.Resolved.not_before`). Meanwhile it holds a worker slot:
-from its claim to its due time, the lead minus the *hand-back delay* (from the hand-back to the
-attempt reaching its sleep). One wake's slot costs nothing; a burst's do: 200 wakes a second on
-32 slots with a fixed 0.3 s lead held every slot in early wakes while due ones queued, and the
-wakes came 2.3 times later than with none. So the lead is `most_s` (`OUTLIVE_WAKE_LEAD_S`; 0
-turns handing back early off), shortened when it would hold more than `SLOTS_SHARE` of the
-worker's slots in early wakes:
+never before it is due (`services.waits.Resolved.not_before`). Meanwhile it waits: from its
+claim to its due time, the lead minus the *hand-back delay* (from the hand-back to the attempt
+reaching its sleep). That wait held a worker slot until the slots were lent (below): 200 wakes a
+second on 32 slots with a fixed 0.3 s lead held every slot in early wakes while due ones queued,
+and the wakes came 2.3 times later than with none. So the lead is `most_s`
+(`OUTLIVE_WAKE_LEAD_S`; 0 turns handing back early off), shortened when its early wakes would be
+more than the worker lends plus `SLOTS_SHARE` of its slots:
 
 - slots held = the rate of hand-backs this relay made over the last `RATE_WINDOW_S` (`handed`)
   x the mean of max(0, lead - delay) over the last `WINDOW` hand-back delays that the attempts
