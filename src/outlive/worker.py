@@ -247,7 +247,7 @@ class GracefulWorker(Worker[Any]):
         return len(self._dequeuing)
 
     def stopping(self) -> bool:
-        return self.event is not None and self.event.is_set()
+        return self.event.is_set()
 
     def _process(self, previous_task: asyncio.Task[Any] | None = None) -> None:
         """saq's loop restart: a loop whose slot a lent attempt takes back ends here."""
