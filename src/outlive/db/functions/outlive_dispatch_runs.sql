@@ -10,12 +10,16 @@ BEGIN
     SELECT count(*) INTO held FROM runs r
      WHERE r.tenant_id = p_tenant AND r.status IN ('QUEUED', 'RUNNING')
        AND r.dispatched_at IS NOT NULL;
+    IF held >= cap THEN RETURN; END IF;
+    -- The pick runs once (an InitPlan) and the update finds it by primary key and tenant: no
+    -- estimate, however stale, plans a scan of other tenants' waiting runs (migration 0026).
     RETURN QUERY
     UPDATE runs u SET dispatched_at = now(), relay_after = now() + interval '10 seconds'
-     WHERE u.id IN (SELECT w.id FROM runs w
-                     WHERE w.tenant_id = p_tenant AND w.status = 'QUEUED'
-                       AND w.dispatched_at IS NULL AND w.queued_behind_id IS NULL
-                     ORDER BY w.created_at, w.id LIMIT greatest(cap - held, 0))
+     WHERE u.id = ANY (ARRAY(SELECT w.id FROM runs w
+                              WHERE w.tenant_id = p_tenant AND w.status = 'QUEUED'
+                                AND w.dispatched_at IS NULL AND w.queued_behind_id IS NULL
+                              ORDER BY w.created_at, w.id LIMIT cap - held))
+       AND u.tenant_id = p_tenant
        AND u.status = 'QUEUED' AND u.dispatched_at IS NULL AND u.queued_behind_id IS NULL
     RETURNING u.id;
 END $$;

@@ -1,0 +1,54 @@
+"""A tenant's dispatch reads its own picks, whatever PostgreSQL's statistics say (issue 26).
+
+A flood written at once is invisible to the planner until autovacuum's next ANALYZE. The old
+`outlive_dispatch_runs` was planned, on such statistics, as a scan of every tenant's waiting runs
+with its LIMIT subquery run again for each of them: one quiet tenant's dispatch read thousands of
+the noisy tenant's rows (migration 0026 has the figures)."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from tests.conftest import new_tenant
+from tests.services.test_admission import World, world  # noqa: F401 (a fixture)
+
+FLOOD = 2000
+READ_BY_THIS_TRANSACTION = (
+    "SELECT coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0)"
+    " FROM pg_stat_xact_user_tables WHERE relname = 'runs'"
+)
+
+
+@pytest.mark.parametrize("quiet_waiting", [1, 0])
+async def test_a_dispatch_reads_no_other_tenants_waiting_runs_on_stale_statistics(
+    world: World,  # noqa: F811
+    quiet_waiting: int,
+) -> None:
+    """Statistics taken while `runs` was empty, then 2,000 runs of one tenant waiting: another
+    tenant's dispatch admits its own waiting run (or finds none) and reads a handful of rows."""
+    noisy = await new_tenant(world.sessions, "flood")
+    quiet = await new_tenant(world.sessions, "quiet")
+    conn = await asyncpg.connect(world.database_url)
+    try:
+        await conn.execute("ALTER TABLE runs SET (autovacuum_enabled = off)")  # its own database
+        await conn.execute("ANALYZE runs")
+        await conn.execute(
+            "INSERT INTO runs (tenant_id, agent, input)"
+            " SELECT $1, 'many-' || i, '{}' FROM generate_series(1, $2) i",
+            noisy.id,
+            FLOOD,
+        )
+        mine = await conn.fetch(
+            "INSERT INTO runs (tenant_id, agent, input)"
+            " SELECT $1, 'many-' || i, '{}' FROM generate_series(1, $2) i RETURNING id",
+            quiet.id,
+            quiet_waiting,
+        )
+        async with conn.transaction():
+            admitted = await conn.fetch("SELECT outlive_dispatch_runs($1, 10) AS id", quiet.id)
+            read = await conn.fetchval(READ_BY_THIS_TRANSACTION)
+    finally:
+        await conn.close()
+    assert sorted(r["id"] for r in admitted) == sorted(r["id"] for r in mine)
+    assert read <= 10, f"one dispatch of the quiet tenant read {read} rows of `runs`"
