@@ -90,7 +90,7 @@ def _input(strategy: str, i: int) -> dict[str, Any]:
     if strategy == "REJECT":  # long enough that every start meets the first run
         return {"turns": 1, "delayMs": 8_000, "childIndex": i}
     if strategy == "CANCEL_PREVIOUS":  # a cancel is seen between turns: many short turns
-        return {"turns": 40, "delayMs": 100 + i, "childIndex": i}
+        return {"turns": 40, "delayMs": 100, "childIndex": i}
     if strategy == "SIGNAL_EXISTING":  # waits 1 s for a signal, then settles
         return {
             "turns": 10,
