@@ -471,10 +471,11 @@ async def crash(system: System, logs: Path, kill: bool = True) -> dict[str, floa
     """The crash batch; with `kill` False, the same batch undisturbed (the baseline: what is left
     of the work once every workflow has finished 2 steps, timed from that moment)."""
     counter = Path(tempfile.mkstemp(prefix=f"peers-{system.name}-", suffix=".txt")[1])
+    phase = "crash" if kill else "undisturbed"  # a log of its own: `started` reads it
     for i in range(2):
-        system.start_worker(logs / f"{system.name}-crash-{i}.log")
+        system.start_worker(logs / f"{system.name}-{phase}-{i}.log")
     for i in range(2):
-        await system.started(logs / f"{system.name}-crash-{i}.log")
+        await system.started(logs / f"{system.name}-{phase}-{i}.log")
     payload = {"steps": CRASH["steps"], "delay_ms": CRASH["delay_ms"], "counter_file": str(counter)}
     ids = await system.submit(CRASH["workflows"], payload)
     deadline = time.monotonic() + 120
