@@ -188,7 +188,8 @@ async def phase(
 async def warm_up(conn: asyncpg.Connection, quiet: Tenant) -> list[float]:
     """A few quiet runs before phase 1: a fresh process's first request pays for imports, the
     document cache and prepared statements (15 ms, against 3-4 ms after), and phase 1's p99
-    was the largest of its 75 runs (15 s then), so the idle figure was often the cold start's.
+    was the largest of its 75 runs (15 s then): one slow run, the cold first one or another,
+    set the idle figure.
     Their start-to-claim (ms), in order."""
     since = time.time()
     for _ in range(WARM_UP_RUNS):
