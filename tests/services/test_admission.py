@@ -7,42 +7,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import asyncpg
-import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from outlive.config import Settings
-from outlive.db.engine import create_engine, create_sessions
-from outlive.db.tx import Sessions
-from tests.conftest import make_settings, new_tenant
+from tests.conftest import new_tenant
 from tests.realtime.clients import ApiProcess
-from tests.support import Api, NudgeWatch, Servers, TenantHandle, loopback_server, service_env
+from tests.services.conftest import MANY, World
+from tests.support import Api, NudgeWatch, TenantHandle, loopback_server, service_env
 
-MANY = "tests.many_agents:AGENTS"
 READ = "query($id: ID!) { run(id: $id) { status waitingReason } }"
-
-
-@dataclass
-class World:
-    settings: Settings
-    sessions: Sessions
-    database_url: str
-
-
-@pytest.fixture
-async def world(servers: Servers) -> AsyncIterator[World]:
-    database_url = await servers.clone()
-    settings = make_settings(servers, database_url=database_url, agent_modules=[MANY])
-    engine = create_engine(database_url)
-    yield World(settings, create_sessions(engine), database_url)
-    await engine.dispose()
 
 
 async def set_cap(world: World, tenant: TenantHandle, runs: int | None, jobs: int | None) -> None:

@@ -7,11 +7,14 @@ the noisy tenant's rows (migration 0026 has the figures)."""
 
 from __future__ import annotations
 
+from uuid import UUID
+
 import asyncpg
 import pytest
 
+from outlive.ids import TenantId
 from tests.conftest import new_tenant
-from tests.services.test_admission import World, world  # noqa: F401 (a fixture)
+from tests.services.conftest import World
 
 FLOOD = 2000
 READ_BY_THIS_TRANSACTION = (
@@ -20,9 +23,20 @@ READ_BY_THIS_TRANSACTION = (
 )
 
 
+async def waiting(conn: asyncpg.Connection, tenant: TenantId, count: int) -> list[UUID]:
+    """`count` runs of `tenant` written waiting (not dispatched); their ids."""
+    rows = await conn.fetch(
+        "INSERT INTO runs (tenant_id, agent, input)"
+        " SELECT $1, 'many-' || i, '{}' FROM generate_series(1, $2) i RETURNING id",
+        tenant,
+        count,
+    )
+    return [r["id"] for r in rows]
+
+
 @pytest.mark.parametrize("quiet_waiting", [1, 0])
 async def test_a_dispatch_reads_no_other_tenants_waiting_runs_on_stale_statistics(
-    world: World,  # noqa: F811
+    world: World,
     quiet_waiting: int,
 ) -> None:
     """Statistics taken while `runs` was empty, then 2,000 runs of one tenant waiting: another
@@ -33,22 +47,12 @@ async def test_a_dispatch_reads_no_other_tenants_waiting_runs_on_stale_statistic
     try:
         await conn.execute("ALTER TABLE runs SET (autovacuum_enabled = off)")  # its own database
         await conn.execute("ANALYZE runs")
-        await conn.execute(
-            "INSERT INTO runs (tenant_id, agent, input)"
-            " SELECT $1, 'many-' || i, '{}' FROM generate_series(1, $2) i",
-            noisy.id,
-            FLOOD,
-        )
-        mine = await conn.fetch(
-            "INSERT INTO runs (tenant_id, agent, input)"
-            " SELECT $1, 'many-' || i, '{}' FROM generate_series(1, $2) i RETURNING id",
-            quiet.id,
-            quiet_waiting,
-        )
+        await waiting(conn, noisy.id, FLOOD)
+        mine = await waiting(conn, quiet.id, quiet_waiting)
         async with conn.transaction():
             admitted = await conn.fetch("SELECT outlive_dispatch_runs($1, 10) AS id", quiet.id)
             read = await conn.fetchval(READ_BY_THIS_TRANSACTION)
     finally:
         await conn.close()
-    assert sorted(r["id"] for r in admitted) == sorted(r["id"] for r in mine)
+    assert sorted(r["id"] for r in admitted) == sorted(mine)
     assert read <= 10, f"one dispatch of the quiet tenant read {read} rows of `runs`"
