@@ -274,8 +274,11 @@ class Settings(BaseSettings):
 
     # Connection budget (README: "The connection budget"): per process, at most
     # db_pool_size + db_max_overflow (SQLAlchemy) + db_raw_pool_size (asyncpg) connections.
-    db_pool_size: int = Field(5, ge=1, description="SQLAlchemy pool: connections kept open")
-    db_max_overflow: int = Field(5, ge=0, description="SQLAlchemy pool: extra ones under load")
+    # The whole SQLAlchemy share is kept open: an overflow connection is closed as soon as it
+    # goes back to a full pool, so with 5 + 5 a worker under a burst opened and closed ~30
+    # connections a second (docs/operating.md#the-connection-budget).
+    db_pool_size: int = Field(10, ge=1, description="SQLAlchemy pool: connections kept open")
+    db_max_overflow: int = Field(0, ge=0, description="SQLAlchemy pool: extra, closed after use")
     db_raw_pool_size: int = Field(10, ge=1, description="asyncpg pool (single statements): max")
     db_pool_timeout_s: float = Field(30.0, gt=0, description="wait for a pooled connection")
     db_pgbouncer: bool = Field(

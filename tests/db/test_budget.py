@@ -11,6 +11,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from sqlalchemy import text
 
 from outlive.config import Settings
 from outlive.runtime import open_runtime
@@ -36,6 +37,28 @@ async def test_each_pool_is_sized_by_its_setting(servers: Servers) -> None:
                 await engine.connect()
         for conn in held:
             await conn.close()
+
+
+async def test_a_burst_wider_than_the_pool_reuses_its_connections(servers: Servers) -> None:
+    """With the defaults, a process under a burst opens no connection per checkout: every one it
+    opens stays in the pool. (With 5 kept open and 5 of overflow, the overflow ones were closed
+    as they came back, so each burst opened them again: 25 connections over these 4 bursts.)"""
+    settings = make_settings(servers)
+    async with open_runtime(settings, "worker") as runtime:
+        engine = runtime.engine
+        budget = settings.db_pool_size + settings.db_max_overflow
+
+        async def one() -> int:
+            async with engine.connect() as conn:
+                # held on the server for a moment, so that the burst needs the whole pool
+                pid = await conn.scalar(text("SELECT pg_backend_pid() FROM pg_sleep(0.02)"))
+                assert isinstance(pid, int)
+                return pid
+
+        pids: set[int] = set()
+        for _ in range(4):
+            pids |= set(await asyncio.gather(*(one() for _ in range(3 * budget))))
+    assert len(pids) <= budget
 
 
 async def test_everything_works_behind_pgbouncer_in_transaction_mode(

@@ -61,8 +61,8 @@ def _drop_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
 def create_engine(
     database_url: str,
     *,
-    pool_size: int = 5,
-    max_overflow: int = 5,
+    pool_size: int = 10,
+    max_overflow: int = 0,
     pool_timeout_s: float = 30.0,
     statement_cache: bool = True,
     statement_timeout_s: float | None = None,
