@@ -41,7 +41,7 @@ from outlive.services.limits import NamedLimits
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.relay.lead import WakeLead
 from outlive.workflows.runs import WorkflowDeps
-from outlive.workflows.slots import LEND_FACTOR, SlotLender
+from outlive.workflows.slots import LEND_FACTOR, OVERDRAFT_FACTOR, SlotLender
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,9 @@ class WorkerHost:
         # past half of them (`set-limits`) is the operator's choice.
         self.jobs_concurrency = max(jobs_concurrency, 2 * settings.tenant_max_inflight_jobs)
         # an attempt finishing a sleep in-process lends its slot meanwhile (`workflows.slots`)
-        self.lender = SlotLender(most=LEND_FACTOR * concurrency)
+        self.lender = SlotLender(
+            most=LEND_FACTOR * concurrency, overdraft=OVERDRAFT_FACTOR * concurrency
+        )
         # how far ahead the relay hands back a durable sleep, bounded by this worker's slots
         self.lead = WakeLead(
             most_s=settings.wake_lead_s,

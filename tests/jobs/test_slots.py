@@ -78,9 +78,12 @@ class Rig:
 
 
 @pytest.fixture
-async def rig(servers: Servers) -> AsyncIterator[Rig]:
+async def rig(servers: Servers, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
+    """The worker at concurrency 1, lending at most 4 slots; with no overdraft unless the test
+    asks for one (`indirect` parametrize)."""
     queue = create_queue(servers.redis_url, f"slots-{uuid4().hex}")
-    lender, stage = SlotLender(most=4), Stage()
+    overdraft = getattr(request, "param", 0)
+    lender, stage = SlotLender(most=4, overdraft=overdraft), Stage()
     worker = GracefulWorker(
         queue, functions=[("job", job)], concurrency=1, lender=lender, timers={"sweep": 3600}
     )
@@ -142,6 +145,34 @@ async def test_a_lent_slot_is_taken_back_only_once_a_job_ends_when_every_slot_is
     await stage.reached("queued done")
     assert stage.order.index("sleeper done") < stage.order.index("queued started")
     assert rig.loops() == 1
+
+
+@pytest.mark.parametrize("rig", [1], indirect=True)
+async def test_an_attempt_coming_back_goes_over_the_count_up_to_the_overdraft(rig: Rig) -> None:
+    """Overdraft 1: with every slot busy, the first attempt back goes on at once, the second
+    waits for a job to end; the loops come back to the concurrency as the jobs end."""
+    stage = rig.stage
+    await rig.lent_beside("sleeper2")  # sleeper2 runs in the slot sleeper lent
+    await stage.reached("sleeper2 lent")
+    await rig.enqueue("busy")  # in the slot sleeper2 lent: every loop holds a job
+    await stage.reached("busy started")
+    stage.let("sleeper wakes")
+    await stage.reached("sleeper back")  # at once, one over the count
+    stage.let("sleeper2 wakes")
+    await stage.not_yet("sleeper2 back")  # the overdraft is spent: it waits for a job's end
+    stage.let("busy ends")
+    await stage.reached("sleeper2 back")
+    for name in ("sleeper", "sleeper2"):
+        stage.let(f"{name} ends")
+        await stage.reached(f"{name} done")
+    await rig.enqueue("first")
+    await rig.enqueue("second")
+    await stage.reached("first started")
+    await stage.not_yet("second started")  # one loop left: the concurrency
+    assert rig.loops() == 1
+    stage.let("first ends")
+    stage.let("second ends")
+    await stage.reached("second done")
 
 
 async def test_a_worker_lends_at_most_its_count(rig: Rig) -> None:

@@ -14,15 +14,21 @@ takes a slot back before it goes on:
 - the worker has an idle loop (blocked on the queue, holding no job): its slot is taken at once,
   and one loop ends after its next job (a *surplus* loop), so the loops come back to the
   worker's concurrency;
-- every loop holds a job: the attempt waits for the first one to finish; that loop ends instead
-  of taking another job, and the attempt goes on in its slot. Attempts coming back go before
-  new jobs (first come first), as a woken run goes before new runs on the queue.
+- every loop holds a job: the attempt goes on at once, over the count, and one loop ends after
+  its job (a surplus loop too), while fewer than `overdraft` attempts are over the count;
+- past that, the attempt waits for the first job to finish; that loop ends instead of taking
+  another job, and the attempt goes on in its slot. Attempts coming back go before new jobs
+  (first come first), as a woken run goes before new runs on the queue.
 
-So at most `concurrency` attempts execute at once, as before (a loop just ended may be running
-one more job than that while a surplus loop finishes it), and at most `most` attempts wait
-lent. A wait shorter than `LEND_MIN_S`, or one past `most`, holds its slot as before; a worker
-that is stopping lends nothing (its attempts are cancelled and release their runs). A lent wait
-holds no database connection and no job slot: its run keeps its lease (the heartbeats go on).
+So at most `concurrency + overdraft` attempts execute at once, the ones over the count only
+until as many jobs end, and at most `most` attempts wait lent. The overdraft is the worker's
+concurrency (`OVERDRAFT_FACTOR`): an attempt coming back is due work, and waiting for a slot made
+it late by the job ahead of it (`bench/peers.py --only sleeps`: up to 160 ms at p99 under a
+burst of 1,000 wakes, 0 with the overdraft; `docs/architecture.md`).
+
+A wait shorter than `LEND_MIN_S`, or one past `most`, holds its slot as before; a worker that is
+stopping lends nothing (its attempts are cancelled and release their runs). A lent wait holds no
+database connection and no job slot: its run keeps its lease (the heartbeats go on).
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ from typing import Protocol
 
 LEND_MIN_S = 0.005  # a shorter wait keeps its slot: a loop's start costs more than it saves
 LEND_FACTOR = 4  # a worker lends at most this many slots per slot of its concurrency
+OVERDRAFT_FACTOR = (
+    1  # and goes over its concurrency by at most this many per slot to take some back
+)
 
 
 class LoopOwner(Protocol):
@@ -54,8 +63,9 @@ class SlotLender:
     """One worker's lent slots (see the module's docstring). Not bound to a worker (a test's
     engine, the API process): `lent()` keeps the slot."""
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int, overdraft: int = 0) -> None:
         self.most = most
+        self.overdraft = overdraft
         self._owner: LoopOwner | None = None
         self._lent = 0
         self._surplus = 0  # loops to end after their next job
@@ -84,8 +94,9 @@ class SlotLender:
             await self._take_back(owner)
 
     async def _take_back(self, owner: LoopOwner) -> None:
-        if owner.stopping() or owner.idle_loops() > self._surplus:
-            self._surplus += 1  # an idle loop's slot; that loop ends after its next job
+        if owner.stopping() or self._surplus - owner.idle_loops() < self.overdraft:
+            # an idle loop's slot, or one over the count: a loop ends after its next job
+            self._surplus += 1
             return
         returning = asyncio.get_running_loop().create_future()
         self._returning.append(returning)
