@@ -56,7 +56,14 @@ def _serve_processes(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def run_with_signals(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
-    """`main(stop)` on a fresh loop; SIGINT and SIGTERM set `stop`."""
+    """`main(stop)` on a fresh loop (uvloop's where it is installed, as uvicorn's for the API);
+    SIGINT and SIGTERM set `stop`.
+
+    Why uvloop in the worker: a burst of wakes is a busy loop, and a timer in a busy loop fires
+    late by the work ahead of it; uvloop's iterations are shorter (`bench/peers.py --only
+    sleeps`: the in-process wait's overshoot 1.0 to 1.5 ms at p50 against 2.1 to 2.5 ms, see
+    docs/measurements.md). A timer may fire a little early on it (libuv's clock is cached per
+    iteration): a run's waits read the monotonic clock again (`Interrupts.pause`)."""
 
     async def runner() -> None:
         stop = asyncio.Event()
@@ -65,7 +72,16 @@ def run_with_signals(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
             loop.add_signal_handler(sig, stop.set)
         await main(stop)
 
-    asyncio.run(runner())
+    with asyncio.Runner(loop_factory=_loop_factory()) as loop_runner:
+        loop_runner.run(runner())
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:  # Windows: asyncio's own
+        return None
+    return uvloop.new_event_loop
 
 
 def cmd_worker(args: argparse.Namespace) -> None:

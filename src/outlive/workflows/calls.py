@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -86,15 +87,17 @@ class Interrupts:
             self._current = None
 
     async def pause(self, seconds: float) -> None:
-        """Wait `seconds`, or raise `RunCancelled` as soon as a cancel is requested."""
-        if seconds <= 0:
-            return
-        try:
-            async with asyncio.timeout(seconds):
-                await self.requested.wait()
-        except TimeoutError:
-            return
-        raise RunCancelled()
+        """Wait `seconds` and never less, or raise `RunCancelled` as soon as a cancel is
+        requested. A loop's timer may fire early (uvloop's clock is cached per iteration, and
+        rounded to the millisecond), so the monotonic clock is read again after it."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            try:
+                async with asyncio.timeout(left):
+                    await self.requested.wait()
+            except TimeoutError:
+                continue
+            raise RunCancelled()
 
 
 def _cancelling(task: asyncio.Task[Any] | None) -> bool:

@@ -284,8 +284,7 @@ class AttemptContext:
         if (left := not_before - time.monotonic()) <= 0:
             return
         async with self._slots.lent(left):
-            while (left := not_before - time.monotonic()) > 0:
-                await self.interrupts.pause(left)
+            await self.interrupts.pause(not_before - time.monotonic())
 
     async def delay(self, seconds: float) -> None:
         """Sleep in-process, holding the worker: a cancel request ends it at once (raising
