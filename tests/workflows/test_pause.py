@@ -24,16 +24,31 @@ def run_on_uvloop(coroutine: Coroutine[Any, Any, T]) -> T:
         return runner.run(coroutine)
 
 
-def test_a_pause_never_ends_early_on_the_workers_loop() -> None:
+@pytest.mark.parametrize("fine_s", [0.0, 0.002])
+def test_a_pause_never_ends_early_on_the_workers_loop(fine_s: float) -> None:
+    """`pause`, and `until` with its last 2 ms passed turn by turn (the end of a sleep)."""
+
     async def shortest() -> float:
         interrupts, shortest = Interrupts(), float("inf")
         for _ in range(50):
             started = time.monotonic()
-            await interrupts.pause(WAIT_S)
+            await interrupts.until(started + WAIT_S, fine_s=fine_s)
             shortest = min(shortest, time.monotonic() - started)
         return shortest
 
     assert run_on_uvloop(shortest()) >= WAIT_S
+
+
+def test_a_cancel_request_ends_the_last_turns_of_a_pause() -> None:
+    async def cancelled() -> None:
+        interrupts = Interrupts()
+        end = time.monotonic() + 60
+        # past the timer: every turn from now on is in the fine part
+        asyncio.get_running_loop().call_soon(interrupts.request)
+        await interrupts.until(end, fine_s=120)
+
+    with pytest.raises(RunCancelled):
+        run_on_uvloop(cancelled())
 
 
 def test_a_cancel_request_ends_a_pause_at_once() -> None:

@@ -90,10 +90,20 @@ class Interrupts:
         """Wait `seconds` and never less, or raise `RunCancelled` as soon as a cancel is
         requested. A loop's timer may fire early (uvloop's clock is cached per iteration, and
         rounded to the millisecond), so the monotonic clock is read again after it."""
-        end = time.monotonic() + seconds
+        await self.until(time.monotonic() + seconds)
+
+    async def until(self, end: float, *, fine_s: float = 0.0) -> None:
+        """`pause` until the monotonic clock reads `end`; the last `fine_s` of it pass by
+        yielding to the loop, turn by turn, instead of on a timer (a due time met to the loop's
+        turn, not to a timer's millisecond)."""
         while (left := end - time.monotonic()) > 0:
+            if left <= fine_s:
+                if self.requested.is_set():
+                    raise RunCancelled()
+                await asyncio.sleep(0)
+                continue
             try:
-                async with asyncio.timeout(left):
+                async with asyncio.timeout(left - fine_s):
                     await self.requested.wait()
             except TimeoutError:
                 continue

@@ -31,6 +31,7 @@ from outlive.workflows.streams import StreamWriter, within_step
 # saves, and holds the slot for at most this long); a longer one parks the run WAITING.
 DURABLE_SLEEP_MIN_S = 1.0
 MAX_PARALLEL = 1000  # live children of one map
+FINE_S = 0.002  # the end of a sleep finished in-process: its last 2 ms pass turn by turn
 
 T = TypeVar("T")
 
@@ -284,7 +285,7 @@ class AttemptContext:
         if (left := not_before - time.monotonic()) <= 0:
             return
         async with self._slots.lent(left):
-            await self.interrupts.pause(not_before - time.monotonic())
+            await self.interrupts.until(not_before, fine_s=FINE_S)
 
     async def delay(self, seconds: float) -> None:
         """Sleep in-process, holding the worker: a cancel request ends it at once (raising
