@@ -175,6 +175,9 @@ async def test_a_sigkilled_worker_s_runs_are_claimed_again_within_a_second(
     assert took < RECLAIM_DEADLINE_S, f"re-claimed only after {took:.1f}s"
 
 
+FROZEN_S = 30.0
+
+
 async def test_a_frozen_worker_is_taken_over_by_its_lease_and_writes_nothing_once_thawed(
     api: Api,
     settings: Settings,
@@ -183,18 +186,20 @@ async def test_a_frozen_worker_is_taken_over_by_its_lease_and_writes_nothing_onc
     worker_logs: WorkerLogs,
     tmp_path: Path,
 ) -> None:
-    """SIGSTOP keeps the frozen process's socket, so its liveness lock: only the lease (2 s here)
-    lets another worker take the run, as before liveness; after SIGCONT its attempt's writes
-    are fenced out (no turn of attempt 1 is recorded after the take-over)."""
+    """Issue 31's case: a worker frozen (SIGSTOP) for 30 s, with the production lease (10 s
+    heartbeat, 5 s sweep). SIGSTOP keeps the frozen process's socket, so its liveness lock: only
+    the lease lets another worker take the run, as before liveness; after SIGCONT its attempt's
+    writes are fenced out (no turn of attempt 1 is recorded after the take-over)."""
     assert settings.redis_url is not None
-    short = {"OUTLIVE_RUN_HEARTBEAT_S": "2", "OUTLIVE_RUN_SWEEP_S": "1"}
-    workers = await two_workers(settings, worker_logs, tmp_path, **short)
+    workers = await two_workers(settings, worker_logs, tmp_path)
     async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
         run_id, _, frozen = await held_run(api, watch, tenant, workers, turns=30, delay_ms=300)
         frozen.send_signal(signal.SIGSTOP)
         stopped_at = time.monotonic()
         taken = await watch.until(run_id, lambda r: r.attempt == 2, timeout=60)
         took = time.monotonic() - stopped_at
+        # the scenario's length, not a wait for an event: the frozen worker stays frozen 30 s
+        await asyncio.sleep(max(0.0, FROZEN_S - (time.monotonic() - stopped_at)))
         frozen.send_signal(signal.SIGCONT)
         run = await watch.until(run_id, settled, timeout=90)
         frozen_log = worker_logs[list(workers.values()).index(frozen)][0]
@@ -204,8 +209,8 @@ async def test_a_frozen_worker_is_taken_over_by_its_lease_and_writes_nothing_onc
                 text("SELECT attempt, completed_at FROM run_steps WHERE run_id = :run_id"),
                 run_id=run_id,
             )
-    print(f"a frozen worker's run was taken over after {took:.2f}s (lease 2 s)")  # noqa: T201 (the figure, with -s)
-    assert took >= 1.0, "taken over before any lease could expire: the lock was not held"
+    print(f"a frozen worker's run was taken over after {took:.2f}s (lease 10 s)")  # noqa: T201 (the figure, with -s)
+    assert took >= 5.0, "taken over before any lease could expire: the lock was not held"
     assert run.status == "SUCCEEDED"
     assert run.output == {"turns": 30}
     assert taken.heartbeat_at is not None
