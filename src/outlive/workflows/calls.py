@@ -15,6 +15,7 @@ waiting on the cancel request, so a cancel during a backoff is seen at once as w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Callable
@@ -98,16 +99,13 @@ class Interrupts:
         turn, not to a timer's millisecond)."""
         while (left := end - time.monotonic()) > 0:
             if left <= fine_s:
-                if self.requested.is_set():
-                    raise RunCancelled()
                 await asyncio.sleep(0)
-                continue
-            try:
-                async with asyncio.timeout(left - fine_s):
-                    await self.requested.wait()
-            except TimeoutError:
-                continue
-            raise RunCancelled()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left - fine_s):
+                        await self.requested.wait()
+            if self.requested.is_set():
+                raise RunCancelled()
 
 
 def _cancelling(task: asyncio.Task[Any] | None) -> bool:

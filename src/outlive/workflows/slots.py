@@ -41,9 +41,8 @@ from typing import Protocol
 
 LEND_MIN_S = 0.005  # a shorter wait keeps its slot: a loop's start costs more than it saves
 LEND_FACTOR = 4  # a worker lends at most this many slots per slot of its concurrency
-OVERDRAFT_FACTOR = (
-    1  # and goes over its concurrency by at most this many per slot to take some back
-)
+# ... and goes over its concurrency by at most this many per slot to take lent slots back
+OVERDRAFT_FACTOR = 1
 
 
 class LoopOwner(Protocol):
