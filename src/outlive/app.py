@@ -35,6 +35,7 @@ from outlive.graphql.schema import served
 from outlive.jobs.telemetry import serve_metrics
 from outlive.realtime.outputs import OutputStore, OutputTails
 from outlive.realtime.pending import Unauthenticated
+from outlive.realtime.revocations import Announcer
 from outlive.realtime.sockets import NudgesTransportWS, OutliveWebSocketAdapter
 from outlive.resolvers.context import Context, Services
 from outlive.runtime import open_runtime
@@ -380,6 +381,7 @@ def build_app(
                 auth=realtime.auth,
                 sockets=realtime.sockets,
                 limiter=RateLimiter(queues.redis),
+                announcer=Announcer(queues.redis, settings.redis_url or ""),
                 hub=realtime.hub if settings.realtime else None,
                 outputs=OutputTails(OutputStore.of(queues.redis, settings)),
             )

@@ -6,12 +6,15 @@ anywhere else, and there is no module-level instance.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+BUILTIN_AGENTS = ("demo", "llm")  # the package's own agents (`OUTLIVE_BUILTIN_AGENTS`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +137,26 @@ class Settings(BaseSettings):
         " only OUTLIVE_LLM_MODEL",
     )
 
+    llm_max_output_tokens: int = Field(
+        4096,
+        ge=1,
+        description="a model call's output cap when its agent sets none: what each call"
+        " reserves of the token limits beside its prompt (services/limits.py), and the llm"
+        " agent's max_tokens",
+    )
+
     # Agents beside the installed entry points: "module:attribute" (an Agent or a list of them).
     agent_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    builtin_agents: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(BUILTIN_AGENTS),
+        description="the built-in agents this deployment serves (comma-separated, of demo and"
+        " llm; empty: none): production may leave out `demo`, which records made-up usage",
+    )
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1", "::1"],
+        description="addresses or networks (CIDR) of the proxies whose X-Forwarded-For or"
+        " Forwarded header names the client: per-client limits key on that client",
+    )
 
     # Realtime.
     realtime: bool = True
@@ -326,11 +347,36 @@ class Settings(BaseSettings):
     replay_max_runs: int = Field(1000, ge=1, description="most runs one replayRuns may start")
     replay_max_rate: float = Field(20.0, gt=0, description="fastest replayRuns pace, runs/s")
 
-    @field_validator("allowed_origins", "agent_modules", "llm_models", mode="before")
+    @field_validator(
+        "allowed_origins",
+        "agent_modules",
+        "llm_models",
+        "builtin_agents",
+        "trusted_proxies",
+        mode="before",
+    )
     @classmethod
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("builtin_agents")
+    @classmethod
+    def _check_builtin_agents(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(BUILTIN_AGENTS))
+        if unknown:
+            raise ValueError(f"unknown built-in agent(s) {unknown}; known: {list(BUILTIN_AGENTS)}")
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_trusted_proxies(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an address or a network (CIDR)") from None
         return value
 
     @field_validator("database_url", "db_liveness_url")

@@ -30,6 +30,12 @@ class Unauthenticated(DomainError):
     code = "UNAUTHENTICATED"
 
 
+class Forbidden(DomainError):
+    """The token's role may not do this (contract §3 "roles"): nothing was changed."""
+
+    code = "FORBIDDEN"
+
+
 class RateLimited(DomainError):
     """Too many of these, too fast: nothing was changed; try again in `retry_after` seconds."""
 

@@ -53,11 +53,12 @@ from outlive.jobs.telemetry import (
     serve_metrics,
     stamp_traceparent,
 )
+from outlive.realtime import revocations
 from outlive.realtime.hub import Hub, hub_client_name
 from outlive.realtime.links import Sharded
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.realtime.registry import SocketRegistry
-from outlive.realtime.revocations import control_channel, decode_revoked
+from outlive.realtime.revocations import control_channel
 from outlive.services import tokens
 from outlive.services.admission import TenantAdmission
 from outlive.services.tokens import PrincipalCache
@@ -263,9 +264,12 @@ async def _open_realtime(
     )
 
     def on_control(raw: bytes | str) -> None:
-        token_id = decode_revoked(raw)
-        if token_id is not None:
-            auth.revoked(TokenId(token_id))
+        announced = revocations.decode(raw)
+        if announced is None:
+            return
+        change, token_id = announced
+        auth.revoked(TokenId(token_id))  # evicted: the next request reads it again
+        if change == revocations.REVOKED:
             closed = sockets.close_token(token_id)
             log.info("token %s revoked: %d socket(s) closed", token_id, closed)
 

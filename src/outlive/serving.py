@@ -143,6 +143,7 @@ def uvicorn_config(
         "timeout_graceful_shutdown": 10,
         "log_level": "info",
         "access_log": False,
+        "proxy_headers": False,  # the client is read by services/clients.py (trusted proxies)
         "log_config": None,  # our root handler formats uvicorn's records too (json or text)
     }
     config = Config(app, host=host, port=port, **(options | overrides))

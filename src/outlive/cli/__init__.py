@@ -82,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="the token stops working after this long: 90m, 12h, 30d (default: never)",
     )
+    create.add_argument(
+        "--role",
+        choices=("ADMIN", "OPERATOR", "VIEWER"),
+        default=None,
+        help="what the token may change (default: the member's role; ADMIN for a new member)",
+    )
     create.set_defaults(func=_command("tokens", "cmd_token_create"))
     listing = token_sub.add_parser("list", help="list tokens (never the tokens themselves)")
     listing.add_argument("--tenant", default=None, metavar="SLUG")

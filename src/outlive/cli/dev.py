@@ -47,7 +47,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
         )
         run(upgrade(settings))
         ensure_built()
-        token = run(create_token(settings, DEMO_TENANT, DEMO_EMAIL))
+        _, token = run(create_token(settings, DEMO_TENANT, DEMO_EMAIL))
         _serve(settings, args.host, args.port, token)
 
 

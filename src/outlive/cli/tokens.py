@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 
 from outlive.cli.common import CliError, load_settings, run
 from outlive.config import Settings
+from outlive.db.models import Role
 from outlive.errors import BadUserInput
 from outlive.ids import TokenId
 from outlive.realtime.revocations import announce_revoked
@@ -29,20 +30,31 @@ class NotAnnounced(Exception):
 
 
 async def create_token(
-    settings: Settings, tenant: str, email: str, expires_in: timedelta | None = None
-) -> str:
-    """A new token (and the tenant and user, when they are new); the token, shown once."""
+    settings: Settings,
+    tenant: str,
+    email: str,
+    expires_in: timedelta | None = None,
+    role: Role | None = None,
+) -> tuple[Role, str]:
+    """A new token (and the tenant and user, when they are new): its role, and the token, shown
+    once. `role` None: the member's (ADMIN for a new member)."""
     async with open_runtime(settings, "cli") as runtime, runtime.sessions.unit() as uow:
-        _, token = await tenants.create_token(
-            uow, tenant_slug=tenant, email=email, expires_in=expires_in
+        principal, token = await tenants.create_token(
+            uow, tenant_slug=tenant, email=email, expires_in=expires_in, role=role
         )
-    return token
+    return principal.role, token
 
 
 def cmd_token_create(args: argparse.Namespace) -> None:
-    token = run(create_token(load_settings(), args.tenant, args.email, args.expires_in))
+    asked = None if args.role is None else Role(args.role)
+    role, token = run(
+        create_token(load_settings(), args.tenant, args.email, args.expires_in, asked)
+    )
     lifetime = f", expires in {args.expires_in}" if args.expires_in else ""
-    print(f"created a token for {args.email} in tenant {args.tenant}{lifetime} (shown once):")  # noqa: T201
+    print(  # noqa: T201
+        f"created a {role.value} token for {args.email} in tenant {args.tenant}{lifetime}"
+        " (shown once):"
+    )
     print(token)  # noqa: T201
 
 

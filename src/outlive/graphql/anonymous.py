@@ -1,9 +1,11 @@
-"""The one operation served without a bearer token: `acceptInvitation` (contract §3).
+"""The two fields served without a bearer token: `acceptInvitation` (contract §3) and
+`invitationCode`, which the accept page asks when it opens.
 
 An invited person has no token yet: the code their email carries is the credential, checked by
 the resolver (single use, expiring with the invitation, limited per client address). So a `POST
-/graphql` without an `Authorization` header is read, and served only when its operation is a
-mutation that selects `acceptInvitation` and nothing else; anything else answers 401 as before.
+/graphql` without an `Authorization` header is read, and served only when its operation selects
+those fields and nothing else (`acceptInvitation` in a mutation, `invitationCode` in a query);
+anything else answers 401 as before.
 A request with a token that does not work is refused before its body is read (`app.py`). An
 anonymous request cannot use a persisted query's hash (those are kept per tenant), and its
 document text must name the field before it is parsed at all.
@@ -15,7 +17,11 @@ from graphql import FieldNode, OperationType
 
 from outlive.graphql.documents import Operation
 
-ANONYMOUS_FIELDS = frozenset({"acceptInvitation"})
+ANONYMOUS = {
+    OperationType.MUTATION: frozenset({"acceptInvitation"}),
+    OperationType.QUERY: frozenset({"invitationCode"}),
+}
+ANONYMOUS_FIELDS = frozenset().union(*ANONYMOUS.values())
 ANONYMOUS_OWNER = "anonymous"  # the owner of the documents anonymous requests send
 
 
@@ -25,11 +31,10 @@ def may_try(query: str | None) -> bool:
 
 
 def is_anonymous(operation: Operation) -> bool:
-    """A mutation whose every top-level selection is an anonymous field (no fragment, no
-    `__typename`: nothing that could read as anyone)."""
+    """An operation whose every top-level selection is an anonymous field of its type (no
+    fragment, no `__typename`: nothing that could read as anyone)."""
+    allowed = ANONYMOUS.get(operation.type, frozenset())
     selections = operation.node.selection_set.selections
-    return (
-        operation.type is OperationType.MUTATION
-        and len(selections) > 0
-        and all(isinstance(s, FieldNode) and s.name.value in ANONYMOUS_FIELDS for s in selections)
+    return len(selections) > 0 and all(
+        isinstance(s, FieldNode) and s.name.value in allowed for s in selections
     )

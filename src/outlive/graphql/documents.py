@@ -79,6 +79,7 @@ class Operation:
     type: OperationType
     scope: Scope
     node: OperationDefinitionNode
+    root_fields: frozenset[str] = frozenset()  # through fragments: what a role is checked on
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +248,7 @@ def _operations(
     for op in found:
         names = _root_fields(op.selection_set.selections, fragments, set())
         scope = Scope.TENANT if names <= TENANT_FIELDS else Scope.PRINCIPAL
-        operation = Operation(type=op.operation, scope=scope, node=op)
+        operation = Operation(op.operation, scope, op, frozenset(names))
         if op.name is not None:
             operations[op.name.value] = operation
         if len(found) == 1:

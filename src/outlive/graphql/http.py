@@ -40,7 +40,7 @@ from outlive.config import Settings
 from outlive.db import reads
 from outlive.db.reads import ResponseTooLarge
 from outlive.errors import BadUserInput, ServiceUnavailable
-from outlive.graphql import anonymous
+from outlive.graphql import anonymous, permissions
 from outlive.graphql.coalescing import Coalescer, SharedExecutionCancelled
 from outlive.graphql.documents import Documents, Operation, Prepared
 from outlive.graphql.documents import Scope as ReadScope
@@ -146,9 +146,8 @@ class Pipeline:
             operation = self._checked(request, prepared)  # known, allowed, valid
             if context.principal is None and not anonymous.is_anonymous(operation):
                 raise unauthenticated()  # no token: acceptInvitation only (`anonymous.py`)
-            reader = context.principal is not None and context.principal.is_run_reader
-            if operation.type is OperationType.MUTATION and reader:
-                raise refusal(401, "a run read token changes nothing", "UNAUTHENTICATED")
+            if (denial := permissions.denied(operation, context.principal)) is not None:
+                raise refusal(denial.status, denial.message, denial.code)  # nothing ran
             declared, kind = operation.node.name, operation.type.value
             label = self.labels.label(declared.value if declared else None, _gate_key(context))
             with observe_operation(label, kind, request.traceparent) as seen:
@@ -186,7 +185,8 @@ class Pipeline:
     async def _executed(self, work: Work, context: Context) -> Answer:
         """The answer of the route; a query's shared with identical reads (`coalescing`)."""
         try:
-            if work.operation.type is OperationType.QUERY and self.settings.read_coalescing:
+            shares = work.operation.type is OperationType.QUERY and context.principal is not None
+            if shares and self.settings.read_coalescing:  # an anonymous read shares nothing
                 answer = await self._coalesced(work, context)
             else:
                 answer = await self._run(work, context)

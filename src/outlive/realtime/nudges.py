@@ -46,6 +46,7 @@ NudgeType = Literal[
     "invitation.updated",
     "webhook.delivery.updated",
     "replay.updated",
+    "member.updated",
 ]
 NUDGE_TYPES: frozenset[str] = frozenset(get_args(NudgeType))
 

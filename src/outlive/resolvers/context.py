@@ -19,6 +19,7 @@ from outlive.ids import DeliveryId, EndpointId, RunId, TenantId
 from outlive.realtime.hub import Hub
 from outlive.realtime.outputs import OutputTails
 from outlive.realtime.registry import OpenSocket, SocketRegistry
+from outlive.realtime.revocations import Announcer
 from outlive.resolvers.loaders import Loaders
 from outlive.services import admission, timelines, webhooks
 from outlive.services.ratelimits import RateLimiter
@@ -54,6 +55,7 @@ class Services:
     auth: PrincipalCache
     sockets: SocketRegistry
     limiter: RateLimiter
+    announcer: Announcer  # token changes (removed members, new roles) to every API process
     hub: Hub | None = None
     outputs: OutputTails | None = None  # runs' output streams (`runOutput`)
 

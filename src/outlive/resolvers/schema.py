@@ -14,6 +14,7 @@ from graphql import GraphQLError
 from strawberry.types import ExecutionContext
 
 from outlive.resolvers import invitations as invitation_fields
+from outlive.resolvers import members as member_fields
 from outlive.resolvers import nudges as nudge_fields
 from outlive.resolvers import outputs as output_fields
 from outlive.resolvers import replays as replay_fields
@@ -22,7 +23,8 @@ from outlive.resolvers import tenants as tenant_fields
 from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
 from outlive.schema.agents import Agent
-from outlive.schema.invitations import AcceptInvitationPayload, Invitation
+from outlive.schema.invitations import AcceptInvitationPayload, Invitation, InvitationCode
+from outlive.schema.members import Member
 from outlive.schema.nudges import Nudge
 from outlive.schema.outputs import OutputChunk
 from outlive.schema.replays import RunReplay
@@ -62,6 +64,15 @@ class Query:
         "with its attempt log.",
     )
     invitations: list[Invitation] = strawberry.field(resolver=invitation_fields.list_invitations)
+    invitation_code: InvitationCode = strawberry.field(
+        resolver=invitation_fields.invitation_code,
+        description="No bearer token: what accepting this code would do now (nothing is "
+        "changed), for the accept page to say at once that a link is revoked, used or expired. "
+        "Limited per client as acceptInvitation is.",
+    )
+    members: list[Member] = strawberry.field(
+        resolver=member_fields.list_members, description="The tenant's members, oldest first."
+    )
     usage: list[UsageDay] = strawberry.field(
         resolver=usage_fields.usage, description="Runs per UTC day, agent and status."
     )
@@ -157,6 +168,16 @@ class Mutation:
         resolver=webhook_fields.redeliver_failed_webhooks,
         description="Sends every FAILED delivery of the endpoint again (the newest 100), as "
         "redeliverWebhook does each; the payload says how many.",
+    )
+    set_member_role: Member = strawberry.mutation(
+        resolver=member_fields.set_member_role,
+        description="ADMIN. Their tokens act with the new role from their next request; the "
+        "last ADMIN cannot be demoted.",
+    )
+    remove_member: bool = strawberry.mutation(
+        resolver=member_fields.remove_member,
+        description="ADMIN. Their tokens stop working and their sockets close within a second; "
+        "the last ADMIN cannot be removed.",
     )
 
 

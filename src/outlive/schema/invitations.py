@@ -7,8 +7,9 @@ from datetime import datetime
 import strawberry
 
 from outlive.db.models import InvitationStatus as DbInvitationStatus
+from outlive.schema.members import Role
 from outlive.schema.tenants import Viewer
-from outlive.services.invitations import InvitationRecord
+from outlive.services.invitations import CodeCheck, InvitationRecord
 
 InvitationStatus = strawberry.enum(DbInvitationStatus, name="InvitationStatus")
 
@@ -25,6 +26,7 @@ class Invitation:
         description="Its code works until then (7 days after it was made or last resent)."
     )
     accepted_at: datetime | None
+    role: Role = strawberry.field(description="The role the invitee gets.")
 
     @classmethod
     def of(cls, i: InvitationRecord) -> Invitation:
@@ -37,6 +39,7 @@ class Invitation:
             last_error=i.last_error,
             expires_at=i.expires_at,
             accepted_at=i.accepted_at,
+            role=i.role,
         )
 
 
@@ -44,3 +47,30 @@ class Invitation:
 class AcceptInvitationPayload:
     token: str = strawberry.field(description="A new API token for the invited user, shown once.")
     viewer: Viewer
+
+
+@strawberry.type
+class InvitationCode:
+    """What an invitation code would do if accepted now (`invitationCode`): nothing is changed."""
+
+    valid: bool
+    reason: str | None = strawberry.field(
+        description="Why it would be refused: unknown, expired, revoked, accepted, unsent or "
+        "member (as acceptInvitation's extensions.reason); null when valid."
+    )
+    message: str | None = strawberry.field(description="The refusal in words; null when valid.")
+    tenant_name: str | None = strawberry.field(description="Only when valid.")
+    email: str | None = strawberry.field(description="The invited address; only when valid.")
+    role: Role | None = strawberry.field(description="Only when valid.")
+
+    @classmethod
+    def of(cls, check: CodeCheck) -> InvitationCode:
+        refusal = check.refusal
+        return cls(
+            valid=refusal is None,
+            reason=None if refusal is None else refusal.reason,
+            message=None if refusal is None else refusal.message,
+            tenant_name=check.tenant_name,
+            email=check.email,
+            role=check.role,
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import strawberry
 
+from outlive.schema.members import Role
 from outlive.services.tenants import Principal
 
 
@@ -24,6 +25,7 @@ class User:
 class Viewer:
     user: User
     tenant: Tenant
+    role: Role = strawberry.field(description="What this token may change (contract §3).")
 
     @classmethod
     def of(cls, p: Principal) -> Viewer:
@@ -32,4 +34,5 @@ class Viewer:
             tenant=Tenant(
                 id=strawberry.ID(str(p.tenant.id)), slug=p.tenant.slug, name=p.tenant.name
             ),
+            role=p.role,
         )

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import text
 
+from outlive.db.models import Role
 from outlive.db.raw import prepare
 from outlive.db.tx import Sessions, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
@@ -38,6 +39,7 @@ class UserRecord:
 class Principal:
     """Who a request acts as; every tenant-owned read and write is scoped by `tenant.id`.
 
+    `role` is what it may change: the lower of its token's role and its member's (contract §3).
     `token_id` names the API token it came from (revocation closes that token's sockets);
     `expires_at` is when that token stops working (None: never). A run read token
     (`createRunReadToken`) has `run_id`, the one run it reads, and `parent_token_id`, the token
@@ -45,6 +47,7 @@ class Principal:
 
     user: UserRecord
     tenant: TenantRecord
+    role: Role
     token_id: TokenId | None = None
     expires_at: datetime | None = None
     run_id: RunId | None = None
@@ -83,34 +86,64 @@ _INSERT_TENANT = prepare(
 _TENANT = prepare(text("SELECT id, slug, name FROM tenants WHERE slug = :slug"))
 _INSERT_USER = prepare(
     text(
-        "INSERT INTO users (tenant_id, email) VALUES (:tenant_id, :email)"
+        "INSERT INTO users (tenant_id, email, role) VALUES (:tenant_id, :email, :role)"
         " ON CONFLICT (tenant_id, email) DO NOTHING"
     )
 )
-_USER = prepare(text("SELECT id, email FROM users WHERE tenant_id = :tenant_id AND email = :email"))
+_USER = prepare(
+    text(
+        "SELECT id, email, role, removed_at IS NOT NULL AS is_removed FROM users"
+        " WHERE tenant_id = :tenant_id AND email = :email FOR UPDATE"
+    )
+)
+_REJOIN = prepare(
+    text("UPDATE users SET removed_at = NULL, role = :role WHERE id = :user_id RETURNING role")
+)
 _INSERT_TOKEN = prepare(
     text(
-        "INSERT INTO api_tokens (tenant_id, user_id, token_hash, expires_at)"
-        " VALUES (:tenant_id, :user_id, :token_hash, now() + CAST(:expires_in AS interval))"
+        "INSERT INTO api_tokens (tenant_id, user_id, token_hash, expires_at, role)"
+        " VALUES (:tenant_id, :user_id, :token_hash, now() + CAST(:expires_in AS interval), :role)"
         " RETURNING id, expires_at"
     )
 )
 
 
+class RoleAboveMember(BadUserInput):
+    """A token may not do more than its member (`outlive token create --role`)."""
+
+
 async def create_token(
-    uow: UnitOfWork, *, tenant_slug: str, email: str, expires_in: timedelta | None = None
+    uow: UnitOfWork,
+    *,
+    tenant_slug: str,
+    email: str,
+    expires_in: timedelta | None = None,
+    role: Role | None = None,
 ) -> tuple[Principal, str]:
     """Create the tenant and the user when missing, then a new token (returned once) that stops
-    working after `expires_in` (never, when None)."""
+    working after `expires_in` (never, when None). `role` is the token's (None: its member's).
+    A new member, or a removed one made a member again, gets `role` (None: ADMIN); an existing
+    member keeps theirs, and a token above it is refused (`RoleAboveMember`)."""
     slug, email = check_slug(tenant_slug), check_email(email)
     if expires_in is not None and expires_in <= timedelta(0):
         raise BadUserInput("a token's lifetime must be positive")
     await uow.execute(_INSERT_TENANT, slug=slug)
     tenant = await uow.one(_TENANT, slug=slug)
     assert tenant is not None  # noqa: S101 (inserted, or there already)
-    await uow.execute(_INSERT_USER, tenant_id=tenant["id"], email=email)
+    joining = role or Role.ADMIN
+    await uow.execute(_INSERT_USER, tenant_id=tenant["id"], email=email, role=joining)
     user = await uow.one(_USER, tenant_id=tenant["id"], email=email)
     assert user is not None  # noqa: S101 (inserted, or there already)
+    member = Role(user["role"])
+    if user["is_removed"]:
+        rejoined = await uow.one(_REJOIN, user_id=user["id"], role=joining)
+        assert rejoined is not None  # noqa: S101 (the row was just read, under its lock)
+        member = Role(rejoined["role"])
+    elif role is not None and not member.allows(role):
+        raise RoleAboveMember(
+            f"{email} is {member.value} in tenant {slug}: a token cannot do more than its member"
+            f" (ask for --role {member.value}, or change the member's role with setMemberRole)"
+        )
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = await uow.one(
         _INSERT_TOKEN,
@@ -118,11 +151,13 @@ async def create_token(
         user_id=user["id"],
         token_hash=hash_token(token),
         expires_in=expires_in,
+        role=role or member,
     )
     assert row is not None  # noqa: S101 (an INSERT … RETURNING returns its row)
     principal = Principal(
         user=UserRecord(id=UserId(user["id"]), email=user["email"]),
         tenant=TenantRecord(id=TenantId(tenant["id"]), slug=tenant["slug"], name=tenant["name"]),
+        role=role or member,
         token_id=TokenId(row["id"]),
         expires_at=row["expires_at"],
     )
@@ -134,11 +169,13 @@ _AUTHENTICATE = prepare(
     text(
         "SELECT users.id AS user_id, users.email, tenants.id AS tenant_id, tenants.slug,"
         " tenants.name, api_tokens.id AS token_id, api_tokens.run_id, api_tokens.parent_id,"
+        " api_tokens.role AS token_role, users.role AS member_role,"
         " LEAST(api_tokens.expires_at, parent.expires_at) AS expires_at FROM api_tokens"
         " JOIN users ON users.id = api_tokens.user_id"
         " JOIN tenants ON tenants.id = api_tokens.tenant_id"
         " LEFT JOIN api_tokens parent ON parent.id = api_tokens.parent_id"
         " WHERE api_tokens.token_hash = :token_hash AND api_tokens.revoked_at IS NULL"
+        " AND users.removed_at IS NULL"
         " AND (api_tokens.expires_at IS NULL OR api_tokens.expires_at > now())"
         " AND (api_tokens.parent_id IS NULL OR (parent.revoked_at IS NULL"
         " AND (parent.expires_at IS NULL OR parent.expires_at > now())))"
@@ -161,6 +198,7 @@ async def authenticate(sessions: Sessions, token: str) -> Principal | None:
     return Principal(
         user=UserRecord(id=UserId(row["user_id"]), email=row["email"]),
         tenant=TenantRecord(id=TenantId(row["tenant_id"]), slug=row["slug"], name=row["name"]),
+        role=Role.effective(Role(row["token_role"]), Role(row["member_role"])),
         token_id=TokenId(row["token_id"]),
         expires_at=row["expires_at"],
         run_id=None if row["run_id"] is None else RunId(row["run_id"]),

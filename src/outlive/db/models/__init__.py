@@ -17,7 +17,7 @@ from outlive.db.models.runs import (
     RunStep,
     RunWait,
 )
-from outlive.db.models.tenants import ApiToken, Tenant, User
+from outlive.db.models.tenants import ApiToken, Role, Tenant, User
 from outlive.db.models.usage import UsageDaily, UsageRollup
 from outlive.db.models.webhooks import (
     DeliveryStatus,
@@ -38,6 +38,7 @@ __all__ = [
     "InvitationStatus",
     "RejectedJob",
     "ReplayStatus",
+    "Role",
     "Run",
     "RunConflict",
     "RunEvent",

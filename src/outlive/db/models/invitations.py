@@ -11,6 +11,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from outlive.db.models.base import Base, now_default, uuid_pk
 from outlive.db.models.runs import RELAY_FIRST_LOOK
+from outlive.db.models.tenants import ROLE_CHECK
 
 
 class InvitationStatus(enum.StrEnum):
@@ -29,6 +30,7 @@ class Invitation(Base):
             "status IN ('PENDING', 'SENT', 'FAILED', 'EXPIRED', 'ACCEPTED', 'REVOKED')",
             name="status",
         ),
+        CheckConstraint(ROLE_CHECK, name="role"),
         Index("ix_invitations_tenant_newest", "tenant_id", text("created_at DESC")),
         Index(
             "ix_invitations_expirable",
@@ -80,3 +82,5 @@ class Invitation(Base):
     expires_at: Mapped[datetime] = mapped_column(server_default=text("now() + interval '7 days'"))
     accepted_at: Mapped[datetime | None]
     accepted_by: Mapped[UUID | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    # The role the invitee gets (`inviteMember(role:)`); those made before roles were ADMIN.
+    role: Mapped[str] = mapped_column(String, server_default="ADMIN")

@@ -1,14 +1,50 @@
-"""Tenants, their users and API tokens (only a SHA-256 of a token is stored)."""
+"""Tenants, their users (members) and API tokens (only a SHA-256 of a token is stored)."""
 
 from __future__ import annotations
 
+import enum
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy import ForeignKey, Index, LargeBinary, UniqueConstraint, text
+from sqlalchemy import (
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from outlive.db.models.base import Base, now_default, uuid_pk
+
+
+class Role(enum.StrEnum):
+    """What a member, and each of their tokens, may change (contract §3): `VIEWER` reads only;
+    `OPERATOR` also acts on runs, replays and schedules; `ADMIN` also manages members,
+    invitations, webhooks, budgets and data. A token acts with the lower of its own role and
+    its member's (`effective`). The mutations each needs: `outlive.resolvers.roles`."""
+
+    ADMIN = "ADMIN"
+    OPERATOR = "OPERATOR"
+    VIEWER = "VIEWER"
+
+    @property
+    def rank(self) -> int:
+        return _RANKS[self]
+
+    def allows(self, needed: Role) -> bool:
+        """This role may do what `needed` may."""
+        return self.rank >= needed.rank
+
+    @staticmethod
+    def effective(token: Role, member: Role) -> Role:
+        return token if token.rank <= member.rank else member
+
+
+_RANKS = {Role.VIEWER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
+ROLE_CHECK = "role IN ('ADMIN', 'OPERATOR', 'VIEWER')"
 
 
 class Tenant(Base):
@@ -28,13 +64,22 @@ class Tenant(Base):
 
 
 class User(Base):
+    """A member of one tenant. Removing a member sets `removed_at` (and revokes their tokens);
+    the row stays, so what they did keeps its author, and an invitation accepted later makes
+    them a member again."""
+
     __tablename__ = "users"
-    __table_args__ = (UniqueConstraint("tenant_id", "email"),)
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "email"),
+        CheckConstraint(ROLE_CHECK, name="role"),
+    )
 
     id: Mapped[UUID] = uuid_pk()
     tenant_id: Mapped[UUID] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
     email: Mapped[str]
     created_at: Mapped[datetime] = now_default()
+    role: Mapped[str] = mapped_column(String, server_default=Role.ADMIN.value)
+    removed_at: Mapped[datetime | None]
 
 
 class ApiToken(Base):
@@ -43,6 +88,7 @@ class ApiToken(Base):
         Index(
             "ix_api_tokens_parent_id", "parent_id", postgresql_where=text("parent_id IS NOT NULL")
         ),
+        CheckConstraint(ROLE_CHECK, name="role"),
     )
 
     id: Mapped[UUID] = uuid_pk()
@@ -55,3 +101,6 @@ class ApiToken(Base):
     # A run read token (`createRunReadToken`): reads this one run only, and dies with `parent_id`.
     run_id: Mapped[UUID | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     parent_id: Mapped[UUID | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"))
+    # The most it may do (`outlive token create --role`); it acts as the lower of this and its
+    # member's role. Every token made before roles existed is ADMIN.
+    role: Mapped[str] = mapped_column(String, server_default=Role.ADMIN.value)

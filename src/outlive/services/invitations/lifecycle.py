@@ -1,109 +1,101 @@
-"""Invitations: `inviteMember` writes a PENDING row and queues `email.invitation.v1`.
-
-The job sends the email (SMTP, or the log when `OUTLIVE_SMTP_URL` is unset) and marks the row
-SENT; a failure is retried with the jobs-queue backoff and, after the last attempt, the row is
-FAILED. The email carries a link with a one-time token of which only a hash is stored. Every
-change nudges `invitation.updated`.
-
-There is at most one PENDING invitation per (tenant, email), a partial unique index: inviting
-an address whose invitation is still pending hands that invitation back, with no second email.
-`lastError` is generic ("mail server answered 550"): the SMTP server's own text can carry
-internal host names and is for the log only.
-"""
+"""An invitation's life: invited (the address's older links void), sent by `email.invitation.v1`,
+revoked, resent, expired (`invitations/`)."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import secrets
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from email.message import EmailMessage
-from typing import Any
 from urllib.parse import quote, urlencode
 from uuid import UUID
 
 from sqlalchemy import text
 
-from outlive.db.models import Invitation, InvitationStatus
+from outlive.db.models import Invitation, InvitationStatus, Role
 from outlive.db.raw import prepare
-from outlive.db.records import Record
 from outlive.db.tx import Db, UnitOfWork
-from outlive.errors import BadUserInput, NotFound
+from outlive.errors import BadUserInput
 from outlive.ids import InvitationId, TenantId, UserId
-from outlive.services import outbox
+from outlive.services import members, outbox
 from outlive.services.addresses import parse_address
+from outlive.services.invitations.records import (
+    COLUMNS,
+    MAX_LIST,
+    PENDING,
+    InvitationRecord,
+    Outgoing,
+    read_invitation,
+)
 
 log = logging.getLogger(__name__)
 
-MAX_LIST = 200
-
-
-@dataclass(frozen=True, slots=True)
-class InvitationRecord(Record):
-    id: InvitationId
-    email: str
-    status: InvitationStatus
-    attempts: int
-    last_error: str | None
-    created_at: datetime
-    sent_at: datetime | None
-    updated_at: datetime
-    tenant_id: TenantId
-    dispatched_at: datetime | None
-    expires_at: datetime
-    accepted_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    id: InvitationId
-    tenant_id: TenantId
-    email: str
-    tenant_name: str
-    token: str
-
-
-_COLUMNS = tuple(Invitation.__table__.c)
 # The partial index's predicate is a literal, never a bound parameter: under a generic plan a
 # parameter has no value, and PostgreSQL can no longer infer the index (test_generic_plans.py).
 _INSERT = prepare(
     text(
-        "INSERT INTO invitations (tenant_id, invited_by, email, token_hash)"
-        " VALUES (:tenant_id, :invited_by, :email, :token_hash)"
+        "INSERT INTO invitations (tenant_id, invited_by, email, token_hash, role)"
+        " VALUES (:tenant_id, :invited_by, :email, :token_hash, :role)"
         " ON CONFLICT (tenant_id, email) WHERE status = 'PENDING' DO NOTHING RETURNING *"
-    ).columns(*_COLUMNS)
+    ).columns(*COLUMNS)
 )
-_PENDING = prepare(
+# The address's links not accepted yet stop working (but an unsent one of the role asked for,
+# which is handed back), or all of them once one was accepted (`except_id`).
+_VOID = prepare(
     text(
-        "SELECT * FROM invitations WHERE tenant_id = :tenant_id AND email = :email"
-        " AND status = 'PENDING'"
-    ).columns(*_COLUMNS)
+        "UPDATE invitations SET status = 'REVOKED', updated_at = now()"
+        " WHERE tenant_id = :tenant_id AND email = :email"
+        " AND status IN ('PENDING', 'SENT', 'FAILED')"
+        " AND id IS DISTINCT FROM CAST(:except_id AS uuid)"
+        " AND NOT (status = 'PENDING' AND role = CAST(:keep_role AS text))"
+        " RETURNING id"
+    )
 )
 
 
 async def invite(
-    uow: UnitOfWork, *, email: str, invited_by: UserId | None = None
+    uow: UnitOfWork, *, email: str, role: Role, invited_by: UserId | None = None
 ) -> InvitationRecord:
-    """A new PENDING invitation (queued to be sent), or the address's pending one, handed back."""
+    """A new PENDING invitation (queued to be sent) that voids the address's older ones, or its
+    unsent one of the same role, handed back. A member already is refused (BAD_USER_INPUT)."""
     tenant_id = uow.require_tenant()
     email = parse_address(email)  # one mailbox, normalized (services/addresses.py)
+    if await members.is_member(uow, TenantId(tenant_id), email):
+        raise BadUserInput(f"{email} is a member of this tenant already: change their role instead")
     values = {
         "tenant_id": tenant_id,
         "invited_by": invited_by,
         "email": email,
         "token_hash": hashlib.sha256(secrets.token_bytes(32)).digest(),  # replaced when sent
+        "role": role.value,
     }
-    # The pending one can be sent between the two statements; then the insert wins next time.
+    # The pending one can be sent between the statements; then the insert wins next time.
     for _ in range(10):
+        await void_links(uow, tenant_id, email, keep_role=role)
         inserted = await uow.one(_INSERT, **values)
         if inserted is not None:
             return _queue(uow, InvitationRecord.from_row(inserted))
-        existing = await uow.one(_PENDING, tenant_id=tenant_id, email=email)
+        existing = await uow.one(PENDING, tenant_id=tenant_id, email=email)
         if existing is not None:
             return InvitationRecord.from_row(existing)
     raise RuntimeError("could not insert or find the pending invitation")
+
+
+async def void_links(
+    uow: UnitOfWork,
+    tenant_id: UUID,
+    email: str,
+    *,
+    keep_role: Role | None = None,
+    except_id: InvitationId | None = None,
+) -> None:
+    voided = await uow.all(
+        _VOID, tenant_id=tenant_id, email=email, keep_role=keep_role, except_id=except_id
+    )
+    for row in voided:
+        uow.nudge("invitation.updated", row["id"], tenant_id=tenant_id)
+    if voided:
+        _dispatch_after_commit(uow, tenant_id)  # a send they held a place for frees it
 
 
 def _queue(uow: UnitOfWork, invitation: InvitationRecord) -> InvitationRecord:
@@ -239,96 +231,12 @@ async def expire_batch(uow: UnitOfWork, *, batch: int = 500) -> int:
     return len(rows)
 
 
-# --- accept, revoke, resend (contract §4.1) ----------------------------------------------------
-
-
-class InvitationRefused(BadUserInput):
-    """An invitation code that cannot be used, with why: `unknown`, `expired`, `revoked`,
-    `accepted` (used already) or `unsent` (not sent yet, or its sending failed)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-    @property
-    def extensions(self) -> dict[str, object]:
-        return {"reason": self.reason}
-
-
-_REFUSALS = {
-    "unknown": "This invitation code is not valid: ask for a new invitation.",
-    "expired": "This invitation has expired: ask whoever invited you to send it again.",
-    "revoked": "This invitation was revoked: ask whoever invited you for a new one.",
-    "accepted": "This invitation was already accepted: sign in with your API token.",
-    "unsent": "This invitation was not sent yet: use the link in the email once it arrives.",
-}
-
-# Only a SENT invitation's code is the one its email carries (each send draws a new one, and a
-# resend draws one more), and only before `expires_at`; the row lock makes the code single use.
-_TAKE_CODE = prepare(
-    text(
-        "UPDATE invitations SET status = 'ACCEPTED', accepted_at = now(), updated_at = now()"
-        " WHERE token_hash = :token_hash AND status = 'SENT' AND expires_at > now()"
-        " RETURNING invitations.id, invitations.tenant_id, invitations.email,"
-        " (SELECT slug FROM tenants WHERE tenants.id = invitations.tenant_id) AS slug"
-    )
-)
-_CODE_STATUS = prepare(
-    text(
-        "SELECT status, expires_at <= now() AS is_expired FROM invitations"
-        " WHERE token_hash = :token_hash"
-    )
-)
-_MARK_ACCEPTED_BY = prepare(
-    text("UPDATE invitations SET accepted_by = :user_id WHERE id = :invitation_id")
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Accepted:
-    invitation_id: InvitationId
-    tenant_slug: str
-    email: str
-
-
-async def take_code(uow: UnitOfWork, code: str) -> Accepted:
-    """Mark the invitation whose emailed code this is ACCEPTED (once), or `InvitationRefused`.
-    The caller makes the user and the token in the same unit (`record_acceptance`)."""
-    token_hash = hashlib.sha256(code.strip().encode()).digest() if 0 < len(code) <= 200 else b""
-    row = await uow.one(_TAKE_CODE, token_hash=token_hash)
-    if row is None:
-        raise _refusal(await uow.one(_CODE_STATUS, token_hash=token_hash))
-    uow.nudge("invitation.updated", row["id"], tenant_id=row["tenant_id"])
-    return Accepted(InvitationId(row["id"]), row["slug"], row["email"])
-
-
-def _refusal(row: Mapping[str, Any] | None) -> InvitationRefused:
-    if row is None:
-        reason = "unknown"
-    elif row["status"] in ("EXPIRED", "REVOKED", "ACCEPTED"):
-        reason = row["status"].lower()
-    elif row["is_expired"]:
-        reason = "expired"
-    else:
-        reason = "unsent"
-    return InvitationRefused(reason, _REFUSALS[reason])
-
-
-async def record_acceptance(uow: UnitOfWork, invitation_id: InvitationId, user_id: UserId) -> None:
-    await uow.execute(_MARK_ACCEPTED_BY, invitation_id=invitation_id, user_id=user_id)
-
-
 _REVOKE = prepare(
     text(
         "UPDATE invitations SET status = 'REVOKED', updated_at = now()"
         " WHERE id = :invitation_id AND tenant_id = :tenant_id AND status <> 'ACCEPTED'"
         " RETURNING *"
-    ).columns(*_COLUMNS)
-)
-_ONE = prepare(
-    text("SELECT * FROM invitations WHERE id = :invitation_id AND tenant_id = :tenant_id").columns(
-        *_COLUMNS
-    )
+    ).columns(*COLUMNS)
 )
 
 
@@ -338,21 +246,12 @@ async def revoke(uow: UnitOfWork, invitation_id: InvitationId) -> InvitationReco
     tenant_id = uow.require_tenant()
     row = await uow.one(_REVOKE, invitation_id=invitation_id, tenant_id=tenant_id)
     if row is None:
-        await _existing(uow, invitation_id, tenant_id)
+        await read_invitation(uow, tenant_id, invitation_id)
         raise BadUserInput("this invitation was accepted: it can no longer be revoked")
     invitation = InvitationRecord.from_row(row)
     uow.nudge("invitation.updated", invitation.id)
     _dispatch_after_commit(uow, tenant_id)  # a send it held a place for frees that place
     return invitation
-
-
-async def _existing(
-    uow: UnitOfWork, invitation_id: InvitationId, tenant_id: UUID
-) -> InvitationRecord:
-    row = await uow.one(_ONE, invitation_id=invitation_id, tenant_id=tenant_id)
-    if row is None:
-        raise NotFound("there is no such invitation in this tenant")
-    return InvitationRecord.from_row(row)
 
 
 # Back to PENDING with a fresh (unknown) code, a new week and no attempts: sent again by the job.
@@ -367,7 +266,7 @@ _RESEND = prepare(
         " AND NOT EXISTS (SELECT 1 FROM invitations p WHERE p.tenant_id = :tenant_id"
         " AND p.email = invitations.email AND p.status = 'PENDING')"
         " RETURNING *"
-    ).columns(*_COLUMNS)
+    ).columns(*COLUMNS)
 )
 
 
@@ -384,10 +283,10 @@ async def resend(uow: UnitOfWork, invitation_id: InvitationId) -> InvitationReco
     )
     if row is not None:
         return _queue(uow, InvitationRecord.from_row(row))
-    existing = await _existing(uow, invitation_id, tenant_id)
+    existing = await read_invitation(uow, tenant_id, invitation_id)
     if existing.status is InvitationStatus.ACCEPTED:
         raise BadUserInput("this invitation was accepted: there is nothing to resend")
     if existing.status is InvitationStatus.PENDING:
         return existing
-    pending = await uow.one(_PENDING, tenant_id=tenant_id, email=existing.email)
+    pending = await uow.one(PENDING, tenant_id=tenant_id, email=existing.email)
     return existing if pending is None else InvitationRecord.from_row(pending)
