@@ -77,3 +77,30 @@ async def test_redeliveries_are_limited_per_endpoint_and_per_tenant(
         assert await _status(sessions, e1) == "FAILED"
         assert await redeliver(theirs, other_tenant.token) is None  # buckets of its own
         assert await redeliver(theirs) == "NOT_FOUND"  # and another tenant's id stays unknown
+
+
+TEST = "mutation($id: ID!) { sendTestWebhook(endpointId: $id) { id } }"
+FAILED_AGAIN = "mutation($id: ID!) { redeliverFailedWebhooks(endpointId: $id) { count } }"
+
+
+async def test_another_tenant_cannot_drain_or_probe_an_endpoint_s_bucket(
+    servers: Servers, sessions: Sessions, tenant: TenantHandle, other_tenant: TenantHandle
+) -> None:
+    """Issue 39, L1: the endpoint is looked up under the caller's tenant before any bucket."""
+    settings = make_settings(
+        servers, rate_redeliver_webhook="100/3600", rate_redeliver_webhook_endpoint="2/3600"
+    )
+    (delivery,) = await _failed_deliveries(sessions, tenant.id, 1)
+    async with sessions.unit() as uow:
+        found = await uow.session.scalar(
+            select(WebhookDelivery.endpoint_id).where(WebhookDelivery.id == UUID(delivery))
+        )
+    endpoint = str(found)
+    async with Api.running(settings) as api:
+        for query in (TEST, FAILED_AGAIN) * 5:  # ten tries on A's endpoint, by B
+            answer = await api.post(query, {"id": endpoint}, token=other_tenant.token)
+            assert _code(answer) == "NOT_FOUND"  # never RATE_LIMITED: B cannot tell
+        assert _code(await api.post(TEST, {"id": endpoint}, token=tenant.token)) is None
+        assert _code(await api.post(FAILED_AGAIN, {"id": endpoint}, token=tenant.token)) is None
+        limited = await api.post(TEST, {"id": endpoint}, token=tenant.token)
+        assert _code(limited) == "RATE_LIMITED"  # A's own two, and only A's, spent it

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import strawberry
 
+from outlive.errors import NotFound
 from outlive.ids import DeliveryId, EndpointId
 from outlive.resolvers.context import Context
 from outlive.schema.webhooks import (
@@ -66,7 +67,18 @@ async def delete_webhook_endpoint(info: Info, id: strawberry.ID) -> bool:
         return await webhooks.delete_endpoint(uow, endpoint_id)
 
 
+async def _own_endpoint(info: Info, endpoint_id: strawberry.ID) -> EndpointId:
+    """The caller's endpoint, or NOT_FOUND: looked up before any bucket is taken, so another
+    tenant's id can neither drain nor probe an endpoint's redelivery bucket."""
+    ctx = info.context
+    parsed = EndpointId(parse_uuid(endpoint_id, what="webhook endpoint"))
+    if await webhooks.get_endpoint(ctx.services.sessions, ctx.tenant_id, parsed) is None:
+        raise NotFound(f"webhook endpoint {parsed} not found")
+    return parsed
+
+
 async def _take_redelivery(info: Info, endpoint: EndpointId) -> None:
+    """The tenant's bucket and the endpoint's; `endpoint` is the caller's (checked first)."""
     ctx = info.context
     s = ctx.services
     await s.limiter.take(
@@ -103,7 +115,7 @@ async def redeliver_failed_webhooks(
     info: Info, endpoint_id: strawberry.ID
 ) -> RedeliverFailedWebhooksPayload:
     ctx = info.context
-    parsed = EndpointId(parse_uuid(endpoint_id, what="webhook endpoint"))
+    parsed = await _own_endpoint(info, endpoint_id)
     await _take_redelivery(info, parsed)
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         count = await webhooks.redeliver_failed(uow, parsed, limit=webhooks.MAX_DELIVERIES_PAGE)
@@ -112,7 +124,7 @@ async def redeliver_failed_webhooks(
 
 async def send_test_webhook(info: Info, endpoint_id: strawberry.ID) -> WebhookDelivery:
     ctx = info.context
-    parsed = EndpointId(parse_uuid(endpoint_id, what="webhook endpoint"))
+    parsed = await _own_endpoint(info, endpoint_id)
     await _take_redelivery(info, parsed)
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         delivery = await webhooks.send_test(uow, parsed)

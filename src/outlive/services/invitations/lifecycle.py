@@ -271,10 +271,16 @@ _RESEND = prepare(
 
 
 async def resend(uow: UnitOfWork, invitation_id: InvitationId) -> InvitationRecord:
-    """Send it again with a new code (the old link stops working) and a new week. A PENDING
-    one is being sent already, and an address with a PENDING invitation has that one: both are
-    handed back as they are. An accepted one cannot be resent (BAD_USER_INPUT)."""
+    """Send it again with a new code (the old link stops working) and a new week; the address's
+    other links stop working too (one link per address). A PENDING one is being sent already,
+    and an address with a PENDING invitation has that one: both are handed back as they are. An
+    accepted one, or one to a member already, cannot be resent (BAD_USER_INPUT)."""
     tenant_id = uow.require_tenant()
+    found = await read_invitation(uow, tenant_id, invitation_id)
+    if found.status is not InvitationStatus.ACCEPTED and await members.is_member(
+        uow, TenantId(tenant_id), found.email
+    ):
+        raise BadUserInput(f"{found.email} is a member of this tenant already: nothing to resend")
     row = await uow.one(
         _RESEND,
         invitation_id=invitation_id,
@@ -282,6 +288,7 @@ async def resend(uow: UnitOfWork, invitation_id: InvitationId) -> InvitationReco
         token_hash=hashlib.sha256(secrets.token_bytes(32)).digest(),
     )
     if row is not None:
+        await void_links(uow, tenant_id, found.email, except_id=invitation_id)
         return _queue(uow, InvitationRecord.from_row(row))
     existing = await read_invitation(uow, tenant_id, invitation_id)
     if existing.status is InvitationStatus.ACCEPTED:
