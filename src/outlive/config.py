@@ -119,6 +119,11 @@ class Settings(BaseSettings):
     # Outbound.
     smtp_url: SecretStr | None = None
     smtp_from: str = "Outlive <no-reply@outlive.local>"
+    mail_log_links: bool = Field(
+        False,
+        description="with no OUTLIVE_SMTP_URL, the logged emails keep their invitation links"
+        " (credentials); `outlive dev` sets it, anything else withholds them",
+    )
     public_url: str = "http://127.0.0.1:8000"
     webhook_allow_private: bool = False
     llm_base_url: str | None = None

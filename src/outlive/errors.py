@@ -75,6 +75,21 @@ class RunActive(DomainError):
         return {"runId": str(self.run_id)}
 
 
+class IdempotencyConflict(DomainError):
+    """`startRun` reused an `idempotencyKey` within its 24 h with a different agent, input, key
+    or tags: nothing was written; `extensions.runId` names the first run (contract §3)."""
+
+    code = "IDEMPOTENCY_CONFLICT"
+
+    def __init__(self, run_id: object, message: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+    @property
+    def extensions(self) -> dict[str, object]:
+        return {"runId": str(self.run_id)}
+
+
 class QueueUnavailable(DomainError):
     """The row was written but the work could not be handed off; the row records it."""
 

@@ -140,7 +140,9 @@ async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]
         queues = None if redis_url is None else await _open_queues(stack, settings, redis_url)
         agents = AgentRegistry([])  # a command that starts no run validates no input
         if role != "cli":
-            agents = AgentRegistry.from_entry_points(settings.agent_modules)
+            agents = AgentRegistry.from_entry_points(
+                settings.agent_modules, builtin=settings.builtin_agents
+            )
         engine, sessions = await _open_db(stack, settings, role, database_url, queues, agents)
         realtime = None
         if role == "api" and redis_url is not None:  # `_urls` required it

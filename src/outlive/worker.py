@@ -104,6 +104,7 @@ class WorkerHost:
         queues, http = runtime.require_queues(), runtime.http
         assert http is not None  # noqa: S101 (the "worker" runtime has its clients)
         settings, sessions = self.settings, runtime.sessions
+        limiter = RateLimiter(queues.redis)  # replays' starts and children's: startRun's bucket
         return WorkerDeps(
             workflows=WorkflowDeps(
                 sessions=sessions,
@@ -114,6 +115,7 @@ class WorkerHost:
                 outputs=OutputStore.of(queues.redis, settings),
                 cancels=self.cancels,
                 limits=NamedLimits(queues.redis, sessions, settings),
+                starts=limiter,
                 liveness=runtime.liveness,
                 wake_lead=self.lead,
                 slots=self.lender,
@@ -126,7 +128,7 @@ class WorkerHost:
                 handlers=dict(HANDLERS),
                 instances=queues.instances,
                 agents=runtime.agents,
-                limiter=RateLimiter(queues.redis),
+                limiter=limiter,
             ),
             cron=CronDeps(sessions=sessions, settings=settings, redis=queues.redis),
         )

@@ -6,7 +6,9 @@ every `RCPT TO`."""
 
 from __future__ import annotations
 
+import logging
 import socket
+import uuid
 from collections.abc import Iterator
 from email.message import EmailMessage
 from typing import Any
@@ -16,9 +18,12 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from sqlalchemy import select
 
+from outlive.config import Settings
 from outlive.db.models import Invitation, InvitationStatus
 from outlive.db.tx import Sessions
-from outlive.jobs.mailer import SmtpMailer
+from outlive.ids import InvitationId, TenantId
+from outlive.jobs.mailer import SmtpMailer, create_mailer
+from outlive.services.invitations import Outgoing, compose
 from tests.conftest import make_settings
 from tests.support import Api, NudgeWatch, Servers, TenantHandle
 
@@ -154,3 +159,27 @@ async def test_the_mailer_sends_to_the_given_recipients_whatever_the_to_header_s
     message.set_content("hi")
     await SmtpMailer(f"smtp://127.0.0.1:{port}").send(message, recipients=["x0@victim.test"])
     assert inbox.rcpt == ["x0@victim.test"]
+
+
+@pytest.mark.parametrize("dev", [False, True])
+async def test_the_log_mailer_withholds_invitation_codes_outside_outlive_dev(
+    caplog: pytest.LogCaptureFixture, dev: bool
+) -> None:
+    """Issue 39, I5: with no SMTP server, a production worker logs the email without its code,
+    a credential; `outlive dev` (OUTLIVE_MAIL_LOG_LINKS) keeps the link to click."""
+    outgoing = Outgoing(
+        id=InvitationId(uuid.uuid4()),
+        tenant_id=TenantId(uuid.uuid4()),
+        email="ann@example.com",
+        tenant_name="Acme",
+        token="SECRET-CODE-123",
+    )
+    message = compose(outgoing, sender="o@x.test", public_url="https://o.example")
+    mailer = create_mailer(Settings(mail_log_links=dev))
+    with caplog.at_level(logging.INFO, logger="outlive.jobs.mailer"):
+        await mailer.send(message, recipients=["ann@example.com"])
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+
+    assert ("SECRET-CODE-123" in logged) is dev
+    assert "ann@example.com" in logged  # the email is still there, to see it was "sent"
+    assert ("withheld" in logged) is not dev

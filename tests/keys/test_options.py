@@ -34,6 +34,14 @@ async def _count(sessions: Sessions, tenant: TenantHandle) -> int:
         {"tags": ["x" * 65]},
         {"idempotencyKey": ""},
         {"idempotencyKey": "i" * 201},
+        # issue 39, I3: what forges a log line or reorders what a person reads
+        {"key": 'a\r\n{"level":"ERROR"}'},
+        {"key": "user\u202egnp.exe"},  # RIGHT-TO-LEFT OVERRIDE
+        {"key": "a\u2066b"},  # LEFT-TO-RIGHT ISOLATE
+        {"key": "a\u200db"},  # ZERO WIDTH JOINER
+        {"key": "a\x00b"},
+        {"key": "a\u2028b"},  # LINE SEPARATOR
+        {"idempotencyKey": "req\n1"},
     ],
 )
 async def test_bad_options_are_refused_before_anything_is_written(
@@ -80,7 +88,7 @@ async def test_an_idempotency_key_hands_back_its_run_for_24_hours_settled_or_not
     assert (first["created"], again["created"]) == (True, False)
     assert again["run"]["id"] == first["run"]["id"]
     await api.cancel(tenant.token, first["run"]["id"])
-    settled = await start(api, tenant.token, {"turns": 2}, key="y", idempotencyKey="req-1")
+    settled = await start(api, tenant.token, LONG, key="x", idempotencyKey="req-1")
     assert settled["created"] is False
     assert settled["run"]["id"] == first["run"]["id"]
     assert settled["run"]["status"] == "CANCELLED"
@@ -94,6 +102,36 @@ async def test_an_idempotency_key_hands_back_its_run_for_24_hours_settled_or_not
     assert later["created"] is True
     assert later["run"]["id"] != first["run"]["id"]
     assert await _count(sessions, tenant) == 2
+
+
+@pytest.mark.parametrize(
+    ("agent", "input", "options"),
+    [
+        ("llm", {"prompt": "p"}, {"key": "x", "tags": ["a", "b"]}),  # another agent
+        ("demo", {"turns": 2}, {"key": "x", "tags": ["a", "b"]}),  # another input
+        ("demo", LONG, {"key": "y", "tags": ["a", "b"]}),  # another key
+        ("demo", LONG, {"key": "x", "tags": ["a"]}),  # other tags
+    ],
+)
+async def test_an_idempotency_key_reused_for_another_request_is_a_conflict(
+    api: Api,
+    tenant: TenantHandle,
+    sessions: Sessions,
+    agent: str,
+    input: dict[str, Any],
+    options: dict[str, Any],
+) -> None:
+    """Issue 39, I1: the first run is named, nothing is written, and the same request still
+    answers that run."""
+    first = await start(api, tenant.token, LONG, key="x", tags=["a", "b"], idempotencyKey="k")
+    with pytest.raises(GraphQLError) as refused:
+        await start(api, tenant.token, input, agent=agent, idempotencyKey="k", **options)
+    same = await start(api, tenant.token, LONG, key="x", tags=["b", "a"], idempotencyKey="k")
+
+    (error,) = refused.value.errors
+    assert error["extensions"] == {"code": "IDEMPOTENCY_CONFLICT", "runId": first["run"]["id"]}
+    assert await _count(sessions, tenant) == 1
+    assert (same["created"], same["run"]["id"]) == (False, first["run"]["id"])
 
 
 async def test_a_tenant_with_a_cap_of_50_runs_50_keys_of_one_agent_at_once(

@@ -490,3 +490,23 @@ async def test_a_reader_whose_redis_is_gone_gets_service_unavailable() -> None:
 
     assert raised.value.code == "SERVICE_UNAVAILABLE"  # resubscribe later, with `after`
     assert len(tails) == 0
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        "9999999999999999999-99999999999999999999",  # each half past 64 bits
+        "18446744073709551615-18446744073709551615",  # the last id: nothing can follow it
+        "not-a-cursor",
+    ],
+)
+async def test_a_cursor_no_entry_can_have_is_bad_user_input_not_unavailable(
+    served: Served, http: Api, tenant: TenantHandle, after: str
+) -> None:
+    """Issue 39, I2: clients retry SERVICE_UNAVAILABLE for ever; a bad cursor is their error."""
+    run = (await http.start_run(tenant.token, input={"turns": 1, "delayMs": 600_000}))["run"]
+    async with Socket.open(served.url, token=tenant.token) as sock:
+        await subscribe_output(sock, run["id"], after=after)
+        frame = json.loads(await sock.next_frame())
+    errors = frame["payload"] if frame["type"] == "error" else frame["payload"]["errors"]
+    assert [e["extensions"]["code"] for e in errors] == ["BAD_USER_INPUT"], frame

@@ -24,6 +24,7 @@ def test_public_addresses_pass(address: str) -> None:
         "::ffff:127.0.0.1", "64:ff9b::7f00:1", "64:ff9b::808:808", "64:ff9b:1::7f00:1",
         "2002:7f00:1::", "2002:808:808::",  # 6to4
         "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1
+        "::ffff:0:7f00:1", "::ffff:0:808:808",  # SIIT, IPv4-translated (issue 39, I4)
     ],
 )  # fmt: skip
 def test_private_and_ipv4_embedding_addresses_are_refused(address: str) -> None:

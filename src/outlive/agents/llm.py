@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic_ai import Agent as PydanticAgent
 
@@ -58,6 +58,22 @@ class LlmInput(BaseModel):
         None, min_length=1, max_length=200, description="one of OUTLIVE_LLM_MODELS"
     )
     stream: bool = Field(True, description="the reply's tokens go to the stream `answer`")
+
+    @field_validator("model")
+    @classmethod
+    def _allowed(cls, model: str | None, info: ValidationInfo) -> str | None:
+        """At `startRun` (settings in the context: `Agent.validate`), a model outside
+        `OUTLIVE_LLM_MODELS` is refused before any row is written (contract §6, round five)."""
+        settings = (info.context or {}).get("settings")
+        if model is not None and isinstance(settings, Settings):
+            try:
+                choose_model(settings, model)
+            except LlmNotConfigured:
+                allowed = ", ".join(sorted({settings.llm_model, *settings.llm_models}))
+                raise ValueError(
+                    f"model {model!r} is not allowed here (allowed: {allowed})"
+                ) from None
+        return model
 
 
 class LlmNotConfigured(Exception):

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from outlive.config import BUILTIN_AGENTS, Settings
 from outlive.db.models import RunConflict
 from outlive.errors import BadUserInput
 
@@ -39,12 +40,12 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from outlive.agents.policy import Retry
-    from outlive.config import Settings
     from outlive.ids import RunId, TenantId
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "outlive.agents"
+BUILTIN_MODULE = "outlive.agents."  # the package's own agents (`demo`, `llm`)
 MAX_INPUT_BYTES = 64 * 1024
 
 P = TypeVar("P", bound=BaseModel)
@@ -235,14 +236,19 @@ class Agent(Generic[P]):
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_schema", self.input_model.model_json_schema(by_alias=True))
 
-    def validate(self, raw: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The input as stored on the row, or `BadUserInput` saying what is wrong."""
+    def validate(
+        self, raw: Mapping[str, Any] | None, *, settings: Settings | None = None
+    ) -> dict[str, Any]:
+        """The input as stored on the row, or `BadUserInput` saying what is wrong. `settings`
+        (given at every start) reach the input model's validators as the context: what a
+        deployment allows (the `llm` agent's models) is checked before anything is written."""
         if raw is not None and not isinstance(raw, Mapping):
             raise BadUserInput(f"input for agent {self.name!r} must be a JSON object")
         if len(json.dumps(raw or {})) > MAX_INPUT_BYTES:
             raise BadUserInput(f"input for agent {self.name!r} is over {MAX_INPUT_BYTES} bytes")
+        context = None if settings is None else {"settings": settings}
         try:
-            params = self.input_model.model_validate(raw or {})
+            params = self.input_model.model_validate(raw or {}, context=context)
         except ValidationError as exc:
             raise BadUserInput(f"invalid input for agent {self.name!r}: {_summary(exc)}") from None
         return params.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -287,11 +293,16 @@ class AgentRegistry:
             self._agents[agent.name] = agent
 
     @classmethod
-    def from_entry_points(cls, modules: Iterable[str] = ()) -> AgentRegistry:
+    def from_entry_points(
+        cls, modules: Iterable[str] = (), *, builtin: Iterable[str] = BUILTIN_AGENTS
+    ) -> AgentRegistry:
         """The installed agents (entry points), and those named by `modules` ("module:attribute",
-        an Agent or a list of Agents: `OUTLIVE_AGENT_MODULES`, for agents not packaged yet)."""
-        found = []
+        an Agent or a list of Agents: `OUTLIVE_AGENT_MODULES`, for agents not packaged yet). Of
+        the package's own agents, only those named in `builtin` (`OUTLIVE_BUILTIN_AGENTS`)."""
+        served, found = set(builtin), []
         for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.value.startswith(BUILTIN_MODULE) and ep.name not in served:
+                continue  # a built-in this deployment leaves out: never even imported
             agent = ep.load()
             if not isinstance(agent, Agent):
                 raise TypeError(f"entry point {ep.value} is not an outlive Agent")

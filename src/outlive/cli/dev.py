@@ -43,6 +43,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
                 "database_url": database_url,
                 "redis_url": redis_url,
                 "public_url": f"http://{args.host}:{args.port}",
+                "mail_log_links": True,  # a laptop's log: the invitation link, to click
             }
         )
         run(upgrade(settings))

@@ -1,5 +1,10 @@
 """Sending email: SMTP through aiosmtplib, or the log when `OUTLIVE_SMTP_URL` is unset.
 
+An invitation's link carries its code, a credential that joins the tenant. The log gets it whole
+only under `outlive dev` (`OUTLIVE_MAIL_LOG_LINKS`, which it sets): a production worker that lost
+its SMTP setting writes the email with the code withheld, never a credential into the log
+aggregator.
+
 The envelope's recipients are always given explicitly (`recipients`): a mail library left to
 read them from the `To:` header would find as many mailboxes as the header spells, so an
 address that slipped past validation with a `,` in it would mail someone else.
@@ -8,6 +13,7 @@ address that slipped past validation with a `,` in it would mail someone else.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from email.message import EmailMessage
 from typing import Protocol
@@ -25,18 +31,32 @@ class Mailer(Protocol):
         """Send `message` to exactly `recipients` (the SMTP envelope), whatever its headers say."""
 
 
-class LogMailer:
-    """Development default: the message goes to the log, nothing leaves the machine."""
+_CODE = re.compile(r"(#invitation=)[^&\s]+")
+WITHHELD = r"\1<withheld: a credential>"
 
-    def __init__(self) -> None:
-        log.info("OUTLIVE_SMTP_URL is unset: emails go to the log")
+
+class LogMailer:
+    """Development default: the message goes to the log, nothing leaves the machine. Its
+    invitation codes are withheld unless `links` (`outlive dev`)."""
+
+    def __init__(self, *, links: bool = False) -> None:
+        self.links = links
+        withheld = "" if links else ", their invitation links withheld (credentials)"
+        log.info("OUTLIVE_SMTP_URL is unset: emails go to the log%s", withheld)
         self.sent: list[EmailMessage] = []
 
     async def send(self, message: EmailMessage, *, recipients: Sequence[str]) -> None:
         self.sent.append(message)
         del self.sent[:-100]
-        log.info(
-            "email to %s: %s\n%s", ", ".join(recipients), message["Subject"], message.get_content()
+        content = message.get_content()
+        if self.links:
+            log.info("email to %s: %s\n%s", ", ".join(recipients), message["Subject"], content)
+            return
+        log.warning(  # nobody will get this email: say so where an operator looks
+            "email to %s only logged, OUTLIVE_SMTP_URL is unset: %s\n%s",
+            ", ".join(recipients),
+            message["Subject"],
+            _CODE.sub(WITHHELD, content),
         )
 
 
@@ -70,5 +90,5 @@ class SmtpMailer:
 
 def create_mailer(settings: Settings) -> Mailer:
     if settings.smtp_url is None:
-        return LogMailer()
+        return LogMailer(links=settings.mail_log_links)
     return SmtpMailer(settings.smtp_url.get_secret_value())

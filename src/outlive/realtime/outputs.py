@@ -50,6 +50,7 @@ PAGE = 500  # entries per XRANGE / XREAD
 BACKLOG_READS = 8  # readers' backlog pages read at once in a process (a Redis connection each)
 JOIN_MAX_CHARS = 64 * 1024  # waiting chunks of one stream are sent joined, up to this much text
 _CURSOR = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
+_U64 = 2**64 - 1
 ENTRY_OVERHEAD = 32  # bytes counted per entry beside its name and text
 
 _APPEND = """
@@ -99,7 +100,9 @@ def check_cursor(cursor: str | None) -> str | None:
     """A cursor as given by a client: None, or a Redis entry id (`BadUserInput` otherwise)."""
     if cursor is None:
         return None
-    if not _CURSOR.match(cursor):
+    ms, _, seq = cursor.partition("-")
+    # Each half of a Redis entry id is a 64-bit unsigned number; the read starts one after it.
+    if not _CURSOR.match(cursor) or int(ms) > _U64 or int(seq) >= _U64:
         raise BadUserInput(f"{cursor!r} is not an output cursor (pass a chunk's `cursor`)")
     return cursor
 
@@ -334,6 +337,7 @@ class OutputTails:
             async with self._backlog_reads:
                 return await self.store.read_after(run_id, cursor, until=until)
         except (RedisError, OSError) as exc:
+            log.warning("run %s: its output backlog cannot be read (%r)", run_id, exc)
             raise _unreadable() from exc
 
     def _idle(self, tail: Tail) -> None:

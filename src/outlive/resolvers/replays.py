@@ -25,10 +25,10 @@ DEFAULT_LIMIT = 100
 
 
 def _validator(ctx: Context) -> replays.Validate:
-    agents = ctx.services.agents
+    agents, settings = ctx.services.agents, ctx.services.settings
 
     def validate(agent: str, stored: Mapping[str, Any]) -> Mapping[str, Any]:
-        return agents.require(agent).validate(stored)
+        return agents.require(agent).validate(stored, settings=settings)
 
     return validate
 

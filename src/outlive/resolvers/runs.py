@@ -141,7 +141,7 @@ async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:
     ctx = info.context
     s = ctx.services
     agent = s.agents.require(input.agent)
-    params = agent.validate(cast(Any, input.input))  # BAD_USER_INPUT before anything is written
+    params = agent.validate(cast(Any, input.input), settings=s.settings)  # nothing written yet
     options = start_options(
         key=input.key,
         default_key=agent.default_key(params) if input.key is None else "",

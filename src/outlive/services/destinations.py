@@ -44,7 +44,15 @@ NOT_ALLOWED = "destination not allowed"
 # IPv6 ranges that carry (or translate to) an IPv4 address, refused outright.
 EMBEDDING_V6 = tuple(
     ipaddress.IPv6Network(n)
-    for n in ("::/96", "::ffff:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
+    for n in (
+        "::/96",  # IPv4-compatible
+        "::ffff:0:0/96",  # IPv4-mapped
+        "::ffff:0:0:0/96",  # IPv4-translated (SIIT, RFC 6052/7915): a translator maps it to v4
+        "64:ff9b::/96",  # NAT64
+        "64:ff9b:1::/48",  # local NAT64
+        "2002::/16",  # 6to4
+        "2001::/32",  # Teredo
+    )
 )
 
 

@@ -107,21 +107,32 @@ class RateLimiter:
 
     async def take(self, *buckets: Bucket, message: str) -> None:
         """One token from each bucket, or `RateLimited(message)` and nothing taken."""
+        wait_ms = await self._try(buckets, cost=1)
+        if wait_ms:
+            raise RateLimited(message, retry_after=max(1, math.ceil(wait_ms / 1000)))
+
+    async def wait_to_take(self, bucket: Bucket, cost: int) -> float:
+        """Take `cost` tokens (at most the bucket's capacity) and answer 0, or take nothing and
+        answer the seconds until they are there: for work that waits rather than fails."""
+        return await self._try((bucket,), cost=cost) / 1000
+
+    async def _try(self, buckets: tuple[Bucket, ...], *, cost: int) -> int:
+        """The milliseconds to wait (0: taken; also when Redis failed: not enforced then)."""
         limited = [b for b in buckets if b.rate is not None]
         if not limited:
-            return
+            return 0
         args: list[float] = []
         for bucket in limited:
             assert bucket.rate is not None  # noqa: S101 (filtered above)
-            args += [bucket.rate.count, bucket.rate.count / (bucket.rate.per_s * 1000), 1]
+            rate = bucket.rate
+            args += [rate.count, rate.count / (rate.per_s * 1000), min(cost, rate.count)]
         try:
             async with asyncio.timeout(CHECK_TIMEOUT_S):  # a Redis that hangs holds nothing up
                 taken, wait_ms = await self._script(keys=[b.key for b in limited], args=args)
         except (RedisError, OSError, TimeoutError) as exc:
             self._log_failure(exc)
-            return
-        if not taken:
-            raise RateLimited(message, retry_after=max(1, math.ceil(int(wait_ms) / 1000)))
+            return 0
+        return 0 if taken else max(1, int(wait_ms))
 
     async def admits(self, *buckets: Bucket) -> bool:
         """`take` for work that waits rather than fails: True when a token was taken from each."""

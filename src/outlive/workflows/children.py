@@ -15,8 +15,9 @@ again at once.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from outlive.db.tx import Sessions
 from outlive.errors import ChildFailed, RunCancelled, RunParked, RunSuperseded
 from outlive.ids import RunId
+from outlive.services.ratelimits import start_run_bucket
 from outlive.services.runs import RunRecord
 from outlive.services.runs import children as children_service
 from outlive.services.runs.children import ChildSpec, ChildState
@@ -31,6 +33,7 @@ from outlive.workflows.deps import WorkflowDeps
 
 SETTLED = ("SUCCEEDED", "FAILED", "CANCELLED")
 CHILD_SPAWN_BATCH = 100  # children started in one statement
+MAX_START_WAIT_S = 5.0  # one wait for the startRun bucket; then it is asked again
 
 
 def _outcome(child: ChildState) -> Any:
@@ -59,8 +62,15 @@ class ChildHandle:
 class Family:
     """The children of one attempt's run."""
 
-    def __init__(self, deps: WorkflowDeps, run: RunRecord, attempt: int) -> None:
+    def __init__(
+        self,
+        deps: WorkflowDeps,
+        run: RunRecord,
+        attempt: int,
+        pause: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self._deps = deps
+        self._pause = pause  # a wait a cancel interrupts (the attempt's)
         self._sessions: Sessions = deps.sessions
         self._run = run
         self._attempt = attempt
@@ -86,10 +96,17 @@ class Family:
         found = self._deps.agents.get(agent)
         if found is None:
             raise ValueError(f"agent {agent!r} is not installed")
-        return ChildSpec(step, agent, found.validate(input), key=key, abandon=abandon)
+        return ChildSpec(
+            step,
+            agent,
+            found.validate(input, settings=self._deps.settings),
+            key=key,
+            abandon=abandon,
+        )
 
     async def start(self, specs: Sequence[ChildSpec]) -> None:
         for at in range(0, len(specs), CHILD_SPAWN_BATCH):
+            await self._admit(len(specs[at : at + CHILD_SPAWN_BATCH]))
             async with self._sessions.unit(self._run.tenant_id) as uow:
                 held, cancelling = await children_service.spawn(
                     uow,
@@ -98,6 +115,24 @@ class Family:
                     children=specs[at : at + CHILD_SPAWN_BATCH],
                 )
             self._check(held, cancelling)
+
+    async def _admit(self, count: int) -> None:
+        """Children are runs the tenant starts: each takes a token of its startRun bucket
+        (`OUTLIVE_RATE_START_RUN`), as `startRun` does. Past it the parent waits here, a cancel
+        interrupting, rather than fail: one `startRun` of a parent cannot make 1,000 runs in a
+        moment. A child its step already has costs a token again on a rerun (rare: a lost
+        attempt), which only slows that parent."""
+        limiter, rate = self._deps.starts, self._deps.settings.rate_start_run
+        if limiter is None or rate is None:
+            return
+        bucket = start_run_bucket(self._run.tenant_id, rate)
+        while count > 0:
+            piece = min(count, rate.count)  # a bucket never holds more than its count
+            wait = await limiter.wait_to_take(bucket, piece)
+            if wait > 0:
+                await self._pause(min(wait, MAX_START_WAIT_S))
+            else:
+                count -= piece
 
     async def handle(self, spec: ChildSpec) -> ChildHandle:
         await self.start([spec])

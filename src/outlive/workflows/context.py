@@ -62,7 +62,7 @@ class AttemptContext:
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
         self._outputs = deps.outputs
         self._batch_s = deps.settings.stream_batch_ms / 1000
-        self._family = Family(deps, run, run.attempt)  # its child runs
+        self._family = Family(deps, run, run.attempt, self.interrupts.pause)  # its child runs
         self._wake_lead = deps.wake_lead
         self._slots = deps.slots
 

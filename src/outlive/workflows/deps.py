@@ -15,6 +15,7 @@ from outlive.db.liveness import Liveness
 from outlive.db.tx import Sessions
 from outlive.ids import RunId
 from outlive.realtime.outputs import OutputStore
+from outlive.services.ratelimits import RateLimiter
 from outlive.services.relay.lead import WakeLead
 from outlive.workflows.calls import Limits
 from outlive.workflows.slots import SlotLender
@@ -52,6 +53,8 @@ class WorkflowDeps:
     settings: Settings
     outputs: OutputStore | None = None  # runs' output streams (`ctx.stream`); None: not kept
     limits: Limits | None = None  # named limits shared across workers (`ctx.step(limit=...)`)
+    # the tenants' startRun buckets, which child runs take from too; None: not enforced
+    starts: RateLimiter | None = None
     cancels: CancelWatch | None = None  # None: a cancel is seen by the heartbeat only
     liveness: Liveness | None = None  # this process's mark of life; None: the lease alone
     # told how long after their hand-back this process's attempts reach the sleeps they resume

@@ -19,7 +19,7 @@ from outlive.services.ratelimits import start_run_bucket
 
 def validator(deps: JobDeps) -> replays.Validate:
     def validate(agent: str, stored: Mapping[str, Any]) -> Mapping[str, Any]:
-        return deps.agents.require(agent).validate(stored)
+        return deps.agents.require(agent).validate(stored, settings=deps.settings)
 
     return validate
 

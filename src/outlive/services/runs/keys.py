@@ -10,6 +10,7 @@ idempotency key are stored on the run; all three are tenant-scoped.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,6 +22,10 @@ MAX_TAGS = 10
 MAX_TAG = 64
 MAX_IDEMPOTENCY_KEY = 200
 _TAG = re.compile(r"[A-Za-z0-9:_.@/-]{1,64}")
+# What a key may not hold: controls (CR, LF, NUL…), format characters (bidi overrides and
+# isolates, zero-width joiners), lone surrogates, line and paragraph separators. A key is shown
+# in the console, in logs and in CSV exports, where those forge lines or reorder what is read.
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,11 @@ DEFAULT_OPTIONS = StartOptions()
 def check_key(key: str, *, what: str = "key") -> str:
     if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY:
         raise BadUserInput(f"a {what} is 1 to {MAX_KEY} characters")
+    bad = next((c for c in key if unicodedata.category(c) in _INVISIBLE), None)
+    if bad is not None:
+        raise BadUserInput(
+            f"a {what} may not hold control, format or bidi characters (found U+{ord(bad):04X})"
+        )
     return key
 
 

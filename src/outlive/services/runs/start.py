@@ -9,6 +9,7 @@ moves the line on) comes after the run is behind it."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -19,7 +20,7 @@ from uuid import UUID
 from outlive.db.models import RunConflict, RunStatus
 from outlive.db.ports import RunInstances
 from outlive.db.tx import StatementUnit, Unit
-from outlive.errors import QueueUnavailable, RunActive
+from outlive.errors import IdempotencyConflict, QueueUnavailable, RunActive
 from outlive.ids import RunId, TenantId
 from outlive.services.runs import queries
 from outlive.services.runs.admit import dispatch_after_commit
@@ -124,6 +125,7 @@ async def _insert_or_meet(
         if options.idempotency_key is not None:
             earlier = await _by_idempotency_key(uow, tenant_id, options.idempotency_key)
             if earlier is not None:
+                _check_same_request(earlier, agent, params, options)
                 return StartedRun(run=earlier, created=False, idempotent=True)
         row = await uow.one(queries.INSERT_RUN, **values)
         if row is not None:
@@ -156,6 +158,29 @@ async def _meet(
             return StartedRun(run=to_record(first), created=True)
     behind = await uow.one(queries.INSERT_BEHIND, **values)
     return None if behind is None else StartedRun(run=to_record(behind), created=True)
+
+
+def _check_same_request(
+    earlier: RunRecord, agent: str, params: Mapping[str, Any], options: StartOptions
+) -> None:
+    """The same idempotency key names the same request, or `IdempotencyConflict`: a client bug
+    that sends another request under a used key is told, not handed someone else's run."""
+    differs = [
+        what
+        for what, same in (
+            ("agent", earlier.agent == agent),
+            ("input", earlier.input == json.loads(json_text(dict(params)))),
+            ("key", earlier.key == options.key),
+            ("tags", sorted(earlier.tags) == sorted(options.tags)),
+        )
+        if not same
+    ]
+    if differs:
+        raise IdempotencyConflict(
+            earlier.id,
+            f"idempotencyKey {options.idempotency_key!r} was used within 24 h by run {earlier.id}"
+            f" with another {', '.join(differs)}: use a new key for a new request",
+        )
 
 
 async def _by_idempotency_key(uow: Unit, tenant_id: TenantId, key: str) -> RunRecord | None:
