@@ -145,9 +145,9 @@ class Settings(BaseSettings):
     llm_max_output_tokens: int = Field(
         4096,
         ge=1,
-        description="a model call's output cap when its agent sets none: what each call"
-        " reserves of the token limits beside its prompt (services/limits.py), and the llm"
-        " agent's max_tokens",
+        description="a model call's output cap when its agent sets no max_tokens: what each"
+        " call reserves of the token limits beside its prompt (services/limits.py); what a call"
+        " uses beyond its reservation is charged to its tenant alone",
     )
 
     # Agents beside the installed entry points: "module:attribute" (an Agent or a list of them).

@@ -9,7 +9,7 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +43,8 @@ class StubModel:
     arrivals: list[float] = field(default_factory=list)  # time.monotonic() of each request
     headers: list[str | None] = field(default_factory=list)
     arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
+    # the usage a request reports (default: `usage_of(k)`); a test may make some huge
+    usage: Callable[[dict[str, Any], int], dict[str, int]] = lambda _body, k: usage_of(k)
 
     async def complete(self, request: Request) -> Response:
         body = json.loads(await request.body())
@@ -69,7 +71,8 @@ class StubModel:
         finish = answer.finish or ("length" if k < self.turns else "stop")
         if body.get("stream"):
             return StreamingResponse(
-                _events(content, finish, usage_of(k), body), media_type="text/event-stream"
+                _events(content, finish, self.usage(body, k), body),
+                media_type="text/event-stream",
             )
         return JSONResponse(
             {
@@ -80,7 +83,7 @@ class StubModel:
                         "message": {"role": "assistant", "content": content},
                     }
                 ],
-                "usage": usage_of(k),
+                "usage": self.usage(body, k),
             }
         )
 

@@ -24,7 +24,7 @@ from outlive.services import runs as runs_service
 from outlive.worker import WorkerHost
 from tests.agents.stub_model import StubModel, serve
 from tests.conftest import make_settings
-from tests.support import Api, NudgeWatch, TenantHandle, settled
+from tests.support import Api, GraphQLError, NudgeWatch, TenantHandle, settled
 
 
 @dataclass
@@ -70,8 +70,9 @@ async def model() -> AsyncIterator[tuple[FakeModel, str]]:
 
 
 @pytest.fixture
-async def llm_settings(servers: Any, model: tuple[FakeModel, str]) -> AsyncIterator[Settings]:
-    settings = make_settings(
+def settings(servers: Any, model: tuple[FakeModel, str]) -> Settings:
+    """The API's and the worker's (the API checks a run's model against its list at start)."""
+    return make_settings(
         servers,
         llm_base_url=model[1],
         llm_api_key="sk-test",
@@ -80,6 +81,10 @@ async def llm_settings(servers: Any, model: tuple[FakeModel, str]) -> AsyncItera
         llm_retry_backoff_s=0.01,
         run_retry_delay_s=0.05,
     )
+
+
+@pytest.fixture
+async def llm_settings(settings: Settings) -> AsyncIterator[Settings]:
     host = WorkerHost(settings, concurrency=2)
     await host.start()
     yield settings
@@ -154,9 +159,10 @@ async def test_a_system_prompt_and_an_allowed_model_are_sent(
             {"role": "user", "content": "hi"},
         ],
     }
-    refused, _ = await _run(api, llm_settings, sessions, tenant, {"prompt": "hi", "model": "x"})
-    assert refused.status == "FAILED"
-    assert "not allowed" in (refused.error or "")
+    with pytest.raises(GraphQLError) as refused:  # refused at start, nothing written
+        await api.start_run(tenant.token, "llm", {"prompt": "hi", "model": "x"})
+    assert refused.value.codes == ["BAD_USER_INPUT"]
+    assert "not allowed" in str(refused.value)
     assert len(fake.requests) == 1  # a model not allowed is never asked
 
 

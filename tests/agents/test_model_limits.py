@@ -5,16 +5,19 @@ one (60 per minute) is `bench/model_limits.py`."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 
 import pytest
+from redis.asyncio import Redis
 
 from outlive.config import Rate, Settings
 from outlive.db.tx import Sessions
+from outlive.services.limits import PREFIX as LIMITS_PREFIX
 from outlive.services.limits import set_llm_rate, set_llm_token_rate
 from outlive.worker import WorkerHost
-from tests.agents.stub_model import StubModel, serve
+from tests.agents.stub_model import StubModel, serve, usage_of
 from tests.conftest import make_settings, new_tenant
 from tests.support import Api, NudgeWatch, Servers, settled
 
@@ -171,3 +174,51 @@ async def test_a_tenant_s_own_token_rate_is_the_one_it_is_held_to(
         await host.stop()
     assert run.status == "SUCCEEDED", run.error
     assert model.arrivals[1] - model.arrivals[0] >= 7.0
+
+
+BIG = Rate(100_000, 60.0)  # the deployment's tokens a minute; a tenant's share is half
+
+
+async def test_one_tenant_s_huge_calls_never_hold_another_tenant_s_call(
+    api: Api, servers: Servers, sessions: Sessions
+) -> None:
+    """Issue 39, M1: tenant A's call reports 1,000,000 tokens (it reserved a few thousand).
+    The excess is A's alone: B's next call starts at once, and the deployment's bucket is not
+    below zero; A's own next call waits for its deficit (parked, far off)."""
+    model = StubModel(turns=1)
+    model.usage = lambda body, k: (
+        {"prompt_tokens": 900_000, "completion_tokens": 100_000, "total_tokens": 1_000_000}
+        if "BIG" in json.dumps(body["messages"])
+        else usage_of(k)
+    )
+    async with serve(model) as url:
+        settings = make_settings(
+            servers, llm_base_url=url, llm_model="tiny", limit_llm_tokens=BIG, limit_park_s=2
+        )
+        a, b = await new_tenant(sessions, "big"), await new_tenant(sessions, "small")
+        host = WorkerHost(settings, concurrency=4)
+        await host.start()
+        try:
+            assert settings.redis_url is not None
+            async with NudgeWatch(settings.redis_url, sessions, a.id) as watch_a:
+                first = await api.start_run(
+                    a.token, "llm", {"prompt": "BIG hello", "stream": False}
+                )
+                assert (await watch_a.until(first["run"]["id"], settled)).status == "SUCCEEDED"
+                again = await api.start_run(a.token, "llm", {"prompt": "BIG again"})
+                held = await watch_a.until(again["run"]["id"], lambda r: r.status == "WAITING")
+            async with NudgeWatch(settings.redis_url, sessions, b.id) as watch_b:
+                theirs = await api.start_run(b.token, "llm", {"prompt": "hello", "stream": False})
+                done = await watch_b.until(theirs["run"]["id"], settled, timeout=20)
+            redis = Redis.from_url(settings.redis_url)
+            level = await redis.hget(f"{LIMITS_PREFIX}llm:tokens:global", "tokens")
+            await redis.aclose()
+        finally:
+            await host.stop()
+    assert done.status == "SUCCEEDED", done.error
+    assert done.resumes == 0  # B never parked: its call was made at once
+    assert held.wake_at is not None
+    assert held.waiting_for is None
+    assert (held.wake_at - held.updated_at).total_seconds() > 60  # ~18 min of A's own share
+    assert float(level or 0) >= 0  # the deployment's bucket never went below zero
+    assert len(model.requests) == 2  # A's first and B's: A's second was not made

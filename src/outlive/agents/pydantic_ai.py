@@ -47,6 +47,7 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.messages import (
     FinishReason,
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelResponse,
     PartDeltaEvent,
     PartStartEvent,
@@ -83,6 +84,7 @@ LIMIT = "llm"  # the named limit each model call takes
 CALL_ATTEMPTS = 5
 CALL_MAX_BACKOFF_S = 60.0
 CALL_STEP_SLACK_S = 5.0  # the step's own deadline: the HTTP timeout and this
+BYTES_PER_TOKEN = 4  # a prompt's tokens, estimated from its JSON (reserved before the call)
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 
 __all__ = [
@@ -166,6 +168,7 @@ class DurableModel(WrapperModel):
             retry=call_retry(settings),
             timeout=settings.llm_timeout_s + CALL_STEP_SLACK_S,
             limit=self.limit,
+            reserve=expected_tokens(messages, model_settings, settings),
         )
         if isinstance(recorded, LegacyReply):
             return recorded.response(self.wrapped.model_name)
@@ -228,6 +231,17 @@ class DurableModel(WrapperModel):
                     out.write(event.delta.content_delta)
         await out.close()
         return streamed.get()
+
+
+def expected_tokens(
+    messages: list[ModelMessage], model_settings: ModelSettings | None, settings: Settings
+) -> int:
+    """What a call may use, reserved of the token limits before it starts: its prompt (about a
+    token per 4 bytes of the messages as JSON, an over- rather than an under-estimate) plus its
+    output cap (`max_tokens`, else `OUTLIVE_LLM_MAX_OUTPUT_TOKENS`)."""
+    prompt = len(ModelMessagesTypeAdapter.dump_json(messages)) // BYTES_PER_TOKEN + 1
+    cap = (model_settings or {}).get("max_tokens") or settings.llm_max_output_tokens
+    return prompt + int(cap)
 
 
 def _fault(exc: ModelAPIError | UnexpectedModelBehavior) -> Exception:

@@ -165,6 +165,7 @@ class RunContext(Protocol):
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        reserve: int | None = None,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -179,6 +180,7 @@ class RunContext(Protocol):
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        reserve: int | None = None,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -192,6 +194,7 @@ class RunContext(Protocol):
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        reserve: int | None = None,
         **kwargs: Any,
     ) -> Any:
         """A durable step: `await ctx.step(name, fn, *args, **kwargs)` calls `fn` (sync or async)
@@ -209,7 +212,9 @@ class RunContext(Protocol):
         (`outlive.agents.policy`); `timeout` bounds each call (seconds; a `TimeoutError`, which
         a retry can fix); `shield=True` lets `fn` finish (and be recorded) when a cancel is
         requested meanwhile, instead of interrupting it; `limit="llm"` takes one request of that
-        named limit (shared across workers, per tenant and global) before each call."""
+        named limit (shared across workers, per tenant and global) before each call, and
+        reserves `reserve` tokens of its token rates (the call's prompt and output cap; None:
+        `OUTLIVE_LLM_MAX_OUTPUT_TOKENS`), settled to the usage the step records."""
 
     def record_usage(
         self, *, input_tokens: int, output_tokens: int, model: str | None = None

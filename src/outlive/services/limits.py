@@ -16,13 +16,23 @@ be reached the limit is not enforced (the call goes through, and it is logged, t
 model call must not fail because the limiter's store is away; the endpoint's own 429s, retried
 with `Retry-After`, are the backstop.
 
-Tokens per minute (`OUTLIVE_LIMIT_LLM_TOKENS`, e.g. `100000/60`) are counted after the call,
-since only the answer says how many it used: a step's recorded usage (input plus output tokens)
-is spent from the deployment's token bucket and its tenant's (a share of it, as above), which may
-go below zero. A call waits until both are above zero again, so a large answer delays the calls
-after it, never the one that made it. A wait longer than `OUTLIVE_LIMIT_PARK_S` is not made
-in-process: `acquire` raises `LimitWait`, and the run parks WAITING on a timer until then (its
-worker slot and its place under the tenant's cap are free meanwhile).
+Tokens per minute (`OUTLIVE_LIMIT_LLM_TOKENS`, e.g. `100000/60`) are **reserved before the
+call and settled after it** (issue 39, M1). A call reserves what it may use, its prompt's tokens
+plus its output cap (`ctx.step(..., reserve=)`; `OUTLIVE_LLM_MAX_OUTPUT_TOKENS` when it says
+nothing), from its tenant's token bucket (its own rate, or its share of the global one) and from
+the deployment's, atomically with its request tokens; it waits until both hold it. The global
+part is at most the tenant's bucket's size, so one call never takes more of the deployment than
+the tenant's share. When the call completes, the reservation becomes what it recorded: what it
+did not use goes back to both buckets, and what it used **beyond its reservation is charged to
+its tenant's bucket alone**, which may go below zero (that tenant's next calls wait; nobody
+else's). A failed call keeps its reservation (it may have been billed). So the deployment's
+bucket never goes below zero, and another tenant's call never waits for a deficit it did not
+make: only for the reservations in flight and the refill. Reserving first also ends bursts: N
+calls that see one token between them cannot all start and then spend N answers' worth.
+
+A wait longer than `OUTLIVE_LIMIT_PARK_S` is not made in-process: `acquire` raises `LimitWait`,
+and the run parks WAITING on a timer until then (its worker slot and its place under the
+tenant's cap are free meanwhile); nothing is reserved then.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
@@ -61,7 +72,8 @@ _SET_TENANT_TOKEN_RATE = prepare(
 )
 
 
-# KEYS: token buckets; ARGV: capacity, tokens per millisecond and amount spent of each.
+# KEYS: token buckets; ARGV: capacity, tokens per millisecond and amount spent of each (negative:
+# given back, never past the capacity).
 _SPEND = """
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
@@ -71,14 +83,25 @@ for i, key in ipairs(KEYS) do
   local state = redis.call('HMGET', key, 'tokens', 'at')
   local tokens = tonumber(state[1]) or capacity
   local at = tonumber(state[2]) or now
-  tokens = math.min(capacity, tokens + math.max(0, now - at) * per_ms) - tonumber(ARGV[3 * i])
+  tokens = math.min(capacity, tokens + math.max(0, now - at) * per_ms)
+  tokens = math.min(capacity, tokens - tonumber(ARGV[3 * i]))
   redis.call('HSET', key, 'tokens', tostring(tokens), 'at', now)
   redis.call('PEXPIRE', key, math.ceil((capacity - tokens) / per_ms) + 1000)
 end
 return 1
 """
 
-Buckets = list[tuple[str, Rate, int]]  # (key, rate, cost: 1 request, or 0 for a token bucket)
+Buckets = list[tuple[str, Rate, int]]  # (key, rate, cost: 1 request, or the tokens reserved)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What one call took of the token buckets (`acquire`), to settle once it is over: the
+    deployment's bucket and its tenant's, each with the tokens reserved there."""
+
+    tenant_id: TenantId
+    name: str
+    tokens: Buckets = field(default_factory=list)  # empty: no token limit, or Redis failed
 
 
 class NamedLimits:
@@ -92,29 +115,50 @@ class NamedLimits:
         self._global_tokens = settings.limit_llm_tokens
         self._share = settings.limit_tenant_share
         self._park_ms = settings.limit_park_s * 1000
+        self._default_reserve = settings.llm_max_output_tokens
         # a tenant's own (requests, tokens) rates, and until when they are fresh
         self._tenant_rates: dict[TenantId, tuple[float, tuple[Rate | None, Rate | None]]] = {}
         self._last_failure_log = -FAILURE_LOG_EVERY_S
 
-    async def acquire(self, tenant_id: TenantId, name: str) -> None:
-        """Wait until one call of `name` is allowed for the tenant and globally; `LimitWait`
-        when that is more than `OUTLIVE_LIMIT_PARK_S` away."""
+    async def acquire(
+        self, tenant_id: TenantId, name: str, *, tokens: int | None = None
+    ) -> Reservation:
+        """Wait until one call of `name` is allowed for the tenant and globally, with `tokens`
+        (its prompt and output cap; None: `OUTLIVE_LLM_MAX_OUTPUT_TOKENS`) reserved of the token
+        limits; `LimitWait` when that is more than `OUTLIVE_LIMIT_PARK_S` away."""
         if name not in KNOWN:
             raise ValueError(f"unknown limit {name!r}; known: {', '.join(KNOWN)}")
-        buckets = await self._requests(tenant_id, name) + await self._tokens(tenant_id, name)
+        wanted = max(1, self._default_reserve if tokens is None else tokens)
+        reserved = await self._tokens(tenant_id, name, wanted)
+        buckets = await self._requests(tenant_id, name) + reserved
         while buckets:
-            wait_ms = await self._run(self._take_script, buckets, default=0)
-            if wait_ms <= 0:
-                return
+            wait_ms = await self._run(self._take_script, buckets, default=-1)
+            if wait_ms < 0:  # Redis failed: nothing enforced, nothing reserved
+                return Reservation(tenant_id, name)
+            if wait_ms == 0:
+                break
             if wait_ms > self._park_ms:
                 raise LimitWait(name, wait_ms / 1000)
             await asyncio.sleep(min(wait_ms / 1000, MAX_WAIT_S))
+        return Reservation(tenant_id, name, reserved)
 
-    async def spend(self, tenant_id: TenantId, name: str, tokens: int) -> None:
-        """Count `tokens` (a call's usage) against the token limits of `name`."""
-        buckets = [(key, rate, tokens) for key, rate, _ in await self._tokens(tenant_id, name)]
-        if buckets and tokens > 0:
-            await self._run(self._spend_script, buckets, default=0)
+    async def settle(self, reservation: Reservation, used: int | None) -> None:
+        """The call is over: its reservation becomes `used` tokens (None: unknown, a failed call,
+        which keeps it). What was not used goes back to both buckets; what was used beyond the
+        reservation is charged to the tenant's bucket alone."""
+        if used is None:
+            return
+        tenant_prefix = self._tenant_prefix(reservation.name)
+        moves: Buckets = [
+            (key, rate, used - held if key.startswith(tenant_prefix) else min(0, used - held))
+            for key, rate, held in reservation.tokens
+        ]
+        if not reservation.tokens:  # nothing was reserved (Redis was away): the tenant's alone
+            _, tenant = await self._token_buckets(reservation.tenant_id, reservation.name)
+            moves = [] if tenant is None else [(tenant[0], tenant[1], used)]
+        moves = [m for m in moves if m[2] != 0]
+        if moves:
+            await self._run(self._spend_script, moves, default=0)
 
     async def _requests(self, tenant_id: TenantId, name: str) -> Buckets:
         found: Buckets = []
@@ -127,19 +171,34 @@ class NamedLimits:
             found.append((f"{PREFIX}{name}:tenant:{tenant_id}", own, 1))
         return found
 
-    async def _tokens(self, tenant_id: TenantId, name: str) -> Buckets:
-        """The token buckets: the deployment's, and the tenant's own rate or else its share."""
-        if self._global_tokens is None:
+    async def _tokens(self, tenant_id: TenantId, name: str, wanted: int) -> Buckets:
+        """The token buckets with what to reserve of each: the tenant's, up to its size, and the
+        deployment's, up to the same (one call never takes more of it than the tenant's share)."""
+        global_, tenant = await self._token_buckets(tenant_id, name)
+        if global_ is None or tenant is None:
             return []
-        _, own = await self._tenant_rates_of(tenant_id)
+        share = min(wanted, tenant[1].count)
         return [
-            (f"{PREFIX}{name}:tokens:global", self._global_tokens, 0),
-            (
-                f"{PREFIX}{name}:tokens:tenant:{tenant_id}",
-                own or self._shared(self._global_tokens),
-                0,
-            ),
+            (global_[0], global_[1], min(share, global_[1].count)),
+            (tenant[0], tenant[1], share),
         ]
+
+    async def _token_buckets(
+        self, tenant_id: TenantId, name: str
+    ) -> tuple[tuple[str, Rate] | None, tuple[str, Rate] | None]:
+        """(key, rate) of the deployment's token bucket and of the tenant's (its own rate, or
+        else its share); (None, None) when there is no token limit."""
+        if self._global_tokens is None:
+            return None, None
+        _, own = await self._tenant_rates_of(tenant_id)
+        return (
+            (f"{PREFIX}{name}:tokens:global", self._global_tokens),
+            (f"{self._tenant_prefix(name)}{tenant_id}", own or self._shared(self._global_tokens)),
+        )
+
+    @staticmethod
+    def _tenant_prefix(name: str) -> str:
+        return f"{PREFIX}{name}:tokens:tenant:"
 
     def _shared(self, rate: Rate) -> Rate:
         return Rate(max(1, int(rate.count * self._share)), rate.per_s)
@@ -163,9 +222,10 @@ class NamedLimits:
         """The script over `buckets`: the milliseconds to wait (0: taken), or `default` when
         Redis failed (the limit is not enforced then)."""
         args: list[float] = []
-        for _, rate, cost in buckets:
+        for key, rate, cost in buckets:
             # a request bucket holds one token (calls spread evenly); a token bucket the rate's
-            args += [1 if cost else rate.count, rate.count / (rate.per_s * 1000), cost]
+            capacity = rate.count if ":tokens:" in key else 1
+            args += [capacity, rate.count / (rate.per_s * 1000), cost]
         try:
             async with asyncio.timeout(CHECK_TIMEOUT_S):
                 answer = await script(keys=[k for k, _, _ in buckets], args=args)

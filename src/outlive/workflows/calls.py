@@ -25,28 +25,35 @@ from typing import Any, Protocol
 from outlive.agents.policy import Retry, is_retryable, retry_after_of
 from outlive.errors import RunCancelled
 from outlive.ids import TenantId
+from outlive.services.limits import Reservation
 
 
 class Limits(Protocol):
     """Named limits shared across workers (`outlive.services.limits`)."""
 
-    async def acquire(self, tenant_id: TenantId, name: str) -> None:
-        """Wait until one request of `name` is allowed for the tenant (and globally), or raise
-        `LimitWait` when that is too far away to wait for in-process."""
+    async def acquire(
+        self, tenant_id: TenantId, name: str, *, tokens: int | None = None
+    ) -> Reservation:
+        """Wait until one request of `name` is allowed for the tenant (and globally), with
+        `tokens` reserved of its token limits, or raise `LimitWait` when that is too far away to
+        wait for in-process."""
 
-    async def spend(self, tenant_id: TenantId, name: str, tokens: int) -> None:
-        """Count a call's `tokens` against the token limits of `name`."""
+    async def settle(self, reservation: Reservation, used: int | None) -> None:
+        """The call is over: its reservation becomes `used` tokens (None: unknown)."""
 
 
 @dataclass(frozen=True, slots=True)
 class StepPolicy:
     """What a step declared: `retry` (None: one call), `timeout` per call (seconds), `shield`
-    (a cancel waits for it), `limit` (a named limit taken before each call)."""
+    (a cancel waits for it), `limit` (a named limit taken before each call), `reserve` (the
+    tokens each call may use, its prompt and output cap, reserved of the limit's token rates
+    before it starts; None: the limit's default)."""
 
     retry: Retry | None = None
     timeout: float | None = None
     shield: bool = False
     limit: str | None = None
+    reserve: int | None = None
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:
@@ -127,23 +134,29 @@ async def call(
     limits: Limits | None,
     tenant_id: TenantId,
     reset: Callable[[], None],
-) -> Any:
-    """`fn(*args, **kwargs)`, interruptible by a cancel, under `policy`. `reset()` is called
-    before every call after the first (what a failed call buffered is dropped)."""
+) -> tuple[Any, Reservation | None]:
+    """`fn(*args, **kwargs)`, interruptible by a cancel, under `policy`: its value, and what the
+    call that made it reserved of the named limit (None: no limit), for the caller to settle
+    with the usage it recorded. A failed call keeps its reservation. `reset()` is called before
+    every call after the first (what a failed call buffered is dropped)."""
     if interrupts.requested.is_set() and not (policy is not None and policy.shield):
         raise RunCancelled()  # requested between steps: this one does not start
     if policy is None:
-        return await _once(fn, args, kwargs, interrupts, shield=False)
+        return await _once(fn, args, kwargs, interrupts, shield=False), None
     retry = policy.retry or Retry(attempts=1)
     failures = 0
     while True:
+        reservation = None
         if policy.limit is not None and limits is not None:  # a wait a cancel interrupts
-            await interrupts.await_step(limits.acquire(tenant_id, policy.limit), shield=False)
+            taking = limits.acquire(tenant_id, policy.limit, tokens=policy.reserve)
+            reservation = await interrupts.await_step(taking, shield=False)
         try:
             if policy.timeout is None:
-                return await _once(fn, args, kwargs, interrupts, shield=policy.shield)
-            async with asyncio.timeout(policy.timeout):
-                return await _once(fn, args, kwargs, interrupts, shield=policy.shield)
+                value = await _once(fn, args, kwargs, interrupts, shield=policy.shield)
+            else:
+                async with asyncio.timeout(policy.timeout):
+                    value = await _once(fn, args, kwargs, interrupts, shield=policy.shield)
+            return value, reservation
         except Exception as exc:
             failures += 1
             if failures >= retry.attempts or not is_retryable(exc):

@@ -100,6 +100,7 @@ class AttemptContext:
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        reserve: int | None = None,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -114,6 +115,7 @@ class AttemptContext:
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        reserve: int | None = None,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -127,15 +129,18 @@ class AttemptContext:
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        reserve: int | None = None,
         **kwargs: Any,
     ) -> Any:
         """A durable step (`workflows.steps`): `fn(*args, **kwargs)` run once per run, its
-        result recorded; the occurrence is taken here, at the call. `retry`, `timeout`, `shield`
-        and `limit` are the step's policy (`workflows.calls`), never passed to `fn`. The streams
-        `fn` opens end with it (`workflows.streams`)."""
+        result recorded; the occurrence is taken here, at the call. `retry`, `timeout`, `shield`,
+        `limit` and `reserve` are the step's policy (`workflows.calls`), never passed to `fn`.
+        The streams `fn` opens end with it (`workflows.streams`)."""
         policy = None
         if retry is not None or timeout is not None or shield or limit is not None:
-            policy = StepPolicy(retry=retry, timeout=timeout, shield=shield, limit=limit)
+            policy = StepPolicy(
+                retry=retry, timeout=timeout, shield=shield, limit=limit, reserve=reserve
+            )
         occurrence = self._steps.take(name)
         return self._stepping(partial(self._steps.run, name, occurrence, fn, args, kwargs, policy))
 

@@ -171,7 +171,7 @@ class StepJournal:
         frame = _Frame(self)
         token = _IN_STEP.set(frame)
         try:
-            value = await call(
+            value, reservation = await call(
                 fn,
                 args,
                 kwargs,
@@ -184,9 +184,9 @@ class StepJournal:
         finally:
             _IN_STEP.reset(token)
         usage = frame.usage if frame.usage is not None else usage_in(value)
-        if usage is not None and policy is not None and policy.limit and self._limits:
-            spent = usage.input_tokens + usage.output_tokens
-            await self._limits.spend(self._run.tenant_id, policy.limit, spent)
+        if reservation is not None and self._limits is not None:  # what it reserved becomes
+            spent = None if usage is None else usage.input_tokens + usage.output_tokens
+            await self._limits.settle(reservation, spent)  # what it used (unknown: kept)
         result = _encode(adapter, value, name, occurrence)
         await self._commit(name, occurrence, result, frame.events, usage)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
