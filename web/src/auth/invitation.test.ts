@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { acceptInvitation, invitationFromHash } from "./invitation";
+import { acceptInvitation, checkInvitation, invitationFromHash } from "./invitation";
 
 const answer = (status: number, body: unknown) =>
   (async () => new Response(JSON.stringify(body), { status })) as unknown as typeof fetch;
@@ -34,5 +34,24 @@ describe("an invitation link", () => {
       throw new TypeError("failed");
     }) as unknown as typeof fetch);
     expect(down.ok).toBe(false);
+  });
+});
+
+describe("an invitation code checked when the page opens", () => {
+  it("says what accepting would do, or why it would be refused, and reads a failure as unknown", async () => {
+    const valid = await checkInvitation(
+      "c",
+      answer(200, { data: { invitationCode: { valid: true, reason: null, message: null, tenantName: "Acme", email: "a@b.c", role: "VIEWER" } } }),
+    );
+    expect(valid).toEqual({ valid: true, tenantName: "Acme", email: "a@b.c", role: "VIEWER" });
+    const revoked = await checkInvitation(
+      "c",
+      answer(200, { data: { invitationCode: { valid: false, reason: "revoked", message: "revoked", tenantName: null, email: null, role: null } } }),
+    );
+    expect(revoked).toEqual({ valid: false, reason: "revoked", message: "revoked" });
+    const down = await checkInvitation("c", (async () => {
+      throw new TypeError("failed");
+    }) as unknown as typeof fetch);
+    expect(down).toBeNull();
   });
 });

@@ -61,7 +61,40 @@ export const REFUSAL_HEADINGS: Record<string, string> = {
   accepted: "This invitation was already used",
   unknown: "This invitation link is not valid",
   unsent: "This invitation is not ready yet",
+  member: "You are a member already",
 };
+
+export type CodeCheck =
+  | { valid: true; tenantName: string; email: string; role: string }
+  | { valid: false; reason: string; message: string };
+
+const CHECK = `query InvitationCode($code: String!) {
+  invitationCode(code: $code) { valid reason message tenantName email role }
+}`;
+
+/**
+ * What accepting the code would do now, asked when the page opens (no bearer token, nothing is
+ * changed): a revoked, used or expired link says so before anyone clicks. A network or server
+ * failure reads as valid, so the page still offers Accept (whose answer is the last word).
+ */
+export async function checkInvitation(code: string, fetcher: typeof fetch = fetch): Promise<CodeCheck | null> {
+  try {
+    const response = await fetcher("/graphql", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ query: CHECK, variables: { code }, operationName: "InvitationCode" }),
+    });
+    const body = (await response.json()) as {
+      data?: { invitationCode?: { valid: boolean; reason: string | null; message: string | null; tenantName: string | null; email: string | null; role: string | null } } | null;
+    };
+    const found = body.data?.invitationCode;
+    if (!found) return null;
+    if (found.valid) return { valid: true, tenantName: found.tenantName ?? "", email: found.email ?? "", role: found.role ?? "" };
+    return { valid: false, reason: found.reason ?? "unknown", message: found.message ?? "" };
+  } catch {
+    return null;
+  }
+}
 
 /** `acceptInvitation` with no bearer token (the code is the credential): a plain POST. */
 export async function acceptInvitation(code: string, fetcher: typeof fetch = fetch): Promise<AcceptAnswer> {

@@ -1,17 +1,38 @@
 import { useEffect, useRef, useState } from "react";
-import { acceptInvitation, type AcceptAnswer, type InvitationLink, REFUSAL_HEADINGS, setInvitation } from "../auth/invitation";
+import {
+  acceptInvitation,
+  type AcceptAnswer,
+  checkInvitation,
+  type CodeCheck,
+  type InvitationLink,
+  REFUSAL_HEADINGS,
+  setInvitation,
+} from "../auth/invitation";
 import { setToken } from "../auth/token";
 import { navigate } from "../app/router";
 import { CopyButton } from "../ui/common";
 
 /**
  * The page an invitation email's link opens: whose tenant it is, then "Accept and sign in". The
- * answer is a new API token for the invitee, shown once, then kept in this browser. An expired,
- * revoked or used code gets a page that says so, with a way on.
+ * answer is a new API token for the invitee, shown once, then kept in this browser. The code is
+ * checked when the page opens: an expired, revoked or used one gets a page that says so at once,
+ * with a way on, and a valid one names the tenant, the address and the role from the server.
  */
 export function AcceptInvitation({ link }: { link: InvitationLink }) {
   const [answer, setAnswer] = useState<AcceptAnswer | null>(null);
+  const [check, setCheck] = useState<CodeCheck | null | "checking">("checking");
   const [busy, setBusy] = useState(false);
+  useEffect(() => {
+    let current = true;
+    void checkInvitation(link.code).then((found) => {
+      if (!current) return;
+      setCheck(found);
+      if (found && !found.valid) setAnswer({ ok: false, reason: found.reason, message: found.message });
+    });
+    return () => {
+      current = false;
+    };
+  }, [link.code]);
   const heading = useRef<HTMLHeadingElement>(null);
   useEffect(() => {
     document.title = "Accept the invitation · Outlive";
@@ -29,7 +50,9 @@ export function AcceptInvitation({ link }: { link: InvitationLink }) {
     setInvitation(null);
     navigate("/runs", { replace: true });
   };
-  const where = link.tenant ?? "a tenant";
+  const known = check !== "checking" && check?.valid ? check : null;
+  const where = known?.tenantName || link.tenant || "a tenant";
+  const email = known?.email || link.email;
 
   let body;
   if (answer?.ok) {
@@ -80,10 +103,16 @@ export function AcceptInvitation({ link }: { link: InvitationLink }) {
         </h1>
         <p>
           You are invited to <strong>{where}</strong>
-          {link.email && (
+          {email && (
             <>
               {" "}
-              as <strong>{link.email}</strong>
+              as <strong>{email}</strong>
+            </>
+          )}
+          {known?.role && (
+            <>
+              {" "}
+              with the role <strong>{known.role}</strong>
             </>
           )}
           . Accepting makes your account in that tenant and signs you in.
@@ -94,8 +123,13 @@ export function AcceptInvitation({ link }: { link: InvitationLink }) {
           </p>
         )}
         <div className="actions">
-          <button type="button" className="primary" disabled={busy} onClick={() => void accept()}>
-            {busy ? "Accepting…" : "Accept and sign in"}
+          <button
+            type="button"
+            className="primary"
+            disabled={busy || check === "checking"}
+            onClick={() => void accept()}
+          >
+            {busy ? "Accepting…" : check === "checking" ? "Checking the invitation…" : "Accept and sign in"}
           </button>
           <button type="button" className="quiet" onClick={leave}>
             Not now
