@@ -91,6 +91,25 @@ async def test_token_create_prints_a_working_token_last(settings: Settings, api:
     assert (await api.gql("{ viewer { tenant { slug } } }", token=token))["viewer"]
 
 
+async def test_token_create_makes_a_token_of_a_role_never_above_its_member(
+    settings: Settings, api: Api
+) -> None:
+    env = {"DATABASE_URL": settings.database_url or ""}
+    base = ("token", "create", "--tenant", "acme-roles", "--email")
+    viewer = outlive(*base, "eve@acme.test", "--role", "VIEWER", env=env)
+    assert viewer.returncode == 0, viewer.stderr
+    assert "created a VIEWER token" in viewer.stdout
+    token = viewer.stdout.strip().splitlines()[-1]
+    assert (await api.gql("{ viewer { role } }", token=token))["viewer"]["role"] == "VIEWER"
+    again = outlive(*base, "eve@acme.test", env=env)  # no --role: the member's own
+    assert "created a VIEWER token" in again.stdout
+    above = outlive(*base, "eve@acme.test", "--role", "ADMIN", env=env)
+    assert above.returncode == 2
+    assert "a token cannot do more than its member" in _one_line_error(above)
+    wrong = outlive(*base, "eve@acme.test", "--role", "ROOT", env=env)
+    assert wrong.returncode == 2
+
+
 async def test_migrate_is_safe_to_run_twice(servers: Servers) -> None:
     url = await servers.clone()
     for _ in range(2):
