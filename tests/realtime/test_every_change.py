@@ -29,8 +29,10 @@ from starlette.routing import Route
 from outlive.config import Settings
 from outlive.cron.deps import CronDeps
 from outlive.cron.tasks.invitations import expire_invitations
+from outlive.db.models import Role
 from outlive.db.tx import Sessions
 from outlive.realtime.nudges import NUDGE_TYPES
+from outlive.services.tenants import create_token
 from outlive.worker import WorkerHost
 from tests.conftest import make_settings
 from tests.realtime.clients import Channel, Socket, publisher, serve
@@ -45,6 +47,8 @@ TABLE = {
     "webhook.delivery.updated": "a delivery was inserted or changed",
     # added with replayRuns (an addition to §5; clients that do not know it ignore it)
     "replay.updated": "a run replay was created, advanced, finished or cancelled",
+    # round five (§5)
+    "member.updated": "a member joined, changed role or was removed",
 }
 AGENT_EVENTS = {"turn", "message", "step"}  # appended by an agent: the run itself did not change
 Pair = tuple[str, str | None]
@@ -393,6 +397,21 @@ async def replayed_by_replay_runs(w: World) -> Counter[Pair]:
     )
 
 
+async def member_changed_then_removed(w: World) -> Counter[Pair]:
+    async with w.sessions.unit() as uow:
+        principal, _ = await create_token(
+            uow,
+            tenant_slug=w.tenant.principal.tenant.slug,
+            email="mo@every.test",
+            role=Role.OPERATOR,
+        )
+    user = str(principal.user.id)
+    set_role = "mutation($u: ID!) { setMemberRole(userId: $u, role: VIEWER) { role } }"
+    await w.http.gql(set_role, {"u": user}, token=w.token)
+    await w.http.gql("mutation($u: ID!) { removeMember(userId: $u) }", {"u": user}, token=w.token)
+    return Counter({("member.updated", user): 2})
+
+
 def closed_port() -> int:
     import socket
 
@@ -446,6 +465,7 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, Any], set[str]]] = {
     "delivery redelivered": (delivery_redelivered, {}, {"webhook.delivery.updated"}),
     "run retried by retryRun": (retried_by_retry_run, {}, {"run.created", "run.updated"}),
     "runs replayed by replayRuns": (replayed_by_replay_runs, {}, {"replay.updated"}),
+    "member's role changed, then removed": (member_changed_then_removed, {}, {"member.updated"}),
     "delivery to a private address refused": (
         delivery_to_a_private_address_refused,
         {"webhook_allow_private": False},
