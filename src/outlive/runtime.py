@@ -62,6 +62,7 @@ from outlive.realtime.revocations import control_channel
 from outlive.services import tokens
 from outlive.services.admission import TenantAdmission
 from outlive.services.tokens import PrincipalCache
+from outlive.services.usage_tokens import configure_prices
 from outlive.telemetry import heap, metrics, tracing
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]
     """Everything `role` needs, closed in reverse on exit (or on a failure while opening)."""
     server = role in ("api", "worker")
     database_url, redis_url = _urls(settings, role)
+    configure_prices(settings.model_prices)  # what a model costs: usage, budgets
     async with AsyncExitStack() as stack:
         if server:
             tracing.setup(

@@ -49,6 +49,7 @@ TABLE = {
     "replay.updated": "a run replay was created, advanced, finished or cancelled",
     # round five (§5)
     "member.updated": "a member joined, changed role or was removed",
+    "budget.updated": "a budget's limit, spent, reserved or held runs changed (1/s at most)",
 }
 AGENT_EVENTS = {"turn", "message", "step"}  # appended by an agent: the run itself did not change
 Pair = tuple[str, str | None]
@@ -412,6 +413,15 @@ async def member_changed_then_removed(w: World) -> Counter[Pair]:
     return Counter({("member.updated", user): 2})
 
 
+async def budget_set_then_deleted(w: World) -> Counter[Pair]:
+    set_budget = (
+        "mutation { setBudget(input: {scope: TENANT, period: DAY, limitTokens: 10}) { id } }"
+    )
+    made = (await w.http.gql(set_budget, token=w.token))["setBudget"]["id"]
+    await w.http.gql("mutation($id: ID!) { deleteBudget(id: $id) }", {"id": made}, token=w.token)
+    return Counter({("budget.updated", made): 2})  # the second one when its second is over
+
+
 def closed_port() -> int:
     import socket
 
@@ -466,6 +476,7 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, Any], set[str]]] = {
     "run retried by retryRun": (retried_by_retry_run, {}, {"run.created", "run.updated"}),
     "runs replayed by replayRuns": (replayed_by_replay_runs, {}, {"replay.updated"}),
     "member's role changed, then removed": (member_changed_then_removed, {}, {"member.updated"}),
+    "budget set, then deleted": (budget_set_then_deleted, {}, {"budget.updated"}),
     "delivery to a private address refused": (
         delivery_to_a_private_address_refused,
         {"webhook_allow_private": False},

@@ -310,13 +310,46 @@ async def test_a_zombie_attempt_records_nothing_and_stops(
         assert await claim_run(uow, run_id, lease_s=30) is not None
     with pytest.raises(RunSuperseded):
         await zombie.step("two", work, zombie, "two")
-    assert ran == ["one", "two"]  # its fn ran, but nothing of it was recorded
+    assert ran == ["one"]  # the step's gate found it superseded: its fn never ran
     assert [(n, a) for n, _, _, a in await journal_rows(sessions, run_id)] == [("one", 1)]
     assert (await load_journal(sessions, run_id))[0] == {("one", 1): '"one"'}
     assert [(t, d) for t, d in await timeline(sessions, run_id) if t in ("note", "step")] == [
         ("note", {"by": "one"}),
         ("step", {"name": "one", "occurrence": 1}),
     ]
+
+
+async def test_a_zombie_whose_step_was_running_records_nothing(
+    deps_for: Callable[[AgentRegistry], WorkflowDeps], sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """Taken over while its step runs (past the gate): the step's commit is fenced."""
+    running, taken = asyncio.Event(), asyncio.Event()
+    ran: list[str] = []
+
+    async def slow(ctx: RunContext, name: str) -> str:
+        ran.append(name)
+        await ctx.emit("note", {"by": name})
+        running.set()
+        await taken.wait()
+        return name
+
+    deps = deps_for(registry(lambda ctx, params: None))
+    run_id = await start(sessions, tenant, {})
+    async with sessions.unit() as uow:
+        first = await claim_run(uow, run_id, lease_s=30)
+    assert first is not None
+    zombie = AttemptContext(deps, first)
+    stepping = asyncio.ensure_future(zombie.step("two", slow, zombie, "two"))
+    await running.wait()  # the step is past its gate and running
+    await expire_lease(sessions, run_id)
+    async with sessions.unit() as uow:
+        assert await claim_run(uow, run_id, lease_s=30) is not None
+    taken.set()
+    with pytest.raises(RunSuperseded):
+        await stepping
+    assert ran == ["two"]  # its fn ran, but nothing of it was recorded
+    assert await journal_rows(sessions, run_id) == []
+    assert [t for t, _ in await timeline(sessions, run_id) if t in ("note", "step")] == []
 
 
 async def test_a_result_over_256_kib_fails_the_run_naming_the_step_and_records_nothing(

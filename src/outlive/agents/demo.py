@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from outlive.agents.policy import Expected
 from outlive.agents.registry import Agent, RunContext
 from outlive.errors import RetryableFault
 
@@ -111,8 +112,14 @@ async def stream_turn(ctx: RunContext, params: DemoInput, turn: int) -> str:
 
 
 async def run(ctx: RunContext, params: DemoInput) -> dict[str, Any]:
+    per_turn = params.usage_per_turn  # a model call's worth: reserved against budgets first
+    expected = (
+        None
+        if per_turn is None
+        else Expected(per_turn.input_tokens, per_turn.output_tokens, model="demo")
+    )
     for turn in range(1, params.turns + 1):
-        await ctx.step("turn", play_turn, ctx, params, turn)
+        await ctx.step("turn", play_turn, ctx, params, turn, reserve=expected)
         if turn == 1 and params.pause_ms:
             await ctx.sleep(params.pause_ms / 1000)
     output: dict[str, Any] = {"turns": params.turns}

@@ -22,7 +22,22 @@ import httpx
 
 from outlive.errors import RetryableFault, RetryAfter
 
-__all__ = ["Retry", "RetryAfter", "is_retryable", "retry_after_of"]
+__all__ = ["Expected", "Retry", "RetryAfter", "is_retryable", "retry_after_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """The usage a step may record, reserved before it starts (`ctx.step(..., reserve=)`): of its
+    named limit's token rates, and of every budget that applies to the run (tokens, and USD
+    when `model` is priced). For a model call: its prompt's tokens and its output cap."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model: str | None = None
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
 
 
 @dataclass(frozen=True, slots=True)

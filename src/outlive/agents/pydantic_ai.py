@@ -69,7 +69,7 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from outlive.agents.openai_chat import ModelNotConfigured, openai_compatible
-from outlive.agents.policy import Retry, parse_retry_after
+from outlive.agents.policy import Expected, Retry, parse_retry_after
 from outlive.agents.registry import Agent, OutputStream, RunContext
 from outlive.config import Settings
 from outlive.errors import RetryableFault, RetryAfter
@@ -168,7 +168,7 @@ class DurableModel(WrapperModel):
             retry=call_retry(settings),
             timeout=settings.llm_timeout_s + CALL_STEP_SLACK_S,
             limit=self.limit,
-            reserve=expected_tokens(messages, model_settings, settings),
+            reserve=expected_usage(messages, model_settings, settings, self.wrapped.model_name),
         )
         if isinstance(recorded, LegacyReply):
             return recorded.response(self.wrapped.model_name)
@@ -233,15 +233,18 @@ class DurableModel(WrapperModel):
         return streamed.get()
 
 
-def expected_tokens(
-    messages: list[ModelMessage], model_settings: ModelSettings | None, settings: Settings
-) -> int:
-    """What a call may use, reserved of the token limits before it starts: its prompt (about a
-    token per 4 bytes of the messages as JSON, an over- rather than an under-estimate) plus its
-    output cap (`max_tokens`, else `OUTLIVE_LLM_MAX_OUTPUT_TOKENS`)."""
+def expected_usage(
+    messages: list[ModelMessage],
+    model_settings: ModelSettings | None,
+    settings: Settings,
+    model: str | None,
+) -> Expected:
+    """What a call may use, reserved before it starts (token limits, budgets): its prompt (about
+    a token per 4 bytes of the messages as JSON, an over- rather than an under-estimate) and its
+    output cap (`max_tokens`, else `OUTLIVE_LLM_MAX_OUTPUT_TOKENS`), priced by `model`."""
     prompt = len(ModelMessagesTypeAdapter.dump_json(messages)) // BYTES_PER_TOKEN + 1
     cap = (model_settings or {}).get("max_tokens") or settings.llm_max_output_tokens
-    return prompt + int(cap)
+    return Expected(input_tokens=prompt, output_tokens=int(cap), model=model)
 
 
 def _fault(exc: ModelAPIError | UnexpectedModelBehavior) -> Exception:

@@ -39,7 +39,7 @@ from outlive.errors import BadUserInput
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from outlive.agents.policy import Retry
+    from outlive.agents.policy import Expected, Retry
     from outlive.ids import RunId, TenantId
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class RunContext(Protocol):
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
-        reserve: int | None = None,
+        reserve: Expected | int | None = None,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -180,7 +180,7 @@ class RunContext(Protocol):
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
-        reserve: int | None = None,
+        reserve: Expected | int | None = None,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -194,7 +194,7 @@ class RunContext(Protocol):
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
-        reserve: int | None = None,
+        reserve: Expected | int | None = None,
         **kwargs: Any,
     ) -> Any:
         """A durable step: `await ctx.step(name, fn, *args, **kwargs)` calls `fn` (sync or async)
@@ -212,9 +212,11 @@ class RunContext(Protocol):
         (`outlive.agents.policy`); `timeout` bounds each call (seconds; a `TimeoutError`, which
         a retry can fix); `shield=True` lets `fn` finish (and be recorded) when a cancel is
         requested meanwhile, instead of interrupting it; `limit="llm"` takes one request of that
-        named limit (shared across workers, per tenant and global) before each call, and
-        reserves `reserve` tokens of its token rates (the call's prompt and output cap; None:
-        `OUTLIVE_LLM_MAX_OUTPUT_TOKENS`), settled to the usage the step records."""
+        named limit (shared across workers, per tenant and global) before each call.
+        `reserve=Expected(input_tokens, output_tokens, model)` (or a number of tokens) is the
+        usage the step may record, reserved before it starts: of the named limit's token rates
+        (None: `OUTLIVE_LLM_MAX_OUTPUT_TOKENS`) and of every budget that applies to the run;
+        the step's commit settles it to what it recorded."""
 
     def record_usage(
         self, *, input_tokens: int, output_tokens: int, model: str | None = None

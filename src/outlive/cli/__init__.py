@@ -117,6 +117,10 @@ def _parser() -> argparse.ArgumentParser:
         help="its own token rate of the llm limit (N tokens per S seconds), or 'default'",
     )
     limits.set_defaults(func=_command("tenants", "cmd_tenant_set_limits"))
+    for verb, what in (("pause", "hold every run of"), ("resume", "let go of every run of")):
+        paused = tenant_sub.add_parser(verb, help=f"{what} a tenant (as pauseRun does one)")
+        paused.add_argument("slug", metavar="SLUG")
+        paused.set_defaults(func=_command("tenants", f"cmd_tenant_{verb}"))
 
     schema = sub.add_parser("schema", help="print the GraphQL SDL")
     schema.set_defaults(func=_command("schema", "cmd_schema"))

@@ -1,4 +1,5 @@
-"""`outlive tenant set-limits`: a tenant's caps, then what the new caps let through."""
+"""`outlive tenant set-limits` (a tenant's caps, then what the new caps let through) and `outlive
+tenant pause|resume` (hold every run of a tenant, or let them go)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import argparse
 
 from outlive.cli.common import KEEP, load_settings, run
 from outlive.config import Settings
+from outlive.db.ports import NO_INSTANCES
 from outlive.runtime import Role, open_runtime
+from outlive.services import pauses
 from outlive.services.limits import parse_rate, set_llm_rate, set_llm_token_rate
 from outlive.services.tenants import set_limits
 
@@ -46,3 +49,23 @@ def cmd_tenant_set_limits(args: argparse.Namespace) -> None:
     llm_rate = None if args.llm_rate is KEEP else args.llm_rate
     tokens = None if args.llm_token_rate is KEEP else args.llm_token_rate
     print(run(set_tenant_limits(load_settings(), args.tenant, changes, llm_rate, tokens)))  # noqa: T201
+
+
+async def pause_tenant(settings: Settings, slug: str, *, paused: bool) -> str:
+    """Hold (or let go of) every run of the tenant, in PostgreSQL; the line to print."""
+    role: Role = "cli-queues" if settings.redis_url else "cli"
+    async with open_runtime(settings, role) as runtime:
+        instances = runtime.queues.instances if runtime.queues is not None else NO_INSTANCES
+        async with runtime.sessions.unit() as uow:
+            moved = await pauses.pause_tenant(uow, slug, paused=paused, instances=instances)
+    if paused:
+        return f"{slug}: paused; {moved} active run(s) held (new runs are held at their first step)"
+    return f"{slug}: resumed; {moved} run(s) let go"
+
+
+def cmd_tenant_pause(args: argparse.Namespace) -> None:
+    print(run(pause_tenant(load_settings(), args.slug, paused=True)))  # noqa: T201
+
+
+def cmd_tenant_resume(args: argparse.Namespace) -> None:
+    print(run(pause_tenant(load_settings(), args.slug, paused=False)))  # noqa: T201

@@ -47,10 +47,15 @@ NudgeType = Literal[
     "webhook.delivery.updated",
     "replay.updated",
     "member.updated",
+    "budget.updated",
 ]
 NUDGE_TYPES: frozenset[str] = frozenset(get_args(NudgeType))
 
 PUBLISH_TIMEOUT_S = 2.0
+# Nudges of these types are sent at most once per window per (tenant, type, id) by a process:
+# the first at once, the last of a burst when its window ends (so the final state is announced).
+THROTTLED: dict[str, float] = {"budget.updated": 1.0}
+MAX_THROTTLED = 10_000
 FAILURE_LOG_EVERY_S = 10.0
 
 
@@ -137,6 +142,8 @@ class Publisher:
         self._sharded = sharded
         self.enabled = enabled and redis is not None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._last_sent: dict[tuple[UUID, str, UUID | None], float] = {}  # `THROTTLED` keys
+        self._trailing: set[tuple[UUID, str, UUID | None]] = set()
         self._last_failure_log = -FAILURE_LOG_EVERY_S
         self._unlogged_failures = 0
         self.sent = 0
@@ -200,15 +207,47 @@ class Publisher:
     async def publish(self, pending: Sequence[PendingNudge]) -> None:
         """The awaited sink (workers, jobs, cron): stamp now, send now."""
         if self.enabled and pending:
-            await self.send(self._stamp(pending))
+            await self.send(self._throttled(self._stamp(pending)))
 
     async def defer(self, pending: Sequence[PendingNudge]) -> None:
         """The request-path sink: stamp now, send in a tracked background task, return at once."""
         if not self.enabled or not pending:
             return
-        task = asyncio.create_task(self.send(self._stamp(pending)), name="outlive-nudge-publish")
+        self._spawn(self._throttled(self._stamp(pending)))
+
+    def _spawn(self, nudges: Sequence[Nudge]) -> None:
+        task = asyncio.create_task(self.send(nudges), name="outlive-nudge-publish")
         self._tasks.add(task)
         task.add_done_callback(self._done)
+
+    def _throttled(self, nudges: Sequence[Nudge]) -> list[Nudge]:
+        """The nudges to send now (`THROTTLED`): one sent within its window is held back, and
+        one nudge of that key is sent when the window ends."""
+        if not any(n.type in THROTTLED for n in nudges):
+            return list(nudges)
+        now, out = time.monotonic(), []
+        for nudge in nudges:
+            window = THROTTLED.get(nudge.type)
+            key = (nudge.tenant_id, nudge.type, nudge.id)
+            last = self._last_sent.get(key)
+            if window is None or last is None or now - last >= window:
+                if window is not None:
+                    self._last_sent[key] = now
+                out.append(nudge)
+            elif key not in self._trailing:
+                self._trailing.add(key)
+                loop = asyncio.get_running_loop()
+                loop.call_later(window - (now - last), self._trail, key, nudge)
+        return out
+
+    def _trail(self, key: tuple[UUID, str, UUID | None], nudge: Nudge) -> None:
+        self._trailing.discard(key)
+        self._last_sent[key] = time.monotonic()
+        if len(self._last_sent) > MAX_THROTTLED:  # forget keys whose window is long over
+            horizon = time.monotonic() - max(THROTTLED.values())
+            for old in [k for k, at in self._last_sent.items() if at < horizon]:
+                del self._last_sent[old]
+        self._spawn([Nudge(nudge.type, nudge.tenant_id, datetime.now(UTC), nudge.id)])
 
     @staticmethod
     def _stamp(pending: Sequence[PendingNudge]) -> list[Nudge]:

@@ -73,35 +73,51 @@ async def create_run_read_token(
         )
 
 
+# The `runs(...)` filters' argument types, with their descriptions.
+CreatedSince = Annotated[
+    datetime | None, strawberry.argument(description="Only runs created at or after this.")
+]
+CreatedBefore = Annotated[
+    datetime | None, strawberry.argument(description="Only runs created before this.")
+]
+Order = Annotated[
+    RunOrder, strawberry.argument(description="Newest first (the default) or oldest first.")
+]
+Key = Annotated[
+    str | None, strawberry.argument(description='Only runs of this key ("": the default).')
+]
+Tags = Annotated[
+    list[str] | None, strawberry.argument(description="Only runs carrying all of these.")
+]
+TopLevel = Annotated[
+    bool | None,
+    strawberry.argument(
+        description="Only top-level runs (no parent): child runs are left out. False or null:"
+        " every run."
+    ),
+]
+Paused = Annotated[
+    bool | None,
+    strawberry.argument(
+        description="true: only runs held now by a pause or a budget; false: only runs not "
+        "held; null: every run."
+    ),
+]
+
+
 async def runs(
     info: Info,
     first: int | None = 20,
     after: str | None = None,
     status: list[RunStatus] | None = None,
     agent: str | None = None,
-    created_since: Annotated[
-        datetime | None, strawberry.argument(description="Only runs created at or after this.")
-    ] = None,
-    created_before: Annotated[
-        datetime | None, strawberry.argument(description="Only runs created before this.")
-    ] = None,
-    order: Annotated[
-        RunOrder,
-        strawberry.argument(description="Newest first (the default) or oldest first."),
-    ] = RunOrder.NEWEST_FIRST,
-    key: Annotated[
-        str | None, strawberry.argument(description='Only runs of this key ("": the default).')
-    ] = None,
-    tags: Annotated[
-        list[str] | None, strawberry.argument(description="Only runs carrying all of these.")
-    ] = None,
-    top_level: Annotated[
-        bool | None,
-        strawberry.argument(
-            description="Only top-level runs (no parent): child runs are left out. False or null:"
-            " every run."
-        ),
-    ] = False,
+    created_since: CreatedSince = None,
+    created_before: CreatedBefore = None,
+    order: Order = RunOrder.NEWEST_FIRST,
+    key: Key = None,
+    tags: Tags = None,
+    top_level: TopLevel = False,
+    paused: Paused = None,
 ) -> RunConnection:
     ctx = info.context
     sessions, tenant_id = ctx.services.sessions, ctx.tenant_id
@@ -113,6 +129,7 @@ async def runs(
         "key": key,
         "tags": tags,
         "top_level": bool(top_level),
+        "paused": paused,
     }
     page = await runs_service.read_runs(
         sessions,

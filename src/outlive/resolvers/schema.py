@@ -13,6 +13,7 @@ import strawberry
 from graphql import GraphQLError
 from strawberry.types import ExecutionContext
 
+from outlive.resolvers import budgets as budget_fields
 from outlive.resolvers import invitations as invitation_fields
 from outlive.resolvers import members as member_fields
 from outlive.resolvers import nudges as nudge_fields
@@ -23,6 +24,7 @@ from outlive.resolvers import tenants as tenant_fields
 from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
 from outlive.schema.agents import Agent
+from outlive.schema.budgets import AgentState, Budget
 from outlive.schema.invitations import AcceptInvitationPayload, Invitation, InvitationCode
 from outlive.schema.members import Member
 from outlive.schema.nudges import Nudge
@@ -69,6 +71,13 @@ class Query:
         description="No bearer token: what accepting this code would do now (nothing is "
         "changed), for the accept page to say at once that a link is revoked, used or expired. "
         "Limited per client as acceptInvitation is.",
+    )
+    budgets: list[Budget] = strawberry.field(
+        resolver=budget_fields.list_budgets,
+        description="The tenant's budgets, with what their period spent and reserved so far.",
+    )
+    agent_states: list[AgentState] = strawberry.field(
+        resolver=budget_fields.agent_states, description="Each agent's pause in this tenant."
     )
     members: list[Member] = strawberry.field(
         resolver=member_fields.list_members, description="The tenant's members, oldest first."
@@ -178,6 +187,32 @@ class Mutation:
         resolver=member_fields.remove_member,
         description="ADMIN. Their tokens stop working and their sockets close within a second; "
         "the last ADMIN cannot be removed.",
+    )
+    set_budget: Budget = strawberry.mutation(
+        resolver=budget_fields.set_budget,
+        description="ADMIN. One per (scope, target, period): setting it again updates it; "
+        "runs it holds resume when it has room again.",
+    )
+    delete_budget: bool = strawberry.mutation(
+        resolver=budget_fields.delete_budget, description="ADMIN. Runs it held resume."
+    )
+    pause_run: Run = strawberry.mutation(
+        resolver=budget_fields.pause_run,
+        description="Holds the run: QUEUED or WAITING at once, RUNNING at its next step. "
+        "Idempotent; a settled run comes back unchanged.",
+    )
+    resume_run: Run = strawberry.mutation(
+        resolver=budget_fields.resume_run,
+        description="Lets a held run go on (whoever paused it); overBudget: a run a budget "
+        "holds may finish past it.",
+    )
+    pause_agent: AgentState = strawberry.mutation(
+        resolver=budget_fields.pause_agent,
+        description="Holds every run of the agent in this tenant, and new ones.",
+    )
+    resume_agent: AgentState = strawberry.mutation(
+        resolver=budget_fields.resume_agent,
+        description="Lets go of the runs the agent's pause held.",
     )
 
 

@@ -7,6 +7,7 @@ import strawberry
 from outlive.resolvers.context import Context
 from outlive.schema.agents import Agent
 from outlive.schema.tenants import Viewer
+from outlive.services import pauses
 
 Info = strawberry.Info[Context, None]
 
@@ -15,7 +16,12 @@ def viewer(info: Info) -> Viewer:
     return Viewer.of(info.context.require_member())  # not null: a run read token is refused
 
 
-def agents(info: Info) -> list[Agent]:
-    if info.context.require().is_run_reader:
+async def agents(info: Info) -> list[Agent]:
+    ctx = info.context
+    if ctx.require().is_run_reader:
         return []
-    return [Agent.of(a) for a in info.context.services.agents]
+    known = list(ctx.services.agents)
+    states = await pauses.agent_states(
+        ctx.services.sessions, ctx.tenant_id, [a.name for a in known]
+    )
+    return [Agent.of(a, paused=s.paused) for a, s in zip(known, states, strict=True)]

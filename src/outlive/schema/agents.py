@@ -26,13 +26,17 @@ class Agent:
         default=RunConflict.RETURN_EXISTING,
         description="What a start without `onConflict` does when its key has an active run.",
     )
+    paused: bool = strawberry.field(
+        default=False, description="pauseAgent holds its runs in this tenant, and new ones."
+    )
 
     @classmethod
-    def of(cls, agent: AgentDef[Any]) -> Agent:
+    def of(cls, agent: AgentDef[Any], *, paused: bool = False) -> Agent:
         return cls(
             name=agent.name,
             description=agent.description,
             input_schema=as_json(agent.input_schema),
             keyed=agent.key is not None,
             on_conflict=agent.on_conflict or RunConflict.RETURN_EXISTING,
+            paused=paused,
         )

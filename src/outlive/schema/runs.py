@@ -51,6 +51,10 @@ class RunStep:
     attempt: int = strawberry.field(description="The attempt that ran and recorded it.")
     completed_at: datetime
     run_id: strawberry.Private[RunId]
+    started_at: datetime | None = strawberry.field(
+        default=None,
+        description="When it started (its gate let it; null for steps recorded before that).",
+    )
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="What the step returned, as its run's journal recorded it (JSON): the "
@@ -68,6 +72,7 @@ class RunStep:
             occurrence=record.occurrence,
             attempt=record.attempt,
             completed_at=record.completed_at,
+            started_at=record.started_at,
         )
 
 
@@ -222,6 +227,21 @@ class Run:
     )
     def wait_id(self) -> str | None:
         return wait_id_of(self.record)
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="Held by pauseRun, pauseAgent or a tenant's pause (since then); null "
+        "otherwise. A held run is WAITING (a RUNNING one from its next step)."
+    )
+    def paused_at(self) -> datetime | None:
+        return self.record.paused_at if self.record.is_active else None
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description='Held by this budget (WAITING, waitingFor "budget"); null otherwise.'
+    )
+    def held_by_budget_id(self) -> strawberry.ID | None:
+        held = self.record.held_by_budget_id
+        waiting = self.record.status == DbRunStatus.WAITING
+        return strawberry.ID(str(held)) if held is not None and waiting else None
 
     @strawberry.field(
         description="A child run: the run that started it (ctx.call, ctx.spawn, ctx.map)."

@@ -72,11 +72,25 @@ def measured(
     )
 
 
+# `OUTLIVE_MODEL_PRICES`: (input, output) USD per million tokens of models the table lacks (or
+# overrides). Set once per process by its runtime (`configure_prices`), like a table's rows.
+_OVERRIDES: dict[str, tuple[Decimal, Decimal]] = {}
+
+
+def configure_prices(prices: Mapping[str, Any]) -> None:
+    """This process's `OUTLIVE_MODEL_PRICES` (each a mapping or object with `input`, `output`)."""
+    _OVERRIDES.clear()
+    for model, p in prices.items():
+        got = p if isinstance(p, Mapping) else {"input": p.input, "output": p.output}
+        _OVERRIDES[model] = (Decimal(str(got["input"])), Decimal(str(got["output"])))
+
+
 def price(model: str | None, input_tokens: int, output_tokens: int) -> Decimal | None:
-    """The cost in USD by the `genai-prices` table; None when the model is not in it."""
+    """The cost in USD by `OUTLIVE_MODEL_PRICES`, else the `genai-prices` table; None when the
+    model is in neither."""
     if not model:
         return None
-    per_million = _prices(model)
+    per_million = _OVERRIDES.get(model) or _prices(model)
     if per_million is None:
         return None
     per_input, per_output = per_million

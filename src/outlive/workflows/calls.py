@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from outlive.agents.policy import Retry, is_retryable, retry_after_of
+from outlive.agents.policy import Expected, Retry, is_retryable, retry_after_of
 from outlive.errors import RunCancelled
 from outlive.ids import TenantId
 from outlive.services.limits import Reservation
@@ -53,7 +53,7 @@ class StepPolicy:
     timeout: float | None = None
     shield: bool = False
     limit: str | None = None
-    reserve: int | None = None
+    reserve: Expected | None = None
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:
@@ -148,7 +148,8 @@ async def call(
     while True:
         reservation = None
         if policy.limit is not None and limits is not None:  # a wait a cancel interrupts
-            taking = limits.acquire(tenant_id, policy.limit, tokens=policy.reserve)
+            tokens = None if policy.reserve is None else policy.reserve.tokens
+            taking = limits.acquire(tenant_id, policy.limit, tokens=tokens)
             reservation = await interrupts.await_step(taking, shield=False)
         try:
             if policy.timeout is None:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar, overload
 
 import httpx
 
-from outlive.agents.policy import Retry
+from outlive.agents.policy import Expected, Retry
 from outlive.db.models import RunStatus
 from outlive.errors import LimitWait, RunCancelled, RunParked, RunSuperseded
 from outlive.ids import RunId, TenantId
@@ -100,7 +100,7 @@ class AttemptContext:
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
-        reserve: int | None = None,
+        reserve: Expected | int | None = None,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -115,7 +115,7 @@ class AttemptContext:
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
-        reserve: int | None = None,
+        reserve: Expected | int | None = None,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -129,7 +129,7 @@ class AttemptContext:
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
-        reserve: int | None = None,
+        reserve: Expected | int | None = None,
         **kwargs: Any,
     ) -> Any:
         """A durable step (`workflows.steps`): `fn(*args, **kwargs)` run once per run, its
@@ -137,7 +137,9 @@ class AttemptContext:
         `limit` and `reserve` are the step's policy (`workflows.calls`), never passed to `fn`.
         The streams `fn` opens end with it (`workflows.streams`)."""
         policy = None
-        if retry is not None or timeout is not None or shield or limit is not None:
+        if isinstance(reserve, int):
+            reserve = Expected(input_tokens=reserve)
+        if retry or timeout is not None or shield or limit is not None or reserve is not None:
             policy = StepPolicy(
                 retry=retry, timeout=timeout, shield=shield, limit=limit, reserve=reserve
             )

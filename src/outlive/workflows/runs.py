@@ -189,8 +189,8 @@ async def _execute(
                 await context.resume()
                 output = await agent.run(context, agent.parse(run.input))
         json.dumps(output)  # a result that is not JSON is the agent's bug, not a retry's
-    except RunCancelled:
-        await _settle(deps, run, RunStatus.CANCELLED)
+    except RunCancelled as cancelled:  # a budget's cancel says why (`cancelled` has no text)
+        await _settle(deps, run, RunStatus.CANCELLED, error=str(cancelled) or None)
     except RunParked as parked:
         log.info("%s; attempt %s ends, its worker slot is free", parked, run.attempt)
         control.parked()

@@ -18,6 +18,8 @@ import typing
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
 from functools import partial
 from typing import Any
 
@@ -25,7 +27,14 @@ from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
 from outlive.db.tx import Sessions
-from outlive.errors import JournalTooLarge, RunSuperseded, StepResultInvalid, StepTooLarge
+from outlive.errors import (
+    JournalTooLarge,
+    RunCancelled,
+    RunParked,
+    RunSuperseded,
+    StepResultInvalid,
+    StepTooLarge,
+)
 from outlive.services.runs import (
     MAX_JOURNAL_BYTES,
     MAX_STEP_BYTES,
@@ -36,7 +45,8 @@ from outlive.services.runs import (
     load_journal,
     record_step,
 )
-from outlive.services.usage_tokens import StepUsage, usage_in
+from outlive.services.runs.holds import gate_step
+from outlive.services.usage_tokens import StepUsage, price, usage_in
 from outlive.telemetry import metrics
 from outlive.workflows.calls import Interrupts, Limits, StepPolicy, call
 
@@ -168,6 +178,7 @@ class StepJournal:
         if recorded is not None:
             metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
             return adapter.validate_json(recorded)
+        started = await self._gate(name, occurrence, policy)  # a pause, a budget, a cancel stop it
         frame = _Frame(self)
         token = _IN_STEP.set(frame)
         try:
@@ -188,9 +199,40 @@ class StepJournal:
             spent = None if usage is None else usage.input_tokens + usage.output_tokens
             await self._limits.settle(reservation, spent)  # what it used (unknown: kept)
         result = _encode(adapter, value, name, occurrence)
-        await self._commit(name, occurrence, result, frame.events, usage)
+        await self._commit(name, occurrence, result, frame.events, usage, started)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
         return adapter.validate_json(result)  # what a later attempt would get back
+
+    async def _gate(self, name: str, occurrence: int, policy: StepPolicy | None) -> datetime:
+        """Before the step starts, in one statement (`services.runs.holds.gate_step`): the
+        attempt must still hold the run, with no cancel, pause or budget against it, and the
+        step's expected usage is reserved against the run's budgets. A hold parks the run
+        WAITING there (`RunParked`): no step starts after a pause or a hold committed."""
+        run, expected = self._run, policy.reserve if policy is not None else None
+        tokens, usd = 0, Decimal(0)
+        if expected is not None:
+            tokens = expected.tokens
+            usd = price(expected.model, expected.input_tokens, expected.output_tokens) or usd
+        async with self._sessions.unit(run.tenant_id, single_statement=True) as uow:
+            gate = await gate_step(
+                uow,
+                run,
+                attempt=run.attempt,
+                name=name,
+                occurrence=occurrence,
+                tokens=tokens,
+                usd=usd,
+            )
+        if gate.verdict == "go" and gate.started is not None:
+            return gate.started  # when it started, by PostgreSQL's clock
+        if gate.verdict == "gone":
+            raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")
+        if gate.verdict == "cancel":
+            raise RunCancelled()
+        if gate.verdict == "over":
+            raise RunCancelled(f"over budget {gate.budget_id}: its step {name!r} did not start")
+        why = "a pause" if gate.verdict == "paused" else f"budget {gate.budget_id}"
+        raise RunParked(f"run {run.id} is held by {why} before step {name!r}")
 
     async def _commit(
         self,
@@ -199,6 +241,7 @@ class StepJournal:
         result: str,
         events: list[dict[str, Any]],
         usage: StepUsage | None,
+        started: datetime,
     ) -> None:
         run = self._run
         size = self._bytes + len(result.encode())
@@ -215,6 +258,7 @@ class StepJournal:
                 result=result,
                 events=events,
                 usage=usage,
+                started_at=started,
             )
         if done is None:
             raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")

@@ -1,6 +1,14 @@
 """Table models, one module per noun. Importing this package registers every table."""
 
 from outlive.db.models.base import Base
+from outlive.db.models.budgets import (
+    Budget,
+    BudgetBreach,
+    BudgetPeriod,
+    BudgetPeriodUsage,
+    BudgetReservation,
+    BudgetScope,
+)
 from outlive.db.models.invitations import Invitation, InvitationStatus
 from outlive.db.models.jobs import RejectedJob
 from outlive.db.models.replays import ReplayStatus, RunReplay
@@ -17,7 +25,7 @@ from outlive.db.models.runs import (
     RunStep,
     RunWait,
 )
-from outlive.db.models.tenants import ApiToken, Role, Tenant, User
+from outlive.db.models.tenants import AgentPause, ApiToken, Role, Tenant, User
 from outlive.db.models.usage import UsageDaily, UsageRollup
 from outlive.db.models.webhooks import (
     DeliveryStatus,
@@ -31,8 +39,15 @@ __all__ = [
     "ACTIVE_STATUSES",
     "HEAD_SQL",
     "WAITING_SQL",
+    "AgentPause",
     "ApiToken",
     "Base",
+    "Budget",
+    "BudgetBreach",
+    "BudgetPeriod",
+    "BudgetPeriodUsage",
+    "BudgetReservation",
+    "BudgetScope",
     "DeliveryStatus",
     "Invitation",
     "InvitationStatus",

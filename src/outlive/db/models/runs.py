@@ -159,6 +159,17 @@ class Run(Base):
             text("created_at DESC"),
             postgresql_where=text("retried_from_id IS NOT NULL"),
         ),
+        Index(  # Budget.heldRuns, and the runs a raised or deleted budget lets go
+            "ix_runs_held_by_budget",
+            "held_by_budget_id",
+            postgresql_where=text("held_by_budget_id IS NOT NULL"),
+        ),
+        Index(  # runs(paused: true), and the runs a resumed agent or tenant lets go
+            "ix_runs_paused",
+            "tenant_id",
+            "agent",
+            postgresql_where=text("paused_at IS NOT NULL"),
+        ),
         Index(
             "ix_runs_settled_finished_at",
             "finished_at",
@@ -228,6 +239,18 @@ class Run(Base):
     wake_at_children: Mapped[int | None]  # WAITING for children: woken at this count
     abandon_with_parent: Mapped[bool] = mapped_column(server_default=text("false"))
 
+    # Pauses and budgets (contract §7, round five). `paused_at`: held by a pause, and whose
+    # (`paused_by`: 'run' for pauseRun, 'agent' for pauseAgent, 'tenant' for `outlive tenant
+    # pause`); a held run is WAITING for 'pause' (a RUNNING one at its next step). A run held by
+    # a budget is WAITING for 'budget' with `held_by_budget_id`; `budget_override`: resumed with
+    # `resumeRun(overBudget: true)`, it may finish past its budgets.
+    paused_at: Mapped[datetime | None]
+    paused_by: Mapped[str | None]
+    held_by_budget_id: Mapped[UUID | None] = mapped_column(
+        ForeignKey("budgets.id", ondelete="SET NULL")
+    )
+    budget_override: Mapped[bool] = mapped_column(server_default=text("false"))
+
 
 class RunEvent(Base):
     __tablename__ = "run_events"
@@ -259,6 +282,8 @@ class RunStep(Base):
     attempt: Mapped[int]
     result: Mapped[Any] = mapped_column(JSONB)
     completed_at: Mapped[datetime] = now_default()
+    # When its gate let it start (`outlive_step_gate`); NULL for steps recorded before round five.
+    started_at: Mapped[datetime | None]
     # The model usage the step recorded (`ctx.record_usage`): none for most steps, and none for
     # a step copied from another run (`retryRun(reuseSteps: true)`): that run paid for it.
     requests: Mapped[int] = mapped_column(server_default="0")

@@ -61,6 +61,20 @@ class Tenant(Base):
     llm_rate: Mapped[str | None]
     # Its own token rate of the `llm` limit, "N/S" (NULL: a share of OUTLIVE_LIMIT_LLM_TOKENS).
     llm_token_rate: Mapped[str | None]
+    # `outlive tenant pause`: every run of the tenant is held (its runs carry paused_by 'tenant').
+    paused_at: Mapped[datetime | None]
+
+
+class AgentPause(Base):
+    """`pauseAgent`: the agent's runs of this tenant are held, and every new one."""
+
+    __tablename__ = "agent_pauses"
+
+    tenant_id: Mapped[UUID] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    agent: Mapped[str] = mapped_column(primary_key=True)
+    paused_at: Mapped[datetime] = now_default()
 
 
 class User(Base):

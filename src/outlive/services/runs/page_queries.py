@@ -35,7 +35,7 @@ PAGE_FILTERS = tuple(
 
 def _where(filters: str) -> str:
     """The runs list's filters, in one place (a page and its count use the same): the tenant,
-    statuses, agent, created in [since, until), and the optional `filters`."""
+    statuses, agent, created in [since, until), held or not, and the optional `filters`."""
     return (
         "tenant_id = :tenant_id"
         " AND (CAST(:statuses AS text[]) IS NULL OR status = ANY(CAST(:statuses AS text[])))"
@@ -43,8 +43,16 @@ def _where(filters: str) -> str:
         " AND (CAST(:since AS timestamptz) IS NULL"
         " OR created_at >= CAST(:since AS timestamptz))"
         " AND (CAST(:until AS timestamptz) IS NULL"
-        f" OR created_at < CAST(:until AS timestamptz)){filters}"
+        " OR created_at < CAST(:until AS timestamptz))"
+        f" AND (CAST(:paused AS boolean) IS NULL OR ({_HELD}) = CAST(:paused AS boolean)){filters}"
     )
+
+
+# `runs(paused:)`: held now by a pause (a RUNNING run from its next step) or by a budget.
+_HELD = (
+    "status IN ('QUEUED', 'RUNNING', 'WAITING')"
+    " AND (paused_at IS NOT NULL OR held_by_budget_id IS NOT NULL)"
+)
 
 
 def _runs_page(order: str, beyond: str, filters: str = "") -> Statement:

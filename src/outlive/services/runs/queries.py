@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import ARRAY, Integer, Uuid, bindparam, column, text
+from sqlalchemy import ARRAY, Uuid, bindparam, column, text
 
 from outlive.db.liveness import worker_gone
-from outlive.db.models import ACTIVE_SQL, HEAD_SQL, WAITING_SQL, Run, RunEvent, RunStep
+from outlive.db.models import ACTIVE_SQL, HEAD_SQL, WAITING_SQL, Run, RunEvent
 from outlive.db.raw import Statement, prepare
-from outlive.services.runs.timeline import INSERT_EVENTS, appended, bump
+from outlive.services.runs.timeline import appended, bump
 from outlive.services.webhooks.queries import SETTLED_DELIVERIES_CTE
 
 ACTIVE = ACTIVE_SQL  # QUEUED, RUNNING or WAITING: the partial unique index's predicate
@@ -29,7 +29,7 @@ RUN_COLUMNS = tuple(Run.__table__.c)
 LEASE_EXPIRED = "coalesce(lease_expires_at, '-infinity') < now()"
 WORKER_GONE = worker_gone("runs.worker_id")  # the holder's process ended (its session did)
 # The lease of the attempt holding a RUNNING run, extended by its heartbeats and its events.
-_LEASE = "lease_expires_at = now() + make_interval(secs => :lease), heartbeat_at = now()"
+LEASE = "lease_expires_at = now() + make_interval(secs => :lease), heartbeat_at = now()"
 
 # --- starting and reading ---------------------------------------------------------------------
 
@@ -256,7 +256,7 @@ CANCEL = move(
     event_data="'{}'::jsonb",
     may_settle=True,  # a QUEUED run settles CANCELLED at once
 )
-APPEND = move(_LEASE, "status = 'RUNNING' AND attempt = :attempt", changes_run=False)
+APPEND = move(LEASE, "status = 'RUNNING' AND attempt = :attempt", changes_run=False)
 REQUEUE = move(
     "status = 'QUEUED', lease_expires_at = NULL", "status = 'RUNNING' AND attempt = :attempt"
 )
@@ -295,7 +295,7 @@ CLAIM = prepare(
                          FROM runs WHERE id = :run_id FOR UPDATE),
         moved AS (
             UPDATE runs SET status = 'RUNNING', attempt = attempt + 1,
-                started_at = coalesce(started_at, now()), {_LEASE}, worker_id = :worker_id,
+                started_at = coalesce(started_at, now()), {LEASE}, worker_id = :worker_id,
                 lost_attempts = lost_attempts + CAST(prior.was = 'RUNNING' AS int),
                 {bump("1 + CAST(prior.was = 'RUNNING' AS int)")}, updated_at = now()
             FROM prior
@@ -330,96 +330,7 @@ BARREN_LOSSES = prepare(
 # A heartbeat: the attempt still holds the run; its lease is extended. No event, no nudge.
 HEARTBEAT = prepare(
     text(
-        f"UPDATE runs SET {_LEASE} WHERE id = :run_id AND status = 'RUNNING'"
+        f"UPDATE runs SET {LEASE} WHERE id = :run_id AND status = 'RUNNING'"
         " AND attempt = :attempt RETURNING cancel_requested_at"
-    )
-)
-
-# --- durable steps (`services.runs.steps`) ----------------------------------------------------
-
-# A step's completion, fenced like every write of an attempt but stricter (RUNNING, this
-# attempt): the journal row, its `seq` from `runs.step_seq`, and the events buffered while the
-# step ran followed by its `step` event (`:events`, a JSON array of {type, data}), with gap-free
-# seqs, in one statement. A superseded attempt matches nothing and records nothing.
-STEP_DONE = Move(
-    prepare(
-        text(
-            f"""WITH moved AS (
-                UPDATE runs SET step_seq = step_seq + 1,
-                    {bump("jsonb_array_length(CAST(:events AS jsonb))")},
-                    {_LEASE}, updated_at = now()
-                WHERE id = :run_id AND {ACTIVE} AND status = 'RUNNING' AND attempt = :attempt
-                RETURNING *),
-            stepped AS (
-                INSERT INTO run_steps (run_id, name, occurrence, seq, attempt, result,
-                                       requests, input_tokens, output_tokens, model, cost_usd)
-                SELECT id, :name, :occurrence, step_seq, attempt, CAST(:result AS jsonb),
-                       :requests, :input_tokens, :output_tokens, CAST(:model AS text),
-                       CAST(:cost_usd AS numeric)
-                FROM moved),
-            appended AS (
-                {INSERT_EVENTS}
-                SELECT moved.id,
-                       moved.event_seq - jsonb_array_length(CAST(:events AS jsonb)) + e.ord,
-                       e.value->>'type', e.value->'data'
-                FROM moved,
-                     jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(value, ord))
-            SELECT moved.* FROM moved"""
-        ).columns(*RUN_COLUMNS)
-    ),
-    changes_run=False,
-    may_settle=False,
-)
-# The whole journal of a run, loaded once at the start of an attempt; results as JSON text,
-# decoded only when a step asks for one.
-# The journal in completion order, each row with the bytes up to and including it; rows past
-# `:max_bytes` are not sent, save the first one (which tells the caller the journal is over it).
-JOURNAL = prepare(
-    text(
-        "SELECT name, occurrence, result, upto FROM ("
-        " SELECT name, occurrence, result::text AS result,"
-        " sum(octet_length(result::text)) OVER (ORDER BY seq) AS upto"
-        " FROM run_steps WHERE run_id = :run_id) j"
-        " WHERE upto - coalesce(octet_length(result), 0) <= :max_bytes ORDER BY upto"
-    ).columns(RunStep.name, RunStep.occurrence, column("result"), column("upto"))
-)
-# `RunStep.result`, by (run, seq): only the steps a client asked for the result of.
-STEP_RESULTS = prepare(
-    text(
-        "SELECT s.run_id, s.seq, s.result::text AS result"
-        " FROM unnest(:run_ids, :seqs) AS k(id, seq)"
-        " JOIN run_steps s ON s.run_id = k.id AND s.seq = k.seq"
-    ).bindparams(bindparam("run_ids", type_=ARRAY(Uuid())), bindparam("seqs", type_=ARRAY(Integer)))
-)
-STEPS_OF_RUNS = prepare(
-    text(
-        "SELECT s.run_id, s.seq, s.name, s.occurrence, s.attempt, s.completed_at"
-        " FROM unnest(:run_ids) AS r(id)"
-        " CROSS JOIN LATERAL (SELECT run_id, seq, name, occurrence, attempt, completed_at"
-        "   FROM run_steps WHERE run_id = r.id AND seq > :after ORDER BY seq LIMIT :first) s"
-    )
-    .bindparams(bindparam("run_ids", type_=ARRAY(Uuid())))
-    .columns(
-        RunStep.run_id,
-        RunStep.seq,
-        RunStep.name,
-        RunStep.occurrence,
-        RunStep.attempt,
-        RunStep.completed_at,
-    )
-)
-
-# `retryRun(reuseSteps: true)`: the new run starts with a copy of the old run's journal (same
-# names, occurrences and seqs; `attempt` 0 marks a step it did not execute itself) and no usage
-# (the old run paid for it). `step_seq` follows, so the first attempt loads the journal.
-COPY_STEPS = prepare(
-    text(
-        f"""WITH copied AS (
-                INSERT INTO run_steps (run_id, name, occurrence, seq, attempt, result)
-                SELECT :to_run, name, occurrence, seq, 0, result FROM run_steps
-                WHERE run_id = :from_run
-                RETURNING seq)
-            UPDATE runs SET step_seq = (SELECT coalesce(max(seq), 0) FROM copied)
-            WHERE id = :to_run AND {ACTIVE} RETURNING step_seq"""
     )
 )

@@ -97,12 +97,14 @@ async def read_runs(
     key: str | None = None,
     tags: Sequence[str] | None = None,
     top_level: bool = False,
+    paused: bool | None = None,
 ) -> RunPage:
     """A page of the tenant's runs in `order` (newest first by default), keyset-paginated on
     (created_at, id): `after` is a run's cursor, and the page holds the runs that come after it
     in that order; with `since` / `until`, only those created in [since, until); with `key`,
     only that key's runs ("": the agents' default key); with `tags`, only runs carrying all; with
-    `top_level`, only runs with no parent (child runs left out)."""
+    `top_level`, only runs with no parent (child runs left out); with `paused`, only runs held
+    (true) or not (false) by a pause or a budget."""
     if not 0 <= first <= MAX_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
     filters, params = _filters(
@@ -113,6 +115,7 @@ async def read_runs(
         key=key,
         tags=tags,
         top_level=top_level,
+        paused=paused,
     )
     at, run_id = decode_cursor(after) if after is not None else (None, None)
     rows = await db.all(
@@ -141,6 +144,7 @@ async def count_runs(
     key: str | None = None,
     tags: Sequence[str] | None = None,
     top_level: bool = False,
+    paused: bool | None = None,
 ) -> int:
     """How many of the tenant's runs match the filters `read_runs` takes (every page), counted
     up to `MAX_COUNT + 1`: more than `MAX_COUNT` reads as `MAX_COUNT + 1` ("1,000+"), so the
@@ -153,6 +157,7 @@ async def count_runs(
         key=key,
         tags=tags,
         top_level=top_level,
+        paused=paused,
     )
     row = await db.one(
         page_queries.RUNS_COUNTS[filters], tenant_id=tenant_id, cap=MAX_COUNT + 1, **params
@@ -169,6 +174,7 @@ def _filters(
     key: str | None,
     tags: Sequence[str] | None,
     top_level: bool,
+    paused: bool | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The runs list's filters, checked: the optional filters' text (a key of the statements)
     and the parameters they bind."""
@@ -183,6 +189,7 @@ def _filters(
         "agent": agent,
         "since": since,
         "until": until,
+        "paused": paused,
         **({"key": key} if key is not None else {}),
         **({"tags": wanted} if wanted else {}),
     }

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from outlive.db.models import ACTIVE_STATUSES, RunStatus
 from outlive.db.records import Record
@@ -53,6 +54,10 @@ class RunRecord(Record):
     tags: tuple[str, ...] = ()
     idempotency_key: str | None = None
     worker_id: int | None = None  # the liveness key of the worker process holding it (RUNNING)
+    paused_at: datetime | None = None  # held by a pause (`paused_by`: run, agent or tenant)
+    paused_by: str | None = None
+    held_by_budget_id: UUID | None = None  # WAITING for 'budget': the budget that holds it
+    budget_override: bool = False  # resumeRun(overBudget: true): it may finish past its budgets
 
     @property
     def is_waiting(self) -> bool:
@@ -73,6 +78,11 @@ class RunRecord(Record):
     def tree_root(self) -> RunId:
         """The top of its tree: itself for a top-level run."""
         return self.root_id or self.id
+
+    @property
+    def is_held(self) -> bool:
+        """Held by a pause or a budget (`runs(paused: true)`)."""
+        return self.paused_at is not None or self.held_by_budget_id is not None
 
     @property
     def is_active(self) -> bool:
@@ -114,6 +124,7 @@ class StepRecord(Record):
     occurrence: int
     attempt: int
     completed_at: datetime
+    started_at: datetime | None = None  # when its gate let it start (None: before round five)
 
 
 to_step = StepRecord.from_row  # the record of a `run_steps` row

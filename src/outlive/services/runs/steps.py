@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from outlive.db.tx import Db, Unit
 from outlive.errors import BadUserInput, JournalTooLarge
 from outlive.ids import RunId
-from outlive.services.runs import queries
+from outlive.services.runs import step_queries as queries
 from outlive.services.runs.moves import move_run
 from outlive.services.runs.records import RunRecord, StepRecord, to_step
 from outlive.services.usage_tokens import StepUsage
@@ -41,6 +42,7 @@ async def record_step(
     result: str,
     events: Sequence[Mapping[str, Any]] = (),
     usage: StepUsage | None = None,
+    started_at: datetime | None = None,
 ) -> RunRecord | None:
     """Record the step's `result` (JSON text) with `events` ({type, data}, emitted while it ran)
     and its `step` event, extending the attempt's lease: the run as it is now, or None when
@@ -62,6 +64,7 @@ async def record_step(
         output_tokens=usage.output_tokens if usage else 0,
         model=usage.model if usage else None,
         cost_usd=None if usage is None or usage.cost_usd is None else str(usage.cost_usd),
+        started_at=started_at,
     )
     if run is not None:  # one `run.event` per event appended (`move_run` sent the first)
         for _ in timeline[1:]:

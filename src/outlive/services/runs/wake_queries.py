@@ -19,9 +19,10 @@ from outlive.services.runs.timeline import appended, bump
 
 # RUNNING → WAITING for this attempt, with a `waiting {for, until}` event. The attempt ends; the
 # run's slot under its tenant's cap is free (`tenant_max_running` says whether one may be owed).
-PARK = move(
-    "status = 'WAITING', waiting_for = CAST(:waiting_for AS text),"
-    " wake_at = CAST(:until AS timestamptz), lease_expires_at = NULL",
+PARK = move(  # a run paused meanwhile parks held by its pause instead (no timer: resumeRun)
+    "status = 'WAITING', lease_expires_at = NULL,"
+    " waiting_for = CASE WHEN paused_at IS NULL THEN CAST(:waiting_for AS text) ELSE 'pause' END,"
+    " wake_at = CASE WHEN paused_at IS NULL THEN CAST(:until AS timestamptz) END",
     "status = 'RUNNING' AND attempt = :attempt AND cancel_requested_at IS NULL",
     event_type="'waiting'",
     event_data="jsonb_build_object('for', waiting_for, 'until', wake_at)",
@@ -32,6 +33,7 @@ PARK = move(
 # agents (the INSERT's shortcut: then the dispatch function admits it). Not a retry: `resumes`.
 WOKEN_SETS = (
     "status = 'QUEUED', waiting_for = NULL, wake_at = NULL, resumes = resumes + 1,"
+    " held_by_budget_id = NULL,"
     " lease_expires_at = NULL, updated_at = now(), relay_after = now() + interval '10 seconds',"
     " dispatched_at = CASE WHEN coalesce((SELECT t.max_running_runs FROM tenants t"
     " WHERE t.id = runs.tenant_id), :default_cap) >= :agents AND runs.key = '' THEN now() END"
@@ -77,7 +79,12 @@ SIGNAL_EVENT = prepare(
 # durable sleep (`waiting_for` NULL) is due `:lead` seconds early: its run is handed back ahead
 # and the attempt that claims it finishes the sleep in-process, at `until` (`services.waits`). A
 # signal's timeout is never early: a signal may still come until then.
-_BY = "CASE WHEN waited_for IS NULL THEN 'timer' ELSE 'timeout' END"
+# A run held by a day's or a month's budget is woken by its next period (`period`), and
+# resolves no wait of its own (it was held at a step, not in a wait).
+_BY = (
+    "CASE WHEN waited_for IS NULL THEN 'timer' WHEN waited_for = 'budget' THEN 'period'"
+    " ELSE 'timeout' END"
+)
 WAKE_DUE = prepare(
     text(
         f"""WITH due AS (
@@ -92,7 +99,8 @@ WAKE_DUE = prepare(
                       due.waiting_for AS waited_for, due.wake_at AS was_due),
         resolved AS (
             UPDATE run_waits w SET resolved_at = now(), resolved_by = {_BY}
-              FROM moved WHERE w.run_id = moved.id AND w.resolved_at IS NULL),
+              FROM moved WHERE w.run_id = moved.id AND w.resolved_at IS NULL
+               AND moved.waited_for IS DISTINCT FROM 'budget'),
         appended AS ({appended(("'resumed'", f"jsonb_build_object('by', {_BY})"))})
         SELECT id, tenant_id, dispatched_at IS NOT NULL AS admitted,
                extract(epoch FROM clock_timestamp() - was_due) AS late_s FROM moved"""

@@ -87,9 +87,16 @@ class Parked:
     run: RunRecord
 
 
+# What a run waits for besides a signal (`Run.waitingFor`): a signal of one of these names could
+# otherwise wake it (a paused run resumed by a signal named "pause").
+RESERVED = frozenset({"pause", "budget", "version", "children"})
+
+
 def check_name(name: str) -> str:
     if not name or len(name) > MAX_NAME:
         raise BadUserInput(f"a signal name is 1 to {MAX_NAME} characters")
+    if name in RESERVED:
+        raise BadUserInput(f"{name!r} is what a held run waits for, not a signal's name")
     return name
 
 
@@ -214,7 +221,7 @@ WAIT_ID_PREFIX = "wait-"
 def wait_id_of(run: RunRecord) -> str | None:
     """While the run is WAITING for a signal: the id of that wait. An attempt parks at most once
     (parking ends it, and waking is a new claim), so the attempt that parked names the wait."""
-    if run.status != RunStatus.WAITING or run.waiting_for is None:
+    if run.status != RunStatus.WAITING or run.waiting_for in (None, *RESERVED):
         return None
     return f"{WAIT_ID_PREFIX}{run.attempt}"
 

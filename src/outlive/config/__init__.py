@@ -7,46 +7,23 @@ anywhere else, and there is no module-level instance.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+import json
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-BUILTIN_AGENTS = ("demo", "llm")  # the package's own agents (`OUTLIVE_BUILTIN_AGENTS`)
+from outlive.config.values import BUILTIN_AGENTS, ModelPrice, Rate, RateSetting
 
-
-@dataclass(frozen=True, slots=True)
-class Rate:
-    """A token bucket: at most `count` at once, refilled at `count` per `per_s` seconds."""
-
-    count: int
-    per_s: float
-
-    @classmethod
-    def parse(cls, value: object) -> object:
-        """`"N/S"` (N per S seconds); `"off"` (or 0) means no limit (None)."""
-        if not isinstance(value, str):
-            return value
-        text = value.strip().lower()
-        if text in ("off", "0", "none", ""):
-            return None
-        count, sep, per = text.partition("/")
-        try:
-            rate = cls(int(count), float(per) if sep else 1.0)
-        except ValueError:
-            msg = f"{value!r} is not a rate: write N/S (N per S seconds), or off"
-            raise ValueError(msg) from None
-        if rate.count < 1 or rate.per_s <= 0:
-            raise ValueError(f"{value!r}: N must be at least 1 and S positive")
-        return rate
-
-    def __str__(self) -> str:
-        return f"{self.count}/{self.per_s:g}"
-
-
-RateSetting = Annotated[Rate | None, NoDecode, BeforeValidator(Rate.parse)]
+__all__ = [
+    "BUILTIN_AGENTS",
+    "MissingServiceError",
+    "ModelPrice",
+    "Rate",
+    "RateSetting",
+    "Settings",
+]
 
 
 class Settings(BaseSettings):
@@ -142,6 +119,11 @@ class Settings(BaseSettings):
         " only OUTLIVE_LLM_MODEL",
     )
 
+    model_prices: Annotated[dict[str, ModelPrice], NoDecode] = Field(
+        default_factory=dict,
+        description='JSON {"model": {"input": USD per 1M tokens, "output": …}}: prices for'
+        " models the maintained price table lacks (or overrides); costs and USD budgets use them",
+    )
     llm_max_output_tokens: int = Field(
         4096,
         ge=1,
@@ -364,6 +346,16 @@ class Settings(BaseSettings):
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _parse_model_prices(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except ValueError:
+                raise ValueError("OUTLIVE_MODEL_PRICES must be a JSON object") from None
         return value
 
     @field_validator("builtin_agents")
