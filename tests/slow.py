@@ -15,7 +15,7 @@ import pytest
 SLOW_MODULES = (
     "tests/agents/test_pydantic_ai_crash.py",
     "tests/browser/",
-    "tests/chaos/",
+    "tests/chaos/",  # test_budget_chaos.py too
     "tests/relay/",
     "tests/db/test_cli_pgbouncer.py",
     "tests/db/test_postgres_restart.py",

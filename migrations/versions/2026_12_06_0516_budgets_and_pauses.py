@@ -96,21 +96,28 @@ BEGIN
                      OR (x.scope = 'TAG' AND x.target = ANY (r.tags)))
               ORDER BY x.id FOR UPDATE
     LOOP
+        -- What was recorded and what is reserved, read in ONE statement (one snapshot): a step
+        -- that commits meanwhile moves its usage from reserved to recorded, and two reads could
+        -- see it in neither.
         IF b.period = 'RUN' THEN  -- the run's own usage, and what its attempt holds
-            SELECT coalesce(sum(s.input_tokens + s.output_tokens), 0),
-                   coalesce(sum(s.cost_usd), 0)
-              INTO spent_t, spent_u FROM run_steps s WHERE s.run_id = p_run;
-            SELECT coalesce(sum(v.tokens), 0), coalesce(sum(v.usd), 0) INTO held_t, held_u
-              FROM budget_reservations v
-             WHERE v.budget_id = b.id AND v.run_id = p_run AND v.attempt = p_attempt;
+            SELECT s.t, s.u, v.t, v.u INTO spent_t, spent_u, held_t, held_u
+              FROM (SELECT coalesce(sum(input_tokens + output_tokens), 0) AS t,
+                           coalesce(sum(cost_usd), 0) AS u
+                      FROM run_steps WHERE run_id = p_run) s,
+                   (SELECT coalesce(sum(tokens), 0) AS t, coalesce(sum(usd), 0) AS u
+                      FROM budget_reservations
+                     WHERE budget_id = b.id AND run_id = p_run AND attempt = p_attempt) v;
         ELSE  -- the period's record, and the reservations of attempts that hold their run
-            SELECT coalesce(max(p.spent_tokens), 0), coalesce(max(p.spent_usd), 0),
-                   max(p.warned_at)
-              INTO spent_t, spent_u, warned FROM budget_periods p
-             WHERE p.budget_id = b.id AND p.period_start = outlive_period_start(b.period);
-            SELECT coalesce(sum(v.tokens), 0), coalesce(sum(v.usd), 0) INTO held_t, held_u
-              FROM budget_reservations v JOIN runs x ON x.id = v.run_id
-             WHERE v.budget_id = b.id AND x.status = 'RUNNING' AND x.attempt = v.attempt;
+            SELECT s.t, s.u, s.w, v.t, v.u INTO spent_t, spent_u, warned, held_t, held_u
+              FROM (SELECT coalesce(max(p.spent_tokens), 0) AS t,
+                           coalesce(max(p.spent_usd), 0) AS u, max(p.warned_at) AS w
+                      FROM budget_periods p
+                     WHERE p.budget_id = b.id
+                       AND p.period_start = outlive_period_start(b.period)) s,
+                   (SELECT coalesce(sum(r.tokens), 0) AS t, coalesce(sum(r.usd), 0) AS u
+                      FROM budget_reservations r JOIN runs x ON x.id = r.run_id
+                     WHERE r.budget_id = b.id AND x.status = 'RUNNING'
+                       AND x.attempt = r.attempt) v;
         END IF;
         over := (b.limit_tokens IS NOT NULL AND spent_t + held_t + p_tokens > b.limit_tokens)
              OR (b.limit_usd IS NOT NULL AND spent_u + held_u + p_usd > b.limit_usd);
