@@ -30,7 +30,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from outlive.db.models import RunConflict
 from outlive.errors import BadUserInput
@@ -52,9 +52,14 @@ T = TypeVar("T")
 
 
 class OutputStream(Protocol):
-    """What `ctx.stream(name)` gives: display text, written as it is made."""
+    """What `ctx.stream(name)` gives: display text, written as it is made. `kind` says what the
+    text is (`OutputChunk.kind`: "text", or "tool_call", "tool_result", "output"); `restart()`
+    tells readers to drop what the stream showed so far (a call that failed and is made again:
+    a `reset` chunk before the next text)."""
 
-    def write(self, text: str) -> None: ...
+    def write(self, text: str, *, kind: str = "text") -> None: ...
+
+    def restart(self) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -100,10 +105,15 @@ class RunContext(Protocol):
         timeout: float | None = None,  # noqa: ASYNC109 (durable, kept in PostgreSQL)
         *,
         default: Any = None,
+        wait_id: str | None = None,
+        show: Any = None,
     ) -> Any:
         """The payload of the next signal `name` (`signalRun`), or `default` after `timeout`
         seconds (None: none). A signal sent earlier is kept and returned at once; otherwise
-        the run parks WAITING, like `sleep`, and resumes when it comes (or times out)."""
+        the run parks WAITING, like `sleep`, and resumes when it comes (or times out).
+        `wait_id` (1 to 200 characters, unique in the run) names the wait: only a signal bound
+        to it (`signalRun(waitId:)`) answers it, never one kept in the mailbox, and a plain one
+        is refused while it waits. `show` (JSON) is what `Run.waitingShow` shows meanwhile."""
 
     async def delay(self, seconds: float) -> None:
         """Sleep in-process, holding the worker, looking at the run every second: a cancel
@@ -164,6 +174,7 @@ class RunContext(Protocol):
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        drain: bool = False,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -178,6 +189,7 @@ class RunContext(Protocol):
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        drain: bool = False,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -191,6 +203,7 @@ class RunContext(Protocol):
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        drain: bool = False,
         **kwargs: Any,
     ) -> Any:
         """A durable step: `await ctx.step(name, fn, *args, **kwargs)` calls `fn` (sync or async)
@@ -208,7 +221,10 @@ class RunContext(Protocol):
         (`outlive.agents.policy`); `timeout` bounds each call (seconds; a `TimeoutError`, which
         a retry can fix); `shield=True` lets `fn` finish (and be recorded) when a cancel is
         requested meanwhile, instead of interrupting it; `limit="llm"` takes one request of that
-        named limit (shared across workers, per tenant and global) before each call."""
+        named limit (shared across workers, per tenant and global) before each call; `drain=True`
+        lets the step, in flight when its worker is stopped (SIGTERM, a deploy), finish and be
+        recorded within `OUTLIVE_SHUTDOWN_STEP_GRACE_S` before the run is handed back (a model
+        call is not bought twice)."""
 
     def record_usage(
         self, *, input_tokens: int, output_tokens: int, model: str | None = None
@@ -216,6 +232,23 @@ class RunContext(Protocol):
         """Inside a step's `fn`: count one model call's usage (tokens, and its cost when
         `model` is in the price table); recorded with the step, so counted once. Outside a
         step: `RuntimeError`. A step's result carrying `usage` is counted the same way."""
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A signal an agent waits for: its payload's type (validated at `signalRun`: a payload that
+    does not fit is refused, nothing kept) and whether it must be bound to the wait it answers
+    (`waitId`: a plain one is refused)."""
+
+    payload: Any = Any
+    bound: bool = False
+    adapter: TypeAdapter[Any] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "adapter", TypeAdapter(self.payload))
+
+    def schema(self) -> dict[str, Any]:
+        return {"payload": self.adapter.json_schema(by_alias=True), "bound": self.bound}
 
 
 @dataclass(frozen=True)
@@ -230,6 +263,12 @@ class Agent(Generic[P]):
     # on_conflict=RunConflict.ENQUEUE)` gives each conversation its own line.
     key: Callable[[P], str] | None = field(default=None, compare=False)
     on_conflict: RunConflict | None = None
+    # The signals it waits for, by name (None: any name, any payload, bound or not). A run of
+    # an agent that declares them takes no other name, and no payload that does not fit.
+    signals: Mapping[str, Signal] | None = field(default=None, compare=False)
+    # More than the input model can say of an input (a model chosen from an allow-list): raises
+    # `BadUserInput` at `startRun`, before anything is written.
+    check: Callable[[P], None] | None = field(default=None, compare=False)
     input_schema: dict[str, Any] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -245,7 +284,32 @@ class Agent(Generic[P]):
             params = self.input_model.model_validate(raw or {})
         except ValidationError as exc:
             raise BadUserInput(f"invalid input for agent {self.name!r}: {_summary(exc)}") from None
+        if self.check is not None:
+            self.check(params)
         return params.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def check_signal(self, name: str, payload: Any, wait_id: str | None) -> None:
+        """`BadUserInput` for a signal this agent's runs do not take: a name it does not wait for,
+        a payload that does not fit, or a plain signal where it takes bound ones only."""
+        if self.signals is None:
+            return
+        signal = self.signals.get(name)
+        if signal is None:
+            known = ", ".join(sorted(self.signals)) or "none"
+            raise BadUserInput(
+                f"agent {self.name!r} waits for no signal {name!r} (it takes: {known})"
+            )
+        if signal.bound and wait_id is None:
+            raise BadUserInput(
+                f"the signal {name!r} answers one wait of agent {self.name!r}: pass its waitId"
+                " (Run.waitId while the run waits)"
+            )
+        try:
+            signal.adapter.validate_python(payload)
+        except ValidationError as exc:
+            raise BadUserInput(
+                f"invalid payload for the signal {name!r}: {_summary(exc)}"
+            ) from None
 
     def parse(self, stored: Mapping[str, Any]) -> P:
         return self.input_model.model_validate(stored)
@@ -308,6 +372,13 @@ class AgentRegistry:
 
     def get(self, name: str) -> Agent[Any] | None:
         return self._agents.get(name)
+
+    def check_signal(self, agent: str, name: str, payload: Any, wait_id: str | None) -> None:
+        """`BadUserInput` for a signal that a run of `agent` does not take (`Agent.signals`);
+        an agent not installed here declares nothing."""
+        found = self._agents.get(agent)
+        if found is not None:
+            found.check_signal(name, payload, wait_id)
 
     def require(self, name: str) -> Agent[Any]:
         agent = self._agents.get(name)

@@ -22,8 +22,15 @@ of all its named streams (`s`: the name, `t`: the text, `d`: "1" on the chunk th
   reader. (Asked before reading, a slow yes ended the readers without the chunks written while
   it was out: bench/streams.py lost the last 34 chunks for 457 of 500 readers that way.)
 - **Joined.** What waits for a reader (its backlog, or the fan-outs that came while it was
-  sending) goes out joined, a chunk per run of one stream's chunks (`_joined`): a reader that is
-  behind catches up, where one frame per chunk had 500 readers fall further behind.
+  sending) goes out joined, a chunk per run of one stream's chunks of one kind and attempt
+  (`_joined`): a reader that is behind catches up, where one frame per chunk had 500 readers fall
+  further behind.
+- **Kinds, attempts, resets.** Each chunk says what its text is (`k`: "text", "tool_call",
+  "tool_result", "output") and which attempt wrote it (`a`). The script keeps, beside the stream,
+  which attempt has each named stream open (written without its `done` yet): a chunk of another
+  attempt for a stream still open is preceded by a `reset` chunk (`r`: "1", no text), which tells
+  readers to drop what that stream showed (its attempt was abandoned: the worker died mid-step).
+  A writer asks for one itself too (`StreamWriter.restart`: a call made again inside a step).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -52,12 +59,29 @@ JOIN_MAX_CHARS = 64 * 1024  # waiting chunks of one stream are sent joined, up t
 _CURSOR = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
 ENTRY_OVERHEAD = 32  # bytes counted per entry beside its name and text
 
+# KEYS: the stream, its byte count, its open streams (name -> the attempt writing it). ARGV: the
+# byte bound, the expiry (ms), then per chunk: name, text, done, kind, attempt, reset.
 _APPEND = """
 local added = 0
 local last = false
-for i = 3, #ARGV, 3 do
-  last = redis.call('XADD', KEYS[1], '*', 's', ARGV[i], 't', ARGV[i + 1], 'd', ARGV[i + 2])
-  added = added + string.len(ARGV[i]) + string.len(ARGV[i + 1]) + 32
+local function add(name, text, done, kind, attempt, reset)
+  last = redis.call('XADD', KEYS[1], '*', 's', name, 't', text, 'd', done, 'k', kind,
+                    'a', attempt, 'r', reset)
+  added = added + string.len(name) + string.len(text) + 32
+end
+for i = 3, #ARGV, 6 do
+  local name, text, done = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local kind, attempt, reset = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  local open = redis.call('HGET', KEYS[3], name)
+  if reset ~= '1' and open and open ~= attempt then
+    add(name, '', '0', 'text', attempt, '1')
+  end
+  add(name, text, done, kind, attempt, reset)
+  if done == '1' then
+    redis.call('HDEL', KEYS[3], name)
+  else
+    redis.call('HSET', KEYS[3], name, attempt)
+  end
 end
 local size = redis.call('INCRBY', KEYS[2], added)
 local max = tonumber(ARGV[1])
@@ -73,8 +97,25 @@ while size > max do
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return last
 """
+
+TEXT = (
+    "text"  # the kind of a chunk that says nothing else (and of every chunk written before kinds)
+)
+
+
+class Piece(NamedTuple):
+    """A chunk to append: `(stream, text, done)`, and its kind, the attempt that writes it and
+    whether it is a reset."""
+
+    stream: str
+    text: str
+    done: bool
+    kind: str = TEXT
+    attempt: int = 0
+    reset: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +126,9 @@ class Chunk:
     stream: str
     text: str
     done: bool
+    kind: str = TEXT
+    attempt: int = 0
+    reset: bool = False
 
 
 def output_key(run_id: object) -> str:
@@ -93,6 +137,10 @@ def output_key(run_id: object) -> str:
 
 def _size_key(run_id: object) -> str:
     return f"outlive:output:{run_id}:bytes"
+
+
+def _open_key(run_id: object) -> str:
+    return f"outlive:output:{run_id}:open"
 
 
 def check_cursor(cursor: str | None) -> str | None:
@@ -116,7 +164,16 @@ def _text(value: bytes | str) -> str:
 
 def _chunk(entry_id: bytes | str, fields: dict[Any, Any]) -> Chunk:
     get = {_text(k): _text(v) for k, v in fields.items()}
-    return Chunk(_text(entry_id), get.get("s", ""), get.get("t", ""), get.get("d") == "1")
+    attempt = get.get("a", "0")
+    return Chunk(
+        _text(entry_id),
+        get.get("s", ""),
+        get.get("t", ""),
+        get.get("d") == "1",
+        get.get("k") or TEXT,
+        int(attempt) if attempt.isdigit() else 0,
+        get.get("r") == "1",
+    )
 
 
 class OutputStore:
@@ -132,14 +189,18 @@ class OutputStore:
     def of(cls, redis: Redis, settings: Settings) -> OutputStore:
         return cls(redis, max_bytes=settings.stream_max_bytes, keep_s=settings.stream_keep_s)
 
-    async def append(self, run_id: object, chunks: Sequence[tuple[str, str, bool]]) -> str | None:
-        """Add `(stream, text, done)` chunks in order; the last one's cursor."""
+    async def append(self, run_id: object, chunks: Sequence[tuple[Any, ...]]) -> str | None:
+        """Add chunks (`Piece`s, or `(stream, text, done)`) in order; the last one's cursor. A
+        chunk of another attempt than the one that left its stream open goes after a reset."""
         if not chunks:
             return None
         args: list[Any] = [self.max_bytes, self.keep_ms]
-        for stream, text, done in chunks:
-            args.extend((stream, text, "1" if done else "0"))
-        last = await self._append(keys=[output_key(run_id), _size_key(run_id)], args=args)
+        for chunk in chunks:
+            p = chunk if isinstance(chunk, Piece) else Piece(*chunk)
+            done, reset = "1" if p.done else "0", "1" if p.reset else "0"
+            args.extend((p.stream, p.text, done, p.kind, str(p.attempt), reset))
+        keys = [output_key(run_id), _size_key(run_id), _open_key(run_id)]
+        last = await self._append(keys=keys, args=args)
         return None if not last else _text(last)
 
     async def read_after(
@@ -347,7 +408,8 @@ def _unreadable() -> ServiceUnavailable:
 
 
 def _joined(chunks: Iterable[Chunk]) -> list[Chunk]:
-    """Adjacent chunks of one stream as one (up to `JOIN_MAX_CHARS` of text; a `done` ends it),
+    """Adjacent chunks of one stream, kind and attempt as one (up to `JOIN_MAX_CHARS` of text; a
+    `done` ends it, a reset stands alone),
     with the last one's cursor: a reader that is behind (a backlog, a slow socket, a busy
     process) catches up in a few frames instead of falling further behind by one per chunk."""
     groups: list[list[Chunk]] = []
@@ -357,7 +419,10 @@ def _joined(chunks: Iterable[Chunk]) -> list[Chunk]:
         if (
             group is None
             or group[-1].done
-            or group[-1].stream != chunk.stream
+            or group[-1].reset
+            or chunk.reset
+            or (group[-1].stream, group[-1].kind, group[-1].attempt)
+            != (chunk.stream, chunk.kind, chunk.attempt)
             or size + len(chunk.text) > JOIN_MAX_CHARS
         ):
             groups.append([chunk])

@@ -223,6 +223,16 @@ class Run:
     def wait_id(self) -> str | None:
         return wait_id_of(self.record)
 
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="While WAITING for a signal: what the agent asked to show the person who "
+        "answers (`ctx.wait_for(..., show=)`); a pydantic-ai tool call waiting for approval "
+        "shows `{tool, args, toolCallId}`. Null otherwise."
+    )
+    def waiting_show(self) -> JSON | None:
+        if wait_id_of(self.record) is None:
+            return None
+        return as_json(self.record.waiting_show)
+
     @strawberry.field(
         description="A child run: the run that started it (ctx.call, ctx.spawn, ctx.map)."
     )  # type: ignore[untyped-decorator]

@@ -100,6 +100,7 @@ class AttemptContext:
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        drain: bool = False,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -114,6 +115,7 @@ class AttemptContext:
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        drain: bool = False,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -127,15 +129,20 @@ class AttemptContext:
         timeout: float | None = None,
         shield: bool = False,
         limit: str | None = None,
+        drain: bool = False,
         **kwargs: Any,
     ) -> Any:
         """A durable step (`workflows.steps`): `fn(*args, **kwargs)` run once per run, its
         result recorded; the occurrence is taken here, at the call. `retry`, `timeout`, `shield`
         and `limit` are the step's policy (`workflows.calls`), never passed to `fn`. The streams
-        `fn` opens end with it (`workflows.streams`)."""
+        `fn` opens end with it (`workflows.streams`). `drain`: a worker that stops (SIGTERM)
+        lets this step, in flight, finish and be recorded within `OUTLIVE_SHUTDOWN_STEP_GRACE_S`
+        before it hands the run back."""
         policy = None
-        if retry is not None or timeout is not None or shield or limit is not None:
-            policy = StepPolicy(retry=retry, timeout=timeout, shield=shield, limit=limit)
+        if retry is not None or timeout is not None or shield or limit is not None or drain:
+            policy = StepPolicy(
+                retry=retry, timeout=timeout, shield=shield, limit=limit, drain=drain
+            )
         occurrence = self._steps.take(name)
         return self._stepping(partial(self._steps.run, name, occurrence, fn, args, kwargs, policy))
 
@@ -175,7 +182,9 @@ class AttemptContext:
     def stream(self, name: str) -> StreamWriter:
         """A writer of the run's stream `name`: `write(text)` is batched to Redis, `close()`
         (or leaving `async with`, or the end of the step it was opened in) ends it."""
-        return StreamWriter(self._outputs, self.run_id, name, batch_s=self._batch_s)
+        return StreamWriter(
+            self._outputs, self.run_id, name, batch_s=self._batch_s, attempt=self.attempt
+        )
 
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
         if not type or len(type) > 64:
@@ -230,15 +239,23 @@ class AttemptContext:
         timeout: float | None = None,  # noqa: ASYNC109 (durable, kept in PostgreSQL)
         *,
         default: Any = None,
+        wait_id: str | None = None,
+        show: Any = None,
     ) -> Any:
         """The payload of the next signal `name` (kept in the run's mailbox if it came first),
         or `default` once `timeout` seconds passed (None: no timeout). Parks the run WAITING
-        when no such signal is there yet."""
+        when no such signal is there yet. `wait_id`: a wait that named itself, answered only by
+        a signal bound to it; `show`: what `Run.waitingShow` shows while it waits (JSON)."""
         waits.check_name(name)
         if timeout is not None and timeout <= 0:
             raise ValueError("a wait's timeout is positive (or None: no timeout)")
+        if wait_id is not None:
+            waits.check_wait_id(wait_id)
+            json.dumps(show)  # not JSON: the agent's bug, raised where it was made
         occurrence = self._next(waits.SIGNAL, name)
-        resolved = await self._wait(waits.SIGNAL, name, occurrence, seconds=timeout)
+        resolved = await self._wait(
+            waits.SIGNAL, name, occurrence, seconds=timeout, wait_id=wait_id, show=show
+        )
         return default if resolved.by == "timeout" else resolved.payload
 
     def _next(self, kind: str, name: str) -> int:
@@ -253,6 +270,8 @@ class AttemptContext:
         *,
         seconds: float | None = None,
         until: datetime | None = None,
+        wait_id: str | None = None,
+        show: Any = None,
     ) -> waits.Resolved:
         if buffered_events(self._steps) is not None:
             raise RuntimeError(
@@ -269,6 +288,8 @@ class AttemptContext:
                 occurrence=occurrence,
                 seconds=seconds,
                 until=until,
+                wait_id=wait_id,
+                show=show,
             )
         self._fresh = None
         if isinstance(outcome, waits.Parked):

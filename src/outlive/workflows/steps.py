@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
+from outlive.agents.policy import status_of
 from outlive.db.tx import Sessions
 from outlive.errors import JournalTooLarge, RunSuperseded, StepResultInvalid, StepTooLarge
 from outlive.services.runs import (
@@ -32,6 +33,7 @@ from outlive.services.runs import (
     MAX_STEP_NAME,
     Journal,
     RunRecord,
+    append_event,
     journal_too_large,
     load_journal,
     record_step,
@@ -180,6 +182,7 @@ class StepJournal:
                 limits=self._limits,
                 tenant_id=self._run.tenant_id,
                 reset=frame.reset,
+                retrying=partial(self._retrying, name, occurrence),
             )
         finally:
             _IN_STEP.reset(token)
@@ -191,6 +194,29 @@ class StepJournal:
         await self._commit(name, occurrence, result, frame.events, usage)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
         return adapter.validate_json(result)  # what a later attempt would get back
+
+    async def _retrying(
+        self, name: str, occurrence: int, exc: Exception, failures: int, delay: float
+    ) -> None:
+        """A call of the step failed and is made again after `delay` (its policy's retry): a
+        `retrying` event, written now (a model endpoint's 429s and 503s leave a trace: F10)."""
+        data: dict[str, Any] = {
+            "step": name,
+            "occurrence": occurrence,
+            "call": failures,
+            "waitS": round(delay, 3),
+            "error": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
+        }
+        if (status := status_of(exc)) is not None:
+            data["status"] = status
+        run = self._run
+        async with self._sessions.unit(run.tenant_id, single_statement=True) as uow:
+            appended = await append_event(
+                uow, run.id, "retrying", data, attempt=run.attempt, lease_s=self._lease_s
+            )
+        if appended is None:
+            raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")
+        self._recorded(appended)
 
     async def _commit(
         self,

@@ -206,6 +206,10 @@ class Run(Base):
     waiting_for: Mapped[str | None]
     wake_at: Mapped[datetime | None]
     resumes: Mapped[int] = mapped_column(server_default=text("0"))
+    # While WAITING on a wait that named itself (`ctx.wait_for(..., wait_id=)`): its id (NULL:
+    # `wait-<attempt>`, `services.waits.wait_id_of`), and what it asked to show (`show=`).
+    wait_id: Mapped[str | None]
+    waiting_show: Mapped[Any | None] = mapped_column(JSONB)
     # Keys (contract §4.1): the exclusivity key ('' = the agent's default), the strategy it was
     # started with (retryRun and replays use it again), the run just ahead of it in its key's
     # line while it waits its turn (ENQUEUE; kept once settled), its tags and idempotency key.
@@ -275,6 +279,15 @@ class RunWait(Base):
     result back at once (`None` for a timeout)."""
 
     __tablename__ = "run_waits"
+    __table_args__ = (
+        Index(
+            "uq_run_waits_wait_id",
+            "run_id",
+            "wait_id",
+            unique=True,
+            postgresql_where=text("wait_id IS NOT NULL"),
+        ),
+    )
 
     run_id: Mapped[UUID] = mapped_column(
         ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
@@ -288,6 +301,8 @@ class RunWait(Base):
     resolved_at: Mapped[datetime | None]
     resolved_by: Mapped[str | None]  # 'timer' | 'signal' | 'timeout'
     payload: Mapped[Any | None] = mapped_column(JSONB)  # the delivered signal's payload
+    # A wait that named itself: only a signal bound to this id answers it (unique per run).
+    wait_id: Mapped[str | None]
 
 
 class RunSignal(Base):

@@ -53,6 +53,8 @@ class RunRecord(Record):
     tags: tuple[str, ...] = ()
     idempotency_key: str | None = None
     worker_id: int | None = None  # the liveness key of the worker process holding it (RUNNING)
+    wait_id: str | None = None  # while WAITING on a wait that named itself: its id
+    waiting_show: Any = None  # ... and what it asked to show the person who answers
 
     @property
     def is_waiting(self) -> bool:
