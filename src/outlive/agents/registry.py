@@ -334,6 +334,13 @@ def _load(path: str) -> list[Agent[Any]]:
     return agents
 
 
+def _failed(where: str, exc: BaseException) -> str:
+    """An agent module that failed to load: logged with its traceback, and the error it gives."""
+    log.error("agent code %s failed to load; its agents are unavailable", where, exc_info=exc)
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
+
+
 def _summary(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors(include_url=False)[:5]:
@@ -343,26 +350,47 @@ def _summary(exc: ValidationError) -> str:
 
 
 class AgentRegistry:
-    def __init__(self, agents: Iterable[Agent[Any]]) -> None:
+    """The agents a process serves. `unavailable`: agents whose code failed to load, by name,
+    with the error (an entry point's name, or `name=` in `OUTLIVE_AGENT_MODULES`): listed
+    unavailable by `agents`, refused by `startRun`, and their runs wait (a worker leaves them
+    QUEUED) while every other agent runs (round five, F11)."""
+
+    def __init__(
+        self, agents: Iterable[Agent[Any]], unavailable: Mapping[str, str] | None = None
+    ) -> None:
         self._agents: dict[str, Agent[Any]] = {}
         for agent in agents:
             if agent.name in self._agents:
                 raise ValueError(f"two agents are named {agent.name!r}")
             self._agents[agent.name] = agent
+        self.unavailable = {
+            name: error for name, error in (unavailable or {}).items() if name not in self._agents
+        }
 
     @classmethod
     def from_entry_points(cls, modules: Iterable[str] = ()) -> AgentRegistry:
         """The installed agents (entry points), and those named by `modules` ("module:attribute",
-        an Agent or a list of Agents: `OUTLIVE_AGENT_MODULES`, for agents not packaged yet)."""
-        found = []
+        an Agent or a list of Agents, or "name=module:attribute" to name what fails to load:
+        `OUTLIVE_AGENT_MODULES`, for agents not packaged yet). Code that fails to import is
+        logged and its agents marked unavailable; the others load."""
+        found: list[Agent[Any]] = []
+        unavailable: dict[str, str] = {}
         for ep in entry_points(group=ENTRY_POINT_GROUP):
-            agent = ep.load()
-            if not isinstance(agent, Agent):
-                raise TypeError(f"entry point {ep.value} is not an outlive Agent")
+            try:
+                agent = ep.load()
+                if not isinstance(agent, Agent):
+                    raise TypeError(f"entry point {ep.value} is not an outlive Agent")
+            except Exception as exc:  # noqa: BLE001 (one agent's code must not stop the others)
+                unavailable[ep.name] = _failed(ep.value, exc)
+                continue
             found.append(agent)
-        for path in modules:
-            found.extend(_load(path))
-        return cls(found)
+        for entry in modules:
+            name, _, path = entry.rpartition("=")
+            try:
+                found.extend(_load(path))
+            except Exception as exc:  # noqa: BLE001 (one agent's code must not stop the others)
+                unavailable[name or path] = _failed(path, exc)
+        return cls(found, unavailable)
 
     def __len__(self) -> int:
         return len(self._agents)
@@ -383,6 +411,11 @@ class AgentRegistry:
     def require(self, name: str) -> Agent[Any]:
         agent = self._agents.get(name)
         if agent is None:
+            if name in self.unavailable:
+                raise BadUserInput(
+                    f"agent {name!r} is unavailable: its code failed to load"
+                    f" ({self.unavailable[name]})"
+                )
             known = ", ".join(sorted(self._agents)) or "none"
             raise BadUserInput(f"unknown agent {name!r} (known: {known})")
         return agent

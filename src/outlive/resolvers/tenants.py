@@ -18,4 +18,7 @@ def viewer(info: Info) -> Viewer:
 def agents(info: Info) -> list[Agent]:
     if info.context.require().is_run_reader:
         return []
-    return [Agent.of(a) for a in info.context.services.agents]
+    registry = info.context.services.agents
+    found = [Agent.of(a) for a in registry]
+    found += [Agent.unavailable(n, e) for n, e in registry.unavailable.items()]
+    return sorted(found, key=lambda a: a.name)
