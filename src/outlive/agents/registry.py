@@ -68,6 +68,14 @@ class OutputStream(Protocol):
     async def __aexit__(self, *exc: object) -> None: ...
 
 
+class ModelCallMark(Protocol):
+    """A model call marked as made (`ctx.model_call`)."""
+
+    async def refused(self) -> None: ...
+
+    async def cut(self, reason: str, *, input_tokens: int = 0, output_tokens: int = 0) -> None: ...
+
+
 class RunContext(Protocol):
     """What an executing agent sees of its run."""
 
@@ -225,6 +233,12 @@ class RunContext(Protocol):
         lets the step, in flight when its worker is stopped (SIGTERM, a deploy), finish and be
         recorded within `OUTLIVE_SHUTDOWN_STEP_GRACE_S` before the run is handed back (a model
         call is not bought twice)."""
+
+    async def model_call(self, model: str | None = None) -> ModelCallMark:
+        """Inside a step's `fn`, before a model call: marks it as made (billed once the
+        endpoint answers) until the step is recorded. A call the endpoint refused is
+        `refused()`, one cut in the process `cut(reason)`; a mark the run never settles counts
+        in `RunUsage.abandonedRequests`."""
 
     def record_usage(
         self, *, input_tokens: int, output_tokens: int, model: str | None = None

@@ -179,9 +179,14 @@ class Context:
         return await self.loaders.ancestors.load(run_id)
 
     async def run_usage(self, run_id: RunId) -> RunUsage:
-        """The run's summed model usage (one statement per page of runs)."""
+        """The run's summed model usage (two statements per page of runs)."""
         self.require()
         return await self.loaders.usage.load(run_id)
+
+    async def run_tree_usage(self, run_id: RunId) -> RunUsage:
+        """The run's and its descendants' summed model usage (two statements per page)."""
+        self.require()
+        return await self.loaders.tree_usage.load(run_id)
 
     async def run_steps(self, run_id: RunId, *, after: int, first: int) -> list[StepRecord]:
         check_steps_page(first)  # this field's error, not the whole batch's

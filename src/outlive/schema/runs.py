@@ -77,7 +77,22 @@ class RunUsage:
     input_tokens: int
     output_tokens: int
     cost_usd: float | None = strawberry.field(
-        description="USD, from the genai-prices table; null when a model was not in it."
+        description="USD, from the genai-prices table, for the models it prices (the others "
+        "are in `unpricedModels`); null when it priced none."
+    )
+    unpriced_models: list[str] = strawberry.field(
+        default_factory=list, description="Models whose usage has no price (counted 0 USD)."
+    )
+    abandoned_requests: int = strawberry.field(
+        default=0,
+        description="Model calls billed by the provider but cut before they were recorded (a "
+        "worker killed mid-call, a cancel, a timeout): not in `requests`.",
+    )
+    abandoned_input_tokens: int = strawberry.field(
+        default=0, description="The input tokens of those calls, when their stream said."
+    )
+    abandoned_output_tokens: int = strawberry.field(
+        default=0, description="The output tokens of those calls, when their stream said."
     )
 
     @classmethod
@@ -88,6 +103,10 @@ class RunUsage:
             input_tokens=u.input_tokens,
             output_tokens=u.output_tokens,
             cost_usd=cost,
+            unpriced_models=list(u.unpriced_models),
+            abandoned_requests=u.abandoned_requests,
+            abandoned_input_tokens=u.abandoned_input_tokens,
+            abandoned_output_tokens=u.abandoned_output_tokens,
         )
 
 
@@ -192,6 +211,14 @@ class Run:
     )
     async def usage(self, info: strawberry.Info[Any, Any]) -> RunUsage:
         found = await info.context.run_usage(self.record.id)
+        return RunUsage.of(cast(UsageRecord, found))
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="Model usage of this run and all its descendants (its children, theirs, "
+        "…), summed: what a delegated task cost, in one read."
+    )
+    async def tree_usage(self, info: strawberry.Info[Any, Any]) -> RunUsage:
+        found = await info.context.run_tree_usage(self.record.id)
         return RunUsage.of(cast(UsageRecord, found))
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap

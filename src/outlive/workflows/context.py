@@ -19,12 +19,13 @@ from outlive.errors import LimitWait, RunCancelled, RunParked, RunSuperseded
 from outlive.ids import RunId, TenantId
 from outlive.services import waits
 from outlive.services.destinations import GuardedTransport
-from outlive.services.runs import RunRecord, append_event, read_run
+from outlive.services.runs import RunRecord, append_event, calls, read_run
 from outlive.services.usage_tokens import measured
+from outlive.workflows.billing import ModelCall
 from outlive.workflows.calls import StepPolicy
 from outlive.workflows.children import ChildHandle, Family
 from outlive.workflows.deps import WorkflowDeps
-from outlive.workflows.steps import StepJournal, add_usage, buffered_events
+from outlive.workflows.steps import StepJournal, add_usage, buffered_events, current_step
 from outlive.workflows.streams import StreamWriter, within_step
 
 # A sleep this short or shorter is slept in-process (parking and waking costs more than it
@@ -57,6 +58,7 @@ class AttemptContext:
             recorded=self._moved,
             limits=deps.limits,
             max_bytes=deps.settings.run_journal_max_bytes,
+            drains=deps.drains,
         )
         self.interrupts = self._steps.interrupts
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
@@ -162,6 +164,22 @@ class AttemptContext:
             occurrence = self._next(waits.SLEEP, name)
             await self._wait(waits.SLEEP, name, occurrence, seconds=max(wait.seconds, 1.0))
             raise RuntimeError("a limit's park returned without parking") from wait
+
+    async def model_call(self, model: str | None = None) -> ModelCall:
+        """Inside a step: a model call is about to be made (`workflows.billing`); its mark is
+        settled by the step's record, or by `refused()` / `cut()` on the handle."""
+        frame = current_step(self._steps, "model_call")
+        seq = await calls.begin_call(
+            self._sessions,
+            self.tenant_id,
+            self.run_id,
+            attempt=self.attempt,
+            step=frame.name,
+            occurrence=frame.occurrence,
+            model=model,
+        )
+        frame.called = True
+        return ModelCall(self._sessions, self.tenant_id, seq)
 
     def record_usage(
         self, *, input_tokens: int, output_tokens: int, model: str | None = None

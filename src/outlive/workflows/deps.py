@@ -17,6 +17,7 @@ from outlive.ids import RunId
 from outlive.realtime.outputs import OutputStore
 from outlive.services.relay.lead import WakeLead
 from outlive.workflows.calls import Limits
+from outlive.workflows.drains import Drains
 from outlive.workflows.slots import SlotLender
 
 
@@ -61,6 +62,8 @@ class WorkflowDeps:
     slots: SlotLender = field(default_factory=lambda: SlotLender(most=0))
     # under `ctx.public_http` (each attempt's client checks destinations on top of it)
     public_transport: httpx.AsyncBaseTransport = field(default_factory=httpx.AsyncHTTPTransport)
+    # a graceful stop lets drainable steps in flight finish (`workflows.drains`); None: never
+    drains: Drains | None = None
 
     @property
     def worker_id(self) -> int | None:

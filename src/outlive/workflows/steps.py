@@ -41,6 +41,7 @@ from outlive.services.runs import (
 from outlive.services.usage_tokens import StepUsage, usage_in
 from outlive.telemetry import metrics
 from outlive.workflows.calls import Interrupts, Limits, StepPolicy, call
+from outlive.workflows.drains import Drains
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 _ADAPTERS: dict[tuple[Any, Any], TypeAdapter[Any]] = {}
@@ -54,8 +55,11 @@ class _Frame:
     attempt)."""
 
     journal: StepJournal
+    name: str = ""
+    occurrence: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
     usage: StepUsage | None = None
+    called: bool = False  # it made model calls (`run_calls`), settled by its record
 
     def reset(self) -> None:
         """A failed call of the step's function: what it buffered is dropped."""
@@ -64,6 +68,14 @@ class _Frame:
 
 
 _IN_STEP: ContextVar[_Frame | None] = ContextVar("outlive_in_step", default=None)
+
+
+def current_step(journal: StepJournal, what: str) -> _Frame:
+    """The step of `journal` the current task executes; `RuntimeError` outside one."""
+    frame = _IN_STEP.get()
+    if frame is None or frame.journal is not journal:
+        raise RuntimeError(f"{what} is called inside a step (ctx.step)")
+    return frame
 
 
 def buffered_events(journal: StepJournal) -> list[dict[str, Any]] | None:
@@ -126,8 +138,10 @@ class StepJournal:
         interrupts: Interrupts | None = None,
         limits: Limits | None = None,
         max_bytes: int = MAX_JOURNAL_BYTES,
+        drains: Drains | None = None,
     ) -> None:
         self._sessions = sessions
+        self._drains = drains
         self._max_bytes = max_bytes
         self._bytes = 0  # the journal's results, loaded and recorded by this attempt
         self.interrupts = interrupts or Interrupts()
@@ -170,7 +184,26 @@ class StepJournal:
         if recorded is not None:
             metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
             return adapter.validate_json(recorded)
-        frame = _Frame(self)
+        drains = self._drains
+        if drains is None:
+            return await self._execute(name, occurrence, fn, args, kwargs, policy, adapter)
+        await drains.admit()  # a worker that stops starts no step
+        if policy is None or not policy.drain:
+            return await self._execute(name, occurrence, fn, args, kwargs, policy, adapter)
+        with drains.step():  # a worker that stops lets it finish and be recorded
+            return await self._execute(name, occurrence, fn, args, kwargs, policy, adapter)
+
+    async def _execute(
+        self,
+        name: str,
+        occurrence: int,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        policy: StepPolicy | None,
+        adapter: TypeAdapter[Any],
+    ) -> Any:
+        frame = _Frame(self, name, occurrence)
         token = _IN_STEP.set(frame)
         try:
             value = await call(
@@ -191,7 +224,7 @@ class StepJournal:
             spent = usage.input_tokens + usage.output_tokens
             await self._limits.spend(self._run.tenant_id, policy.limit, spent)
         result = _encode(adapter, value, name, occurrence)
-        await self._commit(name, occurrence, result, frame.events, usage)
+        await self._commit(name, occurrence, result, frame, usage)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
         return adapter.validate_json(result)  # what a later attempt would get back
 
@@ -223,7 +256,7 @@ class StepJournal:
         name: str,
         occurrence: int,
         result: str,
-        events: list[dict[str, Any]],
+        frame: _Frame,
         usage: StepUsage | None,
     ) -> None:
         run = self._run
@@ -239,8 +272,9 @@ class StepJournal:
                 name=name,
                 occurrence=occurrence,
                 result=result,
-                events=events,
+                events=frame.events,
                 usage=usage,
+                called=frame.called,
             )
         if done is None:
             raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")

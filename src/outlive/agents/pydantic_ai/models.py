@@ -51,10 +51,11 @@ from pydantic_ai.models import (
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext as ToolContext
+from pydantic_ai.usage import RequestUsage
 
 from outlive.agents.policy import Retry, parse_retry_after
 from outlive.agents.pydantic_ai.parts import PartStream, call_args
-from outlive.agents.registry import OutputStream, RunContext
+from outlive.agents.registry import ModelCallMark, OutputStream, RunContext
 from outlive.config import Settings
 from outlive.errors import RetryableFault, RetryAfter
 
@@ -190,15 +191,24 @@ class DurableModel(WrapperModel):
                 opened[0].restart()  # what the failed call showed is dropped by readers
             out = opened[0]
         handler = self.events if run_context is not None else None
+        call = await self.run.model_call(self.wrapped.model_name)  # billed once answered
+        seen: list[RequestUsage] = []  # what the stream reported of its usage, as it went
         try:
             if out is None and handler is None:
                 response = await self.wrapped.request(messages, model_settings, parameters)
             else:
                 response = await self._streamed(
-                    messages, model_settings, parameters, out, (handler, run_context)
+                    messages, model_settings, parameters, out, (handler, run_context, seen)
                 )
-        except (ModelAPIError, UnexpectedModelBehavior) as exc:
+        except ModelHTTPError as exc:
+            await call.refused()  # an error status: not billed
             raise _fault(exc) from exc
+        except (ModelAPIError, UnexpectedModelBehavior) as exc:
+            await _cut(call, type(exc).__name__, seen)
+            raise _fault(exc) from exc
+        except BaseException as exc:  # a timeout, a cancel: billed, never kept
+            await _cut(call, type(exc).__name__, seen)
+            raise
         usage = response.usage
         self.run.record_usage(
             input_tokens=usage.input_tokens,
@@ -214,29 +224,41 @@ class DurableModel(WrapperModel):
         model_settings: ModelSettings | None,
         parameters: ModelRequestParameters,
         out: OutputStream | None,
-        handled: tuple[EventStreamHandler[Any] | None, ToolContext[Any] | None],
+        handled: tuple[EventStreamHandler[Any] | None, ToolContext[Any] | None, list[RequestUsage]],
     ) -> ModelResponse:
         parts = PartStream(out, parameters)
-        handler, run_context = handled
+        handler, run_context, seen = handled
         async with self.wrapped.request_stream(
             messages, model_settings, parameters, run_context
         ) as streamed:
+            seen.append(streamed.usage)
 
             async def events() -> AsyncIterator[Any]:
                 async for event in streamed:
                     parts.see(event)
+                    seen[-1] = streamed.usage
                     yield event
 
-            seen = events()
+            live = events()
             if handler is not None and run_context is not None:
-                await handler(run_context, seen)  # live, inside the step: once per recording
-            async for _ in seen:  # what the handler left (or all of it, with no handler)
+                await handler(run_context, live)  # live, inside the step: once per recording
+            async for _ in live:  # what the handler left (or all of it, with no handler)
                 pass
         response = streamed.get()
         parts.finish(response)
         if out is not None:
             await out.close()
         return response
+
+
+async def _cut(call: ModelCallMark, reason: str, seen: list[RequestUsage]) -> None:
+    """A call cut in the process: billed, with the tokens its stream reported, if any."""
+    usage = seen[-1] if seen else None
+    await call.cut(
+        reason,
+        input_tokens=usage.input_tokens if usage else 0,
+        output_tokens=usage.output_tokens if usage else 0,
+    )
 
 
 def _fault(exc: ModelAPIError | UnexpectedModelBehavior) -> Exception:

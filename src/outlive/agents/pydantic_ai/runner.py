@@ -206,37 +206,13 @@ def durable(
     limit: str | None = LIMIT,
 ) -> Agent[P]:
     """`agent` as an Outlive agent named `name`, whose input is `input_model` and whose user
-    prompt is `prompt(params)`. Its output is `{"output": <the agent's output, as JSON>}`
-    (and `"turns"` for a `chat`). docs/pydantic-ai.md has every option; in short:
-
-    - `deps(ctx, params)`: the run's deps; `model(ctx)`: the model (None: the agent's own);
-      `models` + `choose_model(params)`: an allow-list of models a run may choose by name
-      (checked at `startRun`), `provider_factory(ctx, provider_name)`: the provider of a model
-      given by name (a tenant's own API key); `model_settings`, `usage_limits`: the same for
-      every run, or from its input; `message_history(params)`: the conversation so far.
-    - `event_stream_handler`: called once per event across all attempts (`events`).
-    - `tool_policy` / `tool_policies` (by tool name): a timeout and a retry policy per tool.
-    - `key(params)` / `on_conflict`: the run's exclusivity key and what a start does when the
-      key has an active run (a conversation per key: `SIGNAL_EXISTING` with `chat`).
-    - `stream`: the stream its text goes to (None: none); `limit`: the named limit each model
-      call takes (None: none)."""
+    prompt is `prompt(params)`; its output is `{"output": <the agent's output, as JSON>}` (and
+    `"turns"` for a `chat`). Every option is in docs/pydantic-ai.md ("Options")."""
     options = _Options(
-        prompt=prompt,
-        deps=deps,
-        model=model,
-        models=dict(models or {}),
-        choose_model=choose_model,
-        provider_factory=provider_factory,
-        model_settings=model_settings,
-        usage_limits=usage_limits,
-        message_history=message_history,
-        events=event_stream_handler,
-        stream=stream,
-        limit=limit,
-        tool_policy=tool_policy,
-        tool_policies=dict(tool_policies or {}),
-        chat=chat,
-    )
+        prompt, deps, model, dict(models or {}), choose_model, provider_factory,
+        model_settings, usage_limits, message_history, event_stream_handler, stream, limit,
+        tool_policy, dict(tool_policies or {}), chat,
+    )  # fmt: skip
     runner = _Durable(agent, options)
     signals: dict[str, Signal] = dict(SIGNALS)
     if chat is not None:

@@ -335,3 +335,25 @@ class RunSignal(Base):
     idempotency_key: Mapped[str | None]
     created_at: Mapped[datetime] = now_default()
     delivered_at: Mapped[datetime | None]
+
+
+class RunCall(Base):
+    """A model call a step made and did not record (yet): written before the call, deleted by
+    the statement that records its step (or when the endpoint refused it: not billed). A row
+    left once its attempt is over is an abandoned request: billed, its reply never kept (a
+    worker killed mid-call, a cancel, a timeout; `RunUsage.abandonedRequests`)."""
+
+    __tablename__ = "run_calls"
+    __table_args__ = (Index("ix_run_calls_step", "run_id", "step", "occurrence"),)
+
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    run_id: Mapped[UUID] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    attempt: Mapped[int]
+    step: Mapped[str]
+    occurrence: Mapped[int]
+    model: Mapped[str | None]
+    started_at: Mapped[datetime] = now_default()
+    ended_at: Mapped[datetime | None]  # ended in the process without a record: cut, timed out
+    reason: Mapped[str | None]
+    input_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    output_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")

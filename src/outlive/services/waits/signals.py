@@ -143,11 +143,8 @@ async def signal_run(
     if run.status in SETTLED_STATUSES:
         return SignalResult(run, accepted=False)
     taken_at_once = run.status == RunStatus.WAITING and run.waiting_for == name
-    if taken_at_once and wait_id is None and run.wait_id is not None:
-        raise BadUserInput(
-            f"the run waits for {name!r} on the wait {run.wait_id}, which only a signal bound to"
-            f" it answers: pass waitId {run.wait_id!r} (nothing was kept)"
-        )
+    if taken_at_once and wait_id is None:
+        _refuse_unbound(run, name)
     if check is not None:
         check(run.agent, name, payload, wait_id)
     if wait_id is not None and not await is_current_wait(uow, run, name, wait_id):
@@ -175,6 +172,15 @@ async def signal_run(
         woken = await runs.note_signal(uow, run_id, name, payload=encoded, sender=sender)
     uow.nudge("run.event", run_id, tenant_id=tenant_id)
     return SignalResult(woken, accepted=True)
+
+
+def _refuse_unbound(run: RunRecord, name: str) -> None:
+    """A plain signal while the run waits on a wait that named itself: refused."""
+    if run.wait_id is not None:
+        raise BadUserInput(
+            f"the run waits for {name!r} on the wait {run.wait_id}, which only a signal bound to"
+            f" it answers: pass waitId {run.wait_id!r} (nothing was kept)"
+        )
 
 
 def _checked_signal(name: str, payload: Any, idempotency_key: str | None) -> str:
