@@ -6,6 +6,7 @@ tool calls, or text streamed a word at a time (`gap_s` apart). Every request's r
 by turn (`bodies`), so a test compares, byte for byte, what the model was sent. `hold(k)` makes
 the next request of turn k wait, after sending its first `after_words` words, until
 `release(k)`; its arrival (and those words' sending) sets an event: a test kills the worker then.
+`delay_s` keeps every request in flight that long before it is answered.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class ScriptStub:
     def __init__(self, turns: list[Calls | Says], *, gap_s: float = 0.0) -> None:
         self.turns = turns
         self.gap_s = gap_s
+        self.delay_s = 0.0  # before each answer: a request is in flight that long
         self.bodies: dict[int, list[bytes]] = {}
         self._holds: dict[int, Hold] = {}
         self.app = Starlette(routes=[Route("/v1/chat/completions", self.chat, methods=["POST"])])
@@ -88,6 +90,8 @@ class ScriptStub:
         return StreamingResponse(self._sse(turn, hold), media_type="text/event-stream")
 
     async def _sse(self, turn: Calls | Says, hold: Hold | None) -> AsyncIterator[str]:
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         if isinstance(turn, Calls):
             if hold is not None:
                 hold.arrived.set()

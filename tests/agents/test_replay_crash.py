@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -275,3 +276,56 @@ async def test_a_run_output_reader_gets_a_reset_before_the_new_attempts_text(
     assert all(c["attempt"] == 1 for c in chunks[: reset[0]])
     assert all(c["attempt"] > 1 for c in chunks[reset[0] :])  # the reset comes first
     assert shown == reply  # once, never the dead attempt's words before it
+
+
+ROLLING: list[Calls | Says] = [
+    calls(("note", "c1", {"n": 1})),
+    calls(("note", "c2", {"n": 2})),
+    Says("all done"),
+]
+START = """mutation($i: StartRunInput!) { startRun(input: $i) { run { id } } }"""
+RUNS = """query($key: String!) { runs(key: $key, first: 5) { edges { node {
+  status usage { requests abandonedRequests } events(first: 200) { type } } } } }"""
+
+
+async def test_a_rolling_sigterm_of_two_workers_during_20_conversations_buys_no_reply_twice(
+    conversation: Conversation,
+) -> None:
+    """Issue 40 (round five, F8): each worker in turn is stopped as a deploy stops it (SIGTERM)
+    and replaced while 20 conversations of 3 model requests each run on both: the model is asked
+    exactly 60 times, the minimal count."""
+    talk = conversation
+    talk.stub.turns = ROLLING
+    talk.stub.delay_s = 0.8  # every reply is in flight for a while: a stop catches some
+    talk.workers.concurrency = 4
+    for name in ("ledger", "events"):
+        (talk.files / name).write_text("")
+    old = [talk.workers.start(), talk.workers.start()]
+    for i in range(20):
+        given = {"agent": "replay", "input": {"message": "go"}, "key": f"conversation-{i}"}
+        await talk.api.gql(START, {"i": given}, token=talk.tenant.token)
+    for n, worker in enumerate(old):  # one after the other, as a rolling deploy does
+        while talk.stub.requests < 12 * (n + 1):  # mid-way through the conversations
+            await talk.watch.next_nudge(timeout=1.0)
+        worker.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(worker.wait, 60)
+        assert code == 0, f"worker {n} exited {code}"
+        talk.workers.start()
+    found = []
+    for i in range(20):
+        run = await talk.watch.until_true(
+            lambda i=i: _settled_run(talk, f"conversation-{i}"), 120, f"conversation {i}"
+        )
+        found.append(run)
+
+    assert [r["status"] for r in found] == ["SUCCEEDED"] * 20
+    assert talk.stub.requests == 60  # 20 conversations x 3 replies: none bought twice
+    assert all(r["usage"] == {"requests": 3, "abandonedRequests": 0} for r in found)
+    released = sum(1 for r in found for e in r["events"] if e["type"] == "released")
+    assert released >= 2  # the stops did catch conversations in flight, and handed them back
+
+
+async def _settled_run(talk: Conversation, key: str) -> dict[str, Any] | None:
+    data = await talk.api.gql(RUNS, {"key": key}, token=talk.tenant.token)
+    runs = [e["node"] for e in data["runs"]["edges"]]
+    return runs[0] if runs and runs[0]["status"] in ("SUCCEEDED", "FAILED", "CANCELLED") else None
