@@ -2,13 +2,16 @@
 `FunctionModel` (no network), its attempts delivered by hand.
 
 The model answers turn k (1 + the responses in the history it is sent) from `turns`, records the
-history of each request it is sent (`sent`), and can fail a turn's first request with a
-retryable fault (`faults`): the attempt ends there, as a lost worker's would, and the next attempt
-replays the journal up to it. Every tool body appends to `ledger`, so a test counts executions.
+history of each request it is sent (`sent`), and can lose the worker at a turn's first request
+(`faults`): the request never returns, the test cancels the attempt and expires its lease (as a
+dead worker's), and the next delivery takes the run over and replays the journal up to it
+(`run_to_end`). Every tool body appends to `ledger`, so a test counts executions.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +33,10 @@ from pydantic_ai.tools import RunContext
 
 from outlive.agents.pydantic_ai import durable
 from outlive.agents.registry import Agent
-from outlive.errors import RetryableFault
+from outlive.ids import RunId
+from outlive.workflows.runs import WorkflowDeps
+from tests.workflows.test_claim import expire_lease
+from tests.workflows.test_lease import deliver
 
 
 class Ask(BaseModel):
@@ -75,20 +81,22 @@ class Script:
     sent: dict[int, list[list[tuple[Any, ...]]]] = field(default_factory=dict)  # by turn
     ledger: list[str] = field(default_factory=list)
     events: list[str] = field(default_factory=list)  # what the event handler saw
+    lost: asyncio.Event = field(default_factory=asyncio.Event)  # a request lost its worker
 
-    def reply(self, messages: list[ModelMessage]) -> list[Any]:
+    async def reply(self, messages: list[ModelMessage]) -> list[Any]:
         k = 1 + sum(isinstance(m, ModelResponse) for m in messages)
         self.sent.setdefault(k, []).append(history(messages))
         if k in self.faults:
             self.faults.discard(k)
-            raise RetryableFault(f"turn {k}: the worker is lost")
+            self.lost.set()
+            await asyncio.Event().wait()  # the worker is gone: this request never returns
         return self.turns[k - 1]()
 
     async def request(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        return ModelResponse(parts=self.reply(messages))
+        return ModelResponse(parts=await self.reply(messages))
 
     async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
-        for part in self.reply(messages):
+        for part in await self.reply(messages):
             if isinstance(part, TextPart):
                 for word in part.content.split(" "):
                     yield word + " "
@@ -162,3 +170,24 @@ def durable_tools(script: Script, *, events: bool = False) -> Agent[Ask]:
         prompt=lambda p: p.message,
         event_stream_handler=script.handler if events else None,
     )
+
+
+async def run_to_end(deps: WorkflowDeps, run_id: RunId, script: Script, limit: int = 12) -> None:
+    """Deliver the run until a delivery ends it (done, or parked): a delivery whose model request
+    lost its worker is cancelled and its lease expired, as a dead worker's, and the next one
+    takes the run over."""
+    for _ in range(limit):
+        script.lost.clear()
+        attempt = asyncio.create_task(deliver(deps, run_id))
+        lost = asyncio.create_task(script.lost.wait())
+        await asyncio.wait({attempt, lost}, return_when=asyncio.FIRST_COMPLETED)
+        lost.cancel()
+        if attempt.done():
+            if attempt.result() == "done":
+                return
+            continue  # a retry: delivered again
+        attempt.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await attempt
+        await expire_lease(deps.sessions, run_id)
+    raise AssertionError("the run did not get through its attempts")

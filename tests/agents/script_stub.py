@@ -56,6 +56,7 @@ class ScriptStub:
         self.gap_s = gap_s
         self.delay_s = 0.0  # before each answer: a request is in flight that long
         self.bodies: dict[int, list[bytes]] = {}
+        self.keys: list[str | None] = []  # each request's Authorization header
         self._holds: dict[int, Hold] = {}
         self.app = Starlette(routes=[Route("/v1/chat/completions", self.chat, methods=["POST"])])
 
@@ -80,6 +81,7 @@ class ScriptStub:
 
     async def chat(self, request: Request) -> Response:
         raw = await request.body()
+        self.keys.append(request.headers.get("authorization"))
         body = json.loads(raw)
         k = 1 + sum(m.get("role") == "assistant" for m in body["messages"])
         self.bodies.setdefault(k, []).append(raw)

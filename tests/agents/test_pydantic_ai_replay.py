@@ -27,7 +27,7 @@ from outlive.ids import RunId
 from outlive.realtime.outputs import OutputStore
 from outlive.services import waits
 from outlive.workflows.runs import WorkflowDeps
-from tests.agents.pydantic_script import Script, call, durable_tools, text
+from tests.agents.pydantic_script import Script, call, durable_tools, run_to_end, text
 from tests.conftest import make_settings
 from tests.support import Servers, TenantHandle
 from tests.workflows.test_claim import NoInstances, read
@@ -72,13 +72,6 @@ async def signal(
             instances=NoInstances(), wait_id=wait_id, check=deps.agents.check_signal,
         )  # fmt: skip
     return result.accepted
-
-
-async def run_to_end(deps: WorkflowDeps, run_id: RunId, limit: int = 12) -> None:
-    for _ in range(limit):
-        if await deliver(deps, run_id) == "done":
-            return
-    raise AssertionError("the run did not get through its attempts")
 
 
 REFUNDS = [
@@ -170,16 +163,16 @@ async def test_each_tool_outcome_is_replayed_without_running_the_tool_again(
     calm = Script(list(OUTCOMES))
     calm_deps = harness(durable_tools(calm))
     calm_id = await start(calm_deps.sessions, tenant, {"message": "go"})
-    await run_to_end(calm_deps, calm_id)
+    await run_to_end(calm_deps, calm_id, calm)
     await signal(calm_deps, tenant, calm_id, "tool_result", {"result": 8}, wait_id="call-c8")
-    await run_to_end(calm_deps, calm_id)
+    await run_to_end(calm_deps, calm_id, calm)
 
     lost = Script(list(OUTCOMES), faults={2, 3, 4, 6, 8, 9})  # lost after each outcome
     deps = harness(durable_tools(lost))
     run_id = await start(deps.sessions, tenant, {"message": "go"})
-    await run_to_end(deps, run_id)
+    await run_to_end(deps, run_id, lost)
     await signal(deps, tenant, run_id, "tool_result", {"result": 8}, wait_id="call-c8")
-    await run_to_end(deps, run_id)
+    await run_to_end(deps, run_id, lost)
     run = await read(deps.sessions, tenant, run_id)
     tools = [d for t, d in await timeline(deps.sessions, run_id) if t == "tool"]
 
@@ -213,11 +206,11 @@ async def test_the_event_handler_sees_each_event_once_across_lost_attempts_and_a
     for script in (calm, lost):  # one after the other: they share the agent's default key
         deps = harness(durable_tools(script, events=True))
         run_id = await start(deps.sessions, tenant, {"message": "go"})
-        await run_to_end(deps, run_id)
+        await run_to_end(deps, run_id, script)
         await signal(deps, tenant, run_id, "approval", {"approved": True}, wait_id="call-c2")
-        await run_to_end(deps, run_id)
+        await run_to_end(deps, run_id, script)
         await signal(deps, tenant, run_id, "approval", {"approved": True}, wait_id="call-c4")
-        await run_to_end(deps, run_id)
+        await run_to_end(deps, run_id, script)
         assert (await read(deps.sessions, tenant, run_id)).status == RunStatus.SUCCEEDED
 
     assert lost.events == calm.events  # once each, in the same order

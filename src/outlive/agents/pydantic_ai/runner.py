@@ -168,17 +168,24 @@ class _Durable(Generic[P]):
             prompt, answers = None, await answer(ctx, result.output, waits)
 
     async def _chat(self, ctx: RunContext, params: P, chat: Chat) -> dict[str, Any]:
-        history = self._history(params)
-        waits, output, turns = CallWaits(), None, 0
-        message: Any = params
-        while message is not None and turns < chat.max_turns:
+        history, waits, turns = self._history(params), CallWaits(), 0
+        message: P = params
+        while True:
             output, history = await self._turn(ctx, message, history, waits)
             turns += 1
             shown = _JSON.dump_python(output, mode="json")
-            await ctx.emit("turn", {"turn": turns, "output": shown})
+            await ctx.step("chat.turn", _turned, ctx, turns, shown)  # its event, once
+            if turns >= chat.max_turns:
+                break
             nxt = await ctx.wait_for(INPUT, timeout=chat.idle_s)
-            message = None if nxt is None else type(params).model_validate(nxt)
-        return {"output": _JSON.dump_python(output, mode="json"), "turns": turns}
+            if nxt is None:  # no message for `idle_s`: the conversation is over
+                break
+            message = type(params).model_validate(nxt)
+        return {"output": shown, "turns": turns}
+
+
+async def _turned(ctx: RunContext, turn: int, output: Any) -> None:
+    await ctx.emit("turn", {"turn": turn, "output": output})
 
 
 def durable(
