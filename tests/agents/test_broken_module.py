@@ -57,6 +57,26 @@ async def test_agents_shows_it_unavailable_with_its_error_and_start_run_refuses_
     assert "unavailable" in str(refused.value)
 
 
+async def test_a_run_of_the_broken_agent_says_why_it_waits(
+    api: Api, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    async with sessions.unit(tenant.id) as uow:
+        broken = await runs_service.start_run(
+            uow, agent="broken", params={}, instances=NoInstances()
+        )
+    read_back = await api.gql(
+        "query($id: ID!) { run(id: $id) { status waitingReason } }",
+        {"id": str(broken.run.id)},
+        token=tenant.token,
+    )
+
+    assert read_back["run"] == {
+        "status": "QUEUED",
+        "waitingReason": "its agent's code failed to load (RuntimeError: OPENAI_API_KEY is not"
+        " set); it waits for a fix",
+    }
+
+
 @pytest.fixture
 async def deps(settings: Settings, sessions: Sessions) -> AsyncIterator[WorkflowDeps]:
     registry = AgentRegistry([demo.AGENT], {"broken": "RuntimeError: OPENAI_API_KEY is not set"})

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
-from outlive.db.models import DeliveryStatus
+from outlive.db.models import DeliveryStatus, RunStatus
 from outlive.db.ports import Admission, JobProducer, RunInstances
 from outlive.db.tx import Sessions
 from outlive.errors import BadUserInput, Unauthenticated
@@ -139,7 +139,11 @@ class Context:
         return await self.loaders.attempts.load(DeliveryId(UUID(delivery_id)))
 
     async def waiting_reason(self, run: RunRecord) -> str | None:
-        """Why a run waits for a slot under its tenant's cap, and where it is in line."""
+        """Why a run waits for a slot under its tenant's cap, and where it is in line; or that
+        its agent's code failed to load here (its runs wait for it)."""
+        broken = self.services.agents.unavailable.get(run.agent)
+        if broken is not None and run.status == RunStatus.QUEUED:
+            return f"its agent's code failed to load ({broken}); it waits for a fix"
         limits = self.services.admission.limits
         return await admission.waiting_reason_of(self.services.sessions, run, limits=limits)
 
