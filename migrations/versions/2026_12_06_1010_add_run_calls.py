@@ -35,7 +35,10 @@ def upgrade() -> None:
         sa.Column("occurrence", sa.Integer(), nullable=False),
         sa.Column("model", sa.String(), nullable=True),
         sa.Column(
-            "started_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "started_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("reason", sa.String(), nullable=True),
