@@ -11,14 +11,20 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from redis.asyncio import Redis
 
+from outlive.agents.pydantic_ai import durable
 from outlive.agents.registry import Agent, AgentRegistry
 from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
@@ -27,7 +33,7 @@ from outlive.ids import RunId
 from outlive.realtime.outputs import OutputStore
 from outlive.services import waits
 from outlive.workflows.runs import WorkflowDeps
-from tests.agents.pydantic_script import Script, call, durable_tools, run_to_end, text
+from tests.agents.pydantic_script import Ask, Script, call, durable_tools, run_to_end, text
 from tests.conftest import make_settings
 from tests.support import Servers, TenantHandle
 from tests.workflows.test_claim import NoInstances, read
@@ -216,3 +222,41 @@ async def test_the_event_handler_sees_each_event_once_across_lost_attempts_and_a
     assert lost.events == calm.events  # once each, in the same order
     assert Counter(lost.events)["function_tool_result:c3"] == 1
     assert Counter(lost.events)["part_start:"] == 5  # one per model response
+
+
+class Resolution(BaseModel):
+    refunded: bool
+    note: str
+
+
+async def test_a_structured_output_streams_as_it_is_written(
+    harness: Harness, tenant: TenantHandle
+) -> None:
+    """Issue 40: the output tool's arguments (the structured output) reach `runOutput` as they
+    are written (`kind: "output"`), beside the tool calls (`tool_call`), not only at the end."""
+    args = '{"refunded": true, "note": "done for A-1"}'
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        if not any(isinstance(m, ModelResponse) for m in messages):
+            yield {0: DeltaToolCall("note", '{"n": 1}', tool_call_id="c1")}
+            return
+        name = info.output_tools[0].name
+        for i in range(0, len(args), 7):  # the JSON in pieces, as a model writes it
+            yield {0: DeltaToolCall(name if i == 0 else None, args[i : i + 7], tool_call_id="o1")}
+
+    agent = PydanticAgent(FunctionModel(stream_function=stream), output_type=Resolution)
+
+    @agent.tool_plain
+    def note(n: int) -> str:
+        return f"noted {n}"
+
+    deps = harness(durable(agent, name="demo", input_model=Ask, prompt=lambda p: p.message))
+    run_id = await start(deps.sessions, tenant, {"message": "refund A-1"})
+    await deliver(deps, run_id)
+    run = await read(deps.sessions, tenant, run_id)
+    chunks = await deps.outputs.read_after(run_id, None)  # type: ignore[union-attr]
+
+    assert run.output == {"output": {"refunded": True, "note": "done for A-1"}}
+    assert "".join(c.text for c in chunks if c.kind == "output") == args
+    assert len([c for c in chunks if c.kind == "output"]) >= 1
+    assert [json.loads(c.text)["tool"] for c in chunks if c.kind == "tool_call"] == ["note"]

@@ -206,10 +206,6 @@ class Run(Base):
     waiting_for: Mapped[str | None]
     wake_at: Mapped[datetime | None]
     resumes: Mapped[int] = mapped_column(server_default=text("0"))
-    # While WAITING on a wait that named itself (`ctx.wait_for(..., wait_id=)`): its id (NULL:
-    # `wait-<attempt>`, `services.waits.wait_id_of`), and what it asked to show (`show=`).
-    wait_id: Mapped[str | None]
-    waiting_show: Mapped[Any | None] = mapped_column(JSONB)
     # Keys (contract §4.1): the exclusivity key ('' = the agent's default), the strategy it was
     # started with (retryRun and replays use it again), the run just ahead of it in its key's
     # line while it waits its turn (ENQUEUE; kept once settled), its tags and idempotency key.
@@ -231,6 +227,11 @@ class Run(Base):
     children_settled: Mapped[int] = mapped_column(server_default=text("0"))
     wake_at_children: Mapped[int | None]  # WAITING for children: woken at this count
     abandon_with_parent: Mapped[bool] = mapped_column(server_default=text("false"))
+    # While WAITING on a wait that named itself (`ctx.wait_for(..., wait_id=)`): its id (NULL:
+    # `wait-<attempt>`, `services.waits.wait_id_of`), and what it asked to show (`show=`).
+    # Last, as the migration added them: statements match result columns by position.
+    wait_id: Mapped[str | None]
+    waiting_show: Mapped[Any | None] = mapped_column(JSONB)
 
 
 class RunEvent(Base):
