@@ -4,14 +4,16 @@ Two tools: `lookup_order` reads an order from the shop's API, and `refund` (whic
 person's approval) asks that API for a refund. Outlive makes each model request and each tool
 call a durable step: a worker that dies mid-conversation costs no second refund and no second
 model call for a reply already received. `refund` parks the run WAITING until someone sends the
-signal `approval` (`{"approved": true}`, or `{"approved": false, "reason": "..."}`).
+signal `approval` (`{"approved": true}`, or `{"approved": false, "reason": "..."}`), bound to the
+call it decides: `waitId` is `call-<tool_call_id>`, and `Run.waitingShow` shows the refund's
+arguments. An approval without it is refused.
 
 Install it as an agent with an entry point in your package's pyproject.toml:
 
     [project.entry-points."outlive.agents"]
     support = "examples.support:AGENT"
 
-(or, without packaging, `OUTLIVE_AGENT_MODULES=examples.support:AGENT`). The model is the
+(or, without packaging, `OUTLIVE_AGENT_MODULES=support=examples.support:AGENT`). The model is the
 deployment's OpenAI-compatible endpoint (`OUTLIVE_LLM_BASE_URL`); the shop's API is
 `SUPPORT_SHOP_URL`.
 """

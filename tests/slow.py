@@ -14,6 +14,8 @@ import pytest
 
 SLOW_MODULES = (
     "tests/agents/test_pydantic_ai_crash.py",
+    "tests/agents/test_broken_module_worker.py",
+    "tests/agents/test_replay_crash.py",
     "tests/browser/",
     "tests/chaos/",  # test_budget_chaos.py too
     "tests/relay/",

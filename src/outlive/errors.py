@@ -114,7 +114,12 @@ class ServiceUnavailable(DomainError):
 
 
 class RetryableFault(Exception):
-    """Raised by an agent for a fault that a later attempt can fix (429, 5xx, a timeout)."""
+    """Raised by an agent for a fault that a later attempt can fix (429, 5xx, a timeout).
+    `status`: the HTTP status that said so, when one did (the `retrying` event shows it)."""
+
+    def __init__(self, *args: object, status: int | None = None) -> None:
+        super().__init__(*args)
+        self.status = status
 
 
 class RetryAfter(RetryableFault):
@@ -122,8 +127,8 @@ class RetryAfter(RetryableFault):
     next call waits `seconds` (instead of the policy's backoff); once the policy is used up (or
     without one), the run's next attempt waits at least that long."""
 
-    def __init__(self, seconds: float, message: str = "") -> None:
-        super().__init__(message or f"retry after {seconds:g}s")
+    def __init__(self, seconds: float, message: str = "", *, status: int | None = None) -> None:
+        super().__init__(message or f"retry after {seconds:g}s", status=status)
         self.seconds = max(0.0, float(seconds))
 
 

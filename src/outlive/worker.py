@@ -40,6 +40,7 @@ from outlive.runtime import Queues, Runtime, open_runtime
 from outlive.services.limits import NamedLimits
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.relay.lead import WakeLead
+from outlive.workflows.drains import Drains
 from outlive.workflows.runs import WorkflowDeps
 from outlive.workflows.slots import LEND_FACTOR, OVERDRAFT_FACTOR, SlotLender
 
@@ -81,6 +82,8 @@ class WorkerHost:
             lendable=self.lender.most,
             bounded=settings.wake_lead_bounded,
         )
+        # on a graceful stop, model steps in flight may finish (`workflows.drains`)
+        self.drains = Drains()
         self.deps: WorkerDeps | None = None
         self.relay: RelayLoop | None = None
         self.cancels: CancelListener | None = None
@@ -119,6 +122,7 @@ class WorkerHost:
                 liveness=runtime.liveness,
                 wake_lead=self.lead,
                 slots=self.lender,
+                drains=self.drains,
             ),
             jobs=JobDeps(
                 sessions=sessions,
@@ -155,6 +159,7 @@ class WorkerHost:
             timers=timers,
             shutdown_grace_period_s=None,  # release at once; the run goes on elsewhere
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
+            drains=(self.drains, self.settings.shutdown_step_grace_s),  # model steps finish
         )
         jobs_worker: Worker[Any] = GracefulWorker(
             queues.jobs,
@@ -236,8 +241,15 @@ class GracefulWorker(Worker[Any]):
     `outlive.workflows.runs`); only a task that overruns the cancellation deadline is left to
     saq's warning."""
 
-    def __init__(self, *args: Any, lender: SlotLender | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        lender: SlotLender | None = None,
+        drains: tuple[Drains, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self._drains = drains  # the runs worker: its drainable steps, and their grace
         self._dequeuing: set[asyncio.Task[Any]] = set()  # process loops that hold no job
         self._upkeep: set[asyncio.Task[Any]] = set()
         self._lender = lender  # its attempts lend their slots while they wait (`workflows.slots`)
@@ -281,6 +293,11 @@ class GracefulWorker(Worker[Any]):
 
     async def stop(self) -> None:
         self.event.set()  # no new process loops
+        if self._drains is not None:  # model steps in flight finish first, within their grace
+            drains, grace_s = self._drains
+            unfinished = await drains.drain(grace_s)
+            if unfinished:
+                log.warning("%s step(s) still in flight after %gs: cancelled", unfinished, grace_s)
         grace = self._shutdown_grace_period_s  # saq has no public accessor
         deadline = asyncio.get_running_loop().time() + (grace or 0)
         if grace:

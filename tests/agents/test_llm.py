@@ -137,7 +137,12 @@ async def test_429_and_5xx_are_retried_inside_the_call(
     assert run.status == "SUCCEEDED"
     assert run.attempt == 1  # the call's own retries; the run's are untouched
     assert len(fake.requests) == 3
-    assert [e.type for e in events].count("retrying") == 0
+    retrying = [e.data for e in events if e.type == "retrying"]  # inside the step: a trace each
+    assert [(r["step"], r["call"], r["status"]) for r in retrying] == [
+        ("reply", 1, 429),
+        ("reply", 2, 503),
+    ]
+    assert not any("delayS" in r for r in retrying)  # none of the run's own retries
 
 
 async def test_a_system_prompt_and_an_allowed_model_are_sent(

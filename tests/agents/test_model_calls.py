@@ -22,7 +22,7 @@ from tests.support import Api, NudgeWatch, Servers, TenantHandle, settled
 
 pytestmark = pytest.mark.timeout(90)
 
-USAGE = "usage { requests inputTokens outputTokens costUsd }"
+USAGE = "usage { requests inputTokens outputTokens costUsd unpricedModels abandonedRequests }"
 
 
 @pytest.fixture
@@ -75,6 +75,8 @@ def _expected_usage(replies: range) -> dict[str, Any]:
         "inputTokens": sum(usage_of(k)["prompt_tokens"] for k in replies),
         "outputTokens": sum(usage_of(k)["completion_tokens"] for k in replies),
         "costUsd": None,  # "tiny" is in no price table
+        "unpricedModels": ["tiny"],
+        "abandonedRequests": 0,
     }
 
 
@@ -98,8 +100,11 @@ async def test_three_scattered_429s_are_retried_in_the_call_honouring_retry_afte
         assert model.arrivals[number] - model.arrivals[number - 1] >= 1.0
     assert run.output == {"reply": "".join(f"reply #{k}." for k in range(1, 9)), "turns": 8}
     read = await _usage(api, tenant, started["run"]["id"])
-    assert read["usage"] == _expected_usage(range(1, 9))
+    assert read["usage"] == _expected_usage(range(1, 9))  # a 429 is not billed: not abandoned
     assert read["retriesLeft"] == 2
+    events = await runs_service.list_events(sessions, run.id)
+    retrying = [e.data for e in events if e.type == "retrying"]  # issue 40: each one seen
+    assert [(r["status"], r["waitS"]) for r in retrying] == [(429, 1.0)] * 3
 
 
 async def test_a_cancel_interrupts_the_last_reply_and_records_nothing_of_it(
@@ -126,6 +131,9 @@ async def test_a_cancel_interrupts_the_last_reply_and_records_nothing_of_it(
     assert [e.data["occurrence"] for e in events if e.type == "step"] == [1]
     assert [e.data["content"] for e in events if e.type == "message"] == ["reply #1."]
     assert len(model.requests) == 2
+    read = await _usage(api, tenant, run_id)  # issue 40: the reply cut off was billed
+    assert read["usage"]["requests"] == 1
+    assert read["usage"]["abandonedRequests"] == 1
 
 
 async def test_retry_with_reused_steps_asks_only_for_the_replies_not_recorded(
@@ -241,3 +249,45 @@ async def test_a_call_that_times_out_is_asked_again_inside_the_attempt(
     assert run.attempt == 1
     assert len(model.requests) == 2
     assert run.output == {"reply": "reply #1.", "turns": 1}
+
+
+async def test_a_stopped_worker_lets_the_reply_in_flight_finish_and_buys_it_once(
+    api: Api,
+    settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    stub: tuple[StubModel, str],
+) -> None:
+    """Issue 40 (round five, F8): a SIGTERM (a deploy) lets a model step in flight finish and
+    be recorded within OUTLIVE_SHUTDOWN_STEP_GRACE_S, starts no other step, and hands the run
+    back: the next worker asks only for the replies not recorded."""
+    model, _ = stub
+    model.turns = 3
+    model.script[2] = Answer(delay_s=1.5)  # in flight when the worker is told to stop
+    first = WorkerHost(settings, concurrency=2)
+    await first.start()
+    started = await api.start_run(tenant.token, "llm", {"prompt": "story", "maxTurns": 3})
+    run_id = started["run"]["id"]
+    await model.wait_for_requests(2)
+    asked = time.monotonic()
+    await first.stop()  # what SIGTERM does
+    stopped_in = time.monotonic() - asked
+    handed_back = await runs_service.read_run(sessions, tenant.id, run_id)
+    second = WorkerHost(settings, concurrency=2)
+    await second.start()
+    try:
+        run = await _settled(api, settings, sessions, tenant, run_id)
+    finally:
+        await second.stop()
+    events = await runs_service.list_events(sessions, run.id)
+
+    assert handed_back is not None
+    assert handed_back.status == "QUEUED"
+    assert handed_back.step_seq == 2  # reply 2 finished and was recorded before the stop
+    assert 1.0 < stopped_in < 10
+    assert run.status == "SUCCEEDED", run.error
+    assert len(model.requests) == 3  # the minimal count: no reply bought twice
+    assert [e.type for e in events].count("released") == 1
+    read = await _usage(api, tenant, run_id)
+    assert read["usage"]["requests"] == 3
+    assert read["usage"]["abandonedRequests"] == 0

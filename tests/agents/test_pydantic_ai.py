@@ -4,6 +4,7 @@ needs approval parks the run WAITING on the signal `approval`, and the text goes
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -115,10 +116,12 @@ async def harness(
 
 
 async def approve(sessions: Sessions, tenant: TenantHandle, run_id: RunId, **payload: Any) -> None:
+    """The approval, bound to the wait of the call it decides (as the console sends it)."""
+    wait_id = waits.wait_id_of(await read(sessions, tenant, run_id))
     async with sessions.unit(tenant.id) as uow:
         await waits.signal_run(
             uow, run_id, name="approval", payload=payload, idempotency_key=None,
-            instances=NoInstances(),
+            instances=NoInstances(), wait_id=wait_id,
         )  # fmt: skip
 
 
@@ -146,8 +149,20 @@ async def test_an_approved_tool_runs_once_and_no_model_request_is_asked_twice(
     assert run.output == {"output": "Done: refunded A-1 "}
     assert kinds.count("message") == 3
     assert kinds.count("tool") == 2
-    assert "".join(c.text for c in chunks) == "Done: refunded A-1 "
-    assert [c.done for c in chunks].count(True) == 3  # one stream per model request
+    assert "".join(c.text for c in chunks if c.kind == "text") == "Done: refunded A-1 "
+    calls = [json.loads(c.text) for c in chunks if c.kind == "tool_call"]
+    results = [json.loads(c.text) for c in chunks if c.kind == "tool_result"]
+    assert calls == [
+        {"id": "c1", "tool": "lookup_order", "args": {"order": "A-1"}},
+        {"id": "c2", "tool": "refund", "args": {"order": "A-1"}},
+    ]
+    assert [(r["id"], r["outcome"], r["result"]) for r in results] == [
+        ("c1", "return", {"order": "A-1", "total": 42}),
+        ("c2", "return", "refunded A-1"),
+    ]
+    assert [c.done for c in chunks].count(True) == 5  # one stream per model request and tool
+    assert {c.attempt for c in chunks} == {1, 2}
+    assert not any(c.reset for c in chunks)
 
 
 async def test_a_rejected_tool_is_not_run_and_the_model_reads_the_reason(

@@ -93,12 +93,21 @@ async def test_the_example_agent_survives_three_sigkills_asking_and_refunding_on
         await workers.kill(worker)  # 3: while WAITING for the approval
         workers.start()
         signal_run = """mutation($i: SignalRunInput!) { signalRun(input: $i) { accepted } }"""
-        answer = {"id": run_id, "name": "approval", "payload": {"approved": True}}
+        answer = {
+            "id": run_id,
+            "name": "approval",
+            "payload": {"approved": True},
+            "waitId": "call-call_2",  # bound to the call it decides: `refund`'s tool call id
+        }
         accepted = await api.gql(signal_run, {"i": answer}, token=tenant.token)
         run = await watch.until(run_id, settled, timeout=60)
     events = await runs_service.list_events(sessions, RunId(run.id))
 
     assert waiting.waiting_for == "approval"
+    assert waiting.wait_id == "call-call_2"
+    assert waiting.waiting_show == {
+        "tool": "refund", "args": {"order_id": "A-1", "amount": 42.0}, "toolCallId": "call_2"
+    }  # fmt: skip
     assert accepted["signalRun"]["accepted"] is True
     assert run.status == "SUCCEEDED", run.error
     assert run.output == {"output": REPLY}

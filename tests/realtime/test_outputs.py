@@ -18,6 +18,7 @@ from outlive.agents.demo import stream_text
 from outlive.errors import ServiceUnavailable
 from outlive.realtime.outputs import BACKLOG_READS, Chunk, OutputStore, OutputTails, output_key
 from outlive.worker import WorkerHost
+from outlive.workflows.streams import StreamWriter
 from tests.conftest import make_settings
 from tests.realtime.clients import Served, Socket, private_redis, serve
 from tests.support import Api, Servers, TenantHandle
@@ -510,3 +511,51 @@ async def test_a_cursor_no_entry_can_have_is_bad_user_input_not_unavailable(
         frame = json.loads(await sock.next_frame())
     errors = frame["payload"] if frame["type"] == "error" else frame["payload"]["errors"]
     assert [e["extensions"]["code"] for e in errors] == ["BAD_USER_INPUT"], frame
+
+
+async def test_a_stream_an_abandoned_attempt_left_open_is_reset_before_the_next_attempts_text(
+    servers: Servers,
+) -> None:
+    """Issue 40 (round five, F7): a worker killed mid-reply left its stream open; the next
+    attempt's first chunk of that stream goes after a reset, so a reader that drops what the
+    stream showed at a reset shows the new attempt's text once, never both."""
+    redis = Redis.from_url(servers.redis_url)
+    store = OutputStore(redis, max_bytes=1 << 20, keep_s=60)
+    run_id = f"reset-{uuid.uuid4()}"
+    try:
+        dead = StreamWriter(store, run_id, "answer", batch_s=0.001, attempt=1)
+        dead.write("The refund of 4")  # the worker dies here: no `done`
+        await dead._send(done=False)
+        live = StreamWriter(store, run_id, "answer", batch_s=0.001, attempt=2)
+        live.write("The refund of 42.00 is done.")
+        live.restart()  # a call made again inside the step: its own reset
+        live.write("The refund of 42.00 is done.")
+        await live.close()
+        again = StreamWriter(store, run_id, "answer", batch_s=0.001, attempt=2)
+        again.write("Anything else?")  # the same attempt's next step: no reset
+        await again.close()
+        chunks = await store.read_after(run_id, None)
+        tails = OutputTails(store)
+
+        async def settled() -> bool:
+            return True
+
+        followed = [c async for c in tails.follow(run_id, None, settled)]
+    finally:
+        await redis.aclose()
+
+    assert [(c.attempt, c.reset, c.text, c.done) for c in chunks] == [
+        (1, False, "The refund of 4", False),
+        (2, True, "", False),  # before attempt 2's first text
+        (2, False, "The refund of 42.00 is done.", False),
+        (2, True, "", False),  # restart()
+        (2, False, "The refund of 42.00 is done.", False),
+        (2, False, "", True),
+        (2, False, "Anything else?", False),
+        (2, False, "", True),
+    ]
+    assert [c.reset for c in followed] == [False, True, False, True, False, False]  # joined
+    shown = ""  # what a UI that drops a stream's text at a reset shows
+    for chunk in followed:
+        shown = "" if chunk.reset else shown + chunk.text
+    assert shown == "The refund of 42.00 is done.Anything else?"

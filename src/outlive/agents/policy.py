@@ -22,7 +22,7 @@ import httpx
 
 from outlive.errors import RetryableFault, RetryAfter
 
-__all__ = ["Expected", "Retry", "RetryAfter", "is_retryable", "retry_after_of"]
+__all__ = ["Expected", "Retry", "RetryAfter", "is_retryable", "retry_after_of", "status_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +72,14 @@ def is_retryable(exc: BaseException) -> bool:
         status = exc.response.status_code
         return status == 429 or status >= 500
     return False
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status a failure carries, if any (a `RetryableFault`'s, an `HTTPStatusError`'s)."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code
+    status = getattr(exc, "status", None)
+    return status if isinstance(status, int) else None
 
 
 def retry_after_of(exc: BaseException) -> float | None:

@@ -334,6 +334,18 @@ class Settings(BaseSettings):
     replay_max_runs: int = Field(1000, ge=1, description="most runs one replayRuns may start")
     replay_max_rate: float = Field(20.0, gt=0, description="fastest replayRuns pace, runs/s")
 
+    # Agents that replay exactly (issue 40).
+    shutdown_step_grace_s: float = Field(
+        30.0,
+        ge=0,
+        le=600,
+        description="on SIGTERM, a model step in flight may finish (and be recorded) this long"
+        " before its run is handed back; 0: handed back at once",
+    )
+    agent_unavailable_retry_s: float = Field(
+        30.0, gt=0, description="a run whose agent's code failed to load is looked at this often"
+    )
+
     @field_validator(
         "allowed_origins",
         "agent_modules",

@@ -26,7 +26,7 @@ from outlive.telemetry import metrics
 
 SHARED_EVENTS = 256  # results kept: a few batches of chunks, each with its readers' operations
 
-_Key = tuple[int, str, tuple[str, str, str, str, bool]]
+_Key = tuple[int, str, tuple[object, ...]]
 _results: OrderedDict[_Key, tuple[object, ExecutionResult]] = OrderedDict()
 
 
@@ -60,8 +60,17 @@ def _counted(result: str) -> Any:
     return metrics.GRAPHQL_SHARED_EVENTS.labels(result=result)
 
 
-def _chunk_key(chunk: OutputChunk) -> tuple[str, str, str, str, bool]:
-    return (str(chunk.run_id), chunk.stream, chunk.cursor, chunk.text, chunk.done)
+def _chunk_key(chunk: OutputChunk) -> tuple[object, ...]:
+    return (
+        str(chunk.run_id),
+        chunk.stream,
+        chunk.cursor,
+        chunk.text,
+        chunk.done,
+        chunk.kind,
+        chunk.attempt,
+        chunk.reset,
+    )
 
 
 def _variables(executor: StrawberryGraphQLCoreExecutionContext) -> str:

@@ -22,25 +22,32 @@ of all its named streams (`s`: the name, `t`: the text, `d`: "1" on the chunk th
   reader. (Asked before reading, a slow yes ended the readers without the chunks written while
   it was out: bench/streams.py lost the last 34 chunks for 457 of 500 readers that way.)
 - **Joined.** What waits for a reader (its backlog, or the fan-outs that came while it was
-  sending) goes out joined, a chunk per run of one stream's chunks (`_joined`): a reader that is
-  behind catches up, where one frame per chunk had 500 readers fall further behind.
+  sending) goes out joined, a chunk per run of one stream's chunks of one kind and attempt
+  (`_joined`): a reader that is behind catches up, where one frame per chunk had 500 readers fall
+  further behind.
+- **Kinds, attempts, resets.** Each chunk says what its text is (`k`: "text", "tool_call",
+  "tool_result", "output") and which attempt wrote it (`a`). The script keeps, beside the stream,
+  which attempt has each named stream open (written without its `done` yet): a chunk of another
+  attempt for a stream still open is preceded by a `reset` chunk (`r`: "1", no text), which tells
+  readers to drop what that stream showed (its attempt was abandoned: the worker died mid-step).
+  A writer asks for one itself too (`StreamWriter.restart`: a call made again inside a step).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from outlive.config import Settings
-from outlive.errors import BadUserInput, QueryTimeout, ServiceUnavailable
+from outlive.errors import QueryTimeout, ServiceUnavailable
+from outlive.realtime.cursors import after, latest, newer
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +56,31 @@ CHECK_MS = 50  # ... and this long while that question is out (its answer is loo
 PAGE = 500  # entries per XRANGE / XREAD
 BACKLOG_READS = 8  # readers' backlog pages read at once in a process (a Redis connection each)
 JOIN_MAX_CHARS = 64 * 1024  # waiting chunks of one stream are sent joined, up to this much text
-_CURSOR = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
-_U64 = 2**64 - 1
 ENTRY_OVERHEAD = 32  # bytes counted per entry beside its name and text
 
+# KEYS: the stream, its byte count, its open streams (name -> the attempt writing it). ARGV: the
+# byte bound, the expiry (ms), then per chunk: name, text, done, kind, attempt, reset.
 _APPEND = """
 local added = 0
 local last = false
-for i = 3, #ARGV, 3 do
-  last = redis.call('XADD', KEYS[1], '*', 's', ARGV[i], 't', ARGV[i + 1], 'd', ARGV[i + 2])
-  added = added + string.len(ARGV[i]) + string.len(ARGV[i + 1]) + 32
+local function add(name, text, done, kind, attempt, reset)
+  last = redis.call('XADD', KEYS[1], '*', 's', name, 't', text, 'd', done, 'k', kind,
+                    'a', attempt, 'r', reset)
+  added = added + string.len(name) + string.len(text) + 32
+end
+for i = 3, #ARGV, 6 do
+  local name, text, done = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local kind, attempt, reset = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  local open = redis.call('HGET', KEYS[3], name)
+  if reset ~= '1' and open and open ~= attempt then
+    add(name, '', '0', 'text', attempt, '1')
+  end
+  add(name, text, done, kind, attempt, reset)
+  if done == '1' then
+    redis.call('HDEL', KEYS[3], name)
+  else
+    redis.call('HSET', KEYS[3], name, attempt)
+  end
 end
 local size = redis.call('INCRBY', KEYS[2], added)
 local max = tonumber(ARGV[1])
@@ -74,8 +96,25 @@ while size > max do
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return last
 """
+
+TEXT = (
+    "text"  # the kind of a chunk that says nothing else (and of every chunk written before kinds)
+)
+
+
+class Piece(NamedTuple):
+    """A chunk to append: `(stream, text, done)`, and its kind, the attempt that writes it and
+    whether it is a reset."""
+
+    stream: str
+    text: str
+    done: bool
+    kind: str = TEXT
+    attempt: int = 0
+    reset: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +125,9 @@ class Chunk:
     stream: str
     text: str
     done: bool
+    kind: str = TEXT
+    attempt: int = 0
+    reset: bool = False
 
 
 def output_key(run_id: object) -> str:
@@ -96,21 +138,8 @@ def _size_key(run_id: object) -> str:
     return f"outlive:output:{run_id}:bytes"
 
 
-def check_cursor(cursor: str | None) -> str | None:
-    """A cursor as given by a client: None, or a Redis entry id (`BadUserInput` otherwise)."""
-    if cursor is None:
-        return None
-    ms, _, seq = cursor.partition("-")
-    # Each half of a Redis entry id is a 64-bit unsigned number; the read starts one after it.
-    if not _CURSOR.match(cursor) or int(ms) > _U64 or int(seq) >= _U64:
-        raise BadUserInput(f"{cursor!r} is not an output cursor (pass a chunk's `cursor`)")
-    return cursor
-
-
-def _after(cursor: str) -> str:
-    """The smallest entry id after `cursor` (XRANGE's start is inclusive)."""
-    ms, _, seq = cursor.partition("-")
-    return f"{ms}-{int(seq) + 1}"
+def _open_key(run_id: object) -> str:
+    return f"outlive:output:{run_id}:open"
 
 
 def _text(value: bytes | str) -> str:
@@ -119,7 +148,16 @@ def _text(value: bytes | str) -> str:
 
 def _chunk(entry_id: bytes | str, fields: dict[Any, Any]) -> Chunk:
     get = {_text(k): _text(v) for k, v in fields.items()}
-    return Chunk(_text(entry_id), get.get("s", ""), get.get("t", ""), get.get("d") == "1")
+    attempt = get.get("a", "0")
+    return Chunk(
+        _text(entry_id),
+        get.get("s", ""),
+        get.get("t", ""),
+        get.get("d") == "1",
+        get.get("k") or TEXT,
+        int(attempt) if attempt.isdigit() else 0,
+        get.get("r") == "1",
+    )
 
 
 class OutputStore:
@@ -135,21 +173,25 @@ class OutputStore:
     def of(cls, redis: Redis, settings: Settings) -> OutputStore:
         return cls(redis, max_bytes=settings.stream_max_bytes, keep_s=settings.stream_keep_s)
 
-    async def append(self, run_id: object, chunks: Sequence[tuple[str, str, bool]]) -> str | None:
-        """Add `(stream, text, done)` chunks in order; the last one's cursor."""
+    async def append(self, run_id: object, chunks: Sequence[tuple[Any, ...]]) -> str | None:
+        """Add chunks (`Piece`s, or `(stream, text, done)`) in order; the last one's cursor. A
+        chunk of another attempt than the one that left its stream open goes after a reset."""
         if not chunks:
             return None
         args: list[Any] = [self.max_bytes, self.keep_ms]
-        for stream, text, done in chunks:
-            args.extend((stream, text, "1" if done else "0"))
-        last = await self._append(keys=[output_key(run_id), _size_key(run_id)], args=args)
+        for chunk in chunks:
+            p = chunk if isinstance(chunk, Piece) else Piece(*chunk)
+            done, reset = "1" if p.done else "0", "1" if p.reset else "0"
+            args.extend((p.stream, p.text, done, p.kind, str(p.attempt), reset))
+        keys = [output_key(run_id), _size_key(run_id), _open_key(run_id)]
+        last = await self._append(keys=keys, args=args)
         return None if not last else _text(last)
 
     async def read_after(
         self, run_id: object, cursor: str | None, *, until: str = "+", count: int = PAGE
     ) -> list[Chunk]:
         """Up to `count` chunks after `cursor` (None: from the oldest kept), up to `until`."""
-        start = "-" if cursor is None else _after(cursor)
+        start = "-" if cursor is None else after(cursor)
         entries = await self.redis.xrange(output_key(run_id), start, until, count=count)
         return [_chunk(entry_id, fields) for entry_id, fields in entries]
 
@@ -310,13 +352,13 @@ class OutputTails:
                 if len(page) < PAGE:
                     break
                 cursor = page[-1].cursor
-            last = after if position is None else _max(after, position)
+            last = after if position is None else latest(after, position)
             while True:
                 items = [await queue.get()]
                 while not queue.empty():  # behind the tail: what waits goes out joined
                     items.append(queue.get_nowait())
                 chunks = [c for i in items if isinstance(i, list) for c in i]
-                for chunk in _joined(c for c in chunks if _newer(c.cursor, last)):
+                for chunk in _joined(c for c in chunks if newer(c.cursor, last)):
                     yield chunk
                 if items[-1] is _END:  # the tail puts nothing after its end
                     return
@@ -351,7 +393,8 @@ def _unreadable() -> ServiceUnavailable:
 
 
 def _joined(chunks: Iterable[Chunk]) -> list[Chunk]:
-    """Adjacent chunks of one stream as one (up to `JOIN_MAX_CHARS` of text; a `done` ends it),
+    """Adjacent chunks of one stream, kind and attempt as one (up to `JOIN_MAX_CHARS` of text; a
+    `done` ends it, a reset stands alone),
     with the last one's cursor: a reader that is behind (a backlog, a slow socket, a busy
     process) catches up in a few frames instead of falling further behind by one per chunk."""
     groups: list[list[Chunk]] = []
@@ -361,7 +404,10 @@ def _joined(chunks: Iterable[Chunk]) -> list[Chunk]:
         if (
             group is None
             or group[-1].done
-            or group[-1].stream != chunk.stream
+            or group[-1].reset
+            or chunk.reset
+            or (group[-1].stream, group[-1].kind, group[-1].attempt)
+            != (chunk.stream, chunk.kind, chunk.attempt)
             or size + len(chunk.text) > JOIN_MAX_CHARS
         ):
             groups.append([chunk])
@@ -372,16 +418,3 @@ def _joined(chunks: Iterable[Chunk]) -> list[Chunk]:
     return [
         g[0] if len(g) == 1 else replace(g[-1], text="".join(c.text for c in g)) for g in groups
     ]
-
-
-def _key(cursor: str) -> tuple[int, int]:
-    ms, _, seq = cursor.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def _newer(cursor: str, than: str | None) -> bool:
-    return than is None or _key(cursor) > _key(than)
-
-
-def _max(a: str | None, b: str) -> str:
-    return b if a is None or _key(b) > _key(a) else a

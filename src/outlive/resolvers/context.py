@@ -11,7 +11,7 @@ from uuid import UUID
 
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
-from outlive.db.models import DeliveryStatus
+from outlive.db.models import DeliveryStatus, RunStatus
 from outlive.db.ports import Admission, JobProducer, RunInstances
 from outlive.db.tx import Sessions
 from outlive.errors import BadUserInput, Unauthenticated
@@ -141,7 +141,11 @@ class Context:
         return await self.loaders.attempts.load(DeliveryId(UUID(delivery_id)))
 
     async def waiting_reason(self, run: RunRecord) -> str | None:
-        """Why a run waits for a slot under its tenant's cap, and where it is in line."""
+        """Why a run waits for a slot under its tenant's cap, and where it is in line; or that
+        its agent's code failed to load here (its runs wait for it)."""
+        broken = self.services.agents.unavailable.get(run.agent)
+        if broken is not None and run.status == RunStatus.QUEUED:
+            return f"its agent's code failed to load ({broken}); it waits for a fix"
         limits = self.services.admission.limits
         return await admission.waiting_reason_of(self.services.sessions, run, limits=limits)
 
@@ -181,9 +185,14 @@ class Context:
         return await self.loaders.ancestors.load(run_id)
 
     async def run_usage(self, run_id: RunId) -> RunUsage:
-        """The run's summed model usage (one statement per page of runs)."""
+        """The run's summed model usage (two statements per page of runs)."""
         self.require()
         return await self.loaders.usage.load(run_id)
+
+    async def run_tree_usage(self, run_id: RunId) -> RunUsage:
+        """The run's and its descendants' summed model usage (two statements per page)."""
+        self.require()
+        return await self.loaders.tree_usage.load(run_id)
 
     async def run_steps(self, run_id: RunId, *, after: int, first: int) -> list[StepRecord]:
         check_steps_page(first)  # this field's error, not the whole batch's

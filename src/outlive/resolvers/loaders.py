@@ -95,6 +95,9 @@ class Loaders:
         self.usage: DataLoader[RunId, usage_tokens.RunUsage] = DataLoader(
             self._load_usage, cache=False
         )
+        self.tree_usage: DataLoader[RunId, usage_tokens.RunUsage] = DataLoader(
+            self._load_tree_usage, cache=False
+        )
         self.child_counts: DataLoader[RunId, list[tree.StatusCount]] = DataLoader(
             self._load_child_counts, cache=False
         )
@@ -112,6 +115,10 @@ class Loaders:
 
     async def _load_usage(self, keys: Sequence[RunId]) -> list[usage_tokens.RunUsage]:
         found = await usage_tokens.usage_of_runs(self._sessions, keys)
+        return [found[key] for key in keys]
+
+    async def _load_tree_usage(self, keys: Sequence[RunId]) -> list[usage_tokens.RunUsage]:
+        found = await usage_tokens.usage_of_runs(self._sessions, keys, trees=True)
         return [found[key] for key in keys]
 
     async def _load_events(self, keys: Sequence[EventsKey]) -> list[list[EventRecord]]:

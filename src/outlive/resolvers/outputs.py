@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator
 import strawberry
 
 from outlive.errors import NotFound
-from outlive.realtime.outputs import check_cursor
+from outlive.realtime.cursors import check_cursor
 from outlive.resolvers.context import Context
 from outlive.schema.outputs import OutputChunk
 from outlive.services.runs import SETTLED_STATUSES, parse_run_id, read_run

@@ -212,7 +212,7 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
     waits.check_name(input.name)  # BAD_USER_INPUT before a token is taken or a row written
     waits.encode_payload(input.payload)
     if input.wait_id is not None:
-        waits.parse_wait_id(input.wait_id)
+        waits.check_wait_id(input.wait_id)
     await s.limiter.take(
         Bucket("signal-run", str(ctx.tenant_id), s.settings.rate_signal_run),
         message="too many signals sent: try again in a moment",
@@ -228,6 +228,7 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
             mailbox=waits.Mailbox(s.settings.signal_mailbox_max, s.settings.signal_mailbox_bytes),
             sender=ctx.require().user.email,
             wait_id=input.wait_id,
+            check=s.agents.check_signal,  # what its agent declares (`Agent.signals`)
         )
     return SignalRunPayload(run=Run.of(result.run), accepted=result.accepted)
 

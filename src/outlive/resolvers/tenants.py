@@ -20,8 +20,13 @@ async def agents(info: Info) -> list[Agent]:
     ctx = info.context
     if ctx.require().is_run_reader:
         return []
-    known = list(ctx.services.agents)
-    states = await pauses.agent_states(
-        ctx.services.sessions, ctx.tenant_id, [a.name for a in known]
-    )
-    return [Agent.of(a, paused=s.paused) for a, s in zip(known, states, strict=True)]
+    registry = ctx.services.agents
+    known = list(registry)
+    names = [a.name for a in known] + list(registry.unavailable)
+    paused = {
+        s.agent: s.paused
+        for s in await pauses.agent_states(ctx.services.sessions, ctx.tenant_id, names)
+    }
+    found = [Agent.of(a, paused=paused[a.name]) for a in known]
+    found += [Agent.unavailable(n, e, paused=paused[n]) for n, e in registry.unavailable.items()]
+    return sorted(found, key=lambda a: a.name)

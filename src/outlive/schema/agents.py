@@ -29,6 +29,19 @@ class Agent:
     paused: bool = strawberry.field(
         default=False, description="pauseAgent holds its runs in this tenant, and new ones."
     )
+    available: bool = strawberry.field(
+        default=True,
+        description="false: its code failed to load in this deployment (its runs wait, "
+        "`startRun` refuses it); `loadError` says why.",
+    )
+    load_error: str | None = strawberry.field(
+        default=None, description="Why its code failed to load (null while it is available)."
+    )
+    signals: JSON = strawberry.field(
+        default_factory=dict,
+        description="The signals its runs wait for, by name: each one's payload JSON Schema "
+        "and whether it must be bound to its wait (`waitId`). {}: any name, any payload.",
+    )
 
     @classmethod
     def of(cls, agent: AgentDef[Any], *, paused: bool = False) -> Agent:
@@ -38,5 +51,18 @@ class Agent:
             input_schema=as_json(agent.input_schema),
             keyed=agent.key is not None,
             on_conflict=agent.on_conflict or RunConflict.RETURN_EXISTING,
+            paused=paused,
+            signals=as_json({n: s.schema() for n, s in (agent.signals or {}).items()}),
+        )
+
+    @classmethod
+    def unavailable(cls, name: str, error: str, *, paused: bool = False) -> Agent:
+        """An agent whose code failed to load: its name and why."""
+        return cls(
+            name=name,
+            description="",
+            input_schema=as_json({}),
+            available=False,
+            load_error=error,
             paused=paused,
         )

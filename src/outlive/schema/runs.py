@@ -82,7 +82,22 @@ class RunUsage:
     input_tokens: int
     output_tokens: int
     cost_usd: float | None = strawberry.field(
-        description="USD, from the genai-prices table; null when a model was not in it."
+        description="USD, from the genai-prices table, for the models it prices (the others "
+        "are in `unpricedModels`); null when it priced none."
+    )
+    unpriced_models: list[str] = strawberry.field(
+        default_factory=list, description="Models whose usage has no price (counted 0 USD)."
+    )
+    abandoned_requests: int = strawberry.field(
+        default=0,
+        description="Model calls billed by the provider but cut before they were recorded (a "
+        "worker killed mid-call, a cancel, a timeout): not in `requests`.",
+    )
+    abandoned_input_tokens: int = strawberry.field(
+        default=0, description="The input tokens of those calls, when their stream said."
+    )
+    abandoned_output_tokens: int = strawberry.field(
+        default=0, description="The output tokens of those calls, when their stream said."
     )
 
     @classmethod
@@ -93,6 +108,10 @@ class RunUsage:
             input_tokens=u.input_tokens,
             output_tokens=u.output_tokens,
             cost_usd=cost,
+            unpriced_models=list(u.unpriced_models),
+            abandoned_requests=u.abandoned_requests,
+            abandoned_input_tokens=u.abandoned_input_tokens,
+            abandoned_output_tokens=u.abandoned_output_tokens,
         )
 
 
@@ -200,6 +219,14 @@ class Run:
         return RunUsage.of(cast(UsageRecord, found))
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="Model usage of this run and all its descendants (its children, theirs, "
+        "…), summed: what a delegated task cost, in one read."
+    )
+    async def tree_usage(self, info: strawberry.Info[Any, Any]) -> RunUsage:
+        found = await info.context.run_tree_usage(self.record.id)
+        return RunUsage.of(cast(UsageRecord, found))
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="Retries still allowed for retryable faults: 2 for a fresh run (resumes "
         "from WAITING and lost workers use none)."
     )
@@ -242,6 +269,16 @@ class Run:
         held = self.record.held_by_budget_id
         waiting = self.record.status == DbRunStatus.WAITING
         return strawberry.ID(str(held)) if held is not None and waiting else None
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="While WAITING for a signal: what the agent asked to show the person who "
+        "answers (`ctx.wait_for(..., show=)`); a pydantic-ai tool call waiting for approval "
+        "shows `{tool, args, toolCallId}`. Null otherwise."
+    )
+    def waiting_show(self) -> JSON | None:
+        if wait_id_of(self.record) is None:
+            return None
+        return as_json(self.record.waiting_show)
 
     @strawberry.field(
         description="A child run: the run that started it (ctx.call, ctx.spawn, ctx.map)."

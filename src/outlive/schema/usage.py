@@ -55,7 +55,11 @@ class UsageTokensDay:
     input_tokens: int
     output_tokens: int
     cost_usd: float | None = strawberry.field(
-        description="USD, from the genai-prices table; null when a model was not in it."
+        description="USD, from the genai-prices table, for the models it prices (the others "
+        "are in `unpricedModels`); null when it priced none."
+    )
+    unpriced_models: list[str] = strawberry.field(
+        default_factory=list, description="Models whose usage has no price (counted 0 USD)."
     )
 
     @classmethod
@@ -67,4 +71,5 @@ class UsageTokensDay:
             input_tokens=u.input_tokens,
             output_tokens=u.output_tokens,
             cost_usd=cost,
+            unpriced_models=list(u.unpriced_models),
         )

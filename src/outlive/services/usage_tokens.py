@@ -6,15 +6,18 @@ A step records usage with `ctx.record_usage(...)` or by returning a value that c
 `output_tokens`, `model`, `cost_usd`), in the statement that records the step, so it is counted
 exactly once: a step whose commit did not land (a crash, a cancel) records nothing, and its
 replay by a later attempt records its usage then. The cost comes from the `genai-prices` package
-(a maintained price table) when the usage is recorded; it is NULL when the model is not in it,
-and a sum that includes an unknown cost is NULL too (a partial sum would read as a total).
+(a maintained price table) when the usage is recorded; it is NULL when the model is not in it.
+A sum is what was priced, with the models that were not named beside it (`unpriced_models`): one
+unpriced model no longer hides a day's cost (round five, F12); NULL only when nothing was priced.
+What a provider billed and no step kept (a call cut by a kill, a cancel, a timeout) is counted
+apart (`abandoned_requests`, from `run_calls`: `services.runs.calls`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache
@@ -146,10 +149,18 @@ def _first(fields: Mapping[str, Any], *names: str) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class RunUsage:
+    """What a run's steps recorded (`cost_usd`: the priced models' cost, None when no model was
+    priced; `unpriced_models`: the models without a price), and what it was billed and never
+    kept (`abandoned_*`: model calls cut before their step was recorded, `services.runs.calls`)."""
+
     requests: int
     input_tokens: int
     output_tokens: int
     cost_usd: Decimal | None
+    unpriced_models: tuple[str, ...] = ()
+    abandoned_requests: int = 0
+    abandoned_input_tokens: int = 0
+    abandoned_output_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,30 +170,68 @@ class UsageTokensDay:
     input_tokens: int
     output_tokens: int
     cost_usd: Decimal | None
+    unpriced_models: tuple[str, ...] = ()
 
 
 NONE = RunUsage(0, 0, 0, None)
+UNNAMED = "(unnamed)"  # a step that recorded usage without a model
 # The statements below are assembled from these constants only, at import: no value is pasted.
-_COST = (
-    "CASE WHEN bool_and(cost_usd IS NOT NULL) FILTER (WHERE requests > 0)"
-    " THEN sum(cost_usd) FILTER (WHERE requests > 0) END"
+# A cost sums what was priced (a model the table lacks counts 0 and is named, round five F12);
+# None when nothing was.
+_COST = "sum(cost_usd) FILTER (WHERE requests > 0 AND cost_usd IS NOT NULL)"
+_UNPRICED = (
+    f"array_remove(array_agg(DISTINCT coalesce(model, '{UNNAMED}'))"
+    " FILTER (WHERE requests > 0 AND cost_usd IS NULL), NULL)"
 )
-_STEP_COST = (
-    "CASE WHEN bool_and(s.cost_usd IS NOT NULL) FILTER (WHERE s.requests > 0)"
-    " THEN sum(s.cost_usd) FILTER (WHERE s.requests > 0) END"
+_STEP_COST = "sum(s.cost_usd) FILTER (WHERE s.requests > 0 AND s.cost_usd IS NOT NULL)"
+_STEP_UNPRICED = (
+    f"array_remove(array_agg(DISTINCT coalesce(s.model, '{UNNAMED}'))"
+    " FILTER (WHERE s.requests > 0 AND s.cost_usd IS NULL), NULL)"
 )
 _OF_RUNS = prepare(
     text(
         "SELECT run_id, sum(requests) AS requests, sum(input_tokens) AS input_tokens,"  # noqa: S608
-        f" sum(output_tokens) AS output_tokens, {_COST} AS cost_usd"
+        f" sum(output_tokens) AS output_tokens, {_COST} AS cost_usd, {_UNPRICED} AS unpriced"
         " FROM run_steps WHERE run_id = ANY(:run_ids) AND requests > 0 GROUP BY run_id"
+    ).bindparams(bindparam("run_ids", type_=ARRAY(Uuid())))
+)
+# A run's calls that no attempt still executes: abandoned (an attempt executing one is not).
+_ABANDONED = prepare(
+    text(
+        "SELECT c.run_id, count(*) AS requests, sum(c.input_tokens) AS input_tokens,"
+        " sum(c.output_tokens) AS output_tokens FROM run_calls c JOIN runs r ON r.id = c.run_id"
+        " WHERE c.run_id = ANY(:run_ids) AND NOT (r.status = 'RUNNING' AND c.attempt = r.attempt"
+        " AND c.ended_at IS NULL) GROUP BY c.run_id"
+    ).bindparams(bindparam("run_ids", type_=ARRAY(Uuid())))
+)
+# Each run and its descendants (children, their children, …: at most 8 deep).
+_TREES = (
+    "WITH RECURSIVE tree(top, id) AS (SELECT id, id FROM runs WHERE id = ANY(:run_ids)"
+    " UNION ALL SELECT tree.top, r.id FROM runs r JOIN tree ON r.parent_id = tree.id)"
+)
+_OF_TREES = prepare(
+    text(
+        f"{_TREES} SELECT tree.top AS run_id, sum(s.requests) AS requests,"  # noqa: S608
+        " sum(s.input_tokens) AS input_tokens, sum(s.output_tokens) AS output_tokens,"
+        f" {_STEP_COST} AS cost_usd, {_STEP_UNPRICED} AS unpriced"
+        " FROM tree JOIN run_steps s ON s.run_id = tree.id WHERE s.requests > 0"
+        " GROUP BY tree.top"
+    ).bindparams(bindparam("run_ids", type_=ARRAY(Uuid())))
+)
+_ABANDONED_OF_TREES = prepare(
+    text(
+        f"{_TREES} SELECT tree.top AS run_id, count(*) AS requests,"  # noqa: S608
+        " sum(c.input_tokens) AS input_tokens, sum(c.output_tokens) AS output_tokens"
+        " FROM tree JOIN run_calls c ON c.run_id = tree.id JOIN runs r ON r.id = c.run_id"
+        " WHERE NOT (r.status = 'RUNNING' AND c.attempt = r.attempt AND c.ended_at IS NULL)"
+        " GROUP BY tree.top"
     ).bindparams(bindparam("run_ids", type_=ARRAY(Uuid())))
 )
 _TOKENS_DAYS = prepare(
     text(
         "SELECT to_char((s.completed_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS day,"  # noqa: S608
         " r.agent, sum(s.input_tokens) AS input_tokens, sum(s.output_tokens) AS output_tokens,"
-        f" {_STEP_COST} AS cost_usd"
+        f" {_STEP_COST} AS cost_usd, {_STEP_UNPRICED} AS unpriced"
         " FROM runs r JOIN run_steps s ON s.run_id = r.id"
         " WHERE r.tenant_id = :tenant_id AND r.created_at >= :runs_since"
         " AND s.completed_at >= :since AND s.requests > 0"
@@ -191,18 +240,35 @@ _TOKENS_DAYS = prepare(
 )
 
 
-async def usage_of_runs(db: Db, run_ids: Sequence[RunId]) -> dict[RunId, RunUsage]:
-    """Each run's summed usage (zeros when it recorded none), in one statement. The runs were
-    read tenant-scoped by the caller."""
+async def usage_of_runs(
+    db: Db, run_ids: Sequence[RunId], *, trees: bool = False
+) -> dict[RunId, RunUsage]:
+    """Each run's summed usage and abandoned calls (zeros when it has none), in two statements;
+    `trees`: each run's and all its descendants' (`Run.treeUsage`). The runs were read
+    tenant-scoped by the caller."""
     found = dict.fromkeys(run_ids, NONE)
     if not run_ids:
         return found
-    for row in await db.all(_OF_RUNS, run_ids=list(dict.fromkeys(run_ids))):
+    ids = list(dict.fromkeys(run_ids))
+    recorded = await db.all(_OF_TREES if trees else _OF_RUNS, run_ids=ids)
+    abandoned = {
+        RunId(row["run_id"]): row
+        for row in await db.all(_ABANDONED_OF_TREES if trees else _ABANDONED, run_ids=ids)
+    }
+    for row in recorded:
         found[RunId(row["run_id"])] = RunUsage(
             int(row["requests"]),
             int(row["input_tokens"]),
             int(row["output_tokens"]),
             row["cost_usd"],
+            tuple(sorted(row["unpriced"] or ())),
+        )
+    for run_id, row in abandoned.items():
+        found[run_id] = replace(
+            found[run_id],
+            abandoned_requests=int(row["requests"]),
+            abandoned_input_tokens=int(row["input_tokens"]),
+            abandoned_output_tokens=int(row["output_tokens"]),
         )
     return found
 
@@ -225,6 +291,7 @@ async def usage_tokens(db: Db, tenant_id: TenantId, *, days: int) -> list[UsageT
             int(row["input_tokens"]),
             int(row["output_tokens"]),
             row["cost_usd"],
+            tuple(sorted(row["unpriced"] or ())),
         )
         for row in rows
     ]

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,14 +46,16 @@ class Limits(Protocol):
 class StepPolicy:
     """What a step declared: `retry` (None: one call), `timeout` per call (seconds), `shield`
     (a cancel waits for it), `limit` (a named limit taken before each call), `reserve` (the
-    tokens each call may use, its prompt and output cap, reserved of the limit's token rates
-    before it starts; None: the limit's default)."""
+    usage each call may record, its prompt and output cap, reserved of the limit's token rates
+    and of the run's budgets before it starts; None: the limit's default), `drain` (a worker
+    that stops lets it finish, within its grace, before it hands the run back)."""
 
     retry: Retry | None = None
     timeout: float | None = None
     shield: bool = False
     limit: str | None = None
     reserve: Expected | None = None
+    drain: bool = False
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:
@@ -134,11 +136,13 @@ async def call(
     limits: Limits | None,
     tenant_id: TenantId,
     reset: Callable[[], None],
+    retrying: Callable[[Exception, int, float], Awaitable[None]] | None = None,
 ) -> tuple[Any, Reservation | None]:
     """`fn(*args, **kwargs)`, interruptible by a cancel, under `policy`: its value, and what the
     call that made it reserved of the named limit (None: no limit), for the caller to settle
     with the usage it recorded. A failed call keeps its reservation. `reset()` is called before
-    every call after the first (what a failed call buffered is dropped)."""
+    every call after the first (what a failed call buffered is dropped); `retrying(exc,
+    failures, delay)` once a failed call is to be called again after `delay` seconds."""
     if interrupts.requested.is_set() and not (policy is not None and policy.shield):
         raise RunCancelled()  # requested between steps: this one does not start
     if policy is None:
@@ -163,6 +167,8 @@ async def call(
             if failures >= retry.attempts or not is_retryable(exc):
                 raise
             delay = retry.delay(failures, retry_after_of(exc))
+            if retrying is not None:
+                await retrying(exc, failures, delay)
         reset()
         await interrupts.pause(delay)
 

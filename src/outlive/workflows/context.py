@@ -19,12 +19,13 @@ from outlive.errors import LimitWait, RunCancelled, RunParked, RunSuperseded
 from outlive.ids import RunId, TenantId
 from outlive.services import waits
 from outlive.services.destinations import GuardedTransport
-from outlive.services.runs import RunRecord, append_event, read_run
+from outlive.services.runs import RunRecord, append_event, calls, read_run
 from outlive.services.usage_tokens import measured
+from outlive.workflows.billing import ModelCall
 from outlive.workflows.calls import StepPolicy
 from outlive.workflows.children import ChildHandle, Family
 from outlive.workflows.deps import WorkflowDeps
-from outlive.workflows.steps import StepJournal, add_usage, buffered_events
+from outlive.workflows.steps import StepJournal, add_usage, buffered_events, current_step
 from outlive.workflows.streams import StreamWriter, within_step
 
 # A sleep this short or shorter is slept in-process (parking and waking costs more than it
@@ -57,6 +58,7 @@ class AttemptContext:
             recorded=self._moved,
             limits=deps.limits,
             max_bytes=deps.settings.run_journal_max_bytes,
+            drains=deps.drains,
         )
         self.interrupts = self._steps.interrupts
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
@@ -101,6 +103,7 @@ class AttemptContext:
         shield: bool = False,
         limit: str | None = None,
         reserve: Expected | int | None = None,
+        drain: bool = False,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -116,6 +119,7 @@ class AttemptContext:
         shield: bool = False,
         limit: str | None = None,
         reserve: Expected | int | None = None,
+        drain: bool = False,
         **kwargs: Any,
     ) -> Awaitable[T]: ...
 
@@ -130,18 +134,27 @@ class AttemptContext:
         shield: bool = False,
         limit: str | None = None,
         reserve: Expected | int | None = None,
+        drain: bool = False,
         **kwargs: Any,
     ) -> Any:
         """A durable step (`workflows.steps`): `fn(*args, **kwargs)` run once per run, its
         result recorded; the occurrence is taken here, at the call. `retry`, `timeout`, `shield`,
-        `limit` and `reserve` are the step's policy (`workflows.calls`), never passed to `fn`.
-        The streams `fn` opens end with it (`workflows.streams`)."""
+        `limit`, `reserve` and `drain` are the step's policy (`workflows.calls`), never passed to
+        `fn`. The streams `fn` opens end with it (`workflows.streams`). `drain`: a worker that
+        stops (SIGTERM) lets this step, in flight, finish and be recorded within
+        `OUTLIVE_SHUTDOWN_STEP_GRACE_S` before it hands the run back."""
         policy = None
         if isinstance(reserve, int):
             reserve = Expected(input_tokens=reserve)
-        if retry or timeout is not None or shield or limit is not None or reserve is not None:
+        wanted = (retry, timeout, limit, reserve)
+        if shield or drain or any(p is not None for p in wanted):
             policy = StepPolicy(
-                retry=retry, timeout=timeout, shield=shield, limit=limit, reserve=reserve
+                retry=retry,
+                timeout=timeout,
+                shield=shield,
+                limit=limit,
+                reserve=reserve,
+                drain=drain,
             )
         occurrence = self._steps.take(name)
         return self._stepping(partial(self._steps.run, name, occurrence, fn, args, kwargs, policy))
@@ -163,6 +176,22 @@ class AttemptContext:
             await self._wait(waits.SLEEP, name, occurrence, seconds=max(wait.seconds, 1.0))
             raise RuntimeError("a limit's park returned without parking") from wait
 
+    async def model_call(self, model: str | None = None) -> ModelCall:
+        """Inside a step: a model call is about to be made (`workflows.billing`); its mark is
+        settled by the step's record, or by `refused()` / `cut()` on the handle."""
+        frame = current_step(self._steps, "model_call")
+        seq = await calls.begin_call(
+            self._sessions,
+            self.tenant_id,
+            self.run_id,
+            attempt=self.attempt,
+            step=frame.name,
+            occurrence=frame.occurrence,
+            model=model,
+        )
+        frame.called = True
+        return ModelCall(self._sessions, self.tenant_id, seq)
+
     def record_usage(
         self, *, input_tokens: int, output_tokens: int, model: str | None = None
     ) -> None:
@@ -182,7 +211,9 @@ class AttemptContext:
     def stream(self, name: str) -> StreamWriter:
         """A writer of the run's stream `name`: `write(text)` is batched to Redis, `close()`
         (or leaving `async with`, or the end of the step it was opened in) ends it."""
-        return StreamWriter(self._outputs, self.run_id, name, batch_s=self._batch_s)
+        return StreamWriter(
+            self._outputs, self.run_id, name, batch_s=self._batch_s, attempt=self.attempt
+        )
 
     async def emit(self, type: str, data: Mapping[str, Any]) -> int:
         if not type or len(type) > 64:
@@ -237,15 +268,23 @@ class AttemptContext:
         timeout: float | None = None,  # noqa: ASYNC109 (durable, kept in PostgreSQL)
         *,
         default: Any = None,
+        wait_id: str | None = None,
+        show: Any = None,
     ) -> Any:
         """The payload of the next signal `name` (kept in the run's mailbox if it came first),
         or `default` once `timeout` seconds passed (None: no timeout). Parks the run WAITING
-        when no such signal is there yet."""
+        when no such signal is there yet. `wait_id`: a wait that named itself, answered only by
+        a signal bound to it; `show`: what `Run.waitingShow` shows while it waits (JSON)."""
         waits.check_name(name)
         if timeout is not None and timeout <= 0:
             raise ValueError("a wait's timeout is positive (or None: no timeout)")
+        if wait_id is not None:
+            waits.check_wait_id(wait_id)
+            json.dumps(show)  # not JSON: the agent's bug, raised where it was made
         occurrence = self._next(waits.SIGNAL, name)
-        resolved = await self._wait(waits.SIGNAL, name, occurrence, seconds=timeout)
+        resolved = await self._wait(
+            waits.SIGNAL, name, occurrence, seconds=timeout, wait_id=wait_id, show=show
+        )
         return default if resolved.by == "timeout" else resolved.payload
 
     def _next(self, kind: str, name: str) -> int:
@@ -260,6 +299,8 @@ class AttemptContext:
         *,
         seconds: float | None = None,
         until: datetime | None = None,
+        wait_id: str | None = None,
+        show: Any = None,
     ) -> waits.Resolved:
         if buffered_events(self._steps) is not None:
             raise RuntimeError(
@@ -276,6 +317,8 @@ class AttemptContext:
                 occurrence=occurrence,
                 seconds=seconds,
                 until=until,
+                wait_id=wait_id,
+                show=show,
             )
         self._fresh = None
         if isinstance(outcome, waits.Parked):

@@ -18,6 +18,7 @@ from outlive.realtime.outputs import OutputStore
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.relay.lead import WakeLead
 from outlive.workflows.calls import Limits
+from outlive.workflows.drains import Drains
 from outlive.workflows.slots import SlotLender
 
 
@@ -64,6 +65,8 @@ class WorkflowDeps:
     slots: SlotLender = field(default_factory=lambda: SlotLender(most=0))
     # under `ctx.public_http` (each attempt's client checks destinations on top of it)
     public_transport: httpx.AsyncBaseTransport = field(default_factory=httpx.AsyncHTTPTransport)
+    # a graceful stop lets drainable steps in flight finish (`workflows.drains`); None: never
+    drains: Drains | None = None
 
     @property
     def worker_id(self) -> int | None:

@@ -59,6 +59,7 @@ from outlive.services.runs import (
     MAX_ATTEMPTS,
     MAX_LOST_ATTEMPTS,
     RunRecord,
+    agent_of,
     barren_losses,
     claim_run,
     lease_left,
@@ -102,6 +103,8 @@ async def run_attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl
 
 
 async def _attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> None:
+    if deps.agents.unavailable:  # some agent's code failed to load here: its runs wait
+        await _not_unavailable(deps, run_id)
     claiming = time.monotonic()  # the lease runs from no earlier than this
     run = await _claim(deps, run_id, control)
     if run is None:
@@ -127,6 +130,24 @@ async def _attempt(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -
         await _settle(deps, run, RunStatus.FAILED, error=f"agent {run.agent!r} is not installed")
         return
     await _execute(deps, run, agent, control, since=claiming)
+
+
+async def _not_unavailable(deps: WorkflowDeps, run_id: RunId) -> None:
+    """A run of an agent whose code failed to load in this worker is not claimed: it stays
+    QUEUED, using none of its attempts, and this delivery comes back later (a worker with the
+    code fixed, or another worker, takes it then). Every other agent's runs go on."""
+    agent = await agent_of(deps.sessions, run_id)
+    if agent is None or agent not in deps.agents.unavailable:
+        return
+    delay = deps.settings.agent_unavailable_retry_s
+    log.warning(
+        "run %s: agent %r is unavailable here (%s); it waits, delivered again in %gs",
+        run_id,
+        agent,
+        deps.agents.unavailable[agent],
+        delay,
+    )
+    raise RetryLater(delay, f"agent {agent!r} is unavailable", counts=False)
 
 
 async def _claim(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> RunRecord | None:

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
+from outlive.agents.policy import status_of
 from outlive.db.tx import Sessions
 from outlive.errors import (
     JournalTooLarge,
@@ -41,6 +42,7 @@ from outlive.services.runs import (
     MAX_STEP_NAME,
     Journal,
     RunRecord,
+    append_event,
     journal_too_large,
     load_journal,
     record_step,
@@ -49,6 +51,7 @@ from outlive.services.runs.holds import gate_step
 from outlive.services.usage_tokens import StepUsage, price, usage_in
 from outlive.telemetry import metrics
 from outlive.workflows.calls import Interrupts, Limits, StepPolicy, call
+from outlive.workflows.drains import Drains
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 _ADAPTERS: dict[tuple[Any, Any], TypeAdapter[Any]] = {}
@@ -62,8 +65,11 @@ class _Frame:
     attempt)."""
 
     journal: StepJournal
+    name: str = ""
+    occurrence: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
     usage: StepUsage | None = None
+    called: bool = False  # it made model calls (`run_calls`), settled by its record
 
     def reset(self) -> None:
         """A failed call of the step's function: what it buffered is dropped."""
@@ -72,6 +78,14 @@ class _Frame:
 
 
 _IN_STEP: ContextVar[_Frame | None] = ContextVar("outlive_in_step", default=None)
+
+
+def current_step(journal: StepJournal, what: str) -> _Frame:
+    """The step of `journal` the current task executes; `RuntimeError` outside one."""
+    frame = _IN_STEP.get()
+    if frame is None or frame.journal is not journal:
+        raise RuntimeError(f"{what} is called inside a step (ctx.step)")
+    return frame
 
 
 def buffered_events(journal: StepJournal) -> list[dict[str, Any]] | None:
@@ -134,8 +148,10 @@ class StepJournal:
         interrupts: Interrupts | None = None,
         limits: Limits | None = None,
         max_bytes: int = MAX_JOURNAL_BYTES,
+        drains: Drains | None = None,
     ) -> None:
         self._sessions = sessions
+        self._drains = drains
         self._max_bytes = max_bytes
         self._bytes = 0  # the journal's results, loaded and recorded by this attempt
         self.interrupts = interrupts or Interrupts()
@@ -178,8 +194,27 @@ class StepJournal:
         if recorded is not None:
             metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
             return adapter.validate_json(recorded)
+        drains = self._drains
+        if drains is None:
+            return await self._execute(name, occurrence, fn, args, kwargs, policy, adapter)
+        await drains.admit()  # a worker that stops starts no step
+        if policy is None or not policy.drain:
+            return await self._execute(name, occurrence, fn, args, kwargs, policy, adapter)
+        with drains.step():  # a worker that stops lets it finish and be recorded
+            return await self._execute(name, occurrence, fn, args, kwargs, policy, adapter)
+
+    async def _execute(
+        self,
+        name: str,
+        occurrence: int,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        policy: StepPolicy | None,
+        adapter: TypeAdapter[Any],
+    ) -> Any:
         started = await self._gate(name, occurrence, policy)  # a pause, a budget, a cancel stop it
-        frame = _Frame(self)
+        frame = _Frame(self, name, occurrence)
         token = _IN_STEP.set(frame)
         try:
             value, reservation = await call(
@@ -191,6 +226,7 @@ class StepJournal:
                 limits=self._limits,
                 tenant_id=self._run.tenant_id,
                 reset=frame.reset,
+                retrying=partial(self._retrying, name, occurrence),
             )
         finally:
             _IN_STEP.reset(token)
@@ -199,9 +235,32 @@ class StepJournal:
             spent = None if usage is None else usage.input_tokens + usage.output_tokens
             await self._limits.settle(reservation, spent)  # what it used (unknown: kept)
         result = _encode(adapter, value, name, occurrence)
-        await self._commit(name, occurrence, result, frame.events, usage, started)
+        await self._commit(name, occurrence, result, frame, usage, started)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
         return adapter.validate_json(result)  # what a later attempt would get back
+
+    async def _retrying(
+        self, name: str, occurrence: int, exc: Exception, failures: int, delay: float
+    ) -> None:
+        """A call of the step failed and is made again after `delay` (its policy's retry): a
+        `retrying` event, written now (a model endpoint's 429s and 503s leave a trace: F10)."""
+        data: dict[str, Any] = {
+            "step": name,
+            "occurrence": occurrence,
+            "call": failures,
+            "waitS": round(delay, 3),
+            "error": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
+        }
+        if (status := status_of(exc)) is not None:
+            data["status"] = status
+        run = self._run
+        async with self._sessions.unit(run.tenant_id, single_statement=True) as uow:
+            appended = await append_event(
+                uow, run.id, "retrying", data, attempt=run.attempt, lease_s=self._lease_s
+            )
+        if appended is None:
+            raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")
+        self._recorded(appended)
 
     async def _gate(self, name: str, occurrence: int, policy: StepPolicy | None) -> datetime:
         """Before the step starts, in one statement (`services.runs.holds.gate_step`): the
@@ -239,7 +298,7 @@ class StepJournal:
         name: str,
         occurrence: int,
         result: str,
-        events: list[dict[str, Any]],
+        frame: _Frame,
         usage: StepUsage | None,
         started: datetime,
     ) -> None:
@@ -256,9 +315,10 @@ class StepJournal:
                 name=name,
                 occurrence=occurrence,
                 result=result,
-                events=events,
+                events=frame.events,
                 usage=usage,
                 started_at=started,
+                called=frame.called,
             )
         if done is None:
             raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")

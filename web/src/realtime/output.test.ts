@@ -92,4 +92,26 @@ describe("the live text of the step in progress", () => {
     ]);
     expect(s.cursor).toBe("1-2");
   });
+
+  it("drops what an abandoned attempt showed at a reset: a reply killed mid-way is not shown twice", () => {
+    const dead = "The refund of 42.00 for ord";
+    const reply = "The refund of 42.00 for order A-1 is done.";
+    let s = applyChunk(NO_OUTPUT, { ...chunk("1-0", dead), attempt: 1, kind: "text" });
+    expect(liveTexts(s)).toEqual([{ stream: "answer", text: dead, ended: false }]);
+    s = applyChunk(s, { ...chunk("2-0", ""), attempt: 2, reset: true });
+    s = applyChunk(s, { ...chunk("2-1", reply.slice(0, 20)), attempt: 2, kind: "text" });
+    s = applyChunk(s, { ...chunk("2-2", reply.slice(20)), attempt: 2, kind: "text" });
+    expect(liveTexts(s)).toEqual([{ stream: "answer", text: reply, ended: false }]);
+    s = applyChunk(s, { ...chunk("2-3", "", true), attempt: 2 });
+    expect(liveTexts(s)).toEqual([{ stream: "answer", text: reply, ended: true }]);
+  });
+
+  it("shows the reply and the structured output, not the tool call and result lines", () => {
+    let s = applyChunk(NO_OUTPUT, { ...chunk("1-0", "Looking it up. "), kind: "text" });
+    s = applyChunk(s, { ...chunk("1-1", '{"id":"c1","tool":"lookup","args":{}}\n'), kind: "tool_call" });
+    s = applyChunk(s, { ...chunk("1-2", '{"id":"c1","outcome":"return"}\n'), kind: "tool_result" });
+    s = applyChunk(s, { ...chunk("1-3", '{"refunded": tr'), kind: "output" });
+    s = applyChunk(s, { ...chunk("1-4", "ue}"), kind: "output" });
+    expect(liveTexts(s)).toEqual([{ stream: "answer", text: 'Looking it up. {"refunded": true}', ended: false }]);
+  });
 });

@@ -10,10 +10,15 @@
  * - Segments: a stream's text since its last `done` is the open segment, its step's live reply.
  *   `done` ends it (the step completed, or failed): it is then shown, ended, until its step's
  *   recorded output is in (`clearEnded`), or the next segment of its stream begins.
+ * - Resets (round five): a chunk with `reset` says the stream's open segment was abandoned (its
+ *   worker died mid-reply, or the call was made again): what it showed is dropped, so the next
+ *   attempt's reply is shown once, not after the dead one's.
+ * - Kinds (round five): `text` and `output` (the structured output as it is written) are shown;
+ *   `tool_call` and `tool_result` lines are not part of the reply's text.
  */
 
 export const RUN_OUTPUT_SUBSCRIPTION =
-  "subscription RunOutput($id: ID!, $after: String) { runOutput(id: $id, after: $after) { runId stream cursor text done } }";
+  "subscription RunOutput($id: ID!, $after: String) { runOutput(id: $id, after: $after) { runId stream cursor text done kind attempt reset } }";
 
 export interface OutputChunk {
   runId: string;
@@ -21,7 +26,14 @@ export interface OutputChunk {
   cursor: string;
   text: string;
   done: boolean;
+  /** "text", "tool_call", "tool_result" or "output"; absent from a server before round five. */
+  kind?: string;
+  attempt?: number;
+  reset?: boolean;
 }
+
+/** The kinds of chunk whose text is the reply shown. */
+const SHOWN_KINDS = new Set(["text", "output"]);
 
 export interface OutputSink {
   next: (chunk: OutputChunk) => void;
@@ -105,15 +117,21 @@ export function applyChunk(state: LiveOutput, chunk: OutputChunk): LiveOutput {
   const { stream } = chunk;
   const open = { ...state.open };
   const ended = { ...state.ended };
-  const text = (open[stream] ?? "") + chunk.text;
+  if (chunk.reset) {
+    delete open[stream]; // the abandoned segment: what it showed is dropped
+    delete ended[stream];
+    return { open, ended, endings: state.endings, cursor: chunk.cursor };
+  }
+  const shown = SHOWN_KINDS.has(chunk.kind ?? "text") ? chunk.text : "";
+  const text = (open[stream] ?? "") + shown;
   if (chunk.done) {
     delete open[stream];
     const endings = state.endings + 1;
     if (text) ended[stream] = { text, ending: endings };
     return { open, ended, endings, cursor: chunk.cursor };
   }
-  if (chunk.text) delete ended[stream]; // a new segment: the last one's step is recorded
-  open[stream] = text;
+  if (shown) delete ended[stream]; // a new segment: the last one's step is recorded
+  if (text) open[stream] = text;
   return { open, ended, endings: state.endings, cursor: chunk.cursor };
 }
 

@@ -2,9 +2,10 @@ import { useQuery } from "@apollo/client/react";
 import { useMemo } from "react";
 import { USAGE_TOKENS } from "../api/documents/usage";
 import { ErrorNote, Loading } from "../ui/common";
-import { formatTokens, formatUsd, type TokensRow, summarizeTokens } from "./usageTokens";
+import { formatCost, formatTokens, type TokensRow, summarizeTokens } from "./usageTokens";
 
-const UNKNOWN_COST = "A model these steps called is not in the price table";
+const UNKNOWN_COST = "No model these steps called is in the price table";
+const PARTIAL_COST = "Priced models only: the models named are not in the price table";
 
 function Figures({ row }: { row: TokensRow }) {
   return (
@@ -15,11 +16,16 @@ function Figures({ row }: { row: TokensRow }) {
       <td className="num" data-testid="output-tokens">
         {formatTokens(row.outputTokens)}
       </td>
-      <td className="num" data-testid="cost" title={row.costUsd === null ? UNKNOWN_COST : undefined}>
-        {formatUsd(row.costUsd)}
+      <td className="num" data-testid="cost" title={costNote(row)}>
+        {formatCost(row)}
       </td>
     </>
   );
+}
+
+function costNote(row: TokensRow): string | undefined {
+  if (row.costUsd === null) return UNKNOWN_COST;
+  return row.unpricedModels.length ? PARTIAL_COST : undefined;
 }
 
 function Head({ first }: { first: string[] }) {
@@ -90,8 +96,8 @@ export function UsageTokens({ days }: { days: number }) {
             </table>
           </div>
           <p className="muted small">
-            Counted when each step completed, from the usage it recorded; a cost is unknown when a
-            model is not in the price table.
+            Counted when each step completed, from the usage it recorded; a cost adds what the price
+            table prices and names the models it does not (unknown when it prices none).
           </p>
         </>
       )}

@@ -1,13 +1,14 @@
 import { describe, expect, it } from "vitest";
-import { formatTokens, formatUsd, summarizeTokens } from "./usageTokens";
+import { formatCost, formatTokens, formatUsd, summarizeTokens } from "./usageTokens";
 
-const row = (day: string, agent: string, inputTokens: number, outputTokens: number, costUsd: number | null) => ({
-  day,
-  agent,
-  inputTokens,
-  outputTokens,
-  costUsd,
-});
+const row = (
+  day: string,
+  agent: string,
+  inputTokens: number,
+  outputTokens: number,
+  costUsd: number | null,
+  unpricedModels: string[] = [],
+) => ({ day, agent, inputTokens, outputTokens, costUsd, unpricedModels });
 
 describe("tokens and cost per agent and day", () => {
   it("rows newest day first, a total per agent and for the period", () => {
@@ -22,24 +23,30 @@ describe("tokens and cost per agent and day", () => {
       "2026-01-01 llm",
     ]);
     expect(summary.agents).toEqual([
-      { agent: "llm", inputTokens: 300, outputTokens: 30, costUsd: 1.5 },
-      { agent: "demo", inputTokens: 7, outputTokens: 3, costUsd: 0.25 },
+      { agent: "llm", inputTokens: 300, outputTokens: 30, costUsd: 1.5, unpricedModels: [] },
+      { agent: "demo", inputTokens: 7, outputTokens: 3, costUsd: 0.25, unpricedModels: [] },
     ]);
-    expect(summary.total).toEqual({ inputTokens: 307, outputTokens: 33, costUsd: 1.75 });
+    expect(summary.total).toEqual({ inputTokens: 307, outputTokens: 33, costUsd: 1.75, unpricedModels: [] });
   });
 
-  it("an unknown cost makes its agent's and the period's cost unknown, not a partial sum", () => {
-    const summary = summarizeTokens([row("2026-01-01", "llm", 1, 1, null), row("2026-01-01", "demo", 1, 1, 0.1)]);
-    expect(summary.agents.find((a) => a.agent === "llm")?.costUsd).toBeNull();
-    expect(summary.agents.find((a) => a.agent === "demo")?.costUsd).toBe(0.1);
-    expect(summary.total.costUsd).toBeNull();
+  it("an unpriced model leaves the priced part summed and is named (round five, F12)", () => {
+    const summary = summarizeTokens([
+      row("2026-01-01", "llm", 1, 1, null, ["tiny"]),
+      row("2026-01-01", "demo", 1, 1, 0.1, ["demo"]),
+    ]);
+    const llm = summary.agents.find((a) => a.agent === "llm");
+    expect(llm?.costUsd).toBeNull();
+    expect(formatCost(llm!, "en-US")).toBe("unknown");
+    expect(summary.total.costUsd).toBe(0.1);
+    expect(summary.total.unpricedModels).toEqual(["demo", "tiny"]);
+    expect(formatCost(summary.total, "en-US")).toBe("$0.10 (demo, tiny unpriced)");
   });
 
   it("nothing recorded: no rows and zero totals", () => {
     expect(summarizeTokens([])).toEqual({
       days: [],
       agents: [],
-      total: { inputTokens: 0, outputTokens: 0, costUsd: 0 },
+      total: { inputTokens: 0, outputTokens: 0, costUsd: null, unpricedModels: [] },
     });
   });
 

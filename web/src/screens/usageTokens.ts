@@ -2,8 +2,10 @@
  * Model tokens and cost (`usageTokens`) as the usage page shows them: a row per day and agent,
  * newest day first, a total per agent and one for the period.
  *
- * A cost is null when a model was not in the server's price table. A sum that takes in an
- * unknown cost is unknown too, as the server sums it: a partial sum would read as a total.
+ * A cost is what the server's price table priced, with the models it did not price named
+ * beside it (`unpricedModels`, round five F12: one unpriced model no longer hides a day's cost);
+ * null when nothing was priced. A sum adds what was priced and names every unpriced model, as the
+ * server sums it.
  */
 import type { UsageTokensDay } from "../api/types";
 
@@ -11,6 +13,7 @@ export interface TokensRow {
   inputTokens: number;
   outputTokens: number;
   costUsd: number | null;
+  unpricedModels: readonly string[];
 }
 
 export interface TokensDayRow extends TokensRow {
@@ -24,25 +27,32 @@ export interface TokensSummary {
   total: TokensRow;
 }
 
-const ZERO: TokensRow = { inputTokens: 0, outputTokens: 0, costUsd: 0 };
+const ZERO: TokensRow = { inputTokens: 0, outputTokens: 0, costUsd: null, unpricedModels: [] }; // nothing priced yet
 
 function add(a: TokensRow, b: TokensRow): TokensRow {
   return {
     inputTokens: a.inputTokens + b.inputTokens,
     outputTokens: a.outputTokens + b.outputTokens,
-    costUsd: a.costUsd === null || b.costUsd === null ? null : a.costUsd + b.costUsd,
+    costUsd: a.costUsd === null && b.costUsd === null ? null : (a.costUsd ?? 0) + (b.costUsd ?? 0),
+    unpricedModels: [...new Set([...a.unpricedModels, ...b.unpricedModels])].sort(),
   };
+}
+
+/** A row as the server sent it (`unpricedModels` absent from a server before round five). */
+function asRow(r: UsageTokensDay): TokensRow {
+  const { inputTokens, outputTokens, costUsd } = r;
+  return { inputTokens, outputTokens, costUsd, unpricedModels: r.unpricedModels ?? [] };
 }
 
 export function summarizeTokens(rows: readonly UsageTokensDay[]): TokensSummary {
   const agents = new Map<string, TokensRow>();
   let total = ZERO;
   for (const row of rows) {
-    agents.set(row.agent, add(agents.get(row.agent) ?? ZERO, row));
-    total = add(total, row);
+    agents.set(row.agent, add(agents.get(row.agent) ?? ZERO, asRow(row)));
+    total = add(total, asRow(row));
   }
   const days = rows
-    .map(({ day, agent, inputTokens, outputTokens, costUsd }) => ({ day, agent, inputTokens, outputTokens, costUsd }))
+    .map((r) => ({ day: r.day, agent: r.agent, ...asRow(r) }))
     .sort((a, b) => b.day.localeCompare(a.day) || a.agent.localeCompare(b.agent));
   return {
     days,
@@ -56,6 +66,13 @@ export function summarizeTokens(rows: readonly UsageTokensDay[]): TokensSummary 
 /** Whole tokens, grouped as the reader's locale groups digits. */
 export function formatTokens(n: number, locale?: string): string {
   return new Intl.NumberFormat(locale).format(n);
+}
+
+/** A row's cost: its dollars, and the models it could not price ("$0.025 (demo unpriced)"). */
+export function formatCost(row: TokensRow, locale?: string): string {
+  const priced = formatUsd(row.costUsd, locale);
+  if (row.costUsd === null || row.unpricedModels.length === 0) return priced;
+  return `${priced} (${row.unpricedModels.join(", ")} unpriced)`;
 }
 
 /** US dollars: cents at least, up to four decimals below a dollar ("$0.0125"); "unknown" for null. */

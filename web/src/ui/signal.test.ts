@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { approvalInput, readSignalForm } from "./signal";
+import { approvalInput, describeShown, readSignalForm } from "./signal";
 
 describe("readSignalForm", () => {
   it("parses the payload as JSON and keeps the key when given", () => {
@@ -49,5 +49,18 @@ describe("Reject", () => {
     expect(rejectionInput(run, "  ")).toEqual(approvalInput(run, false));
     expect(rejectionInput(run, " too costly ").payload).toEqual({ approved: false, reason: "too costly" });
     expect(rejectionInput(run, "x").idempotencyKey).toBe(approvalInput(run, true).idempotencyKey);
+  });
+});
+
+describe("describeShown", () => {
+  it("names the tool call an approval decides, with its arguments", () => {
+    const show = { tool: "refund", args: { order_id: "A-2", amount: 900 }, toolCallId: "call_2" };
+    expect(describeShown(show)).toBe('refund(order_id: "A-2", amount: 900)');
+  });
+
+  it("shows anything else as JSON, and nothing for a wait that shows nothing", () => {
+    expect(describeShown({ deploy: "v2" })).toBe('{"deploy":"v2"}');
+    expect(describeShown(null)).toBeNull();
+    expect(describeShown(undefined)).toBeNull();
   });
 });

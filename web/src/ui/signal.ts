@@ -74,3 +74,27 @@ export function rejectionInput(run: ApprovalRun, reason: string): SignalInput {
   const why = reason.trim();
   return why ? { ...input, payload: { approved: false, reason: why } } : input;
 }
+
+/**
+ * What a wait shows the person who answers it (`Run.waitingShow`), in words: a tool call waiting
+ * for approval reads `refund(order_id: "A-2", amount: 900)`; anything else is its JSON; null when
+ * the wait shows nothing. The decision is bound to that wait, so what is shown is what is decided.
+ */
+export function describeShown(show: unknown): string | null {
+  if (show === null || show === undefined) return null;
+  if (typeof show === "object" && !Array.isArray(show)) {
+    const { tool, args } = show as { tool?: unknown; args?: unknown };
+    if (typeof tool === "string") {
+      const given =
+        args && typeof args === "object" && !Array.isArray(args)
+          ? Object.entries(args as Record<string, unknown>)
+              .map(([k, v]) => `${k}: ${JSON.stringify(v)}`)
+              .join(", ")
+          : args === undefined
+            ? ""
+            : JSON.stringify(args);
+      return `${tool}(${given})`;
+    }
+  }
+  return JSON.stringify(show);
+}

@@ -250,6 +250,12 @@ class Run(Base):
         ForeignKey("budgets.id", ondelete="SET NULL")
     )
     budget_override: Mapped[bool] = mapped_column(server_default=text("false"))
+    # While WAITING on a wait that named itself (`ctx.wait_for(..., wait_id=)`): its id (NULL:
+    # `wait-<attempt>`, `services.waits.wait_id_of`), and what it asked to show (`show=`).
+    # The columns are in the order the migrations added them: statements that `SELECT *` match
+    # result columns by position.
+    wait_id: Mapped[str | None]
+    waiting_show: Mapped[Any | None] = mapped_column(JSONB)
 
 
 class RunEvent(Base):
@@ -300,6 +306,15 @@ class RunWait(Base):
     result back at once (`None` for a timeout)."""
 
     __tablename__ = "run_waits"
+    __table_args__ = (
+        Index(
+            "uq_run_waits_wait_id",
+            "run_id",
+            "wait_id",
+            unique=True,
+            postgresql_where=text("wait_id IS NOT NULL"),
+        ),
+    )
 
     run_id: Mapped[UUID] = mapped_column(
         ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
@@ -313,6 +328,8 @@ class RunWait(Base):
     resolved_at: Mapped[datetime | None]
     resolved_by: Mapped[str | None]  # 'timer' | 'signal' | 'timeout'
     payload: Mapped[Any | None] = mapped_column(JSONB)  # the delivered signal's payload
+    # A wait that named itself: only a signal bound to this id answers it (unique per run).
+    wait_id: Mapped[str | None]
 
 
 class RunSignal(Base):
@@ -345,3 +362,25 @@ class RunSignal(Base):
     idempotency_key: Mapped[str | None]
     created_at: Mapped[datetime] = now_default()
     delivered_at: Mapped[datetime | None]
+
+
+class RunCall(Base):
+    """A model call a step made and did not record (yet): written before the call, deleted by
+    the statement that records its step (or when the endpoint refused it: not billed). A row
+    left once its attempt is over is an abandoned request: billed, its reply never kept (a
+    worker killed mid-call, a cancel, a timeout; `RunUsage.abandonedRequests`)."""
+
+    __tablename__ = "run_calls"
+    __table_args__ = (Index("ix_run_calls_step", "run_id", "step", "occurrence"),)
+
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    run_id: Mapped[UUID] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    attempt: Mapped[int]
+    step: Mapped[str]
+    occurrence: Mapped[int]
+    model: Mapped[str | None]
+    started_at: Mapped[datetime] = now_default()
+    ended_at: Mapped[datetime | None]  # ended in the process without a record: cut, timed out
+    reason: Mapped[str | None]
+    input_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    output_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")

@@ -110,8 +110,8 @@ GET_RUN = prepare(
 )
 LEASE_LEFT = prepare(
     text(
-        "SELECT status, dispatched_at, extract(epoch FROM lease_expires_at - now()) AS left_s"
-        " FROM runs WHERE id = :run_id"
+        "SELECT status, dispatched_at, agent,"
+        " extract(epoch FROM lease_expires_at - now()) AS left_s FROM runs WHERE id = :run_id"
     )
 )
 

@@ -50,6 +50,14 @@ async def lease_left(db: Db, run_id: RunId) -> float | None:
     return float(row["left_s"] or 0.0)
 
 
+async def agent_of(db: Db, run_id: RunId) -> str | None:
+    """The agent of a run that is still to be executed (QUEUED or RUNNING); None otherwise."""
+    row = await db.one(queries.LEASE_LEFT, run_id=run_id)
+    if row is None or row["status"] not in (RunStatus.QUEUED, RunStatus.RUNNING):
+        return None
+    return str(row["agent"])
+
+
 async def handed_while_parking(db: Db, run_id: RunId) -> bool:
     """True when the run is QUEUED and admitted: woken, and handed to the queue, while the
     delivery that parked it still held its job (`outlive.jobs.run_instances.after_parking`)."""

@@ -58,6 +58,8 @@ class RunRecord(Record):
     paused_by: str | None = None
     held_by_budget_id: UUID | None = None  # WAITING for 'budget': the budget that holds it
     budget_override: bool = False  # resumeRun(overBudget: true): it may finish past its budgets
+    wait_id: str | None = None  # while WAITING on a wait that named itself: its id
+    waiting_show: Any = None  # ... and what it asked to show the person who answers
 
     @property
     def is_waiting(self) -> bool:

@@ -42,10 +42,24 @@ _SETTLE_RESERVATIONS = f"""released AS (
                        spent_usd = p.spent_usd + excluded.spent_usd,
                        unpriced_models = ARRAY(SELECT DISTINCT m FROM unnest(
                            p.unpriced_models || excluded.unpriced_models) m))"""
-STEP_DONE = Move(
-    prepare(
-        text(
-            f"""WITH moved AS (
+
+
+def _step_done(settles_calls: bool) -> Move:
+    """A step's record; `settles_calls`: it also deletes the model calls this attempt made for
+    it (`run_calls`), now recorded (`services.runs.calls`)."""
+    calls = (
+        """,
+            settled_calls AS (
+                DELETE FROM run_calls c USING moved
+                 WHERE c.run_id = moved.id AND c.step = :name AND c.occurrence = :occurrence
+                   AND c.attempt = :attempt AND c.ended_at IS NULL)"""
+        if settles_calls
+        else ""
+    )
+    return Move(
+        prepare(
+            text(
+                f"""WITH moved AS (
                 UPDATE runs SET step_seq = step_seq + 1,
                     {bump("jsonb_array_length(CAST(:events AS jsonb))")},
                     {LEASE}, updated_at = now()
@@ -66,13 +80,17 @@ STEP_DONE = Move(
                        e.value->>'type', e.value->'data'
                 FROM moved,
                      jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(value, ord)),
-            {_SETTLE_RESERVATIONS}
+            {_SETTLE_RESERVATIONS}{calls}
             SELECT moved.* FROM moved"""
-        ).columns(*RUN_COLUMNS)
-    ),
-    changes_run=False,
-    may_settle=False,
-)
+            ).columns(*RUN_COLUMNS)
+        ),
+        changes_run=False,
+        may_settle=False,
+    )
+
+
+STEP_DONE = _step_done(settles_calls=False)
+STEP_DONE_CALLED = _step_done(settles_calls=True)  # a step that made model calls
 # The whole journal of a run, loaded once at the start of an attempt; results as JSON text,
 # decoded only when a step asks for one.
 # The journal in completion order, each row with the bytes up to and including it; rows past

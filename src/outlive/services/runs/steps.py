@@ -43,15 +43,17 @@ async def record_step(
     events: Sequence[Mapping[str, Any]] = (),
     usage: StepUsage | None = None,
     started_at: datetime | None = None,
+    called: bool = False,
 ) -> RunRecord | None:
     """Record the step's `result` (JSON text) with `events` ({type, data}, emitted while it ran)
     and its `step` event, extending the attempt's lease: the run as it is now, or None when
     `attempt` no longer holds the run (nothing was written). Nudges `run.event` once per event
-    appended, as any other append does."""
+    appended, as any other append does. `called`: the step made model calls (`calls.begin_call`),
+    settled by this record."""
     timeline = [*events, {"type": "step", "data": {"name": name, "occurrence": occurrence}}]
     run = await move_run(
         uow,
-        queries.STEP_DONE,
+        queries.STEP_DONE_CALLED if called else queries.STEP_DONE,
         run_id=run_id,
         attempt=attempt,
         lease=lease_s,

@@ -19,21 +19,25 @@ from outlive.services.runs.timeline import appended, bump
 
 # RUNNING → WAITING for this attempt, with a `waiting {for, until}` event. The attempt ends; the
 # run's slot under its tenant's cap is free (`tenant_max_running` says whether one may be owed).
+# A wait that named itself (`wait_id`) has its id and what it shows in the row and the event.
 PARK = move(  # a run paused meanwhile parks held by its pause instead (no timer: resumeRun)
     "status = 'WAITING', lease_expires_at = NULL,"
     " waiting_for = CASE WHEN paused_at IS NULL THEN CAST(:waiting_for AS text) ELSE 'pause' END,"
-    " wake_at = CASE WHEN paused_at IS NULL THEN CAST(:until AS timestamptz) END",
+    " wake_at = CASE WHEN paused_at IS NULL THEN CAST(:until AS timestamptz) END,"
+    " wait_id = CAST(:wait_id AS text), waiting_show = CAST(:show AS jsonb)",
     "status = 'RUNNING' AND attempt = :attempt AND cancel_requested_at IS NULL",
     event_type="'waiting'",
-    event_data="jsonb_build_object('for', waiting_for, 'until', wake_at)",
+    event_data="jsonb_build_object('for', waiting_for, 'until', wake_at)"
+    " || CASE WHEN wait_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('waitId', wait_id,"
+    " 'show', coalesce(waiting_show, 'null'::jsonb)) END",
     returns_cap=True,
 )
 
 # A woken run: QUEUED again, admitted at once unless its tenant's cap is below the number of
 # agents (the INSERT's shortcut: then the dispatch function admits it). Not a retry: `resumes`.
 WOKEN_SETS = (
-    "status = 'QUEUED', waiting_for = NULL, wake_at = NULL, resumes = resumes + 1,"
-    " held_by_budget_id = NULL,"
+    "status = 'QUEUED', waiting_for = NULL, wake_at = NULL, wait_id = NULL, waiting_show = NULL,"
+    " resumes = resumes + 1, held_by_budget_id = NULL,"
     " lease_expires_at = NULL, updated_at = now(), relay_after = now() + interval '10 seconds',"
     " dispatched_at = CASE WHEN coalesce((SELECT t.max_running_runs FROM tenants t"
     " WHERE t.id = runs.tenant_id), :default_cap) >= :agents AND runs.key = '' THEN now() END"

@@ -16,17 +16,27 @@ from outlive.services.runs.records import RunRecord, to_record
 
 
 async def park_run(
-    uow: Unit, run_id: RunId, *, attempt: int, waiting_for: str | None, until: datetime | None
+    uow: Unit,
+    run_id: RunId,
+    *,
+    attempt: int,
+    waiting_for: str | None,
+    until: datetime | None,
+    wait_id: str | None = None,
+    show: str | None = None,
 ) -> RunRecord | None:
     """RUNNING → WAITING for `attempt` (a signal's name, or None: a durable sleep; `until`: its
-    timer), with a `waiting` event; None when `attempt` no longer executes the run (or a cancel
-    was asked for). Its slot under its tenant's cap is free: a waiting run may have it."""
+    timer; `wait_id`: a wait that named itself, `show` what it shows, JSON), with a `waiting`
+    event; None when `attempt` no longer executes the run (or a cancel was asked for). Its slot
+    under its tenant's cap is free: a waiting run may have it."""
     row = await uow.one(
         queries.PARK.statement,
         run_id=run_id,
         attempt=attempt,
         waiting_for=waiting_for,
         until=until,
+        wait_id=wait_id,
+        show=show,
     )
     if row is None:
         return None

@@ -44,12 +44,12 @@ TAKE_SIGNAL = prepare(
 # clock), and, when it was satisfied at once, how.
 RECORD_WAIT = prepare(
     text(
-        "INSERT INTO run_waits"
-        " (run_id, kind, name, occurrence, attempt, until, resolved_at, resolved_by, payload)"
+        "INSERT INTO run_waits (run_id, kind, name, occurrence, attempt, until, resolved_at,"
+        " resolved_by, payload, wait_id)"
         " VALUES (:run_id, :kind, :name, :occurrence, :attempt,"
         " coalesce(CAST(:until AS timestamptz), now() + make_interval(secs => :seconds)),"
         " CASE WHEN CAST(:resolved_by AS text) IS NULL THEN NULL ELSE now() END,"
-        " CAST(:resolved_by AS text), CAST(:payload AS jsonb))"
+        " CAST(:resolved_by AS text), CAST(:payload AS jsonb), CAST(:wait_id AS text))"
         " ON CONFLICT (run_id, kind, name, occurrence) DO UPDATE SET"
         " resolved_at = EXCLUDED.resolved_at, resolved_by = EXCLUDED.resolved_by,"
         " payload = EXCLUDED.payload"
@@ -57,6 +57,11 @@ RECORD_WAIT = prepare(
     )
 )
 # --- signalRun ----------------------------------------------------------------------------------
+
+# A wait that named itself (`wait_id`): the signal it waits for.
+NAMED_WAIT = prepare(
+    text("SELECT name FROM run_waits WHERE run_id = :run_id AND wait_id = :wait_id")
+)
 
 LOCK_RUN = prepare(
     text("SELECT * FROM runs WHERE id = :run_id AND tenant_id = :tenant_id FOR UPDATE").columns(

@@ -4,7 +4,7 @@ import { SIGNAL_RUN } from "../../api/documents/runs";
 import { describeError } from "../../api/errors";
 import { ACTIVE_STATUSES } from "../../api/types";
 import { ApprovalActions } from "../../ui/Approval";
-import { APPROVAL, NOT_ACCEPTED, readSignalForm, type SignalInput } from "../../ui/signal";
+import { APPROVAL, describeShown, NOT_ACCEPTED, readSignalForm, type SignalInput } from "../../ui/signal";
 import type { DetailRun } from "./types";
 
 /**
@@ -19,6 +19,7 @@ export function SignalPanel({ run }: { run: DetailRun }) {
   const [formError, setFormError] = useState<{ field: "name" | "payload"; error: string } | null>(null);
   const [outcome, setOutcome] = useState<{ accepted: boolean; name: string } | null>(null);
   const waitsForApproval = run.status === "WAITING" && run.waitingFor === APPROVAL;
+  const shown = describeShown(run.waitingShow); // the call this decision is bound to
   const settled = !ACTIVE_STATUSES.includes(run.status);
   const [approvalShown, setApprovalShown] = useState(waitsForApproval);
   useEffect(() => {
@@ -76,6 +77,11 @@ export function SignalPanel({ run }: { run: DetailRun }) {
       <h2 id="signal-heading">Signal</h2>
       {approvalShown && (
         <>
+          {waitsForApproval && shown && (
+            <p className="note" data-testid="waiting-show">
+              It asks to approve <code>{shown}</code>
+            </p>
+          )}
           <ApprovalActions run={run} waiting={waitsForApproval} />
           {waitsForApproval && (
             <p className="muted small">

@@ -104,9 +104,9 @@ BEGIN
               FROM (SELECT coalesce(sum(input_tokens + output_tokens), 0) AS t,
                            coalesce(sum(cost_usd), 0) AS u
                       FROM run_steps WHERE run_id = p_run) s,
-                   (SELECT coalesce(sum(tokens), 0) AS t, coalesce(sum(usd), 0) AS u
-                      FROM budget_reservations
-                     WHERE budget_id = b.id AND run_id = p_run AND attempt = p_attempt) v;
+                   (SELECT coalesce(sum(q.tokens), 0) AS t, coalesce(sum(q.usd), 0) AS u
+                      FROM budget_reservations q
+                     WHERE q.budget_id = b.id AND q.run_id = p_run AND q.attempt = p_attempt) v;
         ELSE  -- the period's record, and the reservations of attempts that hold their run
             SELECT s.t, s.u, s.w, v.t, v.u INTO spent_t, spent_u, warned, held_t, held_u
               FROM (SELECT coalesce(max(p.spent_tokens), 0) AS t,
@@ -114,10 +114,10 @@ BEGIN
                       FROM budget_periods p
                      WHERE p.budget_id = b.id
                        AND p.period_start = outlive_period_start(b.period)) s,
-                   (SELECT coalesce(sum(r.tokens), 0) AS t, coalesce(sum(r.usd), 0) AS u
-                      FROM budget_reservations r JOIN runs x ON x.id = r.run_id
-                     WHERE r.budget_id = b.id AND x.status = 'RUNNING'
-                       AND x.attempt = r.attempt) v;
+                   (SELECT coalesce(sum(q.tokens), 0) AS t, coalesce(sum(q.usd), 0) AS u
+                      FROM budget_reservations q JOIN runs x ON x.id = q.run_id
+                     WHERE q.budget_id = b.id AND x.status = 'RUNNING'
+                       AND x.attempt = q.attempt) v;
         END IF;
         over := (b.limit_tokens IS NOT NULL AND spent_t + held_t + p_tokens > b.limit_tokens)
              OR (b.limit_usd IS NOT NULL AND spent_u + held_u + p_usd > b.limit_usd);
