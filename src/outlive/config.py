@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from outlive.urls import PostgresUrl
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,9 +337,8 @@ class Settings(BaseSettings):
     @field_validator("database_url", "db_liveness_url")
     @classmethod
     def _check_database_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("postgresql://", "postgres://")):
-            scheme = urlsplit(value).scheme or "(none)"
-            raise ValueError(f"DATABASE_URL must be postgresql://…, not {scheme}://")
+        if value is not None:
+            PostgresUrl.parse(value)  # one host or several (`outlive.urls`); says what is wrong
         return value
 
     @field_validator("redis_url")

@@ -33,6 +33,7 @@ from typing import Any
 
 import asyncpg
 
+from outlive.db import primary
 from outlive.telemetry.daemons import Daemon
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ class Liveness:
     async def _open(self) -> None:
         settings = {"application_name": APPLICATION_NAME}
         try:
-            conn = await asyncpg.connect(
+            conn = await primary.connect(
                 self._url,
                 statement_cache_size=0,
                 server_settings=settings | {"client_connection_check_interval": CHECK_INTERVAL},
@@ -111,7 +112,7 @@ class Liveness:
         except (asyncpg.UndefinedObjectError, asyncpg.ProtocolViolationError):
             # PostgreSQL before 14, or a pooler in between that refuses the setting: no watch,
             # the periodic look alone
-            conn = await asyncpg.connect(
+            conn = await primary.connect(
                 self._url, statement_cache_size=0, server_settings=settings
             )
             self.watchable = False
