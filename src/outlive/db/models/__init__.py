@@ -3,6 +3,7 @@
 from outlive.db.models.base import Base
 from outlive.db.models.invitations import Invitation, InvitationStatus
 from outlive.db.models.jobs import RejectedJob
+from outlive.db.models.liveness import LivenessLock
 from outlive.db.models.replays import ReplayStatus, RunReplay
 from outlive.db.models.runs import (
     ACTIVE_SQL,
@@ -36,6 +37,7 @@ __all__ = [
     "DeliveryStatus",
     "Invitation",
     "InvitationStatus",
+    "LivenessLock",
     "RejectedJob",
     "ReplayStatus",
     "Run",
