@@ -18,6 +18,7 @@ SLOW_MODULES = (
     "tests/chaos/",
     "tests/relay/",
     "tests/db/test_cli_pgbouncer.py",
+    "tests/db/test_failover.py",
     "tests/db/test_postgres_restart.py",
     "tests/fuzz/",
     "tests/jobs/test_sweep.py",
