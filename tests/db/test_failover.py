@@ -15,7 +15,9 @@ Afterwards:
 - each turn's `turn` event is there exactly once: no step recorded before the failover ran
   again;
 - no live worker's run was handed again because its liveness lock vanished with the old
-  primary (no `lost` event "its worker process ended", no "handed again" in the workers' logs).
+  primary (no `lost` event "its worker process ended", no "handed again" in the workers' logs);
+- each worker's liveness connection, relay `LISTEN` and cancels `LISTEN` came back by
+  themselves, on the new primary.
 
 `OUTLIVE_FAILOVER_ROUNDS=10` fails the same cluster over ten times in a row (each round's old
 primary comes back as the standby); one round in CI. Each round prints its figures (with `-s`),
@@ -192,12 +194,37 @@ async def one_round(
             load.stop.set()
             await asyncio.gather(*clients)
     runs = await _settled(own, tenants)
+    await _until(lambda: _back(own, len(logs)), "each worker's own sessions on the new primary", 30)
     figures = _figures(load, runs, fault=fault, api_via=api_via, faulted=faulted, promoted=promoted)
     _check(load, runs, figures)
     for (path, _), offset in zip(logs, offsets, strict=True):
         logged = path.read_bytes()[offset:].decode(errors="replace")
         assert "whose worker process is gone" not in logged, f"{path.name} handed a live run"
     return figures
+
+
+SESSIONS = prepare(
+    text(
+        "SELECT application_name AS name, count(*) AS n FROM pg_stat_activity"
+        " WHERE datname = current_database()"
+        " AND application_name IN ('outlive-liveness', 'outlive-relay', 'outlive-cancels')"
+        " GROUP BY application_name"
+    )
+)
+
+
+async def _back(own: Sessions, workers: int) -> bool:
+    """Each worker's liveness connection, relay LISTEN and cancels LISTEN came back by
+    themselves, on the new primary (the one `own` reaches)."""
+    try:
+        rows = await own.all(SESSIONS)
+    except ServiceUnavailable:
+        return False
+    return {r["name"]: r["n"] for r in rows} == {
+        "outlive-liveness": workers,
+        "outlive-relay": workers,
+        "outlive-cancels": workers,
+    }
 
 
 async def _settled(own: Sessions, tenants: list[TenantHandle]) -> list[dict[str, Any]]:
