@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import asyncpg
-from sqlalchemy.engine import make_url
+
+from outlive.urls import PostgresUrl
 
 ADMIN = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -24,7 +25,7 @@ async def sql(statement: str) -> None:
 
 def main() -> int:
     name = f"outlive_ci_check_{secrets.token_hex(4)}"
-    url = make_url(ADMIN).set(database=name).render_as_string(hide_password=False)
+    url = str(PostgresUrl.parse(ADMIN).with_database(name))  # one host or several
     asyncio.run(sql(f'CREATE DATABASE "{name}"'))
     try:
         env = {**os.environ, "DATABASE_URL": url}

@@ -8,20 +8,20 @@ import os
 from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from outlive.db.engine import sqlalchemy_url
+from outlive.db.engine import create_engine, sqlalchemy_url
 from outlive.db.models import Base
 
 config = context.config
 target_metadata = Base.metadata
 
 
-def _url() -> str:
+def _database_url() -> str:
+    """The contract's form: one host or several (`outlive.urls`)."""
     url = config.attributes.get("database_url") or os.environ.get("DATABASE_URL")
     if not url:
         raise SystemExit("DATABASE_URL is not set")
-    return sqlalchemy_url(url)
+    return str(url)
 
 
 def _run(connection: Connection) -> None:
@@ -33,14 +33,16 @@ def _run(connection: Connection) -> None:
 
 
 async def _run_async() -> None:
-    engine = create_async_engine(_url())
+    engine = create_engine(_database_url(), pool_size=1)  # to the primary, as everything
     async with engine.connect() as connection:
         await connection.run_sync(_run)
     await engine.dispose()
 
 
 if context.is_offline_mode():
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    context.configure(
+        url=sqlalchemy_url(_database_url()), target_metadata=target_metadata, literal_binds=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 else:

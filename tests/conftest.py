@@ -30,6 +30,7 @@ from outlive.db.engine import create_engine, create_sessions
 from outlive.db.tx import Sessions
 from outlive.embedded import embedded_postgres, embedded_redis
 from outlive.services.tenants import Principal, create_token
+from outlive.urls import PostgresUrl
 from tests import redis_claims
 from tests.slow import mark_slow
 from tests.support import Api, Servers, TenantHandle
@@ -45,7 +46,7 @@ def _answers(host: str, port: int) -> bool:
 
 
 def _with_database(url: str, name: str) -> str:
-    return make_url(url).set(database=name).render_as_string(hide_password=False)
+    return str(PostgresUrl.parse(url).with_database(name))  # one host or several
 
 
 def _with_db_index(url: str, index: int) -> str:
@@ -112,7 +113,7 @@ async def servers(server_urls: tuple[str, str]) -> AsyncIterator[Servers]:
 
 
 def _asyncpg_dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return str(PostgresUrl.parse(url))
 
 
 def make_settings(servers: Servers, **overrides: Any) -> Settings:

@@ -41,7 +41,14 @@ class StallingProxy:
         from redis.connection import parse_url
 
         parts = parse_url(redis_url)  # type: ignore[no-untyped-call]  # untyped in redis-py
-        proxy = cls(parts.get("host", "127.0.0.1"), int(parts.get("port", 6379)))
+        async with cls.to(parts.get("host", "127.0.0.1"), int(parts.get("port", 6379))) as proxy:
+            yield proxy
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def to(cls, host: str, port: int) -> AsyncIterator[StallingProxy]:
+        """The proxy in front of any TCP server (PostgreSQL too)."""
+        proxy = cls(host, port)
         proxy._server = await asyncio.start_server(proxy._accept, "127.0.0.1", 0)
         proxy.port = proxy._server.sockets[0].getsockname()[1]
         try:
@@ -59,8 +66,16 @@ class StallingProxy:
     def stall(self) -> None:
         self._flowing.clear()
 
+    def flow(self) -> None:
+        """Pass bytes again (those held meanwhile too)."""
+        self._flowing.set()
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        except OSError:  # the server is down: so is this connection
+            writer.close()
+            return
         self._writers |= {writer, up_writer}
         with contextlib.suppress(asyncio.CancelledError):  # the test is over
             await asyncio.gather(
@@ -71,11 +86,14 @@ class StallingProxy:
             w.close()
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while data := await reader.read(CHUNK):
-            await self._flowing.wait()  # stalled: the bytes go nowhere, nothing comes back
-            writer.write(data)
-            await writer.drain()
-        writer.close()
+        """One direction; a side that ends (closed, or reset: a killed server) ends the other."""
+        try:
+            while data := await reader.read(CHUNK):
+                await self._flowing.wait()  # stalled: the bytes go nowhere, nothing comes back
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
 
 
 @contextlib.asynccontextmanager

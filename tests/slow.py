@@ -20,6 +20,7 @@ SLOW_MODULES = (
     "tests/chaos/",  # test_budget_chaos.py too
     "tests/relay/",
     "tests/db/test_cli_pgbouncer.py",
+    "tests/db/test_failover.py",
     "tests/db/test_postgres_restart.py",
     "tests/fuzz/",
     "tests/jobs/test_sweep.py",

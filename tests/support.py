@@ -45,12 +45,12 @@ class Servers:
 
     async def clone(self) -> str:
         """A fresh, migrated database of its own (for tests that need real concurrency)."""
-        from sqlalchemy.engine import make_url
+        from outlive.urls import PostgresUrl
 
         name = f"outlive_test_{self.run_id}_{len(self.cloned) + 1}"
         await self.admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
         self.cloned.append(name)
-        return make_url(self.database_url).set(database=name).render_as_string(hide_password=False)
+        return str(PostgresUrl.parse(self.database_url).with_database(name))
 
 
 @dataclass

@@ -26,9 +26,9 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import httpx
 from redis import Redis
-from sqlalchemy.engine import make_url
 
 from outlive.realtime.nudges import channel_prefix
+from outlive.urls import PostgresUrl
 
 T = TypeVar("T")
 SETTLED = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -126,11 +126,11 @@ def outlive_argv(*args: str) -> list[str]:
 
 
 def _asyncpg_dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return str(PostgresUrl.parse(url))
 
 
 def _with_database(url: str, name: str) -> str:
-    return make_url(url).set(database=name).render_as_string(hide_password=False)
+    return str(PostgresUrl.parse(url).with_database(name))
 
 
 def _redis_with_index(url: str, index: int) -> str:
@@ -243,7 +243,7 @@ class Stack:
         if self.redis_index:
             release_redis_index(self.redis_base, self.redis_index)
         if self.database_url:
-            name = make_url(self.database_url).database
+            name = PostgresUrl.parse(self.database_url).database
             run_async(self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
     def start_worker(self, name: str = "worker", **extra_env: str) -> LoggedProcess:

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from outlive.db import functions
 from outlive.jobs.envelopes import ENVELOPES
@@ -42,8 +41,7 @@ async def _definitions(connection: asyncpg.Connection, schema: str) -> dict[str,
 
 @pytest.fixture
 async def connection(servers: Servers) -> AsyncIterator[asyncpg.Connection]:
-    url = make_url(servers.database_url).set(drivername="postgresql")
-    connection = await asyncpg.connect(url.render_as_string(hide_password=False))
+    connection = await asyncpg.connect(servers.database_url)
     yield connection
     await connection.close()
 

@@ -6,9 +6,12 @@ own is SIGKILLed (postmaster and backends) and restarted through crash recovery.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 from redis.asyncio import Redis
@@ -17,11 +20,15 @@ from sqlalchemy import text
 
 from outlive.db import drivers
 from outlive.db.engine import create_engine, create_sessions
+from outlive.db.liveness import Liveness, worker_gone
 from outlive.db.tx import Sessions
+from outlive.services.relay.queries import ORPHANED
+from outlive.services.runs import claim_run
 from tests.conftest import make_settings, new_tenant
-from tests.faults import OwnPostgres, free_port
+from tests.faults import OwnPostgres, StallingProxy, free_port
 from tests.realtime.clients import Socket, serve
 from tests.support import Api, Servers
+from tests.workflows.test_claim import new_run
 
 START = """mutation($input: StartRunInput!) {
   startRun(input: $input) { created run { id status } } }"""
@@ -175,3 +182,84 @@ async def test_requests_in_flight_when_postgres_dies_are_503_never_500(
             stop.set()
             await asyncio.gather(*clients)
     assert wrong == [], f"{len(wrong)} answers neither 200 nor 503: {wrong[:3]}"
+
+
+@pytest.mark.parametrize("how", ["restarted", "a backend killed"])
+async def test_a_live_workers_runs_are_not_handed_again_because_a_restart_lost_its_lock(
+    postgres: OwnPostgres, own_sessions: Sessions, how: str
+) -> None:
+    """A crash restart loses every advisory lock, and so does a backend killed by the OOM
+    killer (the postmaster resets every session, and keeps its start time). Worker `a` is back
+    at once; worker `b` lives but cannot reach the server for a while (its network to it
+    stalls). Its lock is free on the server, but it never took it there since: neither the relay
+    nor a claim takes its run. Once it is back and then gone for real, its run is handed."""
+    through = postgres.url.replace(f":{postgres.port}/", "::port/")
+    async with StallingProxy.to("127.0.0.1", postgres.port) as proxy:
+        a, b = Liveness(postgres.url), Liveness(through.replace("::port/", f":{proxy.port}/"))
+        await a.start()
+        await b.start()
+        try:
+            key, a_key = b.worker_id, a.worker_id
+            assert key is not None
+            assert a_key is not None
+            tenant = await new_tenant(own_sessions)
+            run_id = await new_run(own_sessions, tenant)
+            async with own_sessions.unit() as uow:
+                assert await claim_run(uow, run_id, lease_s=60, worker_id=key) is not None
+
+            proxy.stall()  # b may not even learn that its session was cut
+            if how == "restarted":
+                await postgres.restart()  # SIGKILL, then crash recovery: a new start time
+            else:
+                assert a._conn is not None
+                os.kill(a._conn.get_server_pid(), signal.SIGKILL)  # same start time
+            conn = await _connect_when_up(postgres.url)
+            try:
+                await _until_taken_here(conn, a_key)  # a is back
+                assert await conn.fetchval(GONE, key) is False  # free, but not taken here
+                assert await own_sessions.all(ORPHANED, batch=10) == []
+                async with own_sessions.unit() as uow:
+                    assert await claim_run(uow, run_id, lease_s=60, worker_id=None) is None
+
+                proxy.flow()  # b reaches the server again, by itself, with its key
+                await _until_taken_here(conn, key)
+                assert await conn.fetchval(GONE, key) is False
+                await b.stop()
+                await _until_gone(conn, key)  # gone for real now (its session ends)
+                assert [r["id"] for r in await own_sessions.all(ORPHANED, batch=10)] == [run_id]
+            finally:
+                await conn.close()
+        finally:
+            await a.stop()
+            await b.stop()
+
+
+GONE = f"SELECT {worker_gone('CAST($1 AS integer)')}"
+
+
+async def _until_gone(conn: asyncpg.Connection, key: int) -> None:
+    async with asyncio.timeout(20):
+        while not await conn.fetchval(GONE, key):  # noqa: ASYNC110 (pg_locks: no event)
+            await asyncio.sleep(0.05)
+
+
+async def _connect_when_up(url: str) -> asyncpg.Connection:
+    """A connection once the server takes them again (it resets after a backend's crash)."""
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                return await asyncpg.connect(url)
+            except (OSError, asyncpg.CannotConnectNowError):
+                await asyncio.sleep(0.05)  # recovering: it announces nothing
+
+
+async def _until_taken_here(conn: asyncpg.Connection, key: int) -> None:
+    """Until the worker of `key` has taken its lock on this server's current life (a reconnect
+    announces nothing: look every 50 ms, for at most 20 s)."""
+    async with asyncio.timeout(20):
+        while not await conn.fetchval(  # noqa: ASYNC110 (no event)
+            "SELECT EXISTS (SELECT 1 FROM liveness_locks WHERE worker_id = $1"
+            " AND server_started_at = pg_postmaster_start_time())",
+            key,
+        ):
+            await asyncio.sleep(0.05)

@@ -11,7 +11,6 @@ from uuid import UUID
 
 import asyncpg
 import pytest
-from sqlalchemy import make_url
 
 from outlive.config import Settings
 from tests.support import Api, GraphQLError, NudgeWatch, TenantHandle, settled
@@ -32,8 +31,7 @@ async def _send(api: Api, token: str, **i: Any) -> dict[str, Any]:
 
 async def _kept(settings: Settings, run_id: str) -> int:
     assert settings.database_url is not None
-    dsn = make_url(settings.database_url).set(drivername="postgresql")
-    conn = await asyncpg.connect(dsn.render_as_string(hide_password=False))
+    conn = await asyncpg.connect(settings.database_url)
     try:
         query = "SELECT count(*) FROM run_signals WHERE run_id = $1 AND delivered_at IS NULL"
         return int(await conn.fetchval(query, UUID(run_id)))

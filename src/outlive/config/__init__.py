@@ -9,12 +9,12 @@ from __future__ import annotations
 import ipaddress
 import json
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from outlive.config.values import BUILTIN_AGENTS, ModelPrice, Rate, RateSetting
+from outlive.urls import PostgresUrl
 
 __all__ = [
     "BUILTIN_AGENTS",
@@ -391,9 +391,8 @@ class Settings(BaseSettings):
     @field_validator("database_url", "db_liveness_url")
     @classmethod
     def _check_database_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("postgresql://", "postgres://")):
-            scheme = urlsplit(value).scheme or "(none)"
-            raise ValueError(f"DATABASE_URL must be postgresql://…, not {scheme}://")
+        if value is not None:
+            PostgresUrl.parse(value)  # one host or several (`outlive.urls`); says what is wrong
         return value
 
     @field_validator("redis_url")

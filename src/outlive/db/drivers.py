@@ -6,7 +6,8 @@ unit's SQLAlchemy session. Both return rows as mappings by column name.
 
 Either driver says "PostgreSQL cannot be reached" in its own ways (a refused or reset socket, a
 server shutting down or still in crash recovery, a connection closed under a query, SQLAlchemy's
-invalidated connection, a pool whose checkout timed out). `reaching` turns every one of them into
+invalidated connection, a pool whose checkout timed out, no primary among the hosts, a node that
+is read-only because it is not the primary). `reaching` turns every one of them into
 `outlive.errors.ServiceUnavailable`, here and nowhere else: the statements below run inside it,
 and `outlive.db.tx` puts the units' connection, commit and rollback inside it too.
 """
@@ -45,6 +46,10 @@ _GONE = (
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
     asyncpg.TooManyConnectionsError,
+    # "cannot execute … in a read-only transaction": the connection reached a standby, or a
+    # primary fenced read-only in place (`outlive.db.primary`); the primary is elsewhere, or
+    # not there yet. Outlive runs no read-only transaction of its own.
+    asyncpg.ReadOnlySQLTransactionError,
 )
 
 

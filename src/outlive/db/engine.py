@@ -18,16 +18,18 @@ before it goes back (`outlive.db.drivers.reaching`).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 from uuid import uuid4
 
 import asyncpg
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from outlive.config import Settings
+from outlive.db import primary
 from outlive.db.ports import NO_JOBS
 from outlive.db.raw import create_pool, server_settings
 from outlive.db.tx import (
@@ -38,12 +40,17 @@ from outlive.db.tx import (
     drop_nudges,
     unwired_admission,
 )
+from outlive.urls import PostgresUrl
+
+# SQLAlchemy's adapter of asyncpg, for `creator`
+_DBAPI: Any = PGDialect_asyncpg.import_dbapi()  # type: ignore[no-untyped-call]  # untyped there
 
 
 def sqlalchemy_url(database_url: str) -> str:
-    """`postgresql://…` (the contract's form) → the asyncpg dialect SQLAlchemy needs."""
-    url = make_url(database_url)
-    return url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+    """`postgresql://…` (the contract's form, one host or several) → the asyncpg dialect's URL
+    (`outlive.urls`: several hosts go to its query). The engine connects through
+    `outlive.db.primary` whatever it says; Alembic's offline mode prints it."""
+    return PostgresUrl.parse(database_url).for_sqlalchemy("postgresql+asyncpg")
 
 
 def _unique_statement_name() -> str:
@@ -58,6 +65,20 @@ def _drop_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
         raise sa_exc.DisconnectionError("the pooled connection was closed by the server")
 
 
+def _read_only_is_lost(context: Any) -> None:
+    """ "cannot execute … in a read-only transaction": this connection reached a node that is
+    not the primary (any more). Like a lost connection, it is invalidated, and with it every
+    connection the pool opened before (`invalidate_pool_on_disconnect`): they reached the same
+    place. `outlive.db.drivers` answers `ServiceUnavailable`."""
+    if isinstance(_driver_error(context.original_exception), asyncpg.ReadOnlySQLTransactionError):
+        context.is_disconnect = True
+
+
+def _driver_error(error: BaseException) -> BaseException:
+    """asyncpg's error under SQLAlchemy's adaptation of it."""
+    return error.__cause__ if error.__cause__ is not None else error
+
+
 def create_engine(
     database_url: str,
     *,
@@ -67,15 +88,24 @@ def create_engine(
     statement_cache: bool = True,
     statement_timeout_s: float | None = None,
 ) -> AsyncEngine:
-    connect_args: dict[str, Any] = {"server_settings": server_settings(statement_timeout_s)}
+    driver: dict[str, Any] = {"server_settings": server_settings(statement_timeout_s)}
+    adapter: dict[str, Any] = {}
     if not statement_cache:
-        connect_args |= {
-            "statement_cache_size": 0,  # asyncpg's own cache
+        driver["statement_cache_size"] = 0  # asyncpg's own cache
+        adapter = {
             "prepared_statement_cache_size": 0,  # SQLAlchemy's, in its asyncpg dialect
             "prepared_statement_name_func": _unique_statement_name,
         }
+    connect = partial(primary.connect, database_url)
+
+    def creator() -> Any:
+        """A connection to the primary (`outlive.db.primary`), adapted as SQLAlchemy's asyncpg
+        dialect adapts its own (`async_creator` would drop the adapter's arguments)."""
+        return _DBAPI.connect(async_creator_fn=connect, **adapter, **driver)
+
     engine = create_async_engine(
         sqlalchemy_url(database_url),
+        creator=creator,
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_timeout=pool_timeout_s,
@@ -84,10 +114,8 @@ def create_engine(
         # An error's text (and so a logged traceback) never carries the statement's parameters:
         # they can be secrets (a fresh `whsec_`) or a tenant's data.
         hide_parameters=True,
-        # asyncpg's own statement cache is on (unless statement_cache=False); SQLAlchemy's
-        # compiled cache covers the rest.
-        connect_args=connect_args,
     )
+    event.listen(engine.sync_engine, "handle_error", _read_only_is_lost)
     event.listen(engine.sync_engine, "checkout", _drop_closed)
     return engine
 

@@ -17,10 +17,17 @@ the safe side, where the lease decides as before). A frozen process (SIGSTOP) ke
 and so its lock: the lease still decides for it, and for a partition or a lost machine (until the
 server's TCP keepalive ends the session).
 
-When the liveness connection is lost while the process lives (PostgreSQL restarted), `worker_id`
-is None until it is open again: claims made meanwhile record no holder (the lease alone decides),
-and the runs it held may be taken over at once by other workers; their writes are fenced on the
-attempt, so this attempt's next write finds the run taken and stops.
+When the liveness connection is lost while the process lives, `worker_id` is None until it is
+open again: claims made meanwhile record no holder (the lease alone decides), and the runs it
+held may be taken over at once by other workers; their writes are fenced on the attempt, so this
+attempt's next write finds the run taken and stops.
+
+A lock is evidence only on the server it was taken on (`taken_here`): a restart, a crash or a
+failover to a standby loses every lock while every worker lives. Each worker records where it
+took its lock (`liveness_locks`, UNLOGGED, with the server's start time) when it takes it, and a
+free lock means "gone" only when that record names the server's current life. Until a live
+worker has reconnected and taken its lock again, its runs are left to their lease
+(docs/liveness.md, "Across a restart or a failover").
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any
 
 import asyncpg
 
+from outlive.db import primary
 from outlive.telemetry.daemons import Daemon
 
 log = logging.getLogger(__name__)
@@ -49,13 +57,47 @@ CHECK_INTERVAL = "50ms"
 
 def worker_gone(column: str) -> str:
     """SQL: the worker process whose liveness key is `column` no longer holds its lock (its
-    session ended). False for NULL (no holder recorded): the lease decides."""
+    session ended), on the server where it took it (`taken_here`). False for NULL (no holder
+    recorded), and for a holder that has not taken its lock on this server's current life yet
+    (a restart or a failover lost every lock, and it is reconnecting): the lease decides."""
     return (
         f"({column} IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks l"  # noqa: S608 (constants)
         f" WHERE l.locktype = 'advisory' AND l.classid = {LOCK_CLASS}"
         f" AND l.objid = CAST({column} AS oid) AND l.objsubid = 2 AND l.granted"
-        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))"
+        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+        f" AND {taken_here(column)})"
     )
+
+
+def taken_here(column: str) -> str:
+    """SQL: the worker whose key is `column` took its liveness lock on this server, since it
+    last started (`liveness_locks`, written by `Liveness` as it takes the lock). Advisory locks
+    live in one server's memory: after a failover the new primary holds none, and a free lock
+    there says nothing of its holder until that holder has taken it there once."""
+    return (
+        f"EXISTS (SELECT 1 FROM liveness_locks k WHERE k.worker_id = {column}"  # noqa: S608
+        " AND k.server_started_at = pg_postmaster_start_time())"
+    )
+
+
+# Taking the lock is recorded with the server's start time (`taken_here`), and the records that
+# can no longer decide anything go: those of another server life, and those of gone workers that
+# hold no RUNNING run. One statement, when a worker takes its lock (at start, after a reconnect).
+_HELD = (
+    "SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'"  # noqa: S608 (constants)
+    f" AND l.classid = {LOCK_CLASS} AND l.objid = CAST(k.worker_id AS oid) AND l.objsubid = 2"
+    " AND l.granted AND l.database = (SELECT oid FROM pg_database"
+    " WHERE datname = current_database())"
+)
+_TAKEN = f"""WITH pruned AS (
+    DELETE FROM liveness_locks k WHERE k.worker_id <> $1
+       AND (k.server_started_at <> pg_postmaster_start_time()
+            OR (NOT EXISTS ({_HELD}) AND NOT EXISTS (SELECT 1 FROM runs r
+                WHERE r.status = 'RUNNING' AND r.worker_id = k.worker_id))))
+INSERT INTO liveness_locks (worker_id, server_started_at)
+VALUES ($1, pg_postmaster_start_time())
+ON CONFLICT (worker_id) DO UPDATE
+SET server_started_at = EXCLUDED.server_started_at, taken_at = now()"""  # noqa: S608 (constants)
 
 
 class Liveness:
@@ -102,7 +144,7 @@ class Liveness:
     async def _open(self) -> None:
         settings = {"application_name": APPLICATION_NAME}
         try:
-            conn = await asyncpg.connect(
+            conn = await primary.connect(
                 self._url,
                 statement_cache_size=0,
                 server_settings=settings | {"client_connection_check_interval": CHECK_INTERVAL},
@@ -111,7 +153,7 @@ class Liveness:
         except (asyncpg.UndefinedObjectError, asyncpg.ProtocolViolationError):
             # PostgreSQL before 14, or a pooler in between that refuses the setting: no watch,
             # the periodic look alone
-            conn = await asyncpg.connect(
+            conn = await primary.connect(
                 self._url, statement_cache_size=0, server_settings=settings
             )
             self.watchable = False
@@ -119,6 +161,7 @@ class Liveness:
             key = self._key or _new_key()
             while not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", LOCK_CLASS, key):
                 key = _new_key()  # taken by a live process: another key (random: rare)
+            await conn.execute(_TAKEN, key)  # on this server's current life (`taken_here`)
         except BaseException:
             await conn.close()
             raise

@@ -21,6 +21,8 @@ from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.sql.elements import TextClause
 from sqlalchemy.sql.selectable import TextualSelect
 
+from outlive.db import primary
+
 _DIALECT = asyncpg_dialect()  # type: ignore[no-untyped-call]  # untyped in SQLAlchemy
 
 
@@ -67,10 +69,12 @@ async def create_pool(
     statement_cache: bool = True,
     statement_timeout_s: float | None = None,
 ) -> asyncpg.Pool:
-    """A pool for single statements. `database_url` is the contract's `postgresql://…`.
+    """A pool for single statements. `database_url` is the contract's `postgresql://…` (one
+    host or several: `outlive.db.primary`).
     `statement_cache=False` (PgBouncer in transaction mode): no statements prepared by name."""
     return await asyncpg.create_pool(
         database_url,
+        connect=primary.connect,  # the primary among the URL's hosts, checked writable
         min_size=1,
         max_size=max_size,
         init=_setup,

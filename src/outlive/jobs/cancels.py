@@ -20,6 +20,7 @@ from uuid import UUID
 
 import asyncpg
 
+from outlive.db import primary
 from outlive.ids import RunId
 from outlive.telemetry.daemons import Daemon
 
@@ -73,7 +74,7 @@ class CancelListener:
     async def _connect(self) -> None:
         assert self._listen_url is not None  # noqa: S101 (start() returned without one)
         try:
-            self._connection = await asyncpg.connect(
+            self._connection = await primary.connect(
                 self._listen_url, server_settings={"application_name": "outlive-cancels"}
             )
             await self._connection.add_listener(CHANNEL, self._notified)

@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 from saq.queue.redis import RedisQueue
 
 from outlive.config import Settings
+from outlive.db import primary
 from outlive.db.liveness import DeathWatch
 from outlive.db.ports import Admission
 from outlive.db.tx import Sessions
@@ -160,7 +161,7 @@ class RelayLoop:
         if self._listener is not None and not self._listener.is_closed():
             return
         try:
-            self._listener = await asyncpg.connect(
+            self._listener = await primary.connect(
                 self._listen_url, server_settings={"application_name": "outlive-relay"}
             )
             await self._listener.add_listener(CHANNEL, self._notified)

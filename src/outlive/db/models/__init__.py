@@ -11,6 +11,7 @@ from outlive.db.models.budgets import (
 )
 from outlive.db.models.invitations import Invitation, InvitationStatus
 from outlive.db.models.jobs import RejectedJob
+from outlive.db.models.liveness import LivenessLock
 from outlive.db.models.replays import ReplayStatus, RunReplay
 from outlive.db.models.runs import (
     ACTIVE_SQL,
@@ -52,6 +53,7 @@ __all__ = [
     "DeliveryStatus",
     "Invitation",
     "InvitationStatus",
+    "LivenessLock",
     "RejectedJob",
     "ReplayStatus",
     "Role",

@@ -1,0 +1,134 @@
+"""A free liveness lock means "worker gone" only on the server where its holder took it
+(`outlive.db.liveness.taken_here`, docs/liveness.md). A failover or a restart loses every lock:
+until a live worker has taken its lock again on the new primary, neither the relay nor a claim
+may take its runs. Here the old primary is played by the record of where the lock was taken
+(`liveness_locks`), moved to another server life; `tests/db/test_postgres_restart.py` restarts a
+real server, and `tests/db/test_failover.py` fails a Patroni cluster over."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import asyncpg
+import pytest
+
+from outlive.db.engine import create_engine, create_sessions
+from outlive.db.liveness import Liveness, worker_gone
+from outlive.db.tx import Sessions
+from outlive.ids import RunId
+from outlive.services.relay.queries import ORPHANED
+from outlive.services.runs import claim_run
+from tests.conftest import new_tenant
+from tests.support import Servers
+from tests.workflows.test_claim import new_run
+
+GONE = f"SELECT {worker_gone('CAST($1 AS integer)')}"
+LEASE_S = 30.0  # live throughout: only liveness can hand the run
+
+
+@pytest.fixture
+async def database(servers: Servers) -> str:
+    return await servers.clone()  # its liveness_locks are this test's alone
+
+
+@pytest.fixture
+async def own(database: str) -> AsyncIterator[tuple[Sessions, asyncpg.Connection]]:
+    engine = create_engine(database)
+    conn = await asyncpg.connect(database)
+    yield create_sessions(engine), conn
+    await conn.close()
+    await engine.dispose()
+
+
+async def until(check: Callable[[], Awaitable[bool]]) -> None:
+    """A worker's reconnect announces nothing: look every 50 ms, for at most 10 s."""
+    async with asyncio.timeout(10):
+        while not await check():  # noqa: ASYNC110 (PostgreSQL's locks: no event to await)
+            await asyncio.sleep(0.05)
+
+
+async def held_by(sessions: Sessions, conn: asyncpg.Connection, key: int) -> RunId:
+    tenant = await new_tenant(sessions)
+    run_id = await new_run(sessions, tenant)
+    async with sessions.unit() as uow:
+        assert await claim_run(uow, run_id, lease_s=LEASE_S, worker_id=key) is not None
+    return run_id
+
+
+async def test_a_lock_lost_with_the_old_server_hands_nothing_until_its_holder_is_back(
+    database: str, own: tuple[Sessions, asyncpg.Connection]
+) -> None:
+    sessions, conn = own
+    worker = Liveness(database)
+    await worker.start()
+    try:
+        key = worker.worker_id
+        assert key is not None
+        run_id = await held_by(sessions, conn, key)
+        assert await conn.fetchval(GONE, key) is False  # held
+
+        # The server the lock was taken on is gone (the record is of another server life), and
+        # so is the lock: the worker lives and is reconnecting.
+        pid = await conn.fetchval(
+            "UPDATE liveness_locks SET server_started_at = server_started_at - interval '1 hour'"
+            " WHERE worker_id = $1 RETURNING (SELECT pid FROM pg_locks WHERE locktype ="
+            " 'advisory' AND objid = CAST($1 AS oid) AND objsubid = 2 AND granted)",
+            key,
+        )
+        assert pid is not None
+        await conn.execute("SELECT pg_terminate_backend($1)", pid)
+        assert await conn.fetchval(GONE, key) is False  # free here, but never taken here
+        assert await sessions.all(ORPHANED, batch=10) == []  # the relay hands nothing
+        async with sessions.unit() as uow:  # nor may any delivery claim it
+            assert await claim_run(uow, run_id, lease_s=LEASE_S, worker_id=None) is None
+
+        # Back by itself, with the same key: taken here now, and held.
+        await until(lambda: _taken_here(conn, key))
+        assert worker.worker_id == key
+        assert await conn.fetchval(GONE, key) is False
+    finally:
+        await worker.stop()
+    # Now it is gone for real: its lock is free where it took it (once its session ended).
+    await until(lambda: _gone(conn, key))
+    assert [r["id"] for r in await sessions.all(ORPHANED, batch=10)] == [run_id]
+    async with sessions.unit() as uow:
+        taken = await claim_run(uow, run_id, lease_s=LEASE_S, worker_id=None)
+    assert taken is not None
+    assert taken.attempt == 2
+
+
+async def _gone(conn: asyncpg.Connection, key: int) -> bool:
+    return bool(await conn.fetchval(GONE, key))
+
+
+async def _taken_here(conn: asyncpg.Connection, key: int) -> bool:
+    return bool(
+        await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM liveness_locks WHERE worker_id = $1"
+            " AND server_started_at = pg_postmaster_start_time())",
+            key,
+        )
+    )
+
+
+async def test_taking_a_lock_prunes_the_records_that_decide_nothing(
+    database: str, own: tuple[Sessions, asyncpg.Connection]
+) -> None:
+    """Records of another server life, and of gone workers that hold no RUNNING run, go; a gone
+    worker's record stays while it holds a run (the relay still has to hand it)."""
+    sessions, conn = own
+    holding = await held_by(sessions, conn, 3)
+    await conn.execute(
+        "INSERT INTO liveness_locks (worker_id, server_started_at) VALUES"
+        " (1, pg_postmaster_start_time() - interval '1 hour'),"  # another server life
+        " (2, pg_postmaster_start_time()), (3, pg_postmaster_start_time())"  # gone; 3 holds a run
+    )
+    worker = Liveness(database)
+    await worker.start()
+    try:
+        kept = {r["worker_id"] for r in await conn.fetch("SELECT worker_id FROM liveness_locks")}
+        assert kept == {3, worker.worker_id}
+        assert [r["id"] for r in await sessions.all(ORPHANED, batch=10)] == [holding]
+    finally:
+        await worker.stop()
