@@ -290,3 +290,34 @@ async def test_an_empty_reply_is_an_answer_and_is_not_asked_for_again(
     assert run.output == {"reply": "", "turns": 1}
     assert len(fake.requests) == 1
     assert [e.data["content"] for e in events if e.type == "message"] == [""]
+
+
+BUDGET = (
+    "mutation($l: Int!) { setBudget(input: {scope: TENANT, period: DAY, limitTokens: $l}) { id } }"
+)
+
+
+async def test_a_call_reserves_its_prompt_and_output_cap_and_waits_for_the_budget_before_it_is_made(
+    api: Api,
+    llm_settings: Settings,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    model: tuple[FakeModel, str],
+) -> None:
+    """Contract §6, round five: `llm` reserves the prompt's tokens plus the output cap before a
+    call; a budget that cannot hold them holds the run WAITING `budget` and the endpoint is never
+    asked, until the limit is raised."""
+    fake, _ = model
+    cap = llm_settings.llm_max_output_tokens
+    await api.gql(BUDGET, {"l": cap}, token=tenant.token)  # less than a prompt and its cap
+    assert llm_settings.redis_url is not None
+    async with NudgeWatch(llm_settings.redis_url, sessions, tenant.id) as watch:
+        started = await api.start_run(tenant.token, "llm", {"prompt": "Hi", "stream": False})
+        run_id = started["run"]["id"]
+        held = await watch.until(run_id, lambda r: r.status == "WAITING")
+        assert held.waiting_for == "budget"
+        assert fake.requests == []  # held before the call: nothing bought
+        await api.gql(BUDGET, {"l": cap + 1000}, token=tenant.token)  # raised: room now
+        done = await watch.until(run_id, settled)
+    assert done.status == "SUCCEEDED"
+    assert len(fake.requests) == 1
