@@ -30,6 +30,7 @@ SLOW_MODULES = (
     "tests/realtime/test_every_change.py",
     "tests/realtime/test_memory.py",
     "tests/realtime/test_processes.py",
+    "tests/resolvers/test_pause_many.py",
     "tests/services/test_admission.py",
     "tests/services/test_outbox.py",
     "tests/telemetry/test_logs.py",

@@ -27,9 +27,12 @@ GATE = prepare(
 _HOLDABLE = "((status = 'QUEUED' AND queued_behind_id IS NULL) OR status = 'WAITING')"
 # Who paused it: the first pause names it, but a pause of the run itself outranks the agent's
 # and the tenant's (resuming those leaves it held).
+# `paused_at` is clock_timestamp(), taken once the run's row is locked: after any step gate that
+# held the row committed, so every step that started has `started_at` before it (now() is the
+# transaction's start, which a gate in flight can follow: tests/resolvers/test_pause_many.py).
 _PAUSED_SETS = (
     "paused_by = CASE WHEN paused_at IS NULL OR CAST(:by AS text) = 'run' THEN CAST(:by AS text)"
-    " ELSE paused_by END, paused_at = coalesce(paused_at, now()),"
+    " ELSE paused_by END, paused_at = coalesce(paused_at, clock_timestamp()),"
     f" waiting_for = CASE WHEN {_HOLDABLE} THEN 'pause' ELSE waiting_for END,"
     f" wake_at = CASE WHEN {_HOLDABLE} THEN NULL ELSE wake_at END,"
     f" dispatched_at = CASE WHEN {_HOLDABLE} THEN NULL ELSE dispatched_at END,"
