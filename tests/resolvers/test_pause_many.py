@@ -56,7 +56,7 @@ async def many(settings: Settings) -> AsyncIterator[WorkerHost]:
 
 async def counts(sessions: Sessions) -> dict[str, int]:
     rows = await sessions.all(STATUSES)
-    return {f"{r.status}/{r.waiting_for}": int(r.n) for r in rows}
+    return {f"{r['status']}/{r['waiting_for']}": int(r["n"]) for r in rows}
 
 
 async def until(watch: NudgeWatch, sessions: Sessions, want: str, what: str) -> None:
@@ -89,12 +89,12 @@ async def test_no_step_starts_after_its_runs_pause_committed_and_resume_brings_e
             await redis.flushdb()  # the pauses are PostgreSQL's: an emptied Redis changes nothing
         await until(watch, sessions, "WAITING/pause", "every run held by its pause")
         late = await sessions.all(LATE_STEPS)
-        held_turns = {r.run_id: list(r.turns) for r in await sessions.all(TURNS_PLAYED)}
+        held_turns = {r["run_id"]: list(r["turns"]) for r in await sessions.all(TURNS_PLAYED)}
 
         for run_id in ids:
             await api.gql(RESUME, {"id": run_id}, token=tenant.token)
         await until(watch, sessions, "SUCCEEDED/None", "every run resumed and finished")
-        played = {r.run_id: list(r.turns) for r in await sessions.all(TURNS_PLAYED)}
+        played = {r["run_id"]: list(r["turns"]) for r in await sessions.all(TURNS_PLAYED)}
 
     assert late == []  # no step started after its run's pause committed
     assert sum(len(t) for t in held_turns.values()) < RUNS * TURNS  # the pauses stopped work
