@@ -319,7 +319,8 @@ async def test_a_rolling_sigterm_of_two_workers_during_20_conversations_buys_no_
         found.append(run)
 
     assert [r["status"] for r in found] == ["SUCCEEDED"] * 20
-    assert talk.stub.requests == 60  # 20 conversations x 3 replies: none bought twice
+    usages = [(r["usage"], [e["type"] for e in r["events"]]) for r in found]
+    assert talk.stub.requests == 60, usages  # 20 conversations x 3 replies: none bought twice
     assert all(r["usage"] == {"requests": 3, "abandonedRequests": 0} for r in found)
     released = sum(1 for r in found for e in r["events"] if e["type"] == "released")
     assert released >= 2  # the stops did catch conversations in flight, and handed them back
