@@ -241,13 +241,15 @@ async def test_a_rolling_sigterm_restart_leaves_no_run_waiting_for_a_lease(
     such stretch and the time from each SIGTERM to the claim that took its runs again are
     measured."""
     # 16 runs fill the 4 workers' 16 slots, so the first SIGTERM finds 4 in flight (with 12, the
-    # first workers stopped could hold none, and the rest be done before their turn came).
+    # first workers stopped could hold none, and the rest be done before their turn came). Each
+    # run lasts 24 s: on a loaded machine a replacement takes seconds to start, and with 6 s
+    # runs every run was done before the first SIGTERM.
     tenants = [await new_tenant(sessions, "roll") for _ in range(16)]
     first = [start_worker(settings, worker_logs, tmp_path) for _ in range(4)]
     for path, _ in worker_logs:
         await until_logged(path, "worker started")
     run_ids = [
-        (await api.start_run(handle.token, "demo", {"turns": 30, "delayMs": 200}))["run"]["id"]
+        (await api.start_run(handle.token, "demo", {"turns": 120, "delayMs": 200}))["run"]["id"]
         for handle in tenants
     ]
     longest, stop_watch = 0.0, asyncio.Event()
