@@ -8,13 +8,16 @@ A quiet tenant starts one `demo` run (1 turn, 0 delay) through the API every 200
 tenant floods 5,000 runs (one per agent, 1 turn of `--noisy-delay-ms`, 100 by default: an
 agent's turn mostly waits on I/O, such as a model's answer; 0 makes the flood pure CPU), written
 at once and admitted by the dispatch function (so the flood is in the queue, not in the API).
-The quiet tenant's first runs warm the processes up and are not counted. Four phases:
+The quiet tenant's first runs warm the processes up and are not counted. Five phases:
 
 1. quiet alone: the quiet tenant's start-to-claim (its `claimed` event minus `createdAt`);
 2. noisy alone: the flood's throughput (runs from its first claim to its last settle, per s);
 3. both, with the default cap (10 runs of a tenant in flight): the quiet tenant's start-to-claim
    during the flood, and the flood's throughput;
-4. both, with the noisy tenant's cap lifted (`outlive tenant set-limits --max-running-runs
+4. both, the noisy tenant's flood reserving 10 tokens a run against a tenant budget of half of
+   it (issue 42): half its runs pile up held WAITING `budget`, and the quiet tenant's p99 must
+   stay within the same 2x;
+5. both, with the noisy tenant's cap lifted (`outlive tenant set-limits --max-running-runs
    100000`): what arrival order alone gives, for comparison.
 
 Targets: in phase 3 the quiet tenant's p99 at most 2x its idle p99 (phase 1), and the noisy
@@ -36,6 +39,7 @@ import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -53,6 +57,10 @@ QUIET_EVERY_S = 0.2
 QUIET_ALONE_S = 60.0  # 300 runs: p99 is not the largest of a few
 WARM_UP_RUNS = 10  # the quiet tenant's first runs on fresh processes, before phase 1 counts
 CAP = ("--max-running-runs",)
+PER_TURN = {"inputTokens": 6, "outputTokens": 4}  # phase 4's flood: 10 tokens a run
+SET_BUDGET = """mutation($l: Int!) { setBudget(input: {scope: TENANT, period: DAY,
+    limitTokens: $l}) { id } }"""
+DELETE_BUDGET = "mutation($id: ID!) { deleteBudget(id: $id) }"
 
 
 @dataclass
@@ -77,15 +85,21 @@ class Tenant:
 
     async def start(self, agent: str) -> None:
         run = {"agent": agent, "input": {"turns": 1, "delayMs": 0}}
-        body = json.dumps({"query": START, "variables": {"input": run}}).encode()
+        await self.gql(START, {"input": run})
+
+    async def gql(self, query: str, variables: dict[str, object]) -> dict[str, Any]:
+        body = json.dumps({"query": query, "variables": variables}).encode()
         headers = {"Authorization": f"Bearer {self.token}"}
         try:
             status, payload = await self.client.post_json("/graphql", body, headers)
         except (asyncio.IncompleteReadError, ConnectionError):  # an idle connection was closed
             await self.client.close()
             status, payload = await self.client.post_json("/graphql", body, headers)
-        if status != 200 or json.loads(payload).get("errors"):
+        answer = json.loads(payload)
+        if status != 200 or answer.get("errors"):
             raise RuntimeError(payload)
+        data: dict[str, Any] = answer["data"]
+        return data
 
 
 async def quiet_runs(quiet: Tenant, until: asyncio.Event) -> None:
@@ -97,18 +111,25 @@ async def quiet_runs(quiet: Tenant, until: asyncio.Event) -> None:
 
 
 async def flood(
-    conn: asyncpg.Connection, env: Env, noisy: uuid.UUID, count: int, delay_ms: int = 0
+    conn: asyncpg.Connection,
+    env: Env,
+    noisy: uuid.UUID,
+    count: int,
+    delay_ms: int = 0,
+    usage: dict[str, int] | None = None,
 ) -> None:
     """The noisy tenant's `count` runs, written waiting in one statement, then admitted by the
     same dispatch function the API calls (the rest is admitted by the workers' settles). Written
     directly, so that the flood is in the queue, not in the API's event loop."""
     await conn.execute(
         """INSERT INTO runs (tenant_id, agent, input)
-           SELECT $1, 'many-' || i, jsonb_build_object('turns', 1, 'delayMs', $3::int)
+           SELECT $1, 'many-' || i, jsonb_strip_nulls(jsonb_build_object(
+                      'turns', 1, 'delayMs', $3::int, 'usagePerTurn', $4::jsonb))
              FROM generate_series(0, $2 - 1) i""",
         noisy,
         count,
         delay_ms,
+        None if usage is None else json.dumps(usage),
     )
     queue = create_queue(env.redis_url, RUNS_QUEUE)
     instances = SaqRunInstances(
@@ -122,6 +143,16 @@ async def flood(
 async def settled(conn: asyncpg.Connection, tenant: uuid.UUID) -> None:
     while await conn.fetchval(
         "SELECT count(*) FROM runs WHERE tenant_id = $1 AND status IN ('QUEUED', 'RUNNING')",
+        tenant,
+    ):
+        await asyncio.sleep(0.1)  # a poll of the database: the benchmark has no socket
+
+
+async def settled_all(conn: asyncpg.Connection, tenant: uuid.UUID) -> None:
+    """Every run of the tenant settled: the runs a budget held too (once it is deleted)."""
+    while await conn.fetchval(
+        "SELECT count(*) FROM runs WHERE tenant_id = $1"
+        " AND status IN ('QUEUED', 'RUNNING', 'WAITING')",
         tenant,
     ):
         await asyncio.sleep(0.1)  # a poll of the database: the benchmark has no socket
@@ -160,6 +191,7 @@ async def phase(
     flood_n: int,
     noisy_delay_ms: int = 0,
     lag: Lag | None = None,
+    usage: dict[str, int] | None = None,
 ) -> Phase:
     if lag is not None:
         await lag.since_last()
@@ -167,8 +199,8 @@ async def phase(
     stop = asyncio.Event()
     quieting = asyncio.create_task(quiet_runs(quiet, stop)) if quiet else None
     if noisy is not None:
-        await flood(conn, env, noisy, flood_n, noisy_delay_ms)
-        await settled(conn, noisy)
+        await flood(conn, env, noisy, flood_n, noisy_delay_ms, usage)
+        await settled(conn, noisy)  # settled, or held WAITING by its budget
     else:
         await asyncio.sleep(QUIET_ALONE_S)  # the quiet tenant alone, for as long
     stop.set()
@@ -178,7 +210,7 @@ async def phase(
     return Phase(
         name,
         await start_to_claim_ms(conn, quiet.id, since) if quiet else [],
-        await throughput(conn, noisy, since) if noisy else None,
+        await throughput(conn, noisy, since) if noisy and usage is None else None,
         await segments(conn, env.redis_url, quiet.id, since) if quiet else None,
         await lag.since_last() if lag is not None else (None, None, 0.0),
         lag.gc2 if lag is not None else (0.0, 0.0),
@@ -269,7 +301,7 @@ async def main() -> None:
     flood_n = 1000 if args.quick else args.flood
     async with bench_env() as env:
         conn = await asyncpg.connect(env.database_url)
-        (quiet_id, quiet_token), (noisy_id, _) = await make_tenants(conn, 2)
+        (quiet_id, quiet_token), (noisy_id, noisy_token) = await make_tenants(conn, 2)
         slugs = {r["id"]: r["slug"] for r in await conn.fetch("SELECT id, slug FROM tenants")}
         port = free_port()
         vars = env.vars(OUTLIVE_AGENT_MODULES=MANY)
@@ -291,9 +323,21 @@ async def main() -> None:
                 await phase(conn, env, "2. noisy alone", None, noisy_id, flood_n, delay, lag),
                 await phase(conn, env, "3. both, capped", quiet, noisy_id, flood_n, delay, lag),
             ]
+            noisy = Tenant(noisy_id, noisy_token, KeepAlive("127.0.0.1", port))
+            made = await noisy.gql(SET_BUDGET, {"l": flood_n * 10 // 2})  # half its spend
+            name = "4. both, noisy held by a budget"
+            phases.append(
+                await phase(conn, env, name, quiet, noisy_id, flood_n, delay, lag, PER_TURN)
+            )
+            held = await conn.fetchval(
+                "SELECT count(*) FROM runs WHERE tenant_id = $1 AND waiting_for = 'budget'",
+                noisy_id,
+            )
+            await noisy.gql(DELETE_BUDGET, {"id": made["setBudget"]["id"]})  # lets them go
+            await settled_all(conn, noisy_id)
             set_cap(env, slugs[noisy_id], "100000")
             phases.append(
-                await phase(conn, env, "4. both, no cap", quiet, noisy_id, flood_n, delay, lag)
+                await phase(conn, env, "5. both, no cap", quiet, noisy_id, flood_n, delay, lag)
             )
         await conn.close()
     print(
@@ -308,6 +352,9 @@ async def main() -> None:
     noisy_ratio = (capped.noisy_per_s or 0) / (alone.noisy_per_s or 1)
     print(f"targets: quiet p99 <= 2x idle: {quiet_ratio:.2f}x;", end=" ")
     print(f"noisy >= 80% of alone: {noisy_ratio:.0%}")
+    budget_ratio = (phases[3].quiet(0.99) or 0) / (idle.quiet(0.99) or 1)
+    print(f"phase 4: {held} of the flood's {flood_n} runs held WAITING by the noisy tenant's")
+    print(f"budget; quiet p99 <= 2x idle while they pile up: {budget_ratio:.2f}x")
 
 
 if __name__ == "__main__":
