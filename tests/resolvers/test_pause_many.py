@@ -63,7 +63,10 @@ async def until(watch: NudgeWatch, sessions: Sessions, want: str, what: str) -> 
     async def check() -> bool | None:
         return True if (await counts(sessions)).get(want) == RUNS else None
 
-    await watch.until_true(check, 120, what)
+    try:
+        await watch.until_true(check, 180, what)
+    except AssertionError as error:  # say where the runs were instead
+        raise AssertionError(f"{error}: {await counts(sessions)}") from None
 
 
 @pytest.mark.usefixtures("many")
