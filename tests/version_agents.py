@@ -8,9 +8,11 @@ optionally a wait for the signal `go`, then `write`."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -118,6 +120,12 @@ async def patched(ctx: RunContext, params: PipelineInput) -> Any:  # the rename,
     return await _end(ctx, params, p, await _items(ctx, params))
 
 
+async def leaky(ctx: RunContext, params: PipelineInput) -> Any:  # the network outside a step
+    async with httpx.AsyncClient() as client:
+        await client.get(os.environ.get("OUTLIVE_TEST_LEAK_URL", "http://127.0.0.1:9/"))
+    return await v1(ctx, params)
+
+
 def pipeline(run: Any, version: str) -> Agent[PipelineInput]:
     return Agent(
         name="pipeline",
@@ -135,3 +143,4 @@ RENAMED = pipeline(renamed, "renamed")
 REORDERED = pipeline(reordered, "reordered")
 RETYPED = pipeline(retyped, "retyped")
 PATCHED = pipeline(patched, "patched")
+LEAKY = pipeline(leaky, "leaky")
