@@ -47,15 +47,24 @@ def code_hash(name: str, input_schema: Mapping[str, Any], run: Any) -> str:
     return HASH_PREFIX + digest.hexdigest()[:16]
 
 
+_MODULES: dict[str, str] = {}  # a module's source digest, by name: read once per process
+
+
 def _source_of(fn: Any) -> str:
     target = inspect.unwrap(fn)
-    module = sys.modules.get(getattr(target, "__module__", "") or "")
+    name = getattr(target, "__module__", "") or ""
+    found = _MODULES.get(name)
+    if found is not None:
+        return found
+    module = sys.modules.get(name)
     try:
-        if module is not None:
-            return inspect.getsource(module)
-        return inspect.getsource(target)
+        source = inspect.getsource(module if module is not None else target)
     except (OSError, TypeError):  # no source file (built at run time, a frozen module)
         code = getattr(target, "__code__", None)
         if code is None:
             return repr(getattr(target, "__qualname__", target))
         return repr((code.co_code, code.co_consts, code.co_names))
+    found = hashlib.sha256(source.encode()).hexdigest()
+    if module is not None:
+        _MODULES[name] = found
+    return found
