@@ -23,6 +23,7 @@ from outlive.cli.common import CliError, duration, load_settings, positive, run
 if TYPE_CHECKING:
     from outlive.config import Settings
     from outlive.services.runs.recorded import Filters
+    from outlive.workflows.live import LiveResult
     from outlive.workflows.replay import Verdict
 
 STATUSES = ("QUEUED", "RUNNING", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -57,6 +58,12 @@ def add_parser(sub: Any) -> None:
         )
     replay.add_argument("--limit", type=positive, default=1000, help="newest first (1000)")
     replay.add_argument("--json", action="store_true", help="one JSON object per line")
+    replay.add_argument(
+        "--live-from",
+        default=None,
+        metavar="STEP",
+        help="re-execute STEP and what follows with the real model; writes nothing",
+    )
     replay.set_defaults(func=cmd_replay)
 
 
@@ -75,6 +82,11 @@ def cmd_replay(args: argparse.Namespace) -> None:
         tenant=args.tenant,
         limit=args.limit,
     )
+    if args.live_from is not None:
+        results = run(live(load_settings(), filters, args.live_from))
+        if print_live(results, as_json=args.json):
+            raise SystemExit(1)
+        return
     verdicts, refused = run(replay(load_settings(), filters))
     diverged = print_verdicts(verdicts, refused, as_json=args.json)
     if diverged:
@@ -131,3 +143,60 @@ def print_verdicts(verdicts: list[Verdict], refused: int, *, as_json: bool) -> i
         print(f"{parts} {tail}")  # noqa: T201
     sys.stdout.flush()
     return counts["diverged"] + counts["output invalid"]
+
+
+async def live(settings: Settings, filters: Filters, step: str) -> list[LiveResult]:
+    """`--live-from STEP`: each run re-executed from `step` on, one after the other, writing
+    nothing (`outlive.workflows.live`); the tenant's rate limits taken in Redis when configured,
+    its budgets read before each live step."""
+    import httpx
+
+    from outlive.agents.registry import AgentRegistry
+    from outlive.runtime import open_runtime
+    from outlive.services.budgets import list_budgets
+    from outlive.services.limits import NamedLimits
+    from outlive.services.runs.recorded import read_recorded
+    from outlive.workflows.live import live_run
+
+    registry = AgentRegistry.from_entry_points(
+        settings.agent_modules, builtin=settings.builtin_agents
+    )
+    role: Any = "cli-queues" if settings.redis_url else "cli"
+    results = []
+    async with open_runtime(settings, role) as runtime, httpx.AsyncClient() as http:
+        sessions = runtime.sessions
+        if filters.tenant is not None and not await _tenant_exists(sessions, filters):
+            raise CliError(f"no tenant {filters.tenant!r}", 2)
+        queues = runtime.queues
+        limits = None if queues is None else NamedLimits(queues.redis, sessions, settings)
+        for recorded in await read_recorded(sessions, filters):
+            budgets = await list_budgets(sessions, recorded.run.tenant_id)
+            results.append(
+                await live_run(
+                    recorded,
+                    registry,
+                    settings,
+                    live_from=step,
+                    http=http,
+                    limits=limits,
+                    budgets=budgets,
+                )
+            )
+    return results
+
+
+def print_live(results: list[LiveResult], *, as_json: bool) -> int:
+    """Old and new output side by side; the number of runs whose new code failed."""
+    failed = sum(1 for r in results if (r.stopped or "").startswith("failed"))
+    for r in results:
+        if as_json:
+            print(json.dumps(r.as_json(), default=str))  # noqa: T201
+            continue
+        spent = f"{r.spent.requests} model call(s), {r.spent.tokens} token(s)"
+        print(f"{r.run_id}  {r.agent}  {r.status}  {spent}")  # noqa: T201
+        print(f"  old: {json.dumps(r.old, default=str)}")  # noqa: T201
+        new = r.stopped if r.stopped else json.dumps(r.new, default=str)
+        print(f"  new: {new if r.reached or r.stopped else new + '  (never reached the step)'}")  # noqa: T201
+    if not as_json:
+        print(f"{len(results)} run(s) re-executed, {failed} failed")  # noqa: T201
+    return failed

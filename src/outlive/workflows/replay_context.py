@@ -188,7 +188,9 @@ class ReplayContext:
     async def model_call(self, model: str | None = None) -> Any:
         raise RuntimeError("model_call is called inside a step (ctx.step)")
 
-    def record_usage(self, **_: Any) -> None:
+    def record_usage(
+        self, *, input_tokens: int, output_tokens: int, model: str | None = None
+    ) -> None:
         raise RuntimeError("record_usage is called inside a step (ctx.step)")
 
     def _child_step(self, name: str) -> str:
