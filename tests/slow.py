@@ -37,6 +37,7 @@ SLOW_MODULES = (
     "tests/telemetry/test_retry_logs.py",
     "tests/test_cli.py",
     "tests/test_cli_limits.py",
+    "tests/test_cli_replay.py",
     "tests/test_headers.py",
     "tests/waits/test_worker.py",
     "tests/workflows/test_children_crash.py",

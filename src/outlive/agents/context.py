@@ -64,6 +64,13 @@ class RunContext(Protocol):
         """Append a timeline event now (durable before it returns); returns its `seq`. Inside a
         step's `fn`: buffered and written with the step (once), and 0 is returned."""
 
+    async def patched(self, name: str) -> bool:
+        """A change of the agent's code, marked: true for a run that reaches this point on code
+        that knows the patch `name`, false for a run that went past it on older code and
+        resumes on this one (recorded in the journal, so its answer never changes for a run):
+        `if await ctx.patched("rename-fetch"): ... new code ... else: ... old code ...`. Between
+        steps, not inside one. See docs/versions.md for when a change needs one."""
+
     async def checkpoint(self) -> None:
         """Between turns: raise `RunCancelled` if a cancel was requested, else return."""
 

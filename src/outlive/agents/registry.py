@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from outlive.agents.context import ModelCallMark, OutputStream, RunContext
+from outlive.agents.versions import check_version, code_hash
 from outlive.config import BUILTIN_AGENTS, Settings
 from outlive.db.models import RunConflict
 from outlive.errors import BadUserInput
@@ -91,10 +92,25 @@ class Agent(Generic[P]):
     # More than the input model can say of an input (a model chosen from an allow-list): raises
     # `BadUserInput` at `startRun`, before anything is written.
     check: Callable[[P], None] | None = field(default=None, compare=False)
+    # Its code version (contract §7 "Versions"; `outlive.agents.versions`): declared here (1 to
+    # 64 characters: "2026-12-06", a release tag), else a hash of its code, taken when first asked.
+    version: str | None = field(default=None, compare=False)
     input_schema: dict[str, Any] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_schema", self.input_model.model_json_schema(by_alias=True))
+        if self.version is not None:
+            check_version(self.version)
+
+    @property
+    def code_version(self) -> str:
+        """`Agent.codeVersion`: the declared `version`, else a stable hash of its code (the
+        source of the module its `run` is defined in, and its input schema)."""
+        found = self.__dict__.get("_code_version")
+        if found is None:
+            found = self.version or code_hash(self.name, self.input_schema, self.run)
+            object.__setattr__(self, "_code_version", found)
+        return str(found)
 
     def validate(
         self, raw: Mapping[str, Any] | None, *, settings: Settings | None = None
@@ -233,6 +249,20 @@ class AgentRegistry:
 
     def get(self, name: str) -> Agent[Any] | None:
         return self._agents.get(name)
+
+    def version_of(self, name: str) -> str | None:
+        """The code version of agent `name` served here (None: not installed here)."""
+        agent = self._agents.get(name)
+        return None if agent is None else agent.code_version
+
+    @property
+    def versions(self) -> str:
+        """Each agent's code version, by name, as a JSON object (what a claim records)."""
+        found = self.__dict__.get("_versions")
+        if found is None:
+            found = json.dumps({a.name: a.code_version for a in self._agents.values()})
+            self.__dict__["_versions"] = found
+        return str(found)
 
     def check_signal(self, agent: str, name: str, payload: Any, wait_id: str | None) -> None:
         """`BadUserInput` for a signal that a run of `agent` does not take (`Agent.signals`);

@@ -1,4 +1,4 @@
-"""The `outlive` command (contract §1): dev, migrate, api, worker, token, schema, cron.
+"""The `outlive` command (contract §1): dev, migrate, api, worker, token, schema, cron, replay.
 
 One module per command group; this one holds the argparse table and `main`. A command's module
 is imported only when it runs, so `outlive schema` does not load the worker. Every command that
@@ -17,6 +17,7 @@ from typing import NoReturn
 
 from outlive.cli.common import KEEP, CliError, duration, limit, positive
 from outlive.cli.migrate import migrate
+from outlive.cli.replay import add_parser as add_replay
 from outlive.config import MissingServiceError, Settings
 from outlive.errors import DomainError, ServiceUnavailable
 
@@ -121,6 +122,8 @@ def _parser() -> argparse.ArgumentParser:
         paused = tenant_sub.add_parser(verb, help=f"{what} a tenant (as pauseRun does one)")
         paused.add_argument("slug", metavar="SLUG")
         paused.set_defaults(func=_command("tenants", f"cmd_tenant_{verb}"))
+
+    add_replay(sub)
 
     schema = sub.add_parser("schema", help="print the GraphQL SDL")
     schema.set_defaults(func=_command("schema", "cmd_schema"))

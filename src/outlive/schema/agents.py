@@ -8,6 +8,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from outlive.agents.registry import Agent as AgentDef
+from outlive.agents.versions import UNAVAILABLE
 from outlive.schema.runs import RunConflict
 from outlive.schema.scalars import as_json
 
@@ -37,6 +38,12 @@ class Agent:
     load_error: str | None = strawberry.field(
         default=None, description="Why its code failed to load (null while it is available)."
     )
+    code_version: str = strawberry.field(
+        default=UNAVAILABLE,
+        description="Its code version here: the version it declares, else a hash of its code "
+        '("h:…"). Each run records it when it starts (`Run.codeVersion`); "unavailable" while '
+        "its code failed to load.",
+    )
     signals: JSON = strawberry.field(
         default_factory=dict,
         description="The signals its runs wait for, by name: each one's payload JSON Schema "
@@ -52,6 +59,7 @@ class Agent:
             keyed=agent.key is not None,
             on_conflict=agent.on_conflict or RunConflict.RETURN_EXISTING,
             paused=paused,
+            code_version=agent.code_version,
             signals=as_json({n: s.schema() for n, s in (agent.signals or {}).items()}),
         )
 

@@ -161,11 +161,13 @@ class Run:
     retried_from_id: strawberry.ID | None = strawberry.field(
         default=None, description="The run this one retried (retryRun, replayRuns), if any."
     )
-
     key: str = strawberry.field(
         default="", description='Its exclusivity key; "" for the agent\'s default key.'
     )
     tags: list[str] = strawberry.field(default_factory=list)
+    code_version: str | None = strawberry.field(
+        default=None, description="Its agent's code version when it started (null until then)."
+    )
     queued_behind_id: strawberry.ID | None = strawberry.field(
         default=None,
         description="ENQUEUE: the run just ahead of this one in its key's line, while it waits "
@@ -345,6 +347,7 @@ class Run:
             else strawberry.ID(str(r.retried_from_id)),
             key=r.key,
             tags=list(r.tags),
+            code_version=r.code_version,
             queued_behind_id=None
             if r.queued_behind_id is None
             else strawberry.ID(str(r.queued_behind_id)),

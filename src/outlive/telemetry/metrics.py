@@ -63,6 +63,11 @@ STEPS_RECORDED = Counter(
     "Durable steps (`ctx.step`) executed and recorded in the journal.",
     ["agent"],
 )
+VERSION_HOLDS = Counter(
+    "outlive_version_holds",
+    "Runs held WAITING for 'version': their code does not reach the steps they recorded.",
+    ["agent"],
+)
 STEP_MEMO_HITS = Counter(
     "outlive_step_memo_hits",
     "Durable steps answered from the journal on a later attempt, without running them again.",

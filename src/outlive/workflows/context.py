@@ -59,6 +59,7 @@ class AttemptContext:
             limits=deps.limits,
             max_bytes=deps.settings.run_journal_max_bytes,
             drains=deps.drains,
+            code_version=deps.agents.version_of(run.agent),
         )
         self.interrupts = self._steps.interrupts
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
@@ -90,6 +91,21 @@ class AttemptContext:
     async def resume(self) -> None:
         """Load the run's step journal (one statement; none when it has recorded no step)."""
         await self._steps.load()
+
+    async def ended(self) -> None:
+        """The agent returned: a run whose journal, recorded by another code version, holds
+        steps the code never asked for is held WAITING for 'version' (`workflows.versions`)."""
+        await self._steps.ended()
+
+    async def patched(self, name: str) -> bool:
+        """True for a run that reaches this point on code that knows the patch `name`; false
+        for one that went past it on older code. Recorded: it never changes for a run."""
+        return await self._steps.patched(name, self._past_waits)
+
+    async def _past_waits(self) -> bool:
+        if self.attempt <= 1:  # no earlier attempt reached anything
+            return False
+        return await waits.reached_beyond(self._sessions, self.run_id, self._occurrences)
 
     @overload
     def step(

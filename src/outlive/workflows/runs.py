@@ -157,7 +157,13 @@ async def _claim(deps: WorkflowDeps, run_id: RunId, control: AttemptControl) -> 
 
     async def claim() -> RunRecord | None:
         async with deps.sessions.unit(single_statement=True) as uow:
-            return await claim_run(uow, run_id, lease_s=deps.lease_s, worker_id=deps.worker_id)
+            return await claim_run(
+                uow,
+                run_id,
+                lease_s=deps.lease_s,
+                worker_id=deps.worker_id,
+                versions=deps.agents.versions,
+            )
 
     claiming = asyncio.ensure_future(claim())
     try:
@@ -209,6 +215,7 @@ async def _execute(
             async with asyncio.timeout(deps.settings.run_timeout_s):
                 await context.resume()
                 output = await agent.run(context, agent.parse(run.input))
+                await context.ended()
         json.dumps(output)  # a result that is not JSON is the agent's bug, not a retry's
     except RunCancelled as cancelled:  # a budget's cancel says why (`cancelled` has no text)
         await _settle(deps, run, RunStatus.CANCELLED, error=str(cancelled) or None)

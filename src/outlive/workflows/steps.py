@@ -14,16 +14,17 @@ attempt gets the value back decoded from what was recorded, exactly as a later a
 from __future__ import annotations
 
 import inspect
+import json
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from outlive.agents.policy import status_of
@@ -47,11 +48,12 @@ from outlive.services.runs import (
     load_journal,
     record_step,
 )
-from outlive.services.runs.holds import gate_step
+from outlive.services.runs.holds import gate_step, hold_version
 from outlive.services.usage_tokens import StepUsage, price, usage_in
 from outlive.telemetry import metrics
 from outlive.workflows.calls import Interrupts, Limits, StepPolicy, call
 from outlive.workflows.drains import Drains
+from outlive.workflows.versions import PATCH_PREFIX, Cursor, VersionDiverged, invalid, patch_step
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 _ADAPTERS: dict[tuple[Any, Any], TypeAdapter[Any]] = {}
@@ -136,7 +138,9 @@ def result_adapter(fn: Callable[..., Any], name: str) -> TypeAdapter[Any]:
 
 
 class StepJournal:
-    """One attempt's steps. `recorded(run)` is told the run as each step's commit left it."""
+    """One attempt's steps. `recorded(run)` is told the run as each step's commit left it.
+    `code_version`: the agent's code version, recorded with each step; a journal recorded by
+    another version is checked as the attempt replays it (`workflows.versions`)."""
 
     def __init__(
         self,
@@ -149,8 +153,12 @@ class StepJournal:
         limits: Limits | None = None,
         max_bytes: int = MAX_JOURNAL_BYTES,
         drains: Drains | None = None,
+        code_version: str | None = None,
     ) -> None:
         self._sessions = sessions
+        self.code_version = code_version
+        self._cursor = Cursor({})
+        self._foreign = False  # some recorded step was recorded by another code version
         self._drains = drains
         self._max_bytes = max_bytes
         self._bytes = 0  # the journal's results, loaded and recorded by this attempt
@@ -165,20 +173,59 @@ class StepJournal:
     async def load(self) -> None:
         """The run's journal, in one statement (none when the run has recorded no step)."""
         if self._run.step_seq:
+            versions: set[str | None] = set()
             self._journal, self._bytes = await load_journal(
-                self._sessions, self._run.id, max_bytes=self._max_bytes
+                self._sessions, self._run.id, max_bytes=self._max_bytes, versions=versions
             )
+            self._cursor = Cursor.of(self._journal)
+            self._foreign = any(v != self.code_version for v in versions)
 
-    def take(self, name: str) -> int:
+    def take(self, name: str, *, patch: bool = False) -> int:
         """The step's occurrence, taken now, synchronously: at the call, not at the await (a
         gather's steps are numbered in the order they were called)."""
         if not isinstance(name, str) or not 0 < len(name) <= MAX_STEP_NAME:
             raise ValueError(f"a step name is 1 to {MAX_STEP_NAME} characters")
+        if not patch and name.startswith(PATCH_PREFIX):
+            raise ValueError(f"a step name does not start with {PATCH_PREFIX!r} (ctx.patched's)")
         if _IN_STEP.get() is not None:
             raise RuntimeError(f"step {name!r} was called inside another step; steps do not nest")
         occurrence = self._occurrences.get(name, 0) + 1
         self._occurrences[name] = occurrence
+        self._cursor.take((name, occurrence))
         return occurrence
+
+    async def patched(self, name: str, past: Callable[[], Awaitable[bool]]) -> bool:
+        """`ctx.patched(name)`: the recorded answer, else true unless the run went past this
+        point on older code (recorded steps this attempt has not reached remain, or `past()`:
+        waits it has not reached); the answer is recorded (`workflows.versions`)."""
+        step = patch_step(name)
+        occurrence = self.take(step, patch=True)
+        recorded = self._journal.get((step, occurrence))
+        if recorded is not None:
+            return bool(json.loads(recorded))
+        answer = self._cursor.next_recorded() is None and not await past()
+        result = json.dumps(answer)
+        await self._commit(step, occurrence, result, _Frame(self, step, occurrence), None, None)
+        self._journal[step, occurrence] = result
+        return answer
+
+    async def ended(self) -> None:
+        """The agent returned: a journal of another version that still holds steps it never
+        asked for holds the run (`RunParked`)."""
+        if self._foreign and (diverged := self._cursor.ended()) is not None:
+            await self._hold(diverged)
+
+    async def _hold(self, diverged: VersionDiverged) -> NoReturn:
+        """Hold the run WAITING for 'version', saying where and why; this attempt ends."""
+        run = self._run
+        async with self._sessions.unit(run.tenant_id, single_statement=True) as uow:
+            held = await hold_version(
+                uow, run, attempt=run.attempt, data=diverged.event(self.code_version)
+            )
+        if held is None:
+            raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")
+        metrics.VERSION_HOLDS.labels(run.agent).inc()
+        raise RunParked(f"run {run.id} is held: {diverged.verdict}")
 
     async def run(
         self,
@@ -193,7 +240,14 @@ class StepJournal:
         recorded = self._journal.get((name, occurrence))
         if recorded is not None:
             metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
-            return adapter.validate_json(recorded)
+            try:
+                return adapter.validate_json(recorded)
+            except ValidationError as exc:
+                if not self._foreign:
+                    raise
+                await self._hold(invalid(name, occurrence, exc))
+        if self._foreign and (diverged := self._cursor.missed(name, occurrence)) is not None:
+            await self._hold(diverged)
         drains = self._drains
         if drains is None:
             return await self._execute(name, occurrence, fn, args, kwargs, policy, adapter)
@@ -300,7 +354,7 @@ class StepJournal:
         result: str,
         frame: _Frame,
         usage: StepUsage | None,
-        started: datetime,
+        started: datetime | None,
     ) -> None:
         run = self._run
         size = self._bytes + len(result.encode())
@@ -319,6 +373,7 @@ class StepJournal:
                 usage=usage,
                 started_at=started,
                 called=frame.called,
+                code_version=self.code_version,
             )
         if done is None:
             raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")

@@ -256,6 +256,10 @@ class Run(Base):
     # result columns by position.
     wait_id: Mapped[str | None]
     waiting_show: Mapped[Any | None] = mapped_column(JSONB)
+    # The agent's code version when the run started (`Run.codeVersion`; contract §7 "Versions"),
+    # set by its first claim (`outlive.agents.versions`). WAITING for 'version': a resumed
+    # attempt found that its code does not reach the steps the run recorded (held, not failed).
+    code_version: Mapped[str | None]
 
 
 class RunEvent(Base):
@@ -297,6 +301,9 @@ class RunStep(Base):
     output_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
     model: Mapped[str | None]
     cost_usd: Mapped[Decimal | None] = mapped_column(Numeric)
+    # The code version of the agent that recorded it (NULL: before round five; a copied step
+    # keeps the version of the run it was copied from).
+    code_version: Mapped[str | None]
 
 
 class RunWait(Base):

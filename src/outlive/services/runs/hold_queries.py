@@ -69,6 +69,7 @@ PAUSE_ALL = prepare(
 # runs a budget holds).
 _LET_GO = (
     "(CAST(:which AS text) = 'run' AND id = :run_id AND (paused_at IS NOT NULL"
+    " OR (status = 'WAITING' AND waiting_for = 'version')"
     " OR (status = 'WAITING' AND waiting_for = 'budget' AND :over_budget)))"
     " OR (CAST(:which AS text) = 'budget' AND held_by_budget_id = :budget_id"
     " AND status = 'WAITING' AND waiting_for = 'budget')"
@@ -82,7 +83,7 @@ WAKE_HELD = prepare(
         f"""WITH picked AS (
             SELECT id FROM runs
              WHERE tenant_id = :tenant_id AND status = 'WAITING' AND ({_LET_GO})
-               AND (waiting_for = 'pause' OR (waiting_for = 'budget'
+               AND (waiting_for IN ('pause', 'version') OR (waiting_for = 'budget'
                     AND (CAST(:which AS text) = 'budget' OR :over_budget)))
              FOR UPDATE),
         moved AS (
@@ -106,6 +107,18 @@ UNMARK = prepare(
         appended AS ({appended(("'unpaused'", _BY))})
         SELECT * FROM moved"""
     ).columns(*RUN_COLUMNS)
+)
+
+# A version hold (contract §7 "Versions", `workflows.versions`): the attempt found that its code
+# does not reach the steps the run recorded; the run waits, no timer, for `resumeRun` (after a
+# fix is deployed) or `cancelRun`. A `version` event says where and why.
+HOLD_VERSION = move(
+    "status = 'WAITING', lease_expires_at = NULL, waiting_for = 'version', wake_at = NULL,"
+    " wait_id = NULL, waiting_show = NULL",
+    "status = 'RUNNING' AND attempt = :attempt AND cancel_requested_at IS NULL",
+    event_type="'version'",
+    event_data="CAST(:data AS jsonb)",
+    returns_cap=True,
 )
 
 # A tenant's and an agent's pause (they hold new runs too, at their first step).

@@ -11,11 +11,12 @@ the caller hands the woken runs to the queue after the commit (`services.pauses`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
 from outlive.db.tx import Unit
@@ -76,7 +77,14 @@ TRANSITIONS = (
         "WAITING budget", "its next period (its timer)", "QUEUED (woken)", "wake_queries.WAKE_DUE"
     ),
     Transition("RUNNING / QUEUED behind, marked", "a resume", "unmarked", "UNMARK"),
-    Transition("WAITING pause / budget", "cancelRun", "CANCELLED", "queries.CANCEL"),
+    Transition(
+        "RUNNING",
+        "its code does not reach the steps the run recorded (a deploy)",
+        "WAITING version",
+        "HOLD_VERSION",
+    ),
+    Transition("WAITING version", "resumeRun (a fix deployed)", "QUEUED (woken)", "WAKE_HELD"),
+    Transition("WAITING pause / budget / version", "cancelRun", "CANCELLED", "queries.CANCEL"),
 )
 
 Verdict = Literal["go", "gone", "cancel", "paused", "held", "over"]
@@ -127,6 +135,19 @@ async def gate_step(
     for budget_id in gate.touched:
         uow.nudge("budget.updated", budget_id, tenant_id=run.tenant_id)
     return gate
+
+
+async def hold_version(
+    uow: Unit, run: RunRecord, *, attempt: int, data: Mapping[str, Any]
+) -> RunRecord | None:
+    """Hold the run WAITING for 'version' (see the table), with a `version` event carrying
+    `data` (where and why); None when `attempt` no longer holds it (nothing written)."""
+    held = await move_run(
+        uow, queries.HOLD_VERSION, run_id=run.id, attempt=attempt, data=json.dumps(dict(data))
+    )
+    if held is not None:
+        dispatch_after_commit(uow, run.tenant_id)  # its slot under the cap is free now
+    return held
 
 
 async def pause_run(uow: Unit, tenant_id: TenantId, run_id: RunId) -> RunRecord | None:

@@ -92,13 +92,21 @@ def _held_a_capped_slot(run: RunRecord, limits: Limits, row: Mapping[str, Any]) 
 
 
 async def claim_run(
-    uow: Unit, run_id: RunId, *, lease_s: float, worker_id: int | None = None
+    uow: Unit,
+    run_id: RunId,
+    *,
+    lease_s: float,
+    worker_id: int | None = None,
+    versions: str = "{}",
 ) -> RunRecord | None:
     """Take the run for a new attempt holding a lease of `lease_s`, on behalf of the worker
     process whose liveness key is `worker_id` (None: the lease alone decides); None means it
     was cancelled or settled before this one, or another attempt holds it under a live lease
-    and its process is alive. The unit's tenant becomes the run's."""
-    row = await uow.one(queries.CLAIM, run_id=run_id, lease=lease_s, worker_id=worker_id)
+    and its process is alive. The unit's tenant becomes the run's. `versions`: the code version
+    of each agent this worker serves (a JSON object by name), recorded on a run's first claim."""
+    row = await uow.one(
+        queries.CLAIM, run_id=run_id, lease=lease_s, worker_id=worker_id, versions=versions
+    )
     if row is None:
         return None
     run = _announce(uow, row, changes_run=True, may_settle=False)

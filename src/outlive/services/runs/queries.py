@@ -296,6 +296,8 @@ CLAIM = prepare(
         moved AS (
             UPDATE runs SET status = 'RUNNING', attempt = attempt + 1,
                 started_at = coalesce(started_at, now()), {LEASE}, worker_id = :worker_id,
+                code_version = coalesce(runs.code_version,
+                                        CAST(:versions AS jsonb) ->> runs.agent),
                 lost_attempts = lost_attempts + CAST(prior.was = 'RUNNING' AS int),
                 {bump("1 + CAST(prior.was = 'RUNNING' AS int)")}, updated_at = now()
             FROM prior

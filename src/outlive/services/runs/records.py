@@ -60,6 +60,7 @@ class RunRecord(Record):
     budget_override: bool = False  # resumeRun(overBudget: true): it may finish past its budgets
     wait_id: str | None = None  # while WAITING on a wait that named itself: its id
     waiting_show: Any = None  # ... and what it asked to show the person who answers
+    code_version: str | None = None  # its agent's code version when it started (first claim)
 
     @property
     def is_waiting(self) -> bool:

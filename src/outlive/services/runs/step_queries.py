@@ -68,10 +68,11 @@ def _step_done(settles_calls: bool) -> Move:
             stepped AS (
                 INSERT INTO run_steps (run_id, name, occurrence, seq, attempt, result,
                                        requests, input_tokens, output_tokens, model, cost_usd,
-                                       started_at)
+                                       started_at, code_version)
                 SELECT id, :name, :occurrence, step_seq, attempt, CAST(:result AS jsonb),
                        :requests, :input_tokens, :output_tokens, CAST(:model AS text),
-                       CAST(:cost_usd AS numeric), CAST(:started_at AS timestamptz)
+                       CAST(:cost_usd AS numeric), CAST(:started_at AS timestamptz),
+                       CAST(:code_version AS text)
                 FROM moved),
             appended AS (
                 {INSERT_EVENTS}
@@ -97,12 +98,14 @@ STEP_DONE_CALLED = _step_done(settles_calls=True)  # a step that made model call
 # `:max_bytes` are not sent, save the first one (which tells the caller the journal is over it).
 JOURNAL = prepare(
     text(
-        "SELECT name, occurrence, result, upto FROM ("
-        " SELECT name, occurrence, result::text AS result,"
+        "SELECT name, occurrence, result, upto, code_version FROM ("
+        " SELECT name, occurrence, result::text AS result, code_version,"
         " sum(octet_length(result::text)) OVER (ORDER BY seq) AS upto"
         " FROM run_steps WHERE run_id = :run_id) j"
         " WHERE upto - coalesce(octet_length(result), 0) <= :max_bytes ORDER BY upto"
-    ).columns(RunStep.name, RunStep.occurrence, column("result"), column("upto"))
+    ).columns(
+        RunStep.name, RunStep.occurrence, column("result"), column("upto"), RunStep.code_version
+    )
 )
 # `RunStep.result`, by (run, seq): only the steps a client asked for the result of.
 STEP_RESULTS = prepare(
@@ -138,8 +141,9 @@ STEPS_OF_RUNS = prepare(
 COPY_STEPS = prepare(
     text(
         f"""WITH copied AS (
-                INSERT INTO run_steps (run_id, name, occurrence, seq, attempt, result)
-                SELECT :to_run, name, occurrence, seq, 0, result FROM run_steps
+                INSERT INTO run_steps (run_id, name, occurrence, seq, attempt, result,
+                                       code_version)
+                SELECT :to_run, name, occurrence, seq, 0, result, code_version FROM run_steps
                 WHERE run_id = :from_run
                 RETURNING seq)
             UPDATE runs SET step_seq = (SELECT coalesce(max(seq), 0) FROM copied)

@@ -44,12 +44,13 @@ async def record_step(
     usage: StepUsage | None = None,
     started_at: datetime | None = None,
     called: bool = False,
+    code_version: str | None = None,
 ) -> RunRecord | None:
     """Record the step's `result` (JSON text) with `events` ({type, data}, emitted while it ran)
     and its `step` event, extending the attempt's lease: the run as it is now, or None when
     `attempt` no longer holds the run (nothing was written). Nudges `run.event` once per event
     appended, as any other append does. `called`: the step made model calls (`calls.begin_call`),
-    settled by this record."""
+    settled by this record. `code_version`: the agent's code that recorded it."""
     timeline = [*events, {"type": "step", "data": {"name": name, "occurrence": occurrence}}]
     run = await move_run(
         uow,
@@ -67,6 +68,7 @@ async def record_step(
         model=usage.model if usage else None,
         cost_usd=None if usage is None or usage.cost_usd is None else str(usage.cost_usd),
         started_at=started_at,
+        code_version=code_version,
     )
     if run is not None:  # one `run.event` per event appended (`move_run` sent the first)
         for _ in timeline[1:]:
@@ -83,14 +85,21 @@ async def copy_steps(uow: Unit, *, from_run: RunId, to_run: RunId) -> int:
 
 
 async def load_journal(
-    db: Db, run_id: RunId, *, max_bytes: int = MAX_JOURNAL_BYTES
+    db: Db,
+    run_id: RunId,
+    *,
+    max_bytes: int = MAX_JOURNAL_BYTES,
+    versions: set[str | None] | None = None,
 ) -> tuple[Journal, int]:
-    """Every step the run has recorded, in one statement, and their results' bytes.
-    `JournalTooLarge` when they are over `max_bytes` (at most one row past it was read)."""
+    """Every step the run has recorded, in completion order, in one statement, and their
+    results' bytes. `JournalTooLarge` when they are over `max_bytes` (at most one row past it
+    was read). `versions`, when given, gets the code versions that recorded them."""
     rows = await db.all(queries.JOURNAL, run_id=run_id, max_bytes=max_bytes)
     size = int(rows[-1]["upto"]) if rows else 0
     if size > max_bytes:
         raise JournalTooLarge(journal_too_large(size, max_bytes))
+    if versions is not None:
+        versions.update(row["code_version"] for row in rows)
     return {(row["name"], row["occurrence"]): row["result"] for row in rows}, size
 
 

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from outlive.db.tx import Unit
+from outlive.db.tx import Db, Unit
 from outlive.errors import RunCancelled, RunSuperseded
 from outlive.ids import RunId
 from outlive.services import runs
@@ -65,6 +66,13 @@ log = logging.getLogger(__name__)
 
 SLEEP = "sleep"
 SIGNAL = "signal"
+
+
+async def reached_beyond(db: Db, run_id: RunId, reached: Mapping[tuple[str, str], int]) -> bool:
+    """Whether an earlier attempt of the run reached a sleep or wait past those this attempt
+    reached so far (`reached`: by kind and name, how many), in one statement."""
+    rows = await db.all(queries.REACHED, run_id=run_id)
+    return any(row["occurrence"] > reached.get((row["kind"], row["name"]), 0) for row in rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,3 +84,12 @@ MAILBOX = prepare(
     )
 )
 WAITING_RUNS = prepare(text("SELECT count(*) AS n FROM runs WHERE status = 'WAITING'"))
+# The sleeps and waits a run has reached so far (`ctx.patched`: has an earlier attempt gone past
+# this point?), the furthest occurrence of each; a limit's park is per attempt, not a point.
+REACHED = prepare(
+    text(
+        "SELECT kind, name, max(occurrence) AS occurrence FROM run_waits"
+        " WHERE run_id = :run_id AND NOT (kind = 'sleep' AND name LIKE 'limit:%')"
+        " GROUP BY kind, name"
+    )
+)

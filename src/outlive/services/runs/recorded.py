@@ -1,0 +1,149 @@
+"""What `outlive replay` reads: recorded runs with everything their code asked for (issue 43).
+
+A page of runs (filtered by agent, status, age, tenant), then, for the whole page, their steps
+(in completion order, with the code version that recorded each), their sleeps and waits and
+their children, in four statements of one READ ONLY transaction: replay writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import ARRAY, String, Uuid, bindparam, text
+
+from outlive.db.raw import prepare
+from outlive.db.tx import Sessions
+from outlive.services.runs.queries import RUN_COLUMNS
+from outlive.services.runs.records import RunRecord, to_record
+
+PAGE = 500  # runs read per round trip
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    agent: str | None = None
+    statuses: Sequence[str] = ()  # empty: every status
+    newer_than: datetime | None = None  # created at or after
+    older_than: datetime | None = None  # created at or before
+    tenant: str | None = None  # a tenant's slug
+    limit: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    resolved: bool
+    by: str | None
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Child:
+    id: UUID
+    status: str
+    output: Any
+    error: str | None
+
+
+@dataclass(slots=True)
+class Recorded:
+    """One run as recorded: its steps ((name, occurrence) -> result as JSON text, in completion
+    order), the code versions that recorded them, its waits ((kind, name, occurrence)) and its
+    children (by their step under it, "name#k" or "name#k[i]")."""
+
+    run: RunRecord
+    steps: dict[tuple[str, int], str] = field(default_factory=dict)
+    versions: set[str | None] = field(default_factory=set)
+    waits: dict[tuple[str, str, int], Wait] = field(default_factory=dict)
+    children: dict[str, Child] = field(default_factory=dict)
+
+
+_IDS = bindparam("ids", type_=ARRAY(Uuid()))
+RUNS = prepare(
+    text(
+        "SELECT r.* FROM runs r"
+        " WHERE (CAST(:agent AS text) IS NULL OR r.agent = :agent)"
+        " AND (cardinality(CAST(:statuses AS text[])) = 0 OR r.status = ANY (:statuses))"
+        " AND (CAST(:newer AS timestamptz) IS NULL OR r.created_at >= :newer)"
+        " AND (CAST(:older AS timestamptz) IS NULL OR r.created_at <= :older)"
+        " AND (CAST(:tenant AS text) IS NULL"
+        "      OR r.tenant_id = (SELECT id FROM tenants WHERE slug = :tenant))"
+        " AND (CAST(:after AS timestamptz) IS NULL OR (r.created_at, r.id)"
+        "      < (CAST(:after AS timestamptz), CAST(:after_id AS uuid)))"
+        " ORDER BY r.created_at DESC, r.id DESC LIMIT :page"
+    )
+    .bindparams(bindparam("statuses", type_=ARRAY(String())))
+    .columns(*RUN_COLUMNS)
+)
+STEPS = prepare(
+    text(
+        "SELECT run_id, name, occurrence, result::text AS result, code_version FROM run_steps"
+        " WHERE run_id = ANY (:ids) ORDER BY run_id, seq"
+    ).bindparams(_IDS)
+)
+WAITS = prepare(
+    text(
+        "SELECT run_id, kind, name, occurrence, resolved_at IS NOT NULL AS resolved,"
+        " resolved_by, payload::text AS payload FROM run_waits WHERE run_id = ANY (:ids)"
+    ).bindparams(_IDS)
+)
+CHILDREN = prepare(
+    text(
+        "SELECT parent_id, parent_step, id, status, output::text AS output, error FROM runs"
+        " WHERE parent_id = ANY (:ids)"
+    ).bindparams(_IDS)
+)
+
+
+def _json(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+async def read_recorded(sessions: Sessions, filters: Filters) -> list[Recorded]:
+    """The runs `filters` pick, newest first, each with what it recorded (read only)."""
+    found: list[Recorded] = []
+    after: tuple[datetime, UUID] | None = None
+    while len(found) < filters.limit:
+        page = await _page(sessions, filters, after, min(PAGE, filters.limit - len(found)))
+        found += page
+        if len(page) < PAGE:
+            break
+        after = (page[-1].run.created_at, page[-1].run.id)
+    return found
+
+
+async def _page(
+    sessions: Sessions, filters: Filters, after: tuple[datetime, UUID] | None, size: int
+) -> list[Recorded]:
+    async with sessions.unit() as uow:
+        await uow.execute(text("SET TRANSACTION READ ONLY"))
+        rows = await uow.all(
+            RUNS,
+            agent=filters.agent,
+            statuses=list(filters.statuses),
+            newer=filters.newer_than,
+            older=filters.older_than,
+            tenant=filters.tenant,
+            after=None if after is None else after[0],
+            after_id=None if after is None else after[1],
+            page=size,
+        )
+        runs = {row["id"]: Recorded(to_record(row)) for row in rows}
+        if not runs:
+            return []
+        ids = list(runs)
+        for row in await uow.all(STEPS, ids=ids):
+            recorded = runs[row["run_id"]]
+            recorded.steps[row["name"], row["occurrence"]] = row["result"]
+            recorded.versions.add(row["code_version"])
+        for row in await uow.all(WAITS, ids=ids):
+            wait = Wait(row["resolved"], row["resolved_by"], _json(row["payload"]))
+            runs[row["run_id"]].waits[row["kind"], row["name"], row["occurrence"]] = wait
+        for row in await uow.all(CHILDREN, ids=ids):
+            child = Child(row["id"], row["status"], _json(row["output"]), row["error"])
+            runs[row["parent_id"]].children[row["parent_step"]] = child
+    return list(runs.values())
