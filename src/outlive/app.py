@@ -233,7 +233,7 @@ class OutliveApp(Starlette):
         if self.unauthenticated is not None:
             pending = self.unauthenticated.pop(id(scope), None)
             if pending is not None:
-                pending.signed_in = True
+                pending.sign_in()
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
