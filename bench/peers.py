@@ -189,16 +189,25 @@ async def system_for(name: str, tenants: int) -> AsyncIterator[System]:
 
 async def measure(name: str, only: set[str], count: int, logs: Path) -> dict[str, float]:
     figures: dict[str, float] = {}
+    printed = False
+
+    def settings(system: System) -> None:
+        nonlocal printed
+        if not printed:
+            print(f"  {system.settings_text()}", flush=True)
+            printed = True
+
     for part, workers, key in (("crash", 2, ""), ("restart", 1, "restart_")):
         if part not in only:
             continue
         for kill in (True, False):
             async with system_for(name, CRASH["workflows"]) as system:
+                settings(system)
                 figures |= await crash(system, logs, kill, workers)
         figures[f"{key}lost_s"] = figures[f"{key}recovery_s"] - figures[f"{key}undisturbed_s"]
     if only & {"throughput", "step", "sleeps", "windmill"}:
         async with system_for(name, count) as system:
-            print(f"  {system.settings_text()}", flush=True)
+            settings(system)
             system.start_worker(logs / f"{name}-worker.log")
             await system.started(logs / f"{name}-worker.log")
             if "throughput" in only:

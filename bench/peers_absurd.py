@@ -7,6 +7,12 @@ Absurd needs its SQL schema in the database first. Its documentation installs it
 production); `absurdctl` (on PyPI, in the `peers` group) bundles the schema of its release, which
 the bench applies as is, then creates the queue `peers` (unpartitioned, Absurd's default).
 
+The worker is Absurd's asyncio one (`AsyncAbsurd.start_worker`), since every system here runs the
+same coroutine step bodies: it claims up to `concurrency` tasks at once and claims again when
+that batch has finished or suspended (its code gathers the batch), on one connection; its
+documentation scales workers by processes. Absurd's threaded worker refills slots as tasks
+finish instead; it is not the one measured.
+
 A crashed worker's tasks stay claimed until their lease (the worker's claim timeout, renewed by
 each checkpoint) expires; then the next claim by any worker fails the dead run and retries the
 task, whose finished steps are replayed from their checkpoints. The bench keeps the 120 s its
