@@ -1,73 +1,162 @@
-"""DBOS Transact's side of `bench/peers.py`: one worker process.
-
-    python bench/peers_dbos.py <system database url> <worker concurrency> <executor id>
-
-The same workflow as `peers_work.py` (steps, each a `@DBOS.step`, then an optional
-`DBOS.sleep_async`), on a queue `peers` with the given per-process concurrency. Settings: DBOS's
-defaults, which its documentation gives for production (queue polling every 1 s, the system
-database's pool, LISTEN/NOTIFY on), printed on start. Each process has an executor id of its own:
-a process started again with the id of one that crashed recovers that executor's pending
-workflows, as DBOS does in production (or through its Conductor, not used here)."""
+"""DBOS Transact's adapter in `bench/peers.py`: `peers_dbos_worker.py` processes, workflows
+enqueued through DBOS's client, the figures read from its system database (`dbos.*` tables)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import signal
+import subprocess
 import sys
-import threading
-import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from dbos import DBOS, DBOSConfig
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers_work import body_done
-
-QUEUE = "peers"
-
-
-@DBOS.step()  # type: ignore[untyped-decorator, unused-ignore]  # dbos: only in `peers`
-async def peer_step(workflow: str, i: int, delay_ms: int, counter_file: str | None) -> int:
-    if delay_ms:
-        await asyncio.sleep(delay_ms / 1000)
-    body_done(counter_file, workflow, i)
-    return i
+import asyncpg
+from _peers import (
+    CONCURRENCY,
+    HERE,
+    Done,
+    System,
+    fresh_database,
+    poll_until_all,
+    wait_log,
+    worker_process,
+)
+from sqlalchemy.engine import make_url
 
 
-@DBOS.workflow(name="peer")  # type: ignore[untyped-decorator, unused-ignore]
-async def peer(
-    steps: int, delay_ms: int = 0, sleep_s: float = 0, counter_file: str | None = None
-) -> dict[str, Any]:
-    workflow = DBOS.workflow_id or ""
-    for i in range(steps):
-        await peer_step(workflow, i, delay_ms, counter_file)
-    if not sleep_s:
-        return {"steps": steps}
-    await DBOS.sleep_async(sleep_s)
-    return {"wokeAt": time.time()}
+class DbosSystem(System):
+    def __init__(self, database_url: str) -> None:
+        super().__init__("dbos", make_url(database_url).database or "")
+        self.database_url = database_url
+        self.client: Any = None
+        self.conn: asyncpg.Connection
+        self.executors: list[str] = []
+
+    async def open(self) -> None:
+        from dbos import DBOSClient
+
+        self.conn = await asyncpg.connect(self.database_url)
+        self.client = DBOSClient(system_database_url=self.database_url)
+
+    def settings_text(self) -> str:
+        return (
+            f"DBOS {_dbos_version()}: queue 'peers' worker_concurrency={CONCURRENCY}; defaults"
+            " (queue polling 1 s, LISTEN/NOTIFY on, its pool sizes); executor id fixed"
+        )
+
+    def start_worker(self, log: Path, executor: str | None = None) -> subprocess.Popen[bytes]:
+        executor = executor or f"peers-{len(self.workers)}"
+        self.executors.append(executor)
+        args = [
+            sys.executable,
+            str(HERE / "peers_dbos_worker.py"),
+            self.database_url,
+            str(CONCURRENCY),
+            executor,
+        ]
+        process: subprocess.Popen[bytes] = worker_process(args, log)
+        self.workers.append(process)
+        return process
+
+    async def started(self, log: Path) -> None:
+        await wait_log(log, "dbos worker started")
+
+    async def submit(self, count: int, payload: dict[str, Any]) -> list[str]:
+        options = {"workflow_name": "peer", "queue_name": "peers"}
+
+        def one(_: int) -> str:
+            return str(self.client.enqueue(options, **payload).get_workflow_id())
+
+        # Submitted from 16 threads: DBOS's client is synchronous (a pool of connections).
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(16) as pool:
+            return list(
+                await asyncio.gather(*(loop.run_in_executor(pool, one, i) for i in range(count)))
+            )
+
+    async def finished(self, ids: list[str], timeout: float) -> list[Done]:
+        async def read() -> list[Any]:
+            return list(
+                await self.conn.fetch(
+                    "SELECT workflow_uuid, created_at, updated_at, status"
+                    " FROM dbos.workflow_status"
+                    " WHERE workflow_uuid = ANY($1::text[]) AND status IN ('SUCCESS', 'ERROR')",
+                    ids,
+                )
+            )
+
+        rows = await poll_until_all(self.name, len(ids), timeout, read)
+        bad = [r["status"] for r in rows if r["status"] != "SUCCESS"]
+        if bad:
+            raise RuntimeError(f"dbos: {len(bad)} workflows did not succeed")
+        outputs = await asyncio.gather(
+            *(asyncio.to_thread(self._result, r["workflow_uuid"]) for r in rows)
+        )
+        return [
+            Done(r["workflow_uuid"], r["created_at"] / 1000, r["updated_at"] / 1000, o)
+            for r, o in zip(rows, outputs, strict=True)
+        ]
+
+    def _result(self, workflow: str) -> Any:
+        return self.client.retrieve_workflow(workflow).get_result()
+
+    async def steps_done(self, ids: list[str]) -> dict[str, int]:
+        rows = await self.conn.fetch(
+            "SELECT workflow_uuid, count(*) AS n FROM dbos.operation_outputs"
+            " WHERE workflow_uuid = ANY($1::text[]) GROUP BY 1",
+            ids,
+        )
+        return {r["workflow_uuid"]: r["n"] for r in rows}
+
+    async def step_times(self, workflow: str) -> list[float]:
+        rows = await self.conn.fetch(
+            "SELECT completed_at_epoch_ms FROM dbos.operation_outputs WHERE workflow_uuid = $1"
+            " ORDER BY function_id",
+            workflow,
+        )
+        return [r["completed_at_epoch_ms"] / 1000 for r in rows]
+
+    async def wake_times(self, ids: list[str]) -> dict[str, float]:
+        rows = await self.conn.fetch(
+            "SELECT workflow_uuid, output FROM dbos.operation_outputs"
+            " WHERE workflow_uuid = ANY($1::text[]) AND function_name = 'DBOS.sleep'",
+            ids,
+        )
+        return {r["workflow_uuid"]: float(json.loads(r["output"])) for r in rows}
+
+    async def holder_of_most(self, ids: list[str]) -> int:
+        executor = await self.conn.fetchval(
+            "SELECT executor_id FROM dbos.workflow_status WHERE workflow_uuid = ANY($1::text[])"
+            " AND status = 'PENDING' GROUP BY 1 ORDER BY count(*) DESC LIMIT 1",
+            ids,
+        )
+        return self.executors.index(executor)
+
+    def restart(self, victim: int, log: Path) -> None:
+        self.start_worker(log, self.executors[victim])  # DBOS recovers by executor id
+
+    async def close(self) -> None:
+        await super().close()
+        await self.conn.close()
+        if self.client is not None:
+            self.client.destroy()
 
 
-def main() -> None:
-    url, concurrency, executor = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    config: DBOSConfig = {
-        "name": "peers",
-        "system_database_url": url,
-        "executor_id": executor,
-        "application_version": "peers-1",
-        "log_level": "WARNING",
-    }
-    print(json.dumps({"dbos_config": config, "queue": {"worker_concurrency": concurrency}}))
-    DBOS(config=config)
-    DBOS.launch()
-    DBOS.register_queue(QUEUE, worker_concurrency=concurrency)
-    print("dbos worker started", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop.wait()
-    DBOS.destroy()
+def _dbos_version() -> str:
+    from importlib.metadata import version
+
+    return version("dbos")
 
 
-if __name__ == "__main__":
-    main()
+@contextlib.asynccontextmanager
+async def dbos_system() -> AsyncIterator[System]:
+    async with fresh_database("peers_dbos") as url:
+        dbos = DbosSystem(url)
+        await dbos.open()
+        try:
+            yield dbos
+        finally:
+            await dbos.close()

@@ -1,14 +1,16 @@
-"""The same work for both systems of `bench/peers.py`: a workflow of `steps` steps, each one's
-body sleeping `delay_ms` and then appending `<workflow> <step>` to `counter_file` (when given:
-the bodies that finished, counted outside the process a crash kills), then an optional durable
-sleep of `sleep_s`, after which the workflow returns when it went on (`wokeAt`, wall clock): the
-bench compares it with the wake time each system recorded for the sleep."""
+"""The same work for every system of `bench/peers.py`, as Outlive's agent: a workflow of `steps`
+steps, each one's body sleeping `delay_ms` and then appending `<workflow> <step>` to
+`counter_file` (when given: the bodies that finished, counted outside the process a crash
+kills), then an optional durable sleep of `sleep_s`, after which the workflow returns when it
+went on (`wokeAt`, wall clock): the bench compares it with the wake time each system recorded
+for the sleep. The peers' workers (`peers_<system>_worker.py`) do the same with their SDKs."""
 
 from __future__ import annotations
 
 import asyncio
-import os
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,15 +18,8 @@ from pydantic.alias_generators import to_camel
 
 from outlive.agents.registry import Agent, RunContext
 
-
-def body_done(counter_file: str | None, workflow: str, step: int) -> None:
-    if not counter_file:
-        return
-    fd = os.open(counter_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, f"{workflow} {step}\n".encode())
-    finally:
-        os.close(fd)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers_body import body_done
 
 
 class PeerInput(BaseModel):
