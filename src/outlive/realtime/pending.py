@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import cast
 
 from starlette.types import Message, Receive, Send
 
@@ -25,7 +26,7 @@ class Unauthenticated:
         self._receive, self._send = receive, send
         # A bare future, not an Event: an Event's waiter deque is ~760 bytes, and with 10,000
         # sockets every byte kept per socket counts (issue 47, tracemalloc). Dropped at sign-in.
-        self._evicted: asyncio.Future[None] | None = asyncio.get_running_loop().create_future()
+        self._evicted: asyncio.Future[object] | None = asyncio.get_running_loop().create_future()
         self._closed = False
         self.signed_in = False  # from then on, receive and send go straight through
 
@@ -41,10 +42,10 @@ class Unauthenticated:
             return await self._receive()
         if self._closed:
             return {"type": "websocket.disconnect", "code": CLOSE_INIT_TIMEOUT}
-        getting = asyncio.ensure_future(self._receive())
+        getting: asyncio.Future[object] = asyncio.ensure_future(self._receive())
         await asyncio.wait({getting, self._evicted}, return_when=asyncio.FIRST_COMPLETED)
         if getting.done():
-            return getting.result()
+            return cast(Message, getting.result())
         getting.cancel()
         self._closed = True
         with contextlib.suppress(Exception):  # the client may be gone already
