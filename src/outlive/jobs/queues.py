@@ -123,6 +123,12 @@ class OutliveRedisQueue(RedisQueue):
             return (7, 0, 0)
         return await super().version()
 
+    async def notify(self, job: Job) -> None:
+        """saq publishes each change of a job for `Job.refresh` and `Queue.listen`, which Outlive
+        never uses; on a cluster a PUBLISH goes to every node, so there it is not sent."""
+        if not is_cluster(self.redis):
+            await super().notify(job)
+
     async def disconnect(self) -> None:
         if not is_cluster(self.redis):
             await super().disconnect()

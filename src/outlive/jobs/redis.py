@@ -59,8 +59,9 @@ def node_url(url: str) -> str:
 
 
 class OutliveCluster(RedisCluster):
-    """redis-py's async cluster client, with the `pubsub()` saq's queue asks for: classic pub/sub
-    on one node, which a cluster broadcasts to (and from) every node."""
+    """redis-py's async cluster client, with the classic pub/sub it lacks (`publish`, and the
+    `pubsub()` saq's queue asks for): on one node, which a cluster broadcasts to (and from)
+    every node. Announcements to API processes (revocations) go that way."""
 
     def __init__(self, *args: Any, subscribe_url: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -68,6 +69,11 @@ class OutliveCluster(RedisCluster):
 
     def pubsub(self, **kwargs: Any) -> PubSub:
         return Redis.from_url(self.subscribe_url).pubsub(**kwargs)
+
+    async def publish(self, channel: str | bytes, message: str | bytes, **kwargs: Any) -> int:
+        await self.initialize()
+        node = self.get_random_node()
+        return int(await self.execute_command("PUBLISH", channel, message, target_nodes=node))
 
 
 def create_redis(url: str, **kwargs: Any) -> Redis:
