@@ -45,7 +45,7 @@ from outlive.ids import TokenId
 from outlive.jobs.handlers.webhook_deliver_v1 import create_client as webhook_client
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
-from outlive.jobs.redis import is_cluster_url, node_url
+from outlive.jobs.redis import is_cluster_url, node_url, ready
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.jobs.telemetry import (
     MeteredTransport,
@@ -192,6 +192,8 @@ async def _open_queues(stack: AsyncExitStack, settings: Settings, redis_url: str
     )
     for queue in (runs, jobs):
         stack.push_async_callback(_disconnect, queue)
+    for client in (redis, runs.redis, jobs.redis):
+        await ready(client)
     if tracing.is_enabled():
         runs.register_before_enqueue(stamp_traceparent)
     sharded = await _open_sharded(stack, settings, redis_url, create_redis)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 import zlib
 from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
@@ -275,12 +274,11 @@ class PartitionedQueue(OutliveRedisQueue):
     partition (whose name it has) where saq's worker asks the queue itself (worker info), and
     routes by job key everything that concerns one job.
 
-    A worker's dequeue loops each have a home partition (round robin over the consumed ones) and
-    block there, so each partition has a waiting loop as soon as a worker has as many loops as
-    partitions and a job is taken with one command, as on one queue. A loop that waited
-    `steal_s` for nothing looks at the other partitions once (one non-blocking LMOVE each) and
-    keeps taking from the one that had work until it runs dry: a burst in one partition gets
-    every idle loop of the worker within `steal_s`."""
+    A worker's dequeue loop blocks on the consumed partition the fewest loops wait on, so each
+    partition has a waiting loop as soon as a worker has as many loops as partitions, and a job
+    is taken with one command, as on one queue. A loop that waited `steal_s` for nothing looks
+    at every partition once (one non-blocking LMOVE each): a burst in one partition gets every
+    idle loop of the worker within `steal_s`."""
 
     steal_s = 2.0
 
@@ -290,9 +288,7 @@ class PartitionedQueue(OutliveRedisQueue):
         self._parts = tuple(parts)
         chosen = consume if consume else range(len(parts))
         self.consumed = tuple(parts[i % len(parts)] for i in chosen)
-        self._homes: weakref.WeakKeyDictionary[asyncio.Task[Any], list[OutliveRedisQueue]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._waiting = [0] * len(self.consumed)  # dequeue loops blocked on each partition
 
     @property
     def partitions(self) -> Sequence[OutliveRedisQueue]:
@@ -329,35 +325,24 @@ class PartitionedQueue(OutliveRedisQueue):
     async def dequeue(self, timeout: float = 0.0, poll_interval: float = 0.0) -> Job | None:  # noqa: ASYNC109 (saq's signature)
         if len(self.consumed) == 1:
             return await self.consumed[0].dequeue(timeout, poll_interval)
-        loop = self._loop_of()
-        deadline = None if timeout <= 0 else asyncio.get_running_loop().time() + timeout
+        clock = asyncio.get_running_loop()
+        deadline = None if timeout <= 0 else clock.time() + timeout
         while True:
-            wait = self.steal_s
-            if deadline is not None:
-                wait = min(wait, deadline - asyncio.get_running_loop().time())
-                if wait <= 0:
-                    return None
-            job = await loop[1].dequeue(wait)
+            wait = self.steal_s if deadline is None else min(self.steal_s, deadline - clock.time())
+            if wait <= 0:
+                return None
+            home = min(range(len(self.consumed)), key=self._waiting.__getitem__)
+            self._waiting[home] += 1
+            try:
+                job = await self.consumed[home].dequeue(wait)
+            finally:
+                self._waiting[home] -= 1
             if job is not None:
                 return job
-            for part in self.consumed:
-                if part is loop[1]:
-                    continue
+            for part in self.consumed:  # nothing at home for a while: any work elsewhere?
                 job_id = await part.redis.lmove(part._queued, part._active, "LEFT", "RIGHT")
                 if job_id is not None:
-                    loop[1] = part  # until it runs dry
                     return await part._get_job_by_id(job_id)
-            loop[1] = loop[0]
-
-    def _loop_of(self) -> list[OutliveRedisQueue]:
-        """The calling dequeue loop's [home, current] partitions."""
-        task = asyncio.current_task()
-        assert task is not None  # noqa: S101 (saq's loops are tasks)
-        loop = self._homes.get(task)
-        if loop is None:
-            home = self.consumed[len(self._homes) % len(self.consumed)]
-            loop = self._homes[task] = [home, home]
-        return loop
 
     async def connect(self) -> None:
         for part in self._parts:

@@ -124,3 +124,10 @@ def _slotted_tag(base: str, index: int, partitions: int) -> str:
         attempt += 1
         tag = f"{base}-{index}-{attempt}"
     return tag
+
+
+async def ready(redis: Redis) -> None:
+    """A cluster client learns the cluster's slots before its first command (which would
+    otherwise spend part of its deadline, `OUTLIVE_QUEUE_TIMEOUT_S`, doing it)."""
+    if isinstance(redis, RedisCluster):
+        await redis.initialize()
