@@ -28,8 +28,10 @@ from urllib.parse import unquote, urlsplit
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.commands.core import AsyncScript
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
 from redis.crc import key_slot
+from redis.exceptions import NoScriptError
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -70,10 +72,29 @@ class OutliveCluster(RedisCluster):
     def pubsub(self, **kwargs: Any) -> PubSub:
         return Redis.from_url(self.subscribe_url).pubsub(**kwargs)
 
+    def register_script(self, script: Any) -> Any:  # redis-py types it for one Redis
+        return _NodeScript(cast(Redis, self), script)
+
     async def publish(self, channel: str | bytes, message: str | bytes, **kwargs: Any) -> int:
         await self.initialize()
         node = self.get_random_node()
         return int(await self.execute_command("PUBLISH", channel, message, target_nodes=node))
+
+
+class _NodeScript(AsyncScript):
+    """A Lua script on a cluster: EVALSHA, and EVAL when the node does not know it. redis-py's
+    own retry loads it with SCRIPT LOAD on every master its map lists, which fails while that map
+    still names a master lost moments ago (and a promoted replica has an empty script cache): the
+    queue's scripts failed that way until the map was refreshed. EVAL is routed by the keys, as
+    EVALSHA is, and leaves the script cached on that node."""
+
+    async def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        keys, args = list(keys or []), list(args or [])
+        client = self.registered_client if client is None else client
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await client.eval(self.script, len(keys), *keys, *args)
 
 
 def create_redis(url: str, **kwargs: Any) -> Redis:
