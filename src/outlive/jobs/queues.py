@@ -274,11 +274,12 @@ class PartitionedQueue(OutliveRedisQueue):
     partition (whose name it has) where saq's worker asks the queue itself (worker info), and
     routes by job key everything that concerns one job.
 
-    A worker's dequeue loop blocks on the consumed partition the fewest loops wait on, so each
-    partition has a waiting loop as soon as a worker has as many loops as partitions, and a job
-    is taken with one command, as on one queue. A loop that waited `steal_s` for nothing looks
-    at every partition once (one non-blocking LMOVE each): a burst in one partition gets every
-    idle loop of the worker within `steal_s`."""
+    A worker's dequeue loop first looks at the consumed partitions in turn (a non-blocking LMOVE
+    each, starting one further on each time: under load the first one has work), then blocks
+    on the partition the fewest loops wait on, for `steal_s` at most, and looks again. So each
+    partition has a waiting loop as soon as a worker has as many loops as partitions (a job
+    pushed to an idle queue is taken at once), and a burst in one partition gets every idle loop
+    of the worker within `steal_s`. An idle loop costs P + 1 commands every `steal_s`."""
 
     steal_s = 2.0
 
@@ -289,6 +290,7 @@ class PartitionedQueue(OutliveRedisQueue):
         chosen = consume if consume else range(len(parts))
         self.consumed = tuple(parts[i % len(parts)] for i in chosen)
         self._waiting = [0] * len(self.consumed)  # dequeue loops blocked on each partition
+        self._turn = 0  # where the next look for work starts: the partitions in turn
 
     @property
     def partitions(self) -> Sequence[OutliveRedisQueue]:
@@ -328,6 +330,12 @@ class PartitionedQueue(OutliveRedisQueue):
         clock = asyncio.get_running_loop()
         deadline = None if timeout <= 0 else clock.time() + timeout
         while True:
+            self._turn += 1
+            for at in range(len(self.consumed)):  # work anywhere? (one LMOVE each at most)
+                part = self.consumed[(self._turn + at) % len(self.consumed)]
+                job_id = await part.redis.lmove(part._queued, part._active, "LEFT", "RIGHT")
+                if job_id is not None:
+                    return await part._get_job_by_id(job_id)
             wait = self.steal_s if deadline is None else min(self.steal_s, deadline - clock.time())
             if wait <= 0:
                 return None
@@ -339,10 +347,6 @@ class PartitionedQueue(OutliveRedisQueue):
                 self._waiting[home] -= 1
             if job is not None:
                 return job
-            for part in self.consumed:  # nothing at home for a while: any work elsewhere?
-                job_id = await part.redis.lmove(part._queued, part._active, "LEFT", "RIGHT")
-                if job_id is not None:
-                    return await part._get_job_by_id(job_id)
 
     async def connect(self) -> None:
         for part in self._parts:
