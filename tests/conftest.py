@@ -21,7 +21,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from redis.asyncio import Redis
 from sqlalchemy.engine import make_url
 
 from outlive.cli import migrate
@@ -32,6 +31,7 @@ from outlive.embedded import embedded_postgres, embedded_redis
 from outlive.services.tenants import Principal, create_token
 from outlive.urls import PostgresUrl
 from tests import redis_claims
+from tests.redis_cluster import RedisClusterNodes, flush_redis
 from tests.slow import mark_slow
 from tests.support import Api, Servers, TenantHandle
 
@@ -70,6 +70,11 @@ def server_urls() -> Iterator[tuple[str, str]]:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="outlive-pg-")))
             pg = stack.enter_context(embedded_postgres(tmp / "pg"))
         redis = os.environ.get("REDIS_URL")
+        if os.environ.get("OUTLIVE_TEST_REDIS_CLUSTER") == "1":  # every test on a 6-node cluster
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="outlive-cluster-")))
+            nodes = RedisClusterNodes.start(tmp)
+            stack.callback(nodes.stop)
+            redis = nodes.url
         if not redis:
             redis = DEFAULT_REDIS if _answers("127.0.0.1", 6379) else None
         if not redis:
@@ -89,10 +94,10 @@ async def servers(server_urls: tuple[str, str]) -> AsyncIterator[Servers]:
     await asyncio.to_thread(migrate, database_url)
     template = f"{db_name}_template"
     await admin.execute(f'CREATE DATABASE "{template}" TEMPLATE "{db_name}"')
-    index = await redis_claims.claim(_with_db_index(base_redis, 0), run_id)
-    redis_url = _with_db_index(base_redis, index)
-    flusher = Redis.from_url(redis_url)
-    await flusher.flushdb()
+    clustered = "+cluster://" in base_redis  # a cluster of its own: db 0, nothing to claim
+    index = 0 if clustered else await redis_claims.claim(_with_db_index(base_redis, 0), run_id)
+    redis_url = base_redis if clustered else _with_db_index(base_redis, index)
+    flush_redis(redis_url)
     servers = Servers(
         admin_url=admin_pg,
         database_url=database_url,
@@ -104,9 +109,9 @@ async def servers(server_urls: tuple[str, str]) -> AsyncIterator[Servers]:
     try:
         yield servers
     finally:
-        await flusher.flushdb()
-        await flusher.aclose()
-        await redis_claims.release(_with_db_index(base_redis, 0), index)
+        flush_redis(redis_url)
+        if not clustered:
+            await redis_claims.release(_with_db_index(base_redis, 0), index)
         for name in [*servers.cloned, template, db_name]:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
@@ -167,9 +172,7 @@ _SETTLE_LEFTOVERS = """
 async def clean_redis(servers: Servers) -> None:
     """Every test starts with an empty queue and no live work left by the tests before it
     (their workers are stopped by then)."""
-    redis = Redis.from_url(servers.redis_url)
-    await redis.flushdb()
-    await redis.aclose()
+    flush_redis(servers.redis_url)
     conn = await asyncpg.connect(_asyncpg_dsn(servers.database_url))
     try:
         await conn.execute(_SETTLE_LEFTOVERS)

@@ -18,6 +18,7 @@ SLOW_MODULES = (
     "tests/agents/test_replay_crash.py",
     "tests/browser/",
     "tests/chaos/",  # test_budget_chaos.py too
+    "tests/cluster/",
     "tests/relay/",
     "tests/db/test_cli_pgbouncer.py",
     "tests/db/test_failover.py",
@@ -49,6 +50,7 @@ SLOW_MODULES = (
 )
 SLOW_TESTS = (
     "tests/test_run_budget.py::test_one_run_costs_what_the_budget_says",
+    "tests/test_run_budget.py::test_one_run_costs_the_same_on_a_redis_cluster",
     "tests/cron/test_dispatch.py::test_two_worker_processes_run_each_tick_exactly_once",
     "tests/graphql/test_coalescing.py::test_a_commit_made_before_a_read_arrives_is_in_its_answer",
     "tests/jobs/test_consumer.py::test_a_failing_handler_is_retried_on_the_exact_doubling_schedule",

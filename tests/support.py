@@ -23,7 +23,11 @@ from outlive.app import build_app
 from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.ids import RunId, TenantId
+from outlive.jobs.redis import is_cluster_url, node_url
+from outlive.realtime.hub import Hub
+from outlive.realtime.links import Sharded
 from outlive.realtime.nudges import channel_prefix
+from outlive.realtime.revocations import control_channel
 from outlive.services.runs import EventRecord, RunRecord, list_events, read_run
 from outlive.services.tenants import Principal
 
@@ -142,14 +146,30 @@ class NudgeWatch:
     """Listens to a tenant's nudge channel; `until` re-reads the row after each nudge."""
 
     def __init__(self, redis_url: str, sessions: Sessions, tenant_id: UUID) -> None:
-        self._redis = Redis.from_url(redis_url)
+        self._url = redis_url
+        self._redis = Redis.from_url(node_url(redis_url))
         self._pubsub = self._redis.pubsub()
         self._channel = f"{channel_prefix(redis_url)}{tenant_id}"
         self._sessions = sessions
         self._tenant_id = tenant_id
+        self._hub: Hub | None = None  # on a cluster: nudges are sharded there, the hub's way
+        self._subscriber: Any = None
         self.seen: list[dict[str, Any]] = []
 
     async def __aenter__(self) -> NudgeWatch:
+        if is_cluster_url(self._url):
+            node = node_url(self._url)
+            self._hub = Hub(
+                self._redis,
+                prefix=channel_prefix(self._url),
+                control_channel=control_channel(self._url),
+                on_control=lambda _: None,
+                sharded=Sharded(node, Redis.from_url),
+            )
+            await self._hub.start()
+            self._subscriber = self._hub.add(self._tenant_id)
+            assert await self._hub.heard(self._tenant_id)
+            return self
         await self._pubsub.subscribe(self._channel)
         # Wait for Redis to confirm: a publish before that would be lost to this watcher.
         while True:
@@ -158,14 +178,26 @@ class NudgeWatch:
                 return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._hub is not None:
+            await self._hub.stop()
         await self._pubsub.aclose()
         await self._redis.aclose()
 
     async def next_nudge(self, timeout: float) -> dict[str, Any] | None:
-        message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
-        if message is None:
-            return None
-        nudge: dict[str, Any] = json.loads(message["data"])
+        if self._subscriber is not None:
+            try:
+                async with asyncio.timeout(timeout):
+                    raw: str | bytes = (await self._subscriber.next()).nudge.to_wire()
+            except TimeoutError:
+                return None
+        else:
+            message = await self._pubsub.get_message(
+                ignore_subscribe_messages=True, timeout=timeout
+            )
+            if message is None:
+                return None
+            raw = message["data"]
+        nudge: dict[str, Any] = json.loads(raw)
         self.seen.append(nudge)
         return nudge
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import pytest
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -54,6 +55,7 @@ from outlive.runtime import open_runtime
 from outlive.services.tenants import create_token
 from outlive.worker import WorkerHost
 from tests.faults import OwnPostgres, OwnRedis
+from tests.redis_cluster import MISSING, TOOLS, RedisClusterNodes
 from tests.support import Api, loopback_server
 
 BUDGET = Path(__file__).with_name("run_budget.json")
@@ -63,6 +65,9 @@ CREATE_ENDPOINT = """mutation($url: String!) {
   createWebhookEndpoint(url: $url) { endpoint { id } } }"""
 SETUP_COMMANDS = {"client", "hello", "select", "ping", "info", "config"}
 SENTINEL = "outlive-budget-test-end"
+CLUSTER_FACTOR = 1.1  # Redis commands per run on a cluster, against one Redis
+CLUSTER_SETUP = {"cluster", "readonly", "role", "replconf"}  # the map, our ROLE, replication
+WARM_UPS = 6  # lives before the one counted, on a cluster: most partitions have seen a script
 
 
 class Receiver:
@@ -77,32 +82,47 @@ class Receiver:
 
 
 @asynccontextmanager
-async def _servers(tmp_path: Path) -> AsyncIterator[tuple[OwnPostgres, OwnRedis]]:
+async def _servers(tmp_path: Path, cluster: bool) -> AsyncIterator[tuple[OwnPostgres, str]]:
+    """Its PostgreSQL, and the URL of its Redis: one, or a cluster of 3 masters (and their
+    replicas) with `cluster`."""
     settings = {
         "autovacuum": "off",
         "log_statement": "all",
         "log_line_prefix": "@%d|%v|",  # the database and the virtual transaction id
     }
     async with OwnPostgres.running(settings) as postgres:
+        if cluster:
+            nodes = RedisClusterNodes.start(tmp_path / "cluster")
+            try:
+                yield postgres, nodes.url
+            finally:
+                nodes.stop()
+            return
         redis = OwnRedis(tmp_path / "redis")
         await redis.start()
         try:
-            yield postgres, redis
+            yield postgres, redis.url
         finally:
             await redis.kill()
 
 
 async def _commandstats(url: str) -> Counter[str]:
-    client = Redis.from_url(url)
-    try:
-        stats = await client.info("commandstats")
-    finally:
-        await client.aclose()
+    """The commands the Redis (every master of a cluster: a replica's are copies) executed."""
     counts: Counter[str] = Counter()
-    for key, value in stats.items():
-        name = key.removeprefix("cmdstat_")
-        if name.split("|")[0] not in SETUP_COMMANDS:
-            counts[name] = int(value["calls"])
+    hosts = url.split("://", 1)[1].split("/")[0].split(",")
+    urls = [f"redis://{h}/0" for h in hosts] if "+cluster://" in url else [url]
+    for node in urls:
+        client = Redis.from_url(node)
+        try:
+            if "+cluster://" in url and (await client.execute_command("ROLE"))[0] != b"master":
+                continue
+            stats = await client.info("commandstats")
+        finally:
+            await client.aclose()
+        for key, value in stats.items():
+            name = key.removeprefix("cmdstat_")
+            if name.split("|")[0] not in SETUP_COMMANDS | CLUSTER_SETUP:
+                counts[name] += int(value["calls"])
     return counts
 
 
@@ -201,12 +221,15 @@ class StatementLog:
         return rows
 
 
-async def _measure(tmp_path: Path) -> dict[str, Any]:
+async def _measure(tmp_path: Path, *, cluster: bool = False) -> dict[str, Any]:
     receiver = Receiver()
     hook = Starlette(routes=[Route("/hook", receiver.hook, methods=["POST"])])
-    async with _servers(tmp_path) as (postgres, redis), loopback_server(hook) as base:
-        settings = Settings(
-            database_url=postgres.url, redis_url=redis.url, webhook_allow_private=True
+    async with _servers(tmp_path, cluster) as (postgres, redis_url), loopback_server(hook) as base:
+        settings = Settings(  # no metrics sample in the window: it is not the run's
+            database_url=postgres.url,
+            redis_url=redis_url,
+            webhook_allow_private=True,
+            metrics_sample_s=3600,
         )
         engine = create_engine(postgres.url)
         async with create_sessions(engine).unit() as uow:
@@ -230,11 +253,13 @@ async def _measure(tmp_path: Path) -> dict[str, Any]:
             for worker in workers:
                 await worker.queue.connect()
             await api.gql(CREATE_ENDPOINT, {"url": f"{base}/hook"}, token=token)
-            await _life(api, workers, token, receiver)  # warm-up, not counted
+            for _ in range(WARM_UPS if cluster else 1):  # warm-up, not counted (a cluster's
+                await _life(api, workers, token, receiver)  # scripts: on each master it uses)
             for publisher in publishers:
                 await publisher.drain()
-            nudges = await stack.enter_async_context(NudgeCount(redis.url))
-            redis_before = await _commandstats(redis.url)
+            # a cluster's nudges are sharded: counted as the SPUBLISH commands that carry them
+            nudges = None if cluster else await stack.enter_async_context(NudgeCount(redis_url))
+            redis_before = await _commandstats(redis_url)
             await log.mark("budget-begin")
 
             await _life(api, workers, token, receiver)
@@ -242,8 +267,8 @@ async def _measure(tmp_path: Path) -> dict[str, Any]:
             for publisher in publishers:
                 await publisher.drain()
             await log.mark("budget-end")
-            redis_after = await _commandstats(redis.url)
-            nudge_types = Counter(await nudges.until_sentinel())
+            redis_after = await _commandstats(redis_url)
+            nudge_types = Counter() if nudges is None else Counter(await nudges.until_sentinel())
         statements = await log.between("budget-begin", "budget-end")
     commands = redis_after - redis_before
     return {
@@ -292,6 +317,20 @@ async def test_one_run_costs_what_the_budget_says(tmp_path: Path) -> None:
     assert measured["nudges"] > 0  # the counting sees the run's nudges at all
     assert measured["redis"]["commands"] > 0
     assert measured["postgres"]["statements"] >= measured["postgres"]["transactions"] > 0
+
+
+@pytest.mark.skipif(TOOLS is None, reason=MISSING)
+async def test_one_run_costs_the_same_on_a_redis_cluster(tmp_path: Path) -> None:
+    """The same life on a cluster of 3 masters (3 run partitions, 3 jobs partitions): the same
+    statements, and Redis commands within 1.1x of one Redis's budget."""
+    measured = await _measure(tmp_path, cluster=True)
+    budget = json.loads(BUDGET.read_text())
+    detail = json.dumps(measured["detail"], indent=2)
+    assert measured["postgres"]["statements"] == budget["postgres"]["statements"], detail
+    assert measured["detail"]["statements"] == budget["detail"]["statements"], detail
+    assert 0 < measured["redis"]["commands"] <= CLUSTER_FACTOR * budget["redis"]["commands"], detail
+    assert measured["detail"]["redis_commands"].get("spublish", 0) == budget["nudges"], detail
+    print(f"\nredis commands per run: {measured['redis']['commands']} on a cluster")  # noqa: T201
 
 
 def test_the_comparison_fails_on_growth_and_on_a_large_shrink() -> None:

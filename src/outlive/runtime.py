@@ -45,6 +45,7 @@ from outlive.ids import TokenId
 from outlive.jobs.handlers.webhook_deliver_v1 import create_client as webhook_client
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
+from outlive.jobs.redis import is_cluster_url, node_url, ready
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.jobs.telemetry import (
     MeteredTransport,
@@ -183,9 +184,16 @@ def _urls(settings: Settings, role: Role) -> tuple[str, str | None]:
 async def _open_queues(stack: AsyncExitStack, settings: Settings, redis_url: str) -> Queues:
     redis = create_redis(redis_url)
     stack.push_async_callback(redis.aclose)
-    runs, jobs = create_queue(redis_url, RUNS_QUEUE), create_queue(redis_url, JOBS_QUEUE)
+    runs, jobs = (
+        create_queue(
+            redis_url, name, partitions=partitions(settings), consume=settings.queue_consume
+        )
+        for name in (RUNS_QUEUE, JOBS_QUEUE)
+    )
     for queue in (runs, jobs):
         stack.push_async_callback(_disconnect, queue)
+    for client in (redis, runs.redis, jobs.redis):
+        await ready(client)
     if tracing.is_enabled():
         runs.register_before_enqueue(stamp_traceparent)
     sharded = await _open_sharded(stack, settings, redis_url, create_redis)
@@ -199,14 +207,25 @@ async def _open_queues(stack: AsyncExitStack, settings: Settings, redis_url: str
 async def _open_sharded(
     stack: AsyncExitStack, settings: Settings, redis_url: str, connect: Callable[[str], Redis]
 ) -> Sharded | None:
-    """`OUTLIVE_NUDGES_SHARDED`: nudges on sharded pub/sub, on `OUTLIVE_NUDGES_REDIS_URL` (a
-    Redis Cluster node, or any Redis >= 7) or else `REDIS_URL`."""
-    if not settings.nudges_sharded or not settings.realtime:
+    """`OUTLIVE_NUDGES_SHARDED` (always on a cluster): nudges on sharded pub/sub, on
+    `OUTLIVE_NUDGES_REDIS_URL` (a Redis Cluster node, or any Redis >= 7) or else `REDIS_URL`."""
+    if not _sharded_nudges(settings, redis_url):
         return None
-    sharded = Sharded(settings.nudges_redis_url or redis_url, connect)
+    sharded = Sharded(settings.nudges_redis_url or node_url(redis_url), connect)
     stack.push_async_callback(sharded.aclose)
     await sharded.discover()
     return sharded
+
+
+def partitions(settings: Settings) -> int:
+    """`OUTLIVE_QUEUE_PARTITIONS`, else 1 on one Redis and 3 on a cluster (one per master of
+    three: `outlive.jobs.redis.queue_names`)."""
+    _, redis_url = settings.require_services()
+    return settings.queue_partitions or (3 if is_cluster_url(redis_url) else 1)
+
+
+def _sharded_nudges(settings: Settings, redis_url: str) -> bool:
+    return settings.realtime and (settings.nudges_sharded or is_cluster_url(redis_url))
 
 
 async def _disconnect(queue: RedisQueue) -> None:
@@ -261,7 +280,8 @@ async def _open_realtime(
     revocations,
     which evict the token from the principal cache and close its sockets. The cache is used
     only while that subscription is live."""
-    redis = create_redis(redis_url, client_name=hub_client_name())
+    # classic pub/sub (the control channel) on one node: a cluster carries it to every node
+    redis = create_redis(node_url(redis_url), client_name=hub_client_name())
     stack.push_async_callback(redis.aclose)
     sockets = SocketRegistry(
         max_per_tenant=settings.ws_max_per_tenant, recheck_s=settings.ws_recheck_s
@@ -283,8 +303,8 @@ async def _open_realtime(
 
     name = hub_client_name()
     sharded = None
-    if settings.nudges_sharded and settings.realtime:
-        url = settings.nudges_redis_url or redis_url
+    if _sharded_nudges(settings, redis_url):
+        url = settings.nudges_redis_url or node_url(redis_url)
         sharded = Sharded(url, lambda node_url: create_redis(node_url, client_name=name))
     hub = Hub(
         redis,

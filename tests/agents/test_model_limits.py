@@ -211,7 +211,7 @@ async def test_one_tenant_s_huge_calls_never_hold_another_tenant_s_call(
                 theirs = await api.start_run(b.token, "llm", {"prompt": "hello", "stream": False})
                 done = await watch_b.until(theirs["run"]["id"], settled, timeout=20)
             redis = Redis.from_url(settings.redis_url)
-            level = await redis.hget(f"{LIMITS_PREFIX}llm:tokens:global", "tokens")
+            level = await redis.hget(f"{LIMITS_PREFIX}{{llm}}:tokens:global", "tokens")
             await redis.aclose()
         finally:
             await host.stop()

@@ -30,7 +30,7 @@ def settings(servers: Servers) -> Settings:
 
 
 async def level(redis: Redis, key: str) -> float:
-    raw = await redis.hget(f"{PREFIX}llm:tokens:{key}", "tokens")
+    raw = await redis.hget(f"{PREFIX}{{llm}}:tokens:{key}", "tokens")
     return float(raw) if raw is not None else float("nan")
 
 

@@ -33,6 +33,16 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("DATABASE_URL", "database_url")
     )
     redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "redis_url"))
+    redis_cluster: bool = Field(False, description="REDIS_URL names a Redis Cluster node")
+    queue_partitions: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="saq queues each queue spreads over; unset: 1, 3 on a cluster",
+    )
+    queue_consume: Annotated[list[int], NoDecode] = Field(
+        default_factory=list, description="the partitions a worker consumes (`0,2`); empty: all"
+    )
 
     # Runs (contract §2 and §7).
     run_retry_delay_s: float = Field(5.0, ge=0)
@@ -395,11 +405,19 @@ class Settings(BaseSettings):
             PostgresUrl.parse(value)  # one host or several (`outlive.urls`); says what is wrong
         return value
 
+    @field_validator("queue_consume", mode="before")
+    @classmethod
+    def _split_consume(cls, value: object) -> object:
+        return [int(v) for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+
     @field_validator("redis_url")
     @classmethod
     def _check_redis_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("REDIS_URL must be redis://…, rediss://… or unix://…")
+        schemes = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
+        if value is not None and not value.startswith(schemes):
+            raise ValueError(
+                "REDIS_URL must be redis://…, rediss://…, unix://… or redis+cluster://…"
+            )
         return value
 
     def liveness_url(self) -> str | None:
@@ -413,7 +431,10 @@ class Settings(BaseSettings):
     def require_services(self) -> tuple[str, str]:
         """The two URLs a server process cannot run without; never a silent inline fallback."""
         if self.database_url and self.redis_url:
-            return self.database_url, self.redis_url
+            redis_url = self.redis_url
+            if self.redis_cluster and redis_url.startswith(("redis://", "rediss://")):
+                redis_url = redis_url.replace("://", "+cluster://", 1)  # OUTLIVE_REDIS_CLUSTER=1
+            return self.database_url, redis_url
         missing = [
             name
             for name, value in (("DATABASE_URL", self.database_url), ("REDIS_URL", self.redis_url))

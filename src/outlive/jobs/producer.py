@@ -14,6 +14,7 @@ from saq.queue.redis import RedisQueue
 from outlive.config import Settings
 from outlive.errors import QueueUnavailable
 from outlive.jobs.envelopes import ENVELOPES, Envelope, EnvelopeTypes
+from outlive.jobs.queues import OutliveRedisQueue
 from outlive.telemetry import tracing
 
 CONSUME_TASK = "consume"
@@ -64,6 +65,8 @@ class SaqJobProducer:
         try:
             async with asyncio.timeout(self._timeout_s):
                 queue = cast(RedisQueue, self.queue)
+                if isinstance(queue, OutliveRedisQueue):  # the partition that holds it
+                    queue = queue.partition(str(envelope.id))
                 moved = await self._bring_forward_script(queue)(
                     keys=[queue.namespace("incomplete"), queue.job_id(str(envelope.id))],
                     args=[time.time()],

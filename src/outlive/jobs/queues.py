@@ -23,19 +23,37 @@ fences a stalled attempt (see `outlive.services.runs`); jobs-queue handlers are 
 queued and was not enqueued that way (after those that were, in their order). A run woken from a
 durable sleep or a wait is owed its slot now; behind a backlog of runs that have not started,
 its timer would fire late by the whole backlog.
+
+On a Redis Cluster (`outlive.jobs.redis`) saq runs as it is but for three things this class
+changes: a job's abort key (saq's `saq:abort:<key>` has no hash tag, and saq's enqueue script
+touches it with the queue's keys: CROSSSLOT) is the queue's own `abort:<key>`; the server version
+(a cluster answers INFO once per node) is not asked; and the client closes without the
+`connection_pool` a cluster client has none of. Nothing in Outlive aborts a saq job, so the abort
+key is only ever checked, never set.
+
+`PartitionedQueue` spreads one queue over P saq queues (one hash tag, so one slot, each): a job
+goes to the partition its key hashes to (the run id; the envelope id), so every hand-off of a run
+(the API's, the relay's rebuild, a redelivery) finds the same partition, and saq's once-per-key
+enqueue holds. A worker consumes all partitions, or those `OUTLIVE_QUEUE_CONSUME` names.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
+from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-from redis.asyncio import Redis
 from saq.job import Job, Status
 from saq.queue.redis import RedisQueue
+from saq.types import CountKind, VersionTuple
 from saq.utils import now
+
+from outlive.jobs.redis import create_redis, is_cluster, is_cluster_url, queue_names
+
+__all__ = ["create_queue", "create_redis"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +70,7 @@ class OutliveRedisQueue(RedisQueue):
     _repair_script: Any = None
     _drop_script: Any = None
     _first_script: Any = None
+    _plain_script: Any = None
 
     async def enqueue_first(self, function: str, **kwargs: Any) -> Job | None:
         """saq's `enqueue` (a no-op while a job with that key is queued, scheduled or running),
@@ -63,24 +82,58 @@ class OutliveRedisQueue(RedisQueue):
         finally:
             _first.reset(token)
 
+    @property
+    def partitions(self) -> Sequence[OutliveRedisQueue]:
+        return (self,)
+
+    def partition(self, key: str) -> OutliveRedisQueue:
+        """The saq queue that holds the job keyed `key`: this one (see `PartitionedQueue`)."""
+        return self
+
+    def abort_key(self, job: Job) -> str:
+        return self.namespace(f"abort:{job.key}")
+
     async def _enqueue(self, job: Job) -> Job | None:
-        if not _first.get() or job.scheduled:
-            return await super()._enqueue(job)
-        if not self._first_script:
+        first = _first.get() and not job.scheduled
+        if first and not self._first_script:
             self._first_script = self.redis.register_script(_ENQUEUE_FIRST)
+        elif not first and not self._plain_script:
+            self._plain_script = self.redis.register_script(_ENQUEUE)
+        keys = [self._incomplete, job.id, self._queued, self.abort_key(job)]
         async with self._op_sem:
-            done = await self._first_script(
-                keys=[
-                    self._incomplete,
-                    job.id,
-                    self._queued,
-                    job.abort_id,
-                    self.namespace("last-first"),
-                ],
-                args=[self.serialize(job), FIRST_SCAN],
-                client=self.redis,
-            )
+            if first:
+                done = await self._first_script(
+                    keys=[*keys, self.namespace("last-first")],
+                    args=[self.serialize(job), FIRST_SCAN],
+                    client=self.redis,
+                )
+            else:
+                done = await self._plain_script(
+                    keys=keys, args=[self.serialize(job), job.scheduled], client=self.redis
+                )
         return job if done else None
+
+    async def finish_abort(self, job: Job) -> None:
+        await self.redis.delete(self.abort_key(job))
+        await job.finish(Status.ABORTED, error=job.error)  # saq's `Queue.finish_abort`
+
+    async def version(self) -> VersionTuple:
+        if is_cluster(self.redis):  # INFO answers per node; a cluster is Redis >= 7
+            return (7, 0, 0)
+        return await super().version()
+
+    async def notify(self, job: Job) -> None:
+        """saq publishes each change of a job for `Job.refresh` and `Queue.listen`, which Outlive
+        never uses; on a cluster a PUBLISH goes to every node, so there it is not sent."""
+        if not is_cluster(self.redis):
+            await super().notify(job)
+
+    async def disconnect(self) -> None:
+        if not is_cluster(self.redis):
+            await super().disconnect()
+            return
+        await self._pubsub.close()
+        await self.redis.aclose()
 
     async def sweep(self, lock: int = 60, abort: float = 5.0) -> list[str]:
         if not self._cleanup_script:
@@ -175,7 +228,18 @@ redis.call('PUBLISH', KEYS[1], ARGV[5])
 return 1
 """
 
-# KEYS: incomplete, job id, queued, abort id, the id of the last job enqueued first. ARGV: the
+# KEYS: incomplete, job id, queued, abort key. ARGV: the record, when it is due (0: now). saq's.
+_ENQUEUE = """
+if not redis.call('ZSCORE', KEYS[1], KEYS[2]) and redis.call('EXISTS', KEYS[4]) == 0 then
+    redis.call('SET', KEYS[2], ARGV[1])
+    redis.call('ZADD', KEYS[1], ARGV[2], KEYS[2])
+    if ARGV[2] == '0' then redis.call('RPUSH', KEYS[3], KEYS[2]) end
+    return 1
+end
+return nil
+"""
+
+# KEYS: incomplete, job id, queued, abort key, the id of the last job enqueued first. ARGV: the
 # record, how far to look for that last one. saq's enqueue script, except where the job goes:
 # right after the last job enqueued first while it still waits near the head, else at the head.
 _ENQUEUE_FIRST = """
@@ -205,10 +269,110 @@ return 1
 """
 
 
-def create_redis(url: str, **kwargs: Any) -> Redis:
-    return Redis.from_url(url, socket_connect_timeout=3, health_check_interval=30, **kwargs)
+class PartitionedQueue(OutliveRedisQueue):
+    """One queue over several saq queues (see the module's docstring). It answers for its first
+    partition (whose name it has) where saq's worker asks the queue itself (worker info), and
+    routes by job key everything that concerns one job.
+
+    A worker's dequeue loop first looks at the consumed partitions in turn (a non-blocking LMOVE
+    each, starting one further on each time: under load the first one has work), then blocks
+    on the partition the fewest loops wait on, for `steal_s` at most, and looks again. So each
+    partition has a waiting loop as soon as a worker has as many loops as partitions (a job
+    pushed to an idle queue is taken at once), and a burst in one partition gets every idle loop
+    of the worker within `steal_s`. An idle loop costs P + 1 commands every `steal_s`."""
+
+    steal_s = 2.0
+
+    def __init__(self, parts: Sequence[OutliveRedisQueue], consume: Sequence[int] | None = None):
+        first = parts[0]
+        super().__init__(first.redis, name=first.name, max_concurrent_ops=MAX_CONCURRENT_OPS)
+        self._parts = tuple(parts)
+        chosen = consume if consume else range(len(parts))
+        self.consumed = tuple(parts[i % len(parts)] for i in chosen)
+        self._waiting = [0] * len(self.consumed)  # dequeue loops blocked on each partition
+        self._turn = 0  # where the next look for work starts: the partitions in turn
+
+    @property
+    def partitions(self) -> Sequence[OutliveRedisQueue]:
+        return self._parts
+
+    def partition(self, key: str) -> OutliveRedisQueue:
+        return self._parts[zlib.crc32(key.encode()) % len(self._parts)]
+
+    def job_id(self, job_key: str) -> str:
+        return self.partition(job_key).job_id(job_key)
+
+    async def _enqueue(self, job: Job) -> Job | None:
+        part = self.partition(job.key)
+        job.queue = part  # its record names the partition, which deserializes it
+        return await part._enqueue(job)
+
+    async def job(self, job_key: str) -> Job | None:
+        return await self.partition(job_key).job(job_key)
+
+    async def jobs(self, job_keys: Iterable[str]) -> list[Job | None]:
+        return [await self.job(key) for key in job_keys]
+
+    async def count(self, kind: CountKind) -> int:
+        return sum([await part.count(kind) for part in self._parts])
+
+    async def schedule(self, lock: int = 1) -> list[str]:
+        done = await asyncio.gather(*(part.schedule(lock) for part in self.consumed))
+        return [job_id for ids in done for job_id in ids]
+
+    async def sweep(self, lock: int = 60, abort: float = 5.0) -> list[str]:
+        done = await asyncio.gather(*(part.sweep(lock, abort) for part in self.consumed))
+        return [job_id for ids in done for job_id in ids]
+
+    async def dequeue(self, timeout: float = 0.0, poll_interval: float = 0.0) -> Job | None:  # noqa: ASYNC109 (saq's signature)
+        if len(self.consumed) == 1:
+            return await self.consumed[0].dequeue(timeout, poll_interval)
+        clock = asyncio.get_running_loop()
+        deadline = None if timeout <= 0 else clock.time() + timeout
+        while True:
+            self._turn += 1
+            for at in range(len(self.consumed)):  # work anywhere? (one LMOVE each at most)
+                part = self.consumed[(self._turn + at) % len(self.consumed)]
+                job_id = await part.redis.lmove(part._queued, part._active, "LEFT", "RIGHT")
+                if job_id is not None:
+                    return await part._get_job_by_id(job_id)
+            wait = self.steal_s if deadline is None else min(self.steal_s, deadline - clock.time())
+            if wait <= 0:
+                return None
+            home = min(range(len(self.consumed)), key=self._waiting.__getitem__)
+            self._waiting[home] += 1
+            try:
+                job = await self.consumed[home].dequeue(wait)
+            finally:
+                self._waiting[home] -= 1
+            if job is not None:
+                return job
+
+    async def connect(self) -> None:
+        for part in self._parts:
+            await part.connect()
+        await super().connect()
+
+    async def disconnect(self) -> None:
+        for part in self._parts[1:]:
+            await part._pubsub.close()
+        await super().disconnect()  # the first partition's, and the client they share
 
 
-def create_queue(redis_url: str, name: str, *, max_connections: int | None = None) -> RedisQueue:
+MAX_CONCURRENT_OPS = 50
+
+
+def create_queue(
+    redis_url: str,
+    name: str,
+    *,
+    partitions: int = 1,
+    consume: Sequence[int] | None = None,
+    max_connections: int | None = None,
+) -> OutliveRedisQueue:
+    """The queue `name` on `redis_url`, spread over `partitions` saq queues; a worker's consumes
+    `consume` (indexes; None: all). One partition on one Redis is one saq queue as always."""
     redis = create_redis(redis_url, max_connections=max_connections)
-    return OutliveRedisQueue(redis, name=name, max_concurrent_ops=50)
+    names = queue_names(name, partitions, cluster=is_cluster_url(redis_url))
+    parts = [OutliveRedisQueue(redis, name=n, max_concurrent_ops=MAX_CONCURRENT_OPS) for n in names]
+    return parts[0] if len(parts) == 1 else PartitionedQueue(parts, consume)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -51,19 +52,36 @@ TIMER_SLACK_S = 0.005  # a pass for a timer starts just after it is due (Postgre
 
 
 class RedisQueueMarker:
-    """The queue's marker: a key that only a loss of the queue's data removes."""
+    """The queue's marker: a key that only a loss of the queue's data removes. A queue spread
+    over partitions has one in each partition's slot (`marker_keys`): on a cluster, the loss of
+    any master's data (a master restarted empty, with no replica to take over) is seen."""
 
-    def __init__(self, redis: Redis, *, timeout_s: float) -> None:
+    def __init__(self, redis: Redis, *, timeout_s: float, keys: Sequence[str] = (MARKER_KEY,)):
         self._redis = redis
         self._timeout_s = timeout_s
+        self._keys = list(keys)
 
     async def renew(self) -> bool:
         try:
             async with asyncio.timeout(self._timeout_s):
-                created = await self._redis.set(MARKER_KEY, "1", nx=True)
+                if len(self._keys) == 1:
+                    return bool(await self._redis.set(self._keys[0], "1", nx=True))
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for key in self._keys:
+                        pipe.set(key, "1", nx=True)
+                    created = await pipe.execute()
         except (RedisError, OSError, TimeoutError) as exc:
             raise QueueUnavailable(f"the queue is unreachable: {exc!r}") from exc
-        return bool(created)
+        return any(created)
+
+
+def marker_keys(*queues: RedisQueue) -> list[str]:
+    """`MARKER_KEY` for queues of one partition each on one Redis (as always); else a key in
+    each partition's slot (its name is a hash tag)."""
+    parts = [p for q in queues for p in getattr(q, "partitions", (q,))]
+    if not any("{" in p.name for p in parts):
+        return [MARKER_KEY]
+    return [f"{MARKER_KEY}:{p.name}" for p in parts]
 
 
 class RelayLoop:
@@ -193,7 +211,9 @@ def build_relay(
         sessions,
         SaqRunInstances(runs_queue, relaxed),
         SaqJobProducer(jobs_queue, relaxed),
-        RedisQueueMarker(redis, timeout_s=QUEUE_TIMEOUT_S),
+        RedisQueueMarker(
+            redis, timeout_s=QUEUE_TIMEOUT_S, keys=marker_keys(runs_queue, jobs_queue)
+        ),
         batch=settings.relay_batch,
         recheck_s=settings.relay_recheck_s,
         default_runs_cap=settings.tenant_max_running_runs,

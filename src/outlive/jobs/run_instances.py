@@ -95,11 +95,12 @@ class SaqRunInstances:
         """ACTIVE: in saq's incomplete set (queued, scheduled or executing). A job outside it
         whose record says otherwise (`aborting`, `active`) is in no list and nothing would ever
         deliver it: FINISHED, like a completed one."""
-        ids = [self.queue.job_id(str(r)) for r in run_ids]
+        parts = [self._partition(r) for r in run_ids]
         try:
             async with self.queue.redis.pipeline(transaction=False) as pipe:
-                for job_id in ids:
-                    pipe.zscore(self.queue.namespace("incomplete"), job_id)
+                for run_id, part in zip(run_ids, parts, strict=True):
+                    job_id = part.job_id(str(run_id))
+                    pipe.zscore(part.namespace("incomplete"), job_id)
                     pipe.exists(job_id)
                 replies = await pipe.execute()
         except (RedisError, OSError):
@@ -130,17 +131,24 @@ class SaqRunInstances:
         return handed
 
     async def _redeliver(self, job_id: str, run_id: RunId) -> int:
-        seen = await self.queue.redis.get(job_id)
-        job = None if seen is None else self.queue.deserialize(seen)
+        part = self._partition(run_id)
+        seen = await part.redis.get(job_id)
+        job = None if seen is None else part.deserialize(seen)
         if seen is None or job is None or job.status in _FINISHED:
             await self.start(run_id)
             return 1
-        if job.status == Status.ACTIVE and isinstance(self.queue, OutliveRedisQueue):
-            return int(await self.queue.repair(job_id.encode(), seen))
+        if job.status == Status.ACTIVE and isinstance(part, OutliveRedisQueue):
+            return int(await part.repair(job_id.encode(), seen))
         if self._due_now is None:
-            self._due_now = self.queue.redis.register_script(_DUE_NOW)
-        keys = [self.queue.namespace("incomplete"), self.queue.namespace("queued")]
-        return int(await self._due_now(keys=keys, args=[job_id], client=self.queue.redis))
+            self._due_now = part.redis.register_script(_DUE_NOW)
+        keys = [part.namespace("incomplete"), part.namespace("queued")]
+        return int(await self._due_now(keys=keys, args=[job_id], client=part.redis))
+
+    def _partition(self, run_id: RunId) -> RedisQueue:
+        """The saq queue that holds the run's job (`PartitionedQueue`; else the queue)."""
+        if isinstance(self.queue, OutliveRedisQueue):
+            return self.queue.partition(str(run_id))
+        return self.queue
 
 
 _FINISHED = (Status.COMPLETE, Status.FAILED, Status.ABORTED)

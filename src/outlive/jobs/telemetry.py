@@ -234,7 +234,7 @@ class Sampler:
                 metrics.RUNS_WAITING.set(row["n"] if row is not None else 0)
         if self._hub is not None:
             metrics.SUBSCRIBERS.set(self._hub.subscriber_count)
-        for queue in self._queues:
+        for queue in [p for q in self._queues for p in getattr(q, "partitions", (q,))]:
             assert self._redis is not None  # noqa: S101 (no queues without it)
             with suppress(RedisError, OSError):
                 async with self._redis.pipeline(transaction=False) as pipe:

@@ -122,6 +122,8 @@ def channel_prefix(redis_url: str) -> str:
     """Pub/sub ignores Redis db numbers; the prefix keeps two deployments on one server apart."""
     from redis.connection import parse_url
 
+    if "+cluster://" in redis_url:  # a cluster has db 0 only
+        return "outlive:0:nudges:"
     db = parse_url(redis_url).get("db", 0)  # type: ignore[no-untyped-call]  # untyped in redis-py
     return f"outlive:{db}:nudges:"
 

@@ -131,15 +131,15 @@ class Chunk:
 
 
 def output_key(run_id: object) -> str:
-    return f"outlive:output:{run_id}"
+    return f"outlive:output:{{{run_id}}}"  # a hash tag: one slot for a run's keys
 
 
 def _size_key(run_id: object) -> str:
-    return f"outlive:output:{run_id}:bytes"
+    return f"outlive:output:{{{run_id}}}:bytes"
 
 
 def _open_key(run_id: object) -> str:
-    return f"outlive:output:{run_id}:open"
+    return f"outlive:output:{{{run_id}}}:open"
 
 
 def _text(value: bytes | str) -> str:

@@ -60,6 +60,7 @@ async def _take_invite(ctx: Context, address: str) -> None:
             "invite-to",
             private_subject(tenant, recipient_key(address)),
             settings.rate_invite_recipient,
+            owner=tenant,
         ),
         message="too many invitations: try again later",
     )

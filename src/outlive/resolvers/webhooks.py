@@ -83,7 +83,12 @@ async def _take_redelivery(info: Info, endpoint: EndpointId) -> None:
     s = ctx.services
     await s.limiter.take(
         Bucket("redeliver", str(ctx.tenant_id), s.settings.rate_redeliver_webhook),
-        Bucket("redeliver-to", str(endpoint), s.settings.rate_redeliver_webhook_endpoint),
+        Bucket(
+            "redeliver-to",
+            str(endpoint),
+            s.settings.rate_redeliver_webhook_endpoint,
+            owner=str(ctx.tenant_id),
+        ),
         message="too many redeliveries: try again later",
     )
 

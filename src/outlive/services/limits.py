@@ -9,6 +9,10 @@ times `OUTLIVE_LIMIT_TENANT_SHARE`, 0.5 by default: no tenant can use the whole 
 The buckets hold one token each and refill at the rate, so requests are spread evenly: in any
 window of the rate's length there are at most its count plus one.
 
+Every bucket of a limit shares its hash tag (`outlive:limit:{llm}:…`): the script takes the
+global bucket and a tenant's together, so on a Redis Cluster they must share a slot; a limit's
+whole traffic is one master's (one script per model call).
+
 A step that finds no token waits, in-process, as long as the script says, holding only its own
 worker slot (the wait is interrupted by a cancel like any step), then tries again. A tenant's
 rate is read from PostgreSQL at most every `TENANT_RATE_TTL_S` per process. When Redis cannot
@@ -163,12 +167,12 @@ class NamedLimits:
     async def _requests(self, tenant_id: TenantId, name: str) -> Buckets:
         found: Buckets = []
         if self._global is not None:
-            found.append((f"{PREFIX}{name}:global", self._global, 1))
+            found.append((f"{PREFIX}{{{name}}}:global", self._global, 1))
         own, _ = await self._tenant_rates_of(tenant_id)
         if own is None and self._global is not None:
             own = self._shared(self._global)
         if own is not None:
-            found.append((f"{PREFIX}{name}:tenant:{tenant_id}", own, 1))
+            found.append((f"{PREFIX}{{{name}}}:tenant:{tenant_id}", own, 1))
         return found
 
     async def _tokens(self, tenant_id: TenantId, name: str, wanted: int) -> Buckets:
@@ -192,13 +196,13 @@ class NamedLimits:
             return None, None
         _, own = await self._tenant_rates_of(tenant_id)
         return (
-            (f"{PREFIX}{name}:tokens:global", self._global_tokens),
+            (f"{PREFIX}{{{name}}}:tokens:global", self._global_tokens),
             (f"{self._tenant_prefix(name)}{tenant_id}", own or self._shared(self._global_tokens)),
         )
 
     @staticmethod
     def _tenant_prefix(name: str) -> str:
-        return f"{PREFIX}{name}:tokens:tenant:"
+        return f"{PREFIX}{{{name}}}:tokens:tenant:"
 
     def _shared(self, rate: Rate) -> Rate:
         return Rate(max(1, int(rate.count * self._share)), rate.per_s)

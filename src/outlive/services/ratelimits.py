@@ -74,15 +74,18 @@ return {1, 0}
 
 @dataclass(frozen=True, slots=True)
 class Bucket:
-    """One limit on one subject: `what` names the action, `subject` whose bucket it is."""
+    """One limit on one subject: `what` names the action, `subject` whose bucket it is. `owner`
+    (default: the subject) is the hash tag of its key: buckets taken together share it (a
+    tenant's, and its recipients' or endpoints'), so on a Redis Cluster they share a slot."""
 
     what: str
     subject: str
     rate: Rate | None  # None: no limit
+    owner: str | None = None
 
     @property
     def key(self) -> str:
-        return f"{PREFIX}{self.what}:{self.subject}"
+        return f"{PREFIX}{{{self.owner or self.subject}}}:{self.what}:{self.subject}"
 
 
 START_RUN = "start-run"

@@ -60,6 +60,7 @@ class StreamWriter:
         self._wrote = False  # something was written since the last restart
         self._flusher: asyncio.Task[None] | None = None
         self._failed = False
+        self._sending = False
         opened = _OPENED.get()
         if opened is not None:
             opened.append(self)
@@ -89,7 +90,11 @@ class StreamWriter:
 
     async def _flush_later(self) -> None:
         await asyncio.sleep(self._batch_s)
-        await self._send(done=False)
+        self._sending = True  # the batch leaves the buffer now: `close` lets it arrive
+        try:
+            await self._send(done=False)
+        finally:
+            self._sending = False
 
     async def _send(self, *, done: bool) -> None:
         buffered, self._buffer = self._buffer, []
@@ -113,6 +118,8 @@ class StreamWriter:
         if self.closed:
             return
         self.closed = True
+        if self._flusher is not None and self._sending:  # a batch on its way: it goes first
+            await asyncio.wait([self._flusher])
         if self._flusher is not None and not self._flusher.done():
             self._flusher.cancel()
             try:
