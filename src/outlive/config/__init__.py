@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     tenant_max_inflight_jobs: int = Field(
         20, ge=1, description="webhook deliveries and emails of one tenant in the jobs queue"
     )
+    tenant_max_schedules: int = Field(1000, ge=0, description="schedules one tenant may have")
+    schedule_min_interval_s: int = Field(
+        60, ge=60, description="the smallest interval a schedule's cron may fire at"
+    )
 
     # The relay (`outlive.services.relay`): PostgreSQL is the truth, the queue a copy of it.
     queue_timeout_s: float = Field(

@@ -1,0 +1,193 @@
+"""The schedules' clock: each occurrence makes at most one run (contract §7 "Schedules").
+
+The relay's passes drive it (`services.relay`: no sweeper of its own). A pass takes the earliest
+due schedules, each tenant's first before anyone's second, and fires them tenant by tenant: one
+transaction per tenant locks that tenant's due schedules (`FOR UPDATE SKIP LOCKED`: any number of
+relays fire each once), starts the run of each due occurrence and moves each cursor past it.
+The cursor and the runs commit together, and a run carries `(schedule_id, scheduled_for)`,
+unique in PostgreSQL: a worker killed mid-pass, a second worker, a Redis flush or a PostgreSQL
+restart can delay an occurrence but never make it run twice. An occurrence whose fire time is
+further behind than the catch-up window (at least `GRACE_S`) is missed, counted and skipped; the
+others still run, once each, in order.
+
+A run starts under the schedule's key and overlap policy, its input a copy of the schedule's,
+`scheduledFor` its occurrence: REJECT skips the occurrence while the key's last run is active,
+ENQUEUE queues it behind, CANCEL_PREVIOUS replaces it, RETURN_EXISTING lets the active run stand
+for it, SIGNAL_EXISTING hands it the input as the signal `input` (`services.starts`).
+`triggerSchedule` starts one run now under the same rules; `backfillSchedule` gives every
+occurrence in [from, to) that has no run yet a run of its own, queued in the key's line (ENQUEUE,
+whatever the policy: each one runs, oldest first).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from outlive.db.models import RunConflict
+from outlive.db.ports import RunInstances
+from outlive.db.tx import Row, Sessions, Unit
+from outlive.errors import BadUserInput, DomainError, NotFound, RunActive
+from outlive.services import starts
+from outlive.services.runs import StartedRun
+from outlive.services.runs.keys import StartOptions
+from outlive.services.schedules import cron, input_of, queries
+from outlive.services.schedules.records import ScheduleRecord, to_schedule
+from outlive.telemetry import metrics
+
+log = logging.getLogger(__name__)
+
+GRACE_S = 10.0  # a fire this late is on time, whatever the catch-up window
+MAX_PER_PASS = 100  # occurrences of one schedule one pass starts at most (the rest: next pass)
+MAX_BACKFILL = 1000
+_TICK = timedelta(microseconds=1)
+
+
+async def fire_due(sessions: Sessions, instances: RunInstances, batch: int) -> int:
+    """Fire up to `batch` due schedules (see the module's docstring); how many fired."""
+    tenants = await sessions.all(queries.DUE, window=batch * queries.WINDOW, batch=batch)
+    fired = 0
+    for row in tenants:
+        try:
+            async with sessions.unit(row["tenant_id"]) as uow:
+                taken = await uow.all(
+                    queries.TAKE, ids=list(row["ids"]), tenant_id=row["tenant_id"]
+                )
+                for found in taken:
+                    await _fire(uow, found, instances)
+                fired += len(taken)
+        except DomainError as exc:  # the queue is away: its runs go to the relay as ever
+            log.warning("schedules of tenant %s: %s", row["tenant_id"], exc.message)
+    return fired
+
+
+async def _fire(uow: Unit, found: Row, instances: RunInstances) -> None:
+    """Start the due occurrences of one locked schedule and move its cursor past them."""
+    schedule, now = to_schedule(found), found["db_now"]
+    if schedule.next_occurrence is None:
+        return
+    expression, zone = cron.check_cron(schedule.cron), cron.check_timezone(schedule.timezone)
+    window = timedelta(seconds=max(float(schedule.catchup_window_seconds), GRACE_S))
+    due: list[datetime] = []
+    missed = 0
+    walk = cron.occurrences(expression, zone, schedule.next_occurrence - _TICK)
+    while True:
+        at = next(walk)
+        fire_at = at + cron.jitter(schedule.id, at, schedule.jitter_seconds)
+        if fire_at > now or len(due) >= MAX_PER_PASS:
+            break
+        if now - fire_at <= window:
+            due.append(at)
+            metrics.SCHEDULE_LATENESS.observe(max(0.0, (now - fire_at).total_seconds()))
+            continue
+        missed += 1
+        if now - window - fire_at > timedelta(days=1):  # a long outage: on to the window's start
+            walk = cron.occurrences(expression, zone, now - window - timedelta(hours=2))
+    if missed:
+        metrics.SCHEDULE_FIRES.labels("missed").inc(missed)
+        log.warning(
+            "schedule %s: %d occurrence(s) missed past its catch-up window", schedule.id, missed
+        )
+    await start_occurrences(uow, schedule, due, instances=instances)
+    await uow.one(
+        queries.MOVE,
+        id=schedule.id,
+        next_occurrence=at,
+        next_fire_at=fire_at,
+        fired_at=now if due else None,
+    )
+    uow.nudge("schedule.updated", schedule.id)
+
+
+async def start_occurrences(
+    uow: Unit,
+    schedule: ScheduleRecord,
+    occurrences: list[datetime],
+    *,
+    instances: RunInstances,
+    on_conflict: RunConflict | None = None,
+) -> list[StartedRun]:
+    """Start the run of each occurrence that has none yet (the caller holds the schedule's row
+    lock), under the schedule's key and `on_conflict` (None: its own). REJECT while the key's
+    run is active skips the occurrence. The runs started or met, in order."""
+    if not occurrences:
+        return []
+    have = {
+        r["scheduled_for"] for r in await uow.all(queries.HAVE_RUNS, id=schedule.id, at=occurrences)
+    }
+    done: list[StartedRun] = []
+    for at in occurrences:
+        if at in have:
+            continue
+        options = StartOptions(
+            key=schedule.key,
+            on_conflict=on_conflict or schedule.on_conflict,
+            tags=schedule.tags,
+            schedule_id=schedule.id,
+            scheduled_for=at,
+        )
+        try:
+            started = await starts.start(
+                uow,
+                agent=schedule.agent,
+                params=input_of(schedule),
+                instances=instances,
+                options=options,
+            )
+        except RunActive:
+            metrics.SCHEDULE_FIRES.labels("skipped").inc()
+            continue
+        metrics.SCHEDULE_FIRES.labels("started" if started.created else "met").inc()
+        done.append(started)
+    return done
+
+
+async def _locked(uow: Unit, schedule_id: UUID) -> tuple[ScheduleRecord, datetime]:
+    found = await uow.one(queries.LOCK, id=schedule_id, tenant_id=uow.require_tenant())
+    if found is None:
+        raise NotFound(f"no schedule {schedule_id}")
+    return to_schedule(found), found["db_now"]
+
+
+async def trigger_schedule(uow: Unit, schedule_id: UUID, *, instances: RunInstances) -> StartedRun:
+    """One run now (`scheduledFor` now), under the schedule's key and overlap policy: REJECT
+    while its last run is active answers `RUN_ACTIVE`. Paused or not."""
+    schedule, now = await _locked(uow, schedule_id)
+    options = StartOptions(
+        key=schedule.key,
+        on_conflict=schedule.on_conflict,
+        tags=schedule.tags,
+        schedule_id=schedule.id,
+        scheduled_for=now,
+    )
+    started = await starts.start(
+        uow, agent=schedule.agent, params=input_of(schedule), instances=instances, options=options
+    )
+    metrics.SCHEDULE_FIRES.labels("started" if started.created else "met").inc()
+    uow.nudge("schedule.updated", schedule.id)
+    return started
+
+
+async def backfill_schedule(
+    uow: Unit, schedule_id: UUID, start: datetime, end: datetime, *, instances: RunInstances
+) -> int:
+    """Give each occurrence in [start, end) that has no run yet a run, queued in the key's line
+    (oldest first); occurrences after now are left to the clock. How many runs it made: a
+    repeat makes none."""
+    if start.tzinfo is None or end.tzinfo is None:
+        raise BadUserInput("from and to carry a UTC offset")
+    if start >= end:
+        raise BadUserInput("to must be after from")
+    schedule, now = await _locked(uow, schedule_id)
+    expression, zone = cron.check_cron(schedule.cron), cron.check_timezone(schedule.timezone)
+    found = cron.between(expression, zone, start, min(end, now + _TICK), limit=MAX_BACKFILL)
+    if len(found) > MAX_BACKFILL:
+        raise BadUserInput(f"a backfill makes at most {MAX_BACKFILL} runs: ask for a shorter span")
+    started = await start_occurrences(
+        uow, schedule, found, instances=instances, on_conflict=RunConflict.ENQUEUE
+    )
+    made = sum(1 for s in started if s.created)
+    if made:
+        uow.nudge("schedule.updated", schedule.id)
+    return made
