@@ -47,8 +47,10 @@ _MINUTE, _HOUR, _DAY = timedelta(minutes=1), timedelta(hours=1), timedelta(days=
 _MAX_DAYS = 366 * 8  # a 29 February on a given weekday can take years to come
 
 
+@lru_cache(maxsize=4096)
 def check_cron(expression: str) -> str:
-    """The expression as croniter reads it (an alias expanded), or `BadUserInput` saying why."""
+    """The expression as croniter reads it (an alias expanded), or `BadUserInput` saying why.
+    Cached: the clock reads each schedule's expression at every fire."""
     text = " ".join(str(expression).split())
     if text.lower() in ALIASES:
         return ALIASES[text.lower()]
