@@ -59,7 +59,7 @@ async def seed(conn: asyncpg.Connection, schedules: int, tenants: int) -> dateti
         tenants,
     )
     tenant_ids = [r["id"] for r in await conn.fetch("SELECT id FROM tenants ORDER BY slug")]
-    now = await conn.fetchval("SELECT now()")
+    now: datetime = await conn.fetchval("SELECT now()")
     first = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
     rows = []
     for i in range(schedules):
