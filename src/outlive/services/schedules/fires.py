@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -56,12 +57,7 @@ async def fire_due(sessions: Sessions, instances: RunInstances, batch: int) -> i
         async with turns:
             try:
                 async with sessions.unit(row["tenant_id"]) as uow:
-                    taken = await uow.all(
-                        queries.TAKE, ids=list(row["ids"]), tenant_id=row["tenant_id"]
-                    )
-                    for found in taken:
-                        await _fire(uow, found, instances)
-                return len(taken)
+                    return await _fire_tenant(uow, list(row["ids"]), instances)
             except DomainError as exc:  # the queue is away: its runs go to the relay as ever
                 log.warning("schedules of tenant %s: %s", row["tenant_id"], exc.message)
                 return 0
@@ -69,11 +65,50 @@ async def fire_due(sessions: Sessions, instances: RunInstances, batch: int) -> i
     return sum(await asyncio.gather(*(fire_tenant(row) for row in tenants)))
 
 
-async def _fire(uow: Unit, found: Row, instances: RunInstances) -> None:
-    """Start the due occurrences of one locked schedule and move its cursor past them."""
-    schedule, now = to_schedule(found), found["db_now"]
-    if schedule.next_occurrence is None:
-        return
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    schedule: ScheduleRecord
+    due: list[datetime]  # the occurrences to start now, in order
+    next_occurrence: datetime  # where its cursor goes
+    next_fire_at: datetime
+    fired_at: datetime | None
+
+
+async def _fire_tenant(uow: Unit, ids: list[UUID], instances: RunInstances) -> int:
+    """One tenant's due schedules among `ids`, locked: each due occurrence's run started, each
+    cursor moved past them, in this transaction (a statement for the occurrences that already
+    have a run, and one for every cursor)."""
+    taken = await uow.all(queries.TAKE, ids=ids, tenant_id=uow.require_tenant())
+    plans = [_plan(to_schedule(found), found["db_now"]) for found in taken]
+    due = [p for p in plans if p.due]
+    have: set[tuple[UUID, datetime]] = set()
+    if due:
+        rows = await uow.all(
+            queries.HAVE_RUNS_OF,
+            ids=[p.schedule.id for p in due],
+            at=sorted({at for p in due for at in p.due}),
+        )
+        have = {(r["schedule_id"], r["scheduled_for"]) for r in rows}
+    for p in due:
+        fresh = [at for at in p.due if (p.schedule.id, at) not in have]
+        await start_occurrences(uow, p.schedule, fresh, instances=instances, checked=True)
+    if plans:
+        await uow.all(
+            queries.MOVE_MANY,
+            ids=[p.schedule.id for p in plans],
+            occurrences=[p.next_occurrence for p in plans],
+            fires=[p.next_fire_at for p in plans],
+            fired=[p.fired_at for p in plans],
+        )
+    for p in plans:
+        uow.nudge("schedule.updated", p.schedule.id)
+    return len(plans)
+
+
+def _plan(schedule: ScheduleRecord, now: datetime) -> _Plan:
+    """What firing a locked schedule at `now` does: its due occurrences (those missed by more
+    than the catch-up window counted and skipped) and where its cursor goes."""
+    assert schedule.next_occurrence is not None  # noqa: S101 (TAKE: next_fire_at <= now)
     expression, zone = cron.check_cron(schedule.cron), cron.check_timezone(schedule.timezone)
     window = timedelta(seconds=max(float(schedule.catchup_window_seconds), GRACE_S))
     due: list[datetime] = []
@@ -96,15 +131,7 @@ async def _fire(uow: Unit, found: Row, instances: RunInstances) -> None:
         log.warning(
             "schedule %s: %d occurrence(s) missed past its catch-up window", schedule.id, missed
         )
-    await start_occurrences(uow, schedule, due, instances=instances)
-    await uow.one(
-        queries.MOVE,
-        id=schedule.id,
-        next_occurrence=at,
-        next_fire_at=fire_at,
-        fired_at=now if due else None,
-    )
-    uow.nudge("schedule.updated", schedule.id)
+    return _Plan(schedule, due, at, fire_at, now if due else None)
 
 
 async def start_occurrences(
@@ -114,15 +141,18 @@ async def start_occurrences(
     *,
     instances: RunInstances,
     on_conflict: RunConflict | None = None,
+    checked: bool = False,
 ) -> list[StartedRun]:
     """Start the run of each occurrence that has none yet (the caller holds the schedule's row
-    lock), under the schedule's key and `on_conflict` (None: its own). REJECT while the key's
-    run is active skips the occurrence. The runs started or met, in order."""
+    lock; `checked`: it already left out those that have one), under the schedule's key and
+    `on_conflict` (None: its own). REJECT while the key's run is active skips the occurrence.
+    The runs started or met, in order."""
     if not occurrences:
         return []
-    have = {
-        r["scheduled_for"] for r in await uow.all(queries.HAVE_RUNS, id=schedule.id, at=occurrences)
-    }
+    have: set[datetime] = set()
+    if not checked:
+        rows = await uow.all(queries.HAVE_RUNS, id=schedule.id, at=occurrences)
+        have = {r["scheduled_for"] for r in rows}
     done: list[StartedRun] = []
     for at in occurrences:
         if at in have:

@@ -90,6 +90,25 @@ HAVE_RUNS = prepare(
     )
 )
 
+# ... and of several schedules at once (the clock: a tenant's batch; pairs filtered by the caller).
+HAVE_RUNS_OF = prepare(
+    text(
+        "SELECT schedule_id, scheduled_for FROM runs"
+        " WHERE schedule_id = ANY(CAST(:ids AS uuid[]))"
+        " AND scheduled_for = ANY(CAST(:at AS timestamptz[]))"
+    )
+)
+# Every cursor of a tenant's batch in one statement.
+MOVE_MANY = prepare(
+    text(
+        "UPDATE schedules s SET next_occurrence = m.occurrence, next_fire_at = m.fire_at,"
+        " last_fire_at = coalesce(m.fired_at, s.last_fire_at), updated_at = now()"
+        " FROM unnest(CAST(:ids AS uuid[]), CAST(:occurrences AS timestamptz[]),"
+        " CAST(:fires AS timestamptz[]), CAST(:fired AS timestamptz[]))"
+        " AS m(id, occurrence, fire_at, fired_at) WHERE s.id = m.id RETURNING s.id"
+    )
+)
+
 # --- the clock -----------------------------------------------------------------------------------
 
 # The earliest due schedules, each tenant's first before anyone's second, grouped by tenant.
