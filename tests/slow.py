@@ -49,6 +49,7 @@ SLOW_MODULES = (
     "tests/agents/test_model_limits.py",
 )
 SLOW_TESTS = (
+    "tests/schedules/test_flow.py::test_each_burst_of_a_key_makes_one_run_with_its_last_input",
     "tests/test_run_budget.py::test_one_run_costs_what_the_budget_says",
     "tests/test_run_budget.py::test_one_run_costs_the_same_on_a_redis_cluster",
     "tests/cron/test_dispatch.py::test_two_worker_processes_run_each_tick_exactly_once",

@@ -44,6 +44,28 @@ class ModelCallMark(Protocol):
     async def cut(self, reason: str, *, input_tokens: int = 0, output_tokens: int = 0) -> None: ...
 
 
+class RunSchedules(Protocol):
+    """`ctx.schedules`: the run's tenant's schedules, made from inside a run."""
+
+    async def create(
+        self,
+        *,
+        cron: str,
+        input: Mapping[str, Any] | None = None,
+        timezone: str = "UTC",
+        agent: str | None = None,
+        key: str | None = None,
+        on_conflict: Any = "REJECT",
+        tags: Sequence[str] = (),
+        jitter_seconds: int = 0,
+        catchup_window_seconds: int = 300,
+        name: str = "schedule",
+    ) -> str:
+        """Make a schedule (of this run's agent unless `agent=`), as `createSchedule` does, as
+        a durable step named `schedules.create:<name>`: created once, whatever the crashes.
+        Its id."""
+
+
 class RunContext(Protocol):
     """What an executing agent sees of its run."""
 
@@ -52,6 +74,7 @@ class RunContext(Protocol):
     attempt: int
     http: httpx.AsyncClient
     settings: Settings
+    schedules: RunSchedules
 
     @property
     def public_http(self) -> httpx.AsyncClient:

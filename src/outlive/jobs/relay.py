@@ -41,6 +41,7 @@ from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.services.relay import CHANNEL, QUEUE_TIMEOUT_S, Relay
 from outlive.services.relay.lead import WakeLead
+from outlive.services.schedules.fires import fire_due
 from outlive.telemetry.daemons import Daemon
 
 log = logging.getLogger(__name__)
@@ -220,6 +221,7 @@ def build_relay(
         default_jobs_cap=settings.tenant_max_inflight_jobs,
         admission=admission,
         lead=lead,
+        fire=fire_due,
     )
     listen_url = None if settings.db_pgbouncer else database_url
     return RelayLoop(

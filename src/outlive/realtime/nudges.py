@@ -48,6 +48,7 @@ NudgeType = Literal[
     "replay.updated",
     "member.updated",
     "budget.updated",
+    "schedule.updated",
 ]
 NUDGE_TYPES: frozenset[str] = frozenset(get_args(NudgeType))
 

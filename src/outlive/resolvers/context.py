@@ -32,6 +32,7 @@ from outlive.services.runs import (
     check_steps_page,
     children,
     lookup,
+    read_runs,
     tree,
 )
 from outlive.services.tenants import Principal
@@ -172,6 +173,16 @@ class Context:
             first=first,
             after=after,
             statuses=[s.value for s in statuses] if statuses else None,
+        )
+
+    async def schedule_runs(self, schedule_id: UUID, *, first: int, after: str | None) -> RunPage:
+        """A page of the schedule's runs, newest first (`runs(scheduleId:)`)."""
+        return await read_runs(
+            self.services.sessions,
+            self.tenant_id,
+            first=first,
+            after=after,
+            schedule_id=schedule_id,
         )
 
     async def run_child_counts(self, run_id: RunId) -> list[tree.StatusCount]:

@@ -15,16 +15,16 @@ from outlive.resolvers.context import Context
 from outlive.schema.runs import (
     Run,
     RunConnection,
-    SignalRunInput,
     SignalRunPayload,
-    StartRunInput,
     StartRunPayload,
 )
+from outlive.schema.starts import SignalRunInput, StartRunInput
 from outlive.services import runs as runs_service
 from outlive.services import starts, waits
+from outlive.services.ids import parse_uuid
 from outlive.services.ratelimits import Bucket
 from outlive.services.runs import RunOrder, RunRecord, children, lookup
-from outlive.services.runs.keys import start_options
+from outlive.services.runs.keys import Debounce, start_options
 from outlive.services.tokens import create_run_read_token as create_run_read_token_for
 from outlive.workflows.reconcile import reconcile_runs
 
@@ -118,6 +118,9 @@ async def runs(
     tags: Tags = None,
     top_level: TopLevel = False,
     paused: Paused = None,
+    schedule_id: Annotated[
+        strawberry.ID | None, strawberry.argument(description="Only the runs of this schedule.")
+    ] = None,
 ) -> RunConnection:
     ctx = info.context
     sessions, tenant_id = ctx.services.sessions, ctx.tenant_id
@@ -130,6 +133,7 @@ async def runs(
         "tags": tags,
         "top_level": bool(top_level),
         "paused": paused,
+        "schedule_id": None if schedule_id is None else parse_uuid(schedule_id, what="schedule"),
     }
     page = await runs_service.read_runs(
         sessions,
@@ -166,6 +170,10 @@ async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:
         default_on_conflict=agent.on_conflict,
         tags=input.tags,
         idempotency_key=input.idempotency_key,
+        priority=input.priority,
+        debounce=None
+        if input.debounce is None
+        else Debounce(input.debounce.seconds, input.debounce.max_seconds),
     )
     await s.limiter.take(
         Bucket("start-run", str(ctx.tenant_id), s.settings.rate_start_run),

@@ -20,6 +20,7 @@ from outlive.resolvers import nudges as nudge_fields
 from outlive.resolvers import outputs as output_fields
 from outlive.resolvers import replays as replay_fields
 from outlive.resolvers import runs as run_fields
+from outlive.resolvers import schedules as schedule_fields
 from outlive.resolvers import tenants as tenant_fields
 from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
@@ -31,6 +32,7 @@ from outlive.schema.nudges import Nudge
 from outlive.schema.outputs import OutputChunk
 from outlive.schema.replays import RunReplay
 from outlive.schema.runs import Run, RunConnection, SignalRunPayload, StartRunPayload
+from outlive.schema.schedules import Schedule
 from outlive.schema.tenants import Viewer
 from outlive.schema.usage import AgentStats, UsageDay, UsageTokensDay
 from outlive.schema.webhooks import (
@@ -103,6 +105,11 @@ class Query:
     run_replays: list[RunReplay] = strawberry.field(
         resolver=replay_fields.run_replays, description="Newest first."
     )
+    schedules: list[Schedule] = strawberry.field(
+        resolver=schedule_fields.list_schedules,
+        description="The tenant's schedules, oldest first; `after`: the last id of a page.",
+    )
+    schedule: Schedule | None = strawberry.field(resolver=schedule_fields.schedule)
 
 
 @strawberry.type
@@ -213,6 +220,28 @@ class Mutation:
     resume_agent: AgentState = strawberry.mutation(
         resolver=budget_fields.resume_agent,
         description="Lets go of the runs the agent's pause held.",
+    )
+    create_schedule: Schedule = strawberry.mutation(resolver=schedule_fields.create_schedule)
+    update_schedule: Schedule = strawberry.mutation(
+        resolver=schedule_fields.update_schedule,
+        description="Its clock goes on from now; a paused schedule stays paused.",
+    )
+    delete_schedule: bool = strawberry.mutation(
+        resolver=schedule_fields.delete_schedule, description="Its runs stay."
+    )
+    pause_schedule: Schedule = strawberry.mutation(resolver=schedule_fields.pause_schedule)
+    resume_schedule: Schedule = strawberry.mutation(
+        resolver=schedule_fields.resume_schedule,
+        description="Missed occurrences are skipped, never caught up.",
+    )
+    trigger_schedule: StartRunPayload = strawberry.mutation(
+        resolver=schedule_fields.trigger_schedule,
+        description="One run now, under the schedule's key and overlap policy.",
+    )
+    backfill_schedule: int = strawberry.mutation(
+        resolver=schedule_fields.backfill_schedule,
+        description="The occurrences in [from, to) (up to now) get a run each, once, queued in "
+        "the key's line: a repeat makes none. At most 1,000.",
     )
 
 

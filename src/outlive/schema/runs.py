@@ -1,4 +1,5 @@
-"""Runs: `Run`, its timeline, the connection and the start/cancel shapes (contract §4)."""
+"""Runs: `Run`, its timeline, the connection and the start/signal payloads (contract §4); the
+inputs of a start and a signal are in `schema.starts`."""
 
 from __future__ import annotations
 
@@ -172,6 +173,16 @@ class Run:
         default=None,
         description="ENQUEUE: the run just ahead of this one in its key's line, while it waits "
         "its turn (and as it was when it settled, should it settle waiting).",
+    )
+    schedule_id: strawberry.ID | None = strawberry.field(default=None)
+    scheduled_for: datetime | None = strawberry.field(
+        default=None, description="The occurrence of its schedule this run is for."
+    )
+    priority: int = strawberry.field(
+        default=3, description="Among its tenant's QUEUED runs: 1 starts first, 5 last."
+    )
+    not_before: datetime | None = strawberry.field(
+        default=None, description="A debounced run does not start before this."
     )
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
@@ -351,6 +362,10 @@ class Run:
             queued_behind_id=None
             if r.queued_behind_id is None
             else strawberry.ID(str(r.queued_behind_id)),
+            schedule_id=None if r.schedule_id is None else strawberry.ID(str(r.schedule_id)),
+            scheduled_for=r.scheduled_for,
+            priority=r.priority,
+            not_before=r.not_before,
         )
 
 
@@ -394,51 +409,10 @@ class RunConnection:
         )
 
 
-@strawberry.input
-class StartRunInput:
-    agent: str
-    input: JSON | None = strawberry.field(default=None, description="Omitted or null means {}.")
-    key: str | None = strawberry.field(
-        default=None,
-        description="Exclusivity key, 1..200 characters; null or omitted: the agent's default "
-        'key ("" unless the agent sets one).',
-    )
-    on_conflict: RunConflict | None = strawberry.field(  # type: ignore[valid-type]
-        default=None,
-        description="Null: the agent's default (RETURN_EXISTING unless the agent sets one).",
-    )
-    tags: list[str] | None = strawberry.field(
-        default=None, description="At most 10, each 1..64 characters of [A-Za-z0-9:_.@/-]."
-    )
-    idempotency_key: str | None = strawberry.field(
-        default=None,
-        description="1..200 characters; the same key within 24 h hands back the same run "
-        "(created: false), settled or not.",
-    )
-
-
 @strawberry.type
 class StartRunPayload:
     run: Run
     created: bool = strawberry.field(description="false: the active run was handed back")
-
-
-@strawberry.input
-class SignalRunInput:
-    id: strawberry.ID
-    name: str = strawberry.field(description="The signal's name (1 to 128 characters).")
-    payload: JSON | None = strawberry.field(
-        default=None, description="Any JSON, at most 64 KiB; what the run's wait returns."
-    )
-    idempotency_key: str | None = strawberry.field(
-        default=None, description="A key seen before for this run: the signal is not taken again."
-    )
-    wait_id: str | None = strawberry.field(
-        default=None,
-        description="The `Run.waitId` this signal answers: taken by that wait only, at once; "
-        "not accepted (nothing kept) once that wait is over. Null: kept for the next wait of "
-        "its name, first in, first out.",
-    )
 
 
 @strawberry.type

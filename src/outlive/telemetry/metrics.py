@@ -83,6 +83,18 @@ TIMER_LATENESS = Histogram(
     "From a WAITING run's due time (its sleep, or its signal's timeout) to the relay waking it.",
     buckets=SHORT_S,
 )
+SCHEDULE_LATENESS = Histogram(
+    "outlive_schedule_lateness_seconds",
+    "From a schedule's fire time (its occurrence plus its jitter) to the relay firing it.",
+    buckets=SHORT_S,
+)
+SCHEDULE_FIRES = Counter(
+    "outlive_schedule_fires_total",
+    "Occurrences of schedules by what became of them: started (a run), met (the key's active run"
+    " stood for it), skipped (REJECT while the last run was active), missed (past the catch-up"
+    " window).",
+    ["outcome"],
+)
 WAKE_LEAD = Gauge(
     "outlive_wake_lead_seconds",
     "How far ahead of its due time this worker's relay hands back a durable sleep (learned).",

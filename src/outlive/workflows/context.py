@@ -25,6 +25,7 @@ from outlive.workflows.billing import ModelCall
 from outlive.workflows.calls import StepPolicy
 from outlive.workflows.children import ChildHandle, Family
 from outlive.workflows.deps import WorkflowDeps
+from outlive.workflows.schedules import RunSchedules
 from outlive.workflows.steps import StepJournal, add_usage, buffered_events, current_step
 from outlive.workflows.streams import StreamWriter, within_step
 
@@ -68,6 +69,9 @@ class AttemptContext:
         self._family = Family(deps, run, run.attempt, self.interrupts.pause)  # its child runs
         self._wake_lead = deps.wake_lead
         self._slots = deps.slots
+        self.schedules = RunSchedules(
+            deps, run_id=run.id, tenant_id=run.tenant_id, agent=run.agent, step=self.step
+        )
 
     @property
     def public_http(self) -> httpx.AsyncClient:

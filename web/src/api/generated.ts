@@ -3,6 +3,14 @@ type Exact<T extends { [key: string]: unknown }> = { [K in keyof T]: T[K] };
 /** Internal type. DO NOT USE DIRECTLY. */
 export type Incremental<T> = T | { [P in keyof T]?: P extends ' $fragmentName' | '__typename' ? T[P] : never };
 import type { TypedDocumentNode as DocumentNode } from '@graphql-typed-document-node/core';
+/** Needs a key; maxSeconds bounds the whole hold. */
+export type DebounceInput = {
+  /** ...but never later than this after the first; null: no bound. */
+  maxSeconds?: number | null | undefined;
+  /** The run starts this long after the latest start of its key (at most a day). */
+  seconds: number;
+};
+
 export type DeliveryStatus =
   | 'DELIVERED'
   | 'FAILED'
@@ -66,6 +74,8 @@ export type SignalRunInput = {
 
 export type StartRunInput = {
   agent: string;
+  /** Holds the run back: a later start of its key while it has not started replaces its input and moves its notBefore (created: false). onConflict defaults to ENQUEUE then. */
+  debounce?: DebounceInput | null | undefined;
   /** 1..200 characters; the same key within 24 h hands back the same run (created: false), settled or not. */
   idempotencyKey?: string | null | undefined;
   /** Omitted or null means {}. */
@@ -74,6 +84,8 @@ export type StartRunInput = {
   key?: string | null | undefined;
   /** Null: the agent's default (RETURN_EXISTING unless the agent sets one). */
   onConflict?: RunConflict | null | undefined;
+  /** 1..5, default 3: orders this tenant's own QUEUED runs (1 first); never takes a slot from another tenant. */
+  priority?: number | null | undefined;
   /** At most 10, each 1..64 characters of [A-Za-z0-9:_.@/-]. */
   tags?: Array<string> | null | undefined;
 };

@@ -13,13 +13,17 @@ BEGIN
     IF held >= cap THEN RETURN; END IF;
     -- The pick runs once (an InitPlan) and the update finds it by primary key and tenant: no
     -- estimate, however stale, plans a scan of other tenants' waiting runs (migration 0026).
+    -- Priority first (1 first), then commit order; a debounced run waits for its notBefore,
+    -- checked again on the row the update locks (a later start may have moved it on).
     RETURN QUERY
     UPDATE runs u SET dispatched_at = now(), relay_after = now() + interval '10 seconds'
      WHERE u.id = ANY (ARRAY(SELECT w.id FROM runs w
                               WHERE w.tenant_id = p_tenant AND w.status = 'QUEUED'
                                 AND w.dispatched_at IS NULL AND w.queued_behind_id IS NULL
-                              ORDER BY w.created_at, w.id LIMIT cap - held))
+                                AND (w.not_before IS NULL OR w.not_before <= now())
+                              ORDER BY w.priority, w.created_at, w.id LIMIT cap - held))
        AND u.tenant_id = p_tenant
        AND u.status = 'QUEUED' AND u.dispatched_at IS NULL AND u.queued_behind_id IS NULL
+       AND (u.not_before IS NULL OR u.not_before <= now())
     RETURNING u.id;
 END $$;

@@ -27,6 +27,7 @@ from outlive.db.models.runs import (
     RunStep,
     RunWait,
 )
+from outlive.db.models.schedules import Schedule
 from outlive.db.models.tenants import AgentPause, ApiToken, Role, Tenant, User
 from outlive.db.models.usage import UsageDaily, UsageRollup
 from outlive.db.models.webhooks import (
@@ -66,6 +67,7 @@ __all__ = [
     "RunStatus",
     "RunStep",
     "RunWait",
+    "Schedule",
     "Tenant",
     "UsageDaily",
     "UsageRollup",

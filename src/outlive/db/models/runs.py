@@ -112,12 +112,25 @@ class Run(Base):
             postgresql_where=text("tags <> '{}'"),
         ),
         Index("ix_runs_tenant_newest", "tenant_id", text("created_at DESC"), text("id DESC")),
-        Index(
+        Index(  # a tenant's waiting runs in the order they are admitted: priority, then age
             "ix_runs_waiting",
             "tenant_id",
+            "priority",
             "created_at",
             "id",
             postgresql_where=text(WAITING_SQL),
+        ),
+        Index(  # runs(scheduleId:), newest first; an occurrence makes at most one run
+            "uq_runs_schedule_occurrence",
+            "schedule_id",
+            "scheduled_for",
+            unique=True,
+            postgresql_where=text("schedule_id IS NOT NULL"),
+        ),
+        Index(  # the relay's clock: the earliest debounced run still held back
+            "ix_runs_not_before",
+            "not_before",
+            postgresql_where=text(f"{WAITING_SQL} AND not_before IS NOT NULL"),
         ),
         Index(
             "ix_runs_in_flight",
@@ -260,6 +273,15 @@ class Run(Base):
     # set by its first claim (`outlive.agents.versions`). WAITING for 'version': a resumed
     # attempt found that its code does not reach the steps the run recorded (held, not failed).
     code_version: Mapped[str | None]
+    # Schedules, debounce and priority (contract §7, round five): the schedule and occurrence a
+    # run is for; its priority among its tenant's waiting runs (1 first); a debounced run is not
+    # admitted before `not_before`, which later starts of its key move on, never past
+    # `debounce_until` (its first start + maxSeconds; NULL: not debounced).
+    schedule_id: Mapped[UUID | None]
+    scheduled_for: Mapped[datetime | None]
+    priority: Mapped[int] = mapped_column(SmallInteger, server_default=text("3"))
+    not_before: Mapped[datetime | None]
+    debounce_until: Mapped[datetime | None]
 
 
 class RunEvent(Base):

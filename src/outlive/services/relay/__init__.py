@@ -40,6 +40,11 @@ lives in PostgreSQL only: a Redis that lost its data loses no timer. `RelayLoop`
 longer than until the earliest timer (one probe of `ix_runs_wake`), and a run that parks wakes
 it (NOTIFY), so a timer fires within a pass of its due time.
 
+The relay's clock also fires the tenants' schedules (`services.schedules.fires`: each
+occurrence once, tenant by tenant) and lets in the debounced runs whose hold ended (their
+tenants' dispatch); `RelayLoop` sleeps no longer than until the earliest of either (a create, an
+update, a resume or a debounced start NOTIFYs it).
+
 Every `OUTLIVE_LIVENESS_CHECK_S` (0.5 s) the relay also asks PostgreSQL for RUNNING runs whose
 worker process is gone: the run records its holder's liveness key, whose session-level lock
 PostgreSQL frees when the process dies (`outlive.db.liveness`). Such a run's job still looks
@@ -56,7 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from uuid import UUID
@@ -71,12 +76,14 @@ from outlive.services.relay.queries import (
     CHANNEL,
     CHUNK,
     FIRST_LOOK_S,
+    HOLDS_ENDED,
     JOBS_HANDOFF_FAILED,
     KINDS,
     MARK_ALL_DUE,
     MAX_TENANTS,
     MISSED_JOB_DISPATCHES,
     MISSED_RUN_DISPATCHES,
+    NEXT_CLOCK,
     NEXT_WAKE,
     ORPHANED,
     QUEUE_TIMEOUT_S,
@@ -94,6 +101,11 @@ from outlive.telemetry import metrics
 __all__ = ["CHANNEL", "QUEUE_TIMEOUT_S", "WAITING_FOR_QUEUE", "Pass", "Relay", "Taken"]
 
 log = logging.getLogger(__name__)
+
+
+# The clock's hook (`services.schedules.fires.fire_due`, given by the worker): fire up to a batch
+# of due schedules, and say how many fired.
+FireSchedules = Callable[[Sessions, RunInstances, int], Awaitable[int]]
 
 
 class QueueMarker(Protocol):
@@ -120,6 +132,7 @@ class Pass:
     lost_queue: bool = False  # the marker was missing: every row was made due
     dispatched: int = 0  # rows admitted by the dispatches it made up for
     woken: int = 0  # WAITING runs whose timer fired
+    fired: int = 0  # schedules fired (`services.schedules.fires`)
     next_wake_s: float | None = None  # seconds until the earliest timer still ahead
 
 
@@ -174,8 +187,10 @@ class Relay:
         default_jobs_cap: int,
         admission: Admission,
         lead: WakeLead,
+        fire: FireSchedules | None = None,
     ) -> None:
         self._sessions = sessions
+        self._fire = fire
         self.lead = lead
         self._admission = admission
         self._instances = instances
@@ -205,6 +220,9 @@ class Relay:
             done.dispatched = await self._make_up_missed_dispatches()
         lead_s = self.lead.seconds
         done.woken = await self._wake_due(lead_s)
+        if self._fire is not None:
+            done.fired = await self._fire(self._sessions, self._instances, self.batch)
+        await self._end_holds()
         rows = await self._sessions.all(
             TAKE, window=self.batch * WINDOW, batch=self.batch, recheck=self.recheck_s
         )
@@ -214,10 +232,22 @@ class Relay:
         )
         if done.taken:
             await self._hand(done.taken)
-        done.full = done.full or done.woken >= self.batch
+        done.full = done.full or done.woken >= self.batch or done.fired >= self.batch
         row = await self._sessions.one(NEXT_WAKE, lead=lead_s)
         done.next_wake_s = None if row is None or row["in_s"] is None else float(row["in_s"])
+        row = await self._sessions.one(NEXT_CLOCK)
+        if row is not None and row["in_s"] is not None:
+            in_s = max(0.0, float(row["in_s"]))
+            done.next_wake_s = in_s if done.next_wake_s is None else min(done.next_wake_s, in_s)
         return done
+
+    async def _end_holds(self) -> None:
+        """Dispatch the tenants whose debounced runs' hold ended while a slot is free."""
+        tenants = await self._sessions.all(
+            HOLDS_ENDED, default_cap=self._caps["run"], tenants=MAX_TENANTS
+        )
+        for row in tenants:
+            await self._admission.dispatch_runs(row["tenant_id"])
 
     async def _wake_due(self, lead_s: float) -> int:
         """Wake up to a batch of WAITING runs whose timer is due, a durable sleep's `lead_s`

@@ -193,3 +193,32 @@ NEXT_WAKE = prepare(
         " FROM runs WHERE status = 'WAITING' ORDER BY wake_at LIMIT 1"
     )
 )
+
+
+# --- the clock: schedules (`services.schedules.fires`) and debounced runs -----------------------
+
+# How long until the clock has something to do: the earliest schedule, or the earliest
+# debounced run still held back (one probe of `ix_schedules_due` and one of `ix_runs_not_before`).
+NEXT_CLOCK = prepare(
+    text(
+        "SELECT extract(epoch FROM least("
+        "(SELECT next_fire_at FROM schedules WHERE next_fire_at IS NOT NULL"
+        "  ORDER BY next_fire_at LIMIT 1),"
+        "(SELECT not_before FROM runs WHERE status = 'QUEUED' AND dispatched_at IS NULL"
+        "  AND queued_behind_id IS NULL AND not_before IS NOT NULL AND not_before > now()"
+        "  ORDER BY not_before LIMIT 1)) - now()) AS in_s"
+    )
+)
+# Tenants with a debounced run whose hold ended, while a slot of their cap is free (a full one
+# is dispatched by the settle that frees a slot).
+HOLDS_ENDED = prepare(
+    text(
+        """SELECT DISTINCT w.tenant_id FROM runs w JOIN tenants t ON t.id = w.tenant_id
+         WHERE w.status = 'QUEUED' AND w.dispatched_at IS NULL AND w.queued_behind_id IS NULL
+           AND w.not_before IS NOT NULL AND w.not_before <= now()
+           AND (SELECT count(*) FROM runs x WHERE x.tenant_id = w.tenant_id
+                 AND x.status IN ('QUEUED', 'RUNNING') AND x.dispatched_at IS NOT NULL)
+               < coalesce(t.max_running_runs, :default_cap)
+         LIMIT :tenants"""
+    )
+)

@@ -11,25 +11,28 @@ from sqlalchemy import text
 from outlive.db.raw import Statement, prepare
 from outlive.services.runs.queries import RUN_COLUMNS
 
-# The optional filters of `runs(key:, tags:, topLevel:)`, each spelled so that the planner can use
-# its partial index (`ix_runs_tenant_key`, `ix_runs_tenant_tags`, whose entries are
-# tenant-prefixed tags): one statement per combination.
+# The optional filters of `runs(key:, tags:, topLevel:, scheduleId:)`, each spelled so that the
+# planner can use its partial index (`ix_runs_tenant_key`, `ix_runs_tenant_tags`, whose entries
+# are tenant-prefixed tags; `uq_runs_schedule_occurrence`): one statement per combination.
 _FILTERS = (
     " AND key = CAST(:key AS text)",
     " AND outlive_tenant_tags(tenant_id, tags)"
     " @> outlive_tenant_tags(CAST(:tenant_id AS uuid), CAST(:tags AS varchar[]))"
     " AND tags <> '{}'",
     " AND parent_id IS NULL",
+    " AND schedule_id = CAST(:schedule_id AS uuid)",
 )
 
 
-def page_filters(*, key: bool, tags: bool, top_level: bool) -> str:
+def page_filters(*, key: bool, tags: bool, top_level: bool, schedule: bool = False) -> str:
     """The filters' text for the combination asked: a key of `RUNS_PAGES`."""
-    return "".join(f for f, on in zip(_FILTERS, (key, tags, top_level), strict=True) if on)
+    wanted = (key, tags, top_level, schedule)
+    return "".join(f for f, on in zip(_FILTERS, wanted, strict=True) if on)
 
 
 PAGE_FILTERS = tuple(
-    page_filters(key=k, tags=t, top_level=p) for k, t, p in product((False, True), repeat=3)
+    page_filters(key=k, tags=t, top_level=p, schedule=s)
+    for k, t, p, s in product((False, True), repeat=4)
 )
 
 

@@ -39,11 +39,18 @@ LEASE = "lease_expires_at = now() + make_interval(secs => :lease), heartbeat_at 
 # and the tenant's idempotency key (`uq_runs_idempotency_key`) are both arbiters.
 _INSERT_COLUMNS = (
     "tenant_id, agent, key, on_conflict, tags, idempotency_key, input, retried_from_id,"
+    " schedule_id, scheduled_for, priority, not_before, debounce_until,"
     " queued_behind_id, dispatched_at"
 )
+# A debounced start (`:debounce_s` not NULL) is held back `:debounce_s`, never past its first
+# start + `:debounce_max_s` (NULL: no bound, 'infinity').
 _INSERT_VALUES = (
     ":tenant_id, :agent, CAST(:key AS text), :on_conflict, CAST(:tags AS text[]), :idempotency_key,"
-    " CAST(:input AS jsonb), :retried_from_id"
+    " CAST(:input AS jsonb), :retried_from_id, CAST(:schedule_id AS uuid),"
+    " CAST(:scheduled_for AS timestamptz), :priority,"
+    " now() + make_interval(secs => CAST(:debounce_s AS float8)),"
+    " CASE WHEN CAST(:debounce_s AS float8) IS NOT NULL THEN coalesce("
+    "now() + make_interval(secs => CAST(:debounce_max_s AS float8)), 'infinity') END"
 )
 INSERT_RUN = prepare(
     text(
@@ -91,6 +98,23 @@ LOCK_KEY = prepare(
         " IS NULL AS locked"
     )
 )
+# Debounce (contract §7): the key's run that was started with `debounce` and is still held back
+# (QUEUED, not admitted, never started) takes the new input, and its hold moves to now +
+# `:debounce_s`, never past its `debounce_until`. Starts of one key take turns (`LOCK_KEY`).
+DEBOUNCE = prepare(
+    text(
+        "UPDATE runs SET input = CAST(:input AS jsonb), updated_at = now(),"
+        " not_before = least(now() + make_interval(secs => CAST(:debounce_s AS float8)),"
+        " debounce_until)"
+        " WHERE id = (SELECT id FROM runs WHERE tenant_id = :tenant_id AND agent = :agent"
+        "   AND key = CAST(:key AS text) AND status = 'QUEUED' AND dispatched_at IS NULL"
+        "   AND started_at IS NULL AND debounce_until IS NOT NULL"
+        "   ORDER BY created_at DESC, id DESC LIMIT 1)"
+        " AND status = 'QUEUED' AND dispatched_at IS NULL AND started_at IS NULL RETURNING *"
+    ).columns(*RUN_COLUMNS)
+)
+# The relay's clock learns of a new hold at once (it sleeps until the earliest one).
+NOTIFY_CLOCK = prepare(text("SELECT 1 AS n FROM pg_notify('outlive_relay', 'runs')"))
 BY_IDEMPOTENCY_KEY = prepare(
     text(
         "SELECT *, created_at > now() - interval '24 hours' AS fresh FROM runs"

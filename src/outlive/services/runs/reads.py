@@ -106,13 +106,14 @@ async def read_runs(
     tags: Sequence[str] | None = None,
     top_level: bool = False,
     paused: bool | None = None,
+    schedule_id: UUID | None = None,
 ) -> RunPage:
     """A page of the tenant's runs in `order` (newest first by default), keyset-paginated on
     (created_at, id): `after` is a run's cursor, and the page holds the runs that come after it
     in that order; with `since` / `until`, only those created in [since, until); with `key`,
     only that key's runs ("": the agents' default key); with `tags`, only runs carrying all; with
     `top_level`, only runs with no parent (child runs left out); with `paused`, only runs held
-    (true) or not (false) by a pause or a budget."""
+    (true) or not (false) by a pause or a budget; with `schedule_id`, only that schedule's runs."""
     if not 0 <= first <= MAX_PAGE:
         raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
     filters, params = _filters(
@@ -124,6 +125,7 @@ async def read_runs(
         tags=tags,
         top_level=top_level,
         paused=paused,
+        schedule_id=schedule_id,
     )
     at, run_id = decode_cursor(after) if after is not None else (None, None)
     rows = await db.all(
@@ -153,6 +155,7 @@ async def count_runs(
     tags: Sequence[str] | None = None,
     top_level: bool = False,
     paused: bool | None = None,
+    schedule_id: UUID | None = None,
 ) -> int:
     """How many of the tenant's runs match the filters `read_runs` takes (every page), counted
     up to `MAX_COUNT + 1`: more than `MAX_COUNT` reads as `MAX_COUNT + 1` ("1,000+"), so the
@@ -166,6 +169,7 @@ async def count_runs(
         tags=tags,
         top_level=top_level,
         paused=paused,
+        schedule_id=schedule_id,
     )
     row = await db.one(
         page_queries.RUNS_COUNTS[filters], tenant_id=tenant_id, cap=MAX_COUNT + 1, **params
@@ -183,6 +187,7 @@ def _filters(
     tags: Sequence[str] | None,
     top_level: bool,
     paused: bool | None = None,
+    schedule_id: UUID | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The runs list's filters, checked: the optional filters' text (a key of the statements)
     and the parameters they bind."""
@@ -191,7 +196,12 @@ def _filters(
     wanted = list(check_tags(tags))
     if since is not None and until is not None and since >= until:
         raise BadUserInput("createdBefore must be after createdSince")
-    filters = page_queries.page_filters(key=key is not None, tags=bool(wanted), top_level=top_level)
+    filters = page_queries.page_filters(
+        key=key is not None,
+        tags=bool(wanted),
+        top_level=top_level,
+        schedule=schedule_id is not None,
+    )
     params: dict[str, Any] = {
         "statuses": [s.value for s in statuses] if statuses else None,
         "agent": agent,
@@ -200,6 +210,7 @@ def _filters(
         "paused": paused,
         **({"key": key} if key is not None else {}),
         **({"tags": wanted} if wanted else {}),
+        **({"schedule_id": schedule_id} if schedule_id is not None else {}),
     }
     return filters, params
 

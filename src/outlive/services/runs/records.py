@@ -61,6 +61,11 @@ class RunRecord(Record):
     wait_id: str | None = None  # while WAITING on a wait that named itself: its id
     waiting_show: Any = None  # ... and what it asked to show the person who answers
     code_version: str | None = None  # its agent's code version when it started (first claim)
+    schedule_id: UUID | None = None  # the schedule it was started for, and the occurrence
+    scheduled_for: datetime | None = None
+    priority: int = 3  # among its tenant's waiting runs: 1 first
+    not_before: datetime | None = None  # debounced: not admitted before this
+    debounce_until: datetime | None = None  # ... which later starts never move past this
 
     @property
     def is_waiting(self) -> bool:

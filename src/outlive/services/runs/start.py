@@ -117,6 +117,11 @@ async def _insert_or_meet(
         "idempotency_key": options.idempotency_key,
         "input": json_text(dict(params)),
         "retried_from_id": retried_from,
+        "schedule_id": options.schedule_id,
+        "scheduled_for": options.scheduled_for,
+        "priority": options.priority,
+        "debounce_s": None if options.debounce is None else options.debounce.seconds,
+        "debounce_max_s": None if options.debounce is None else options.debounce.max_seconds,
         "default_cap": uow.limits.max_running_runs,
         "agents": uow.limits.agents,
     }
@@ -127,6 +132,10 @@ async def _insert_or_meet(
             if earlier is not None:
                 _check_same_request(earlier, agent, params, options)
                 return StartedRun(run=earlier, created=False, idempotent=True)
+        if options.debounce is not None:
+            held = await _debounce(uow, values)
+            if held is not None:
+                return held
         row = await uow.one(queries.INSERT_RUN, **values)
         if row is not None:
             return StartedRun(run=to_record(row), created=True)
@@ -137,6 +146,22 @@ async def _insert_or_meet(
         if met is not None:
             return met
     raise RuntimeError(f"could not insert or find the active {agent!r} run of {options.key!r}")
+
+
+async def _debounce(uow: Unit, values: Mapping[str, Any]) -> StartedRun | None:
+    """A debounced start (contract §7 "Debounce"): the key's held-back run takes this input and
+    waits on, and comes back with `created: false`; None: there is none, a new run is made (and
+    the relay's clock told of its hold, at the commit)."""
+    key = {k: values[k] for k in ("tenant_id", "agent", "key")}
+    await uow.one(queries.LOCK_KEY, **key)
+    row = await uow.one(
+        queries.DEBOUNCE, **key, input=values["input"], debounce_s=values["debounce_s"]
+    )
+    await uow.one(queries.NOTIFY_CLOCK)
+    if row is None:
+        return None
+    uow.nudge("run.updated", row["id"])
+    return StartedRun(run=to_record(row), created=False)
 
 
 async def _meet(
