@@ -14,6 +14,7 @@ from graphql import GraphQLError
 from strawberry.types import ExecutionContext
 
 from outlive.resolvers import budgets as budget_fields
+from outlive.resolvers import governance as governance_fields
 from outlive.resolvers import invitations as invitation_fields
 from outlive.resolvers import members as member_fields
 from outlive.resolvers import nudges as nudge_fields
@@ -25,13 +26,14 @@ from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
 from outlive.schema.agents import Agent
 from outlive.schema.budgets import AgentState, Budget
+from outlive.schema.governance import ErasureReceipt
 from outlive.schema.invitations import AcceptInvitationPayload, Invitation, InvitationCode
 from outlive.schema.members import Member
 from outlive.schema.nudges import Nudge
 from outlive.schema.outputs import OutputChunk
 from outlive.schema.replays import RunReplay
 from outlive.schema.runs import Run, RunConnection, SignalRunPayload, StartRunPayload
-from outlive.schema.tenants import Viewer
+from outlive.schema.tenants import Tenant, Viewer
 from outlive.schema.usage import AgentStats, UsageDay, UsageTokensDay
 from outlive.schema.webhooks import (
     CreateWebhookEndpointPayload,
@@ -213,6 +215,17 @@ class Mutation:
     resume_agent: AgentState = strawberry.mutation(
         resolver=budget_fields.resume_agent,
         description="Lets go of the runs the agent's pause held.",
+    )
+    set_retention: Tenant = strawberry.mutation(
+        resolver=governance_fields.set_retention,
+        description="ADMIN. The tenant's settled runs are kept `days` days (1 to 3650), then "
+        "deleted; usage totals are kept.",
+    )
+    erase_subject: ErasureReceipt = strawberry.mutation(
+        resolver=governance_fields.erase_subject,
+        description="ADMIN. Cancels the runs carrying `tag` that are active, then deletes every "
+        "run carrying it with its input, output, steps, events, signals, stream chunks and "
+        "webhook deliveries; usage totals are kept. Recorded (who, when, tag, counts).",
     )
 
 

@@ -9,6 +9,13 @@ from outlive.db.models.budgets import (
     BudgetReservation,
     BudgetScope,
 )
+from outlive.db.models.governance import (
+    Blob,
+    BlobRef,
+    Erasure,
+    UsageKeptRuns,
+    UsageKeptTokens,
+)
 from outlive.db.models.invitations import Invitation, InvitationStatus
 from outlive.db.models.jobs import RejectedJob
 from outlive.db.models.liveness import LivenessLock
@@ -44,6 +51,8 @@ __all__ = [
     "AgentPause",
     "ApiToken",
     "Base",
+    "Blob",
+    "BlobRef",
     "Budget",
     "BudgetBreach",
     "BudgetPeriod",
@@ -51,6 +60,7 @@ __all__ = [
     "BudgetReservation",
     "BudgetScope",
     "DeliveryStatus",
+    "Erasure",
     "Invitation",
     "InvitationStatus",
     "LivenessLock",
@@ -68,6 +78,8 @@ __all__ = [
     "RunWait",
     "Tenant",
     "UsageDaily",
+    "UsageKeptRuns",
+    "UsageKeptTokens",
     "UsageRollup",
     "User",
     "WebhookDelivery",

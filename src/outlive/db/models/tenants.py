@@ -49,6 +49,7 @@ ROLE_CHECK = "role IN ('ADMIN', 'OPERATOR', 'VIEWER')"
 
 class Tenant(Base):
     __tablename__ = "tenants"
+    __table_args__ = (CheckConstraint("retention_days BETWEEN 1 AND 3650", name="retention_days"),)
 
     id: Mapped[UUID] = uuid_pk()
     slug: Mapped[str] = mapped_column(unique=True)
@@ -63,6 +64,8 @@ class Tenant(Base):
     llm_token_rate: Mapped[str | None]
     # `outlive tenant pause`: every run of the tenant is held (its runs carry paused_by 'tenant').
     paused_at: Mapped[datetime | None]
+    # `setRetention`: its settled runs are kept this many days (NULL: OUTLIVE_RETENTION_DAYS).
+    retention_days: Mapped[int | None]
 
 
 class AgentPause(Base):
