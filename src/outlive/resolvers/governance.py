@@ -1,13 +1,17 @@
-"""`setRetention` and `eraseSubject` (ADMIN, contract §4.2 and §7 "Retention and erasure")."""
+"""`setRetention` and `eraseSubject` (ADMIN, contract §4.2 and §7 "Retention and erasure"), and
+`payload`: a large payload stored once, read in ranges."""
 
 from __future__ import annotations
+
+from base64 import b64encode
 
 import strawberry
 
 from outlive.resolvers.context import Context
-from outlive.schema.governance import ErasureReceipt
+from outlive.schema.governance import ErasureReceipt, PayloadRange
 from outlive.schema.tenants import Tenant
-from outlive.services import erasure, retention
+from outlive.services import blobs, erasure, retention
+from outlive.services.runs import parse_run_id
 
 Info = strawberry.Info[Context, None]
 
@@ -30,3 +34,19 @@ async def erase_subject(info: Info, tag: str) -> ErasureReceipt:
         forget=ctx.services.forget,
     )
     return ErasureReceipt.of(receipt)
+
+
+async def payload(
+    info: Info,
+    run_id: strawberry.ID,
+    ref: str,
+    offset: int = 0,
+    length: int = blobs.MAX_RANGE,
+) -> PayloadRange:
+    """Bytes of a large payload the run holds, at most 1 MiB at a time."""
+    ctx = info.context
+    ctx.require()
+    size, part = await blobs.read_range(
+        ctx.services.sessions, ctx.tenant_id, parse_run_id(run_id), ref, offset, length
+    )
+    return PayloadRange(ref=ref, size=size, offset=offset, base64=b64encode(part).decode())

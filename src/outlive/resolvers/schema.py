@@ -26,7 +26,7 @@ from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
 from outlive.schema.agents import Agent
 from outlive.schema.budgets import AgentState, Budget
-from outlive.schema.governance import ErasureReceipt
+from outlive.schema.governance import ErasureReceipt, PayloadRange
 from outlive.schema.invitations import AcceptInvitationPayload, Invitation, InvitationCode
 from outlive.schema.members import Member
 from outlive.schema.nudges import Nudge
@@ -48,6 +48,11 @@ class Query:
     viewer: Viewer = strawberry.field(resolver=tenant_fields.viewer)
     agents: list[Agent] = strawberry.field(resolver=tenant_fields.agents)
     run: Run | None = strawberry.field(resolver=run_fields.run)
+    payload: PayloadRange = strawberry.field(
+        resolver=governance_fields.payload,
+        description="A range of a large payload the run holds (a step's result or the run's "
+        'output that reads `{"$blob": ref, "size": n}`), at most 1 MiB (1048576 bytes) at once.',
+    )
     runs: RunConnection = strawberry.field(resolver=run_fields.runs)
     runs_by_id_prefix: list[Run] = strawberry.field(
         resolver=run_fields.runs_by_id_prefix,

@@ -30,3 +30,17 @@ class ErasureReceipt:
             deliveries=r.deliveries,
             at=r.at,
         )
+
+
+@strawberry.type(
+    description='A range of a large payload stored once (a `{"$blob": ref, "size": n}` in a '
+    "step's result or a run's output): its JSON text's bytes [offset, offset + length)."
+)
+class PayloadRange:
+    ref: str
+    size: int = strawberry.field(description="The whole payload's bytes.")
+    offset: int
+    base64: str = strawberry.field(
+        description="The range's bytes, base64 (a range may end "
+        "inside a UTF-8 character: join the bytes, then decode)."
+    )

@@ -47,6 +47,13 @@ _PUT = prepare(
     )
 )
 _GET = prepare(text("SELECT data FROM blobs WHERE tenant_id = :tenant_id AND sha256 = :sha"))
+_GET_HELD = prepare(
+    text(
+        "SELECT b.data FROM blob_refs r JOIN blobs b"
+        " ON b.tenant_id = r.tenant_id AND b.sha256 = r.sha256"
+        " WHERE r.run_id = :run_id AND r.sha256 = :sha"
+    )
+)
 _RANGE = prepare(
     text(
         """SELECT b.size, substring(b.data FROM :start FOR :length) AS part
@@ -54,6 +61,13 @@ _RANGE = prepare(
              JOIN runs x ON x.id = r.run_id
             WHERE b.tenant_id = :tenant_id AND b.sha256 = :sha AND r.run_id = :run_id
               AND x.tenant_id = :tenant_id"""
+    )
+)
+_COPY_REFS = prepare(
+    text(
+        "INSERT INTO blob_refs (run_id, sha256, tenant_id)"
+        " SELECT :to_run, sha256, tenant_id FROM blob_refs WHERE run_id = :from_run"
+        " ON CONFLICT DO NOTHING"
     )
 )
 _HELD = prepare(
@@ -119,6 +133,17 @@ async def resolve(db: Db, tenant_id: UUID, value: Any) -> Any:
     return json.loads(bytes(row["data"]))
 
 
+async def resolve_held(db: Db, run_id: UUID, value: Any) -> Any:
+    """`resolve`, for a value of the run `run_id` (a child's output its parent reads)."""
+    ref = ref_of(value)
+    if ref is None:
+        return value
+    row = await db.one(_GET_HELD, run_id=run_id, sha=bytes.fromhex(ref))
+    if row is None:
+        raise NotFound(f"payload {ref} of run {run_id} not found")
+    return json.loads(bytes(row["data"]))
+
+
 async def read_range(
     db: Db, tenant_id: UUID, run_id: UUID, ref: str, offset: int, length: int
 ) -> tuple[int, bytes]:
@@ -135,6 +160,11 @@ async def read_range(
     if row is None:
         raise NotFound(f"payload {ref} not found")
     return int(row["size"]), bytes(row["part"])
+
+
+async def copy_refs(db: Db, *, from_run: UUID, to_run: UUID) -> None:
+    """`to_run` holds the blobs `from_run` holds (its journal was copied: `reuseSteps`)."""
+    await db.execute(_COPY_REFS, from_run=from_run, to_run=to_run)
 
 
 async def held_by(db: Db, run_ids: Sequence[UUID]) -> list[bytes]:
@@ -156,3 +186,25 @@ async def sweep(sessions: Sessions, *, batch: int = SWEEP_BATCH) -> int:
         total += deleted
         if deleted < batch:
             return total
+
+
+def is_ref_text(recorded: str) -> bool:
+    """A journal row's JSON text is a reference (cheap: a reference is short)."""
+    return len(recorded) < 200 and KEY in recorded and ref_of(json.loads(recorded)) is not None
+
+
+async def store_text(db: Db, tenant_id: UUID, run_id: UUID, value_json: str) -> str:
+    """`value_json` (JSON text) stored as a blob the run holds; the reference, as JSON text."""
+    data = value_json.encode()
+    sha = hashlib.sha256(data).digest()
+    await db.execute(_PUT, tenant_id=tenant_id, run_id=run_id, sha=sha, size=len(data), data=data)
+    return json.dumps({KEY: sha.hex(), "size": len(data)})
+
+
+async def read_text(db: Db, tenant_id: UUID, ref_json: str) -> str:
+    """The JSON text a reference (as JSON text) stands for."""
+    ref = ref_of(json.loads(ref_json))
+    row = None if ref is None else await db.one(_GET, tenant_id=tenant_id, sha=bytes.fromhex(ref))
+    if row is None:
+        raise NotFound(f"payload {ref} not found")
+    return bytes(row["data"]).decode()

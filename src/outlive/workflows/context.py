@@ -59,6 +59,7 @@ class AttemptContext:
             limits=deps.limits,
             max_bytes=deps.settings.run_journal_max_bytes,
             drains=deps.drains,
+            blob_threshold=deps.settings.blob_threshold_bytes,
         )
         self.interrupts = self._steps.interrupts
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
