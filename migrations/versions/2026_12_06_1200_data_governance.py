@@ -113,15 +113,30 @@ def _blobs() -> None:
         _tenant(),
         sa.Column("sha256", sa.LargeBinary(), nullable=False),
         sa.Column("size", sa.BigInteger(), nullable=False),
-        sa.Column("data", sa.LargeBinary(), nullable=False),
         sa.Column(
             "created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
         ),
         _tenant_fk("blobs"),
         sa.PrimaryKeyConstraint("tenant_id", "sha256", name=op.f("pk_blobs")),
     )
-    # Payloads are stored as they come: compressing them again costs CPU for nothing.
-    op.execute("ALTER TABLE blobs ALTER COLUMN data SET STORAGE EXTERNAL")
+    op.create_table(
+        "blob_parts",
+        _tenant(),
+        sa.Column("sha256", sa.LargeBinary(), nullable=False),
+        sa.Column("part", sa.Integer(), nullable=False),
+        sa.Column("data", sa.LargeBinary(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["tenant_id", "sha256"],
+            ["blobs.tenant_id", "blobs.sha256"],
+            name=op.f("fk_blob_parts_tenant_id_blobs"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("tenant_id", "sha256", "part", name=op.f("pk_blob_parts")),
+    )
+    # A part fills a page and stays in it: never TOASTed (2 KB chunks, an index of their own),
+    # never compressed (payloads mostly are already; compressing them again costs CPU).
+    op.execute("ALTER TABLE blob_parts SET (toast_tuple_target = 8160)")
+    op.execute("ALTER TABLE blob_parts ALTER COLUMN data SET STORAGE EXTERNAL")
     op.create_table(
         "blob_refs",
         sa.Column("run_id", sa.Uuid(), nullable=False),
@@ -138,7 +153,14 @@ def _blobs() -> None:
 def downgrade() -> None:
     op.drop_index("ix_webhook_deliveries_run", table_name="webhook_deliveries")
     op.drop_index("ix_run_signals_run", table_name="run_signals")
-    for table in ("blob_refs", "blobs", "erasures", "usage_kept_tokens", "usage_kept_runs"):
+    for table in (
+        "blob_refs",
+        "blob_parts",
+        "blobs",
+        "erasures",
+        "usage_kept_tokens",
+        "usage_kept_runs",
+    ):
         op.drop_table(table)
     op.drop_constraint(op.f("ck_tenants_retention_days"), "tenants", type_="check")
     op.drop_column("tenants", "retention_days")

@@ -28,7 +28,7 @@ from outlive.db.tx import Sessions
 from outlive.errors import RetryableFault
 from outlive.workflows.runs import WorkflowDeps
 from tests.conftest import make_settings
-from tests.support import Api, Servers, TenantHandle
+from tests.support import Api, GraphQLError, Servers, TenantHandle
 from tests.workflows.test_claim import read
 from tests.workflows.test_lease import deliver, start
 
@@ -43,7 +43,7 @@ PAYLOAD = """query($id: ID!, $ref: String!, $offset: Int!) {
 ERASE = "mutation($tag: String!) { eraseSubject(tag: $tag) { runs steps } }"
 _SIZES = text(
     "SELECT sum(pg_total_relation_size(c)) AS n FROM unnest("
-    "ARRAY['blobs', 'blob_refs', 'run_steps', 'runs', 'run_events']::regclass[]) c"
+    "ARRAY['blobs', 'blob_parts', 'blob_refs', 'run_steps', 'runs', 'run_events']::regclass[]) c"
 )
 
 
@@ -78,6 +78,7 @@ async def test_parallel_large_results_are_stored_once_and_read_back(
     deps_for: Callable[[AgentRegistry], WorkflowDeps],
     sessions: Sessions,
     tenant: TenantHandle,
+    other_tenant: TenantHandle,
     api: Api,
 ) -> None:
     salt = uuid.uuid4().hex
@@ -102,7 +103,8 @@ async def test_parallel_large_results_are_stored_once_and_read_back(
     )
     deps = deps_for(AgentRegistry([Agent("demo", "large results", DemoInput, agent)]))
     before = await db_bytes(sessions)
-    assert await deliver(deps, run_id) == "retry"
+    first_delivery = await deliver(deps, run_id)
+    assert first_delivery == "retry", (await read(sessions, tenant, run_id)).error
     assert await deliver(deps, run_id) == "done"
     grew = await db_bytes(sessions) - before
     run = await read(sessions, tenant, run_id)
@@ -135,6 +137,11 @@ async def test_parallel_large_results_are_stored_once_and_read_back(
         offset += len(base64.b64decode(part["base64"]))
     assert hashlib.sha256(got).hexdigest() == first["$blob"]
     assert json.loads(got) in [tool_result(i, salt) for i in range(UNIQUE)]
+
+    variables = {"id": str(run_id), "ref": first["$blob"], "offset": 0}
+    with pytest.raises(GraphQLError) as theirs:  # another tenant's token reads nothing of it
+        await api.gql(PAYLOAD, variables, token=other_tenant.token)
+    assert theirs.value.codes == ["NOT_FOUND"]
 
     erased = (await api.gql(ERASE, {"tag": tag}, token=tenant.token))["eraseSubject"]
     assert erased == {"runs": 1, "steps": RESULTS}

@@ -73,6 +73,8 @@ async def test_erase_subject_deletes_everything_of_the_tag_and_keeps_usage(
     # A run of the subject that finished (a signal carrying the marker is in its output), one
     # still WAITING for a signal (active: cancelled first), one that streamed, and runs that
     # must stay: the tenant's other runs and another tenant's run with the same tag.
+    hook = 'mutation { createWebhookEndpoint(url: "http://127.0.0.1:9/hook") { endpoint { id } } }'
+    await api.gql(hook, token=tenant.token)  # each settled run gets a delivery (never answered)
     done = await start(api, tenant, [subject], turns=2, awaitSignal=f"{marker}-name")
     waiting = await start(api, tenant, [subject, "vip"], turns=1, awaitSignal=f"{marker}-w")
     streamed = await start(api, tenant, [subject], turns=1, streamChars=40)
@@ -84,6 +86,8 @@ async def test_erase_subject_deletes_everything_of_the_tag_and_keeps_usage(
     await watch.until(waiting, lambda r: r.status == "WAITING")
     for run_id in (done, streamed, kept):
         await watch.until(run_id, settled)
+    running = await start(api, tenant, [subject], turns=200, delayMs=100)  # active: cancelled
+    await watch.until(running, lambda r: r.status == "RUNNING" and r.step_seq > 0)
     assert marker in str((await read(api, tenant, done) or {})["output"])
     redis = Redis.from_url(settings.redis_url or "")
     assert await redis.exists(*keys_of(streamed)) > 0  # its stream's chunks are kept for minutes
@@ -94,19 +98,27 @@ async def test_erase_subject_deletes_everything_of_the_tag_and_keeps_usage(
     receipt = (await api.gql(ERASE, {"tag": subject}, token=tenant.token))["eraseSubject"]
 
     assert receipt["tag"] == subject
-    assert receipt["runs"] == 3
-    assert receipt["steps"] == 4  # 2 + 1 + 1 turns
+    assert receipt["runs"] == 4
+    assert receipt["steps"] >= 5  # 2 + 1 + 1 turns, and the running one's
     assert receipt["signals"] == 1
-    assert receipt["events"] > 3 * 4
+    assert receipt["events"] > 4 * 4
+    assert receipt["deliveries"] == 4  # run.succeeded x2, run.cancelled x2
     assert receipt["at"] is not None
-    for run_id in (done, waiting, streamed):
+    for run_id in (done, waiting, streamed, running):
         assert await read(api, tenant, run_id) is None
     assert await read(api, tenant, kept) is not None
     assert await read(api, other_tenant, theirs) is not None  # the same tag, another tenant
     assert await mentions(sessions, marker) == {}  # nothing of the subject, in any table
     assert await redis.exists(*keys_of(streamed)) == 0
     await redis.aclose()
-    assert totals(await api.gql(USAGE, token=tenant.token)) == before
+    # Usage totals are kept: every run still counts, and every step any of them recorded (the
+    # running run recorded more after `before` was read, until its cancel stopped it).
+    recorded_steps = receipt["steps"] + 1  # and the kept run's one turn
+    assert totals(await api.gql(USAGE, token=tenant.token)) == (
+        before[0],
+        USAGE_PER_TURN["inputTokens"] * recorded_steps,
+        USAGE_PER_TURN["outputTokens"] * recorded_steps,
+    )
 
     again = (await api.gql(ERASE, {"tag": subject}, token=tenant.token))["eraseSubject"]
     assert [again[k] for k in ("runs", "steps", "events", "signals", "deliveries")] == [0] * 5
@@ -119,9 +131,10 @@ async def test_erase_subject_deletes_everything_of_the_tag_and_keeps_usage(
             t=tenant.id,
         )
     assert [dict(r) for r in recorded] == [
-        {"tag": subject, "by": tenant.principal.user.email, "runs": 3, "steps": 4, "signals": 1},
+        {"tag": subject, "by": tenant.principal.user.email, "runs": 4,
+         "steps": receipt["steps"], "signals": 1},
         {"tag": subject, "by": tenant.principal.user.email, "runs": 0, "steps": 0, "signals": 0},
-    ]
+    ]  # fmt: skip
 
 
 async def test_erase_subject_refuses_a_tag_that_is_not_one(api: Api, tenant: TenantHandle) -> None:

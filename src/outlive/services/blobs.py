@@ -34,33 +34,52 @@ MAX_RANGE = 1024 * 1024  # the most `payload` returns at once
 SWEEP_BATCH = 200
 GRACE = "interval '10 minutes'"
 
+PART_BYTES = 8064  # a `blob_parts` row fills one 8 KiB page (db/models/governance.py)
+
+# One statement: the blob (or, when the tenant has those bytes already, a touch of it: `fresh`
+# false, no part written), its parts, and the run's hold on it. A second writer of the same
+# bytes waits on the first one's row and then only touches it.
 _PUT = prepare(
     text(
-        """WITH stored AS (
-             INSERT INTO blobs (tenant_id, sha256, size, data)
-             VALUES (:tenant_id, :sha, :size, :data)
+        f"""WITH stored AS (
+             INSERT INTO blobs (tenant_id, sha256, size) VALUES (:tenant_id, :sha, :size)
              ON CONFLICT (tenant_id, sha256) DO UPDATE SET created_at = now()
-             RETURNING sha256)
+             RETURNING sha256, (xmax = 0) AS fresh),
+           parts AS (
+             INSERT INTO blob_parts (tenant_id, sha256, part, data)
+             SELECT :tenant_id, :sha, p, substring(CAST(:data AS bytea) FROM p * {PART_BYTES} + 1
+                                  FOR {PART_BYTES})
+               FROM stored, generate_series(0, (CAST(:size AS int) - 1) / {PART_BYTES}) p
+              WHERE stored.fresh)
            INSERT INTO blob_refs (run_id, sha256, tenant_id)
            SELECT :run_id, sha256, :tenant_id FROM stored
-           ON CONFLICT DO NOTHING"""
+           ON CONFLICT DO NOTHING"""  # noqa: S608 (a constant)
     )
 )
-_GET = prepare(text("SELECT data FROM blobs WHERE tenant_id = :tenant_id AND sha256 = :sha"))
+_GET = prepare(
+    text(
+        "SELECT string_agg(data, '' ORDER BY part) AS data FROM blob_parts"
+        " WHERE tenant_id = :tenant_id AND sha256 = :sha"
+    )
+)
 _GET_HELD = prepare(
     text(
-        "SELECT b.data FROM blob_refs r JOIN blobs b"
-        " ON b.tenant_id = r.tenant_id AND b.sha256 = r.sha256"
+        "SELECT string_agg(p.data, '' ORDER BY p.part) AS data FROM blob_refs r JOIN blob_parts p"
+        " ON p.tenant_id = r.tenant_id AND p.sha256 = r.sha256"
         " WHERE r.run_id = :run_id AND r.sha256 = :sha"
     )
 )
+# The parts that cover a range, of a blob the run holds, within the tenant.
 _RANGE = prepare(
     text(
-        """SELECT b.size, substring(b.data FROM :start FOR :length) AS part
+        """SELECT b.size, string_agg(p.data, '' ORDER BY p.part) AS data
              FROM blobs b JOIN blob_refs r ON r.tenant_id = b.tenant_id AND r.sha256 = b.sha256
              JOIN runs x ON x.id = r.run_id
+             LEFT JOIN blob_parts p ON p.tenant_id = b.tenant_id AND p.sha256 = b.sha256
+                   AND p.part BETWEEN :first AND :last
             WHERE b.tenant_id = :tenant_id AND b.sha256 = :sha AND r.run_id = :run_id
-              AND x.tenant_id = :tenant_id"""
+              AND x.tenant_id = :tenant_id
+            GROUP BY b.size"""
     )
 )
 _COPY_REFS = prepare(
@@ -128,7 +147,7 @@ async def resolve(db: Db, tenant_id: UUID, value: Any) -> Any:
     if ref is None:
         return value
     row = await db.one(_GET, tenant_id=tenant_id, sha=bytes.fromhex(ref))
-    if row is None:
+    if row is None or row["data"] is None:
         raise NotFound(f"payload {ref} not found")
     return json.loads(bytes(row["data"]))
 
@@ -139,7 +158,7 @@ async def resolve_held(db: Db, run_id: UUID, value: Any) -> Any:
     if ref is None:
         return value
     row = await db.one(_GET_HELD, run_id=run_id, sha=bytes.fromhex(ref))
-    if row is None:
+    if row is None or row["data"] is None:
         raise NotFound(f"payload {ref} of run {run_id} not found")
     return json.loads(bytes(row["data"]))
 
@@ -154,12 +173,13 @@ async def read_range(
         sha = bytes.fromhex(ref)
     except ValueError:
         raise BadUserInput("ref is a sha256 in hex") from None
-    row = await db.one(
-        _RANGE, tenant_id=tenant_id, run_id=run_id, sha=sha, start=offset + 1, length=length
-    )
+    first, last = offset // PART_BYTES, (offset + length - 1) // PART_BYTES
+    row = await db.one(_RANGE, tenant_id=tenant_id, run_id=run_id, sha=sha, first=first, last=last)
     if row is None:
         raise NotFound(f"payload {ref} not found")
-    return int(row["size"]), bytes(row["part"])
+    covered = bytes(row["data"] or b"")
+    start = offset - first * PART_BYTES
+    return int(row["size"]), covered[start : start + length]
 
 
 async def copy_refs(db: Db, *, from_run: UUID, to_run: UUID) -> None:
@@ -205,6 +225,6 @@ async def read_text(db: Db, tenant_id: UUID, ref_json: str) -> str:
     """The JSON text a reference (as JSON text) stands for."""
     ref = ref_of(json.loads(ref_json))
     row = None if ref is None else await db.one(_GET, tenant_id=tenant_id, sha=bytes.fromhex(ref))
-    if row is None:
+    if row is None or row["data"] is None:
         raise NotFound(f"payload {ref} not found")
     return bytes(row["data"]).decode()

@@ -11,6 +11,7 @@ from outlive.db.models.budgets import (
 )
 from outlive.db.models.governance import (
     Blob,
+    BlobPart,
     BlobRef,
     Erasure,
     UsageKeptRuns,
@@ -52,6 +53,7 @@ __all__ = [
     "ApiToken",
     "Base",
     "Blob",
+    "BlobPart",
     "BlobRef",
     "Budget",
     "BudgetBreach",
