@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -49,7 +50,12 @@ _SIZES = text(
 
 def tool_result(i: int, salt: str) -> str:
     """2 MiB of text that does not compress, the same for i and i + UNIQUE."""
-    seed = f"{salt}:{i % UNIQUE}".encode()
+    return _unique_result(i % UNIQUE, salt)
+
+
+@functools.lru_cache(maxsize=64)
+def _unique_result(k: int, salt: str) -> str:
+    seed = f"{salt}:{k}".encode()
     blocks, size = [], 0
     while size < SIZE * 3 // 4:
         block = hashlib.shake_256(seed + size.to_bytes(8, "big")).digest(64 * 1024)
