@@ -12,7 +12,9 @@ and commits on its own, so no lock is held long and an erasure that stops half w
 by calling it again. The statements that delete steps and runs fold what they counted into the
 kept usage (`outlive.services.kept_usage`): usage totals are unchanged.
 
-The receipt counts what this call deleted (a repeat finds nothing and counts 0). The call is
+The erasure covers the runs carrying the tag that were started before it began: one started
+while it goes on is a new request of the subject's, neither cancelled nor deleted by it (call it
+again). The receipt counts what this call deleted (a repeat finds nothing and counts 0). The call is
 recorded in `erasures`: who, when, the tag and the counts, never what was erased. Children of a
 tagged run that do not carry the tag themselves are cancelled with it (cascade) but not erased:
 the tag is the subject's mark, and a caller that wants them erased tags them too.
@@ -66,8 +68,10 @@ def _ids(statement: str) -> Statement:
     return prepare(text(statement).bindparams(bindparam("ids", type_=ARRAY(Uuid()))))
 
 
+# The runs of the erasure: the tenant's runs carrying the tag, started before it began (a run
+# started while it goes on is a new request of the subject's, not the erasure's to cancel).
 _TAGGED = (
-    "tenant_id = :tenant_id"
+    "tenant_id = :tenant_id AND created_at <= :began"
     " AND outlive_tenant_tags(tenant_id, tags)"
     " @> outlive_tenant_tags(CAST(:tenant_id AS uuid), ARRAY[CAST(:tag AS varchar)])"
 )
@@ -108,6 +112,7 @@ _RUNS = _ids(
         {KEEP_RUNS}
         SELECT count(*) AS n FROM dead"""  # noqa: S608 (a constant fragment)
 )
+_NOW = prepare(text("SELECT now() AS began"))
 _RECORD = prepare(
     text(
         """INSERT INTO erasures
@@ -135,9 +140,11 @@ async def erase_subject(
 ) -> ErasureReceipt:
     """Erase the tenant's runs carrying `tag` (see the module) and record it; the receipt."""
     tag = check_tag(tag)
-    await _cancel_active(sessions, tenant_id, tag, settle_s)
+    now = await sessions.one(_NOW)
+    began = now["began"] if now is not None else None
+    await _cancel_active(sessions, tenant_id, tag, began, settle_s)
     counts = dict.fromkeys(("runs", "steps", "events", "signals", "deliveries", "blobs"), 0)
-    while rows := await sessions.all(_NEXT, tenant_id=tenant_id, tag=tag, batch=PAGE):
+    while rows := await sessions.all(_NEXT, tenant_id=tenant_id, tag=tag, began=began, batch=PAGE):
         page = [row["id"] for row in rows]
         for start in range(0, len(page), BATCH):
             done = await _erase_batch(sessions, tenant_id, page[start : start + BATCH], forget)
@@ -149,14 +156,17 @@ async def erase_subject(
     return ErasureReceipt(tag=tag, at=recorded["at"], **counts)
 
 
-async def _cancel_active(sessions: Sessions, tenant_id: UUID, tag: str, settle_s: float) -> None:
-    while rows := await sessions.all(_TO_CANCEL, tenant_id=tenant_id, tag=tag, batch=BATCH):
+async def _cancel_active(
+    sessions: Sessions, tenant_id: UUID, tag: str, began: datetime | None, settle_s: float
+) -> None:
+    tagged = {"tenant_id": tenant_id, "tag": tag, "began": began}
+    while rows := await sessions.all(_TO_CANCEL, batch=BATCH, **tagged):
         async with sessions.unit(tenant_id) as uow:
             for found in rows:
                 await cancel_run(uow, RunId(found["id"]))
     deadline = time.monotonic() + settle_s
     while time.monotonic() < deadline:  # a RUNNING run stops at its next step boundary
-        running = await sessions.one(_STILL_RUNNING, tenant_id=tenant_id, tag=tag)
+        running = await sessions.one(_STILL_RUNNING, **tagged)
         if running is None or running["n"] == 0:
             return
         await asyncio.sleep(POLL_S)
