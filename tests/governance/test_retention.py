@@ -17,6 +17,7 @@ from sqlalchemy import text
 from outlive.config import Settings
 from outlive.cron.deps import CronDeps
 from outlive.cron.tasks.retention import prune_old_deliveries, prune_old_runs
+from outlive.cron.tasks.usage import roll_up_daily_usage
 from outlive.db.tx import Sessions
 from tests.governance.test_erasure import USAGE, read, start, totals
 from tests.support import Api, GraphQLError, NudgeWatch, TenantHandle, settled
@@ -79,14 +80,16 @@ async def test_retention_deletes_only_the_tenants_old_settled_runs_and_keeps_usa
     async with sessions.unit() as uow:
         await uow.execute(_AGE, d=3, ids=[*old, active, theirs])
         await uow.execute(_AGE, d=1, ids=[young])
-    before = totals(await api.gql(USAGE.replace("days: 2", "days: 5"), token=tenant.token))
-    assert before[0] >= 7
-
-    await api.gql(SET, {"d": 2}, token=tenant.token)  # the other tenant keeps the default 30
     redis = Redis.from_url(settings.redis_url or "")
     deps = CronDeps(sessions=sessions, settings=settings, redis=redis)
+    await roll_up_daily_usage(deps)  # the days the runs were moved to are rolled up again
+    before = totals(await api.gql(USAGE.replace("days: 2", "days: 5"), token=tenant.token))
+    assert before[0] == 7
+
+    await api.gql(SET, {"d": 2}, token=tenant.token)  # the other tenant keeps the default 30
     assert await prune_old_runs(deps) >= 5
     await prune_old_deliveries(deps)
+    await roll_up_daily_usage(deps)  # recomputed from what is left, and what was kept
     await redis.aclose()
 
     for run_id in old:
