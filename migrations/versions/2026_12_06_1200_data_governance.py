@@ -1,10 +1,11 @@
 """data governance: retention per tenant, erasures, kept usage, blobs (issue 46)
 
-`tenants.retention_days`; indexes on `run_signals.run_id` and
-`webhook_deliveries.run_id` (NULL: `OUTLIVE_RETENTION_DAYS`); `usage_kept_runs` and
+`tenants.retention_days` (NULL: `OUTLIVE_RETENTION_DAYS`); `usage_kept_runs` and
 `usage_kept_tokens` (what deleted runs counted towards usage, so totals survive retention and
-erasure); `erasures` (the record of each `eraseSubject`, never the erased content); `blobs`
-(large payloads stored once per tenant and sha256) and `blob_refs` (the runs that hold each).
+erasure); `erasures` (the record of each `eraseSubject`, never the erased content); `blobs`,
+`blob_parts` (large payloads stored once per tenant and sha256, in page-sized parts) and
+`blob_refs` (the runs that hold each); indexes on `run_signals.run_id`,
+`webhook_deliveries.run_id` and `api_tokens.run_id` (what deleting a run looks up by run).
 
 Revision ID: 0046
 Revises: 0031
@@ -74,6 +75,13 @@ def upgrade() -> None:
     _blobs()
     # What an erasure (and the cascade of a deleted run) looks up by run.
     op.create_index("ix_run_signals_run", "run_signals", ["run_id"], unique=False)
+    op.create_index(
+        "ix_api_tokens_run_id",
+        "api_tokens",
+        ["run_id"],
+        unique=False,
+        postgresql_where=sa.text("run_id IS NOT NULL"),
+    )
     op.create_index(
         "ix_webhook_deliveries_run",
         "webhook_deliveries",
@@ -153,6 +161,7 @@ def _blobs() -> None:
 def downgrade() -> None:
     op.drop_index("ix_webhook_deliveries_run", table_name="webhook_deliveries")
     op.drop_index("ix_run_signals_run", table_name="run_signals")
+    op.drop_index("ix_api_tokens_run_id", table_name="api_tokens")
     for table in (
         "blob_refs",
         "blob_parts",

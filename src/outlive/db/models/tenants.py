@@ -105,6 +105,9 @@ class ApiToken(Base):
         Index(
             "ix_api_tokens_parent_id", "parent_id", postgresql_where=text("parent_id IS NOT NULL")
         ),
+        Index(  # a deleted run's read tokens (retention, erasure): found, not scanned for
+            "ix_api_tokens_run_id", "run_id", postgresql_where=text("run_id IS NOT NULL")
+        ),
         CheckConstraint(ROLE_CHECK, name="role"),
     )
 
