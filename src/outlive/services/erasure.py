@@ -75,11 +75,10 @@ _TAGGED = (
     " AND outlive_tenant_tags(tenant_id, tags)"
     " @> outlive_tenant_tags(CAST(:tenant_id AS uuid), ARRAY[CAST(:tag AS varchar)])"
 )
-_TO_CANCEL = prepare(
-    text(
-        f"SELECT id FROM runs WHERE {_TAGGED} AND status IN ('QUEUED', 'RUNNING', 'WAITING')"  # noqa: S608
-        " AND (status <> 'RUNNING' OR cancel_requested_at IS NULL) ORDER BY id LIMIT :batch"
-    )
+_TO_CANCEL = _ids(
+    f"SELECT id FROM runs WHERE {_TAGGED} AND status IN ('QUEUED', 'RUNNING', 'WAITING')"  # noqa: S608
+    " AND (status <> 'RUNNING' OR cancel_requested_at IS NULL) AND NOT (id = ANY(:ids))"
+    " ORDER BY id LIMIT :batch"
 )
 _STILL_RUNNING = prepare(
     text(f"SELECT count(*) AS n FROM runs WHERE {_TAGGED} AND status = 'RUNNING'")  # noqa: S608
@@ -160,10 +159,12 @@ async def _cancel_active(
     sessions: Sessions, tenant_id: UUID, tag: str, began: datetime | None, settle_s: float
 ) -> None:
     tagged = {"tenant_id": tenant_id, "tag": tag, "began": began}
-    while rows := await sessions.all(_TO_CANCEL, batch=BATCH, **tagged):
+    asked: list[UUID] = []  # a run a cancel left as it was is asked once, never again
+    while rows := await sessions.all(_TO_CANCEL, batch=BATCH, ids=asked, **tagged):
         async with sessions.unit(tenant_id) as uow:
-            for found in rows:
-                await cancel_run(uow, RunId(found["id"]))
+            for row in rows:
+                await cancel_run(uow, RunId(row["id"]))
+                asked.append(row["id"])
     deadline = time.monotonic() + settle_s
     while time.monotonic() < deadline:  # a RUNNING run stops at its next step boundary
         running = await sessions.one(_STILL_RUNNING, **tagged)
