@@ -145,6 +145,13 @@ async def test_parallel_large_results_are_stored_once_and_read_back(
     assert json.loads(got) in [tool_result(i, salt) for i in range(UNIQUE)]
 
     variables = {"id": str(run_id), "ref": first["$blob"], "offset": 0}
+    made = await api.gql(
+        "mutation($id: ID!) { createRunReadToken(id: $id) }",
+        {"id": str(run_id)},
+        token=tenant.token,
+    )
+    reader = (await api.gql(PAYLOAD, variables, token=made["createRunReadToken"]))["payload"]
+    assert base64.b64decode(reader["base64"]) == got[: len(base64.b64decode(reader["base64"]))]
     with pytest.raises(GraphQLError) as theirs:  # another tenant's token reads nothing of it
         await api.gql(PAYLOAD, variables, token=other_tenant.token)
     assert theirs.value.codes == ["NOT_FOUND"]

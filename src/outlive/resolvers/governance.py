@@ -43,10 +43,11 @@ async def payload(
     offset: int = 0,
     length: int = blobs.MAX_RANGE,
 ) -> PayloadRange:
-    """Bytes of a large payload the run holds, at most 1 MiB at a time."""
+    """Bytes of a large payload the run holds, at most 1 MiB at a time (NOT_FOUND: no such run
+    of the token's tenant, or one that does not hold it)."""
     ctx = info.context
-    ctx.require()
+    run = parse_run_id(run_id)  # a run read token reads its one run's payloads too
     size, part = await blobs.read_range(
-        ctx.services.sessions, ctx.tenant_id, parse_run_id(run_id), ref, offset, length
+        ctx.services.sessions, ctx.run_tenant(run), run, ref, offset, length
     )
     return PayloadRange(ref=ref, size=size, offset=offset, base64=b64encode(part).decode())
