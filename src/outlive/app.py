@@ -32,6 +32,7 @@ from outlive.errors import ServiceUnavailable
 from outlive.graphql.errors import unavailable_payload
 from outlive.graphql.http import Pipeline
 from outlive.graphql.schema import served
+from outlive.jobs.forget import RunForgetter
 from outlive.jobs.telemetry import serve_metrics
 from outlive.realtime.outputs import OutputStore, OutputTails
 from outlive.realtime.pending import Unauthenticated
@@ -384,6 +385,7 @@ def build_app(
                 announcer=Announcer(queues.redis, settings.redis_url or ""),
                 hub=realtime.hub if settings.realtime else None,
                 outputs=OutputTails(OutputStore.of(queues.redis, settings)),
+                forget=RunForgetter(queues.runs, queues.redis),
             )
             app.state.runtime = runtime
             if settings.metrics and settings.metrics_token is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
@@ -401,3 +402,31 @@ async def test_during_a_burst_the_next_batch_waits_for_a_pause_and_serves_more_o
     await coalescer.cancel_all()  # the process stops: the request gets an error, not a hang
     with pytest.raises(SharedExecutionCancelled):
         await waiting
+
+
+_REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("test_request", default="none")
+
+
+async def test_each_batch_executes_in_the_context_of_the_request_that_made_it() -> None:
+    """A batch started when the one before it finished runs in its own first request's context
+    (its read budget, its tenant's gate), not in the finished execution's: chained executions
+    spent the first request's 4 MiB answer budget until readers of a large payload were refused
+    (issue 46, bench/payloads.py)."""
+    coalescer: Coalescer[str] = Coalescer()
+    release = asyncio.Event()
+
+    async def execute() -> str:
+        await release.wait()
+        return _REQUEST.get()
+
+    async def request(name: str) -> str:
+        _REQUEST.set(name)
+        return (await coalescer.run("k", execute)).value
+
+    first = asyncio.create_task(request("first"))
+    await asyncio.sleep(0)  # its execution is running now; the next request makes a new batch
+    second = asyncio.create_task(request("second"))
+    await asyncio.sleep(0)
+    release.set()
+    assert await first == "first"
+    assert await second == "second"  # was "first": the chained task copied the old context

@@ -1,7 +1,7 @@
 """Durable steps (`ctx.step`): a recorded step is never executed again by a later attempt of the
 run; its result comes back instead, keyed by (name, occurrence), so retries, lost attempts,
 `asyncio.gather` and a deploy that inserts a step all resume where the run stopped. A zombie
-attempt records nothing; a result over 256 KiB fails the run naming the step; `Run.steps`."""
+attempt records nothing; a result over 16 MiB fails the run naming the step; `Run.steps`."""
 
 from __future__ import annotations
 
@@ -352,14 +352,14 @@ async def test_a_zombie_whose_step_was_running_records_nothing(
     assert [t for t, _ in await timeline(sessions, run_id) if t in ("note", "step")] == []
 
 
-async def test_a_result_over_256_kib_fails_the_run_naming_the_step_and_records_nothing(
+async def test_a_result_over_16_mib_fails_the_run_naming_the_step_and_records_nothing(
     deps_for: Callable[[AgentRegistry], WorkflowDeps], sessions: Sessions, tenant: TenantHandle
 ) -> None:
     def small() -> str:
-        return "s" * (256 * 1024 - 2)  # exactly 256 KiB of JSON with its quotes: recorded
+        return "s" * (16 * 1024 * 1024 - 2)  # exactly 16 MiB of JSON with its quotes: recorded
 
     def big() -> str:
-        return "x" * (256 * 1024)
+        return "x" * (16 * 1024 * 1024)
 
     async def agent(ctx: RunContext, params: DemoInput) -> Any:
         await ctx.step("small enough", small)
@@ -372,7 +372,7 @@ async def test_a_result_over_256_kib_fails_the_run_naming_the_step_and_records_n
     assert run.attempt == 1  # not retried: the same code would return the same value
     assert run.error is not None
     assert run.error.startswith("StepTooLarge: step 'fetch the whole page' (occurrence 1)")
-    assert "limited to 262144 bytes" in run.error
+    assert "limited to 16777216 bytes" in run.error
     assert [n for n, *_ in await journal_rows(sessions, run_id)] == ["small enough"]
 
 

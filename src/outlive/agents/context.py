@@ -220,9 +220,10 @@ class RunContext(Protocol):
         name in this attempt, counted at the call). A later attempt of the run gets the recorded
         value back without calling `fn`. The value is recorded and returned through `fn`'s
         return annotation (a pydantic model comes back as that model; no annotation: plain JSON
-        values), the same on the first attempt as on later ones. At most 256 KiB of JSON
-        (`StepTooLarge`: the run fails). `emit` inside `fn` is written with the step, once. An
-        exception in `fn` records nothing and is handled as anywhere else in the run.
+        values), the same on the first attempt as on later ones. At most 16 MiB of JSON
+        (`StepTooLarge`: the run fails); over 256 KiB it is stored once, apart (`blobs`). `emit`
+        inside `fn` is written with the step, once. An exception in `fn` records nothing and is
+        handled as anywhere else in the run.
 
         The step's policy, keyword-only and never passed to `fn` (to give `fn` a keyword of one
         of these names, bind it with `functools.partial`): `retry=Retry(attempts, backoff,

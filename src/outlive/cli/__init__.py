@@ -122,6 +122,18 @@ def _parser() -> argparse.ArgumentParser:
         paused = tenant_sub.add_parser(verb, help=f"{what} a tenant (as pauseRun does one)")
         paused.add_argument("slug", metavar="SLUG")
         paused.set_defaults(func=_command("tenants", f"cmd_tenant_{verb}"))
+    keep = tenant_sub.add_parser(
+        "set-retention", help="how many days a tenant's settled runs are kept (setRetention)"
+    )
+    keep.add_argument("slug", metavar="SLUG")
+    keep.add_argument("days", metavar="DAYS", type=int)
+    keep.set_defaults(func=_command("governance", "cmd_tenant_set_retention"))
+    erase = tenant_sub.add_parser(
+        "erase-subject", help="delete every run carrying a tag (eraseSubject); prints the receipt"
+    )
+    erase.add_argument("slug", metavar="SLUG")
+    erase.add_argument("tag", metavar="TAG")
+    erase.set_defaults(func=_command("governance", "cmd_tenant_erase_subject"))
 
     add_replay(sub)
 

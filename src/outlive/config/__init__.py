@@ -53,6 +53,11 @@ class Settings(SecurityLimits, BaseSettings):
         ge=1024,
         description="bytes of a run's recorded step results (every attempt loads them all)",
     )
+    blob_threshold_bytes: int = Field(
+        256 * 1024,
+        ge=1024,
+        description="a step result or run output over this (JSON) is stored once, in `blobs`",
+    )
     reconcile_grace_s: float = Field(60.0, ge=0)
     run_heartbeat_s: float = Field(10.0, gt=0, description="a run's job is stuck after this")
     run_sweep_s: int = Field(5, ge=1, description="how often a worker looks for stuck jobs")

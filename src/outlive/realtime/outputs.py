@@ -142,6 +142,11 @@ def _open_key(run_id: object) -> str:
     return f"outlive:output:{{{run_id}}}:open"
 
 
+def keys_of(run_id: object) -> tuple[str, ...]:
+    """Every key a run's output keeps (erased with the run: `eraseSubject`)."""
+    return output_key(run_id), _size_key(run_id), _open_key(run_id)
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 

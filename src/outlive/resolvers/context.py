@@ -21,7 +21,8 @@ from outlive.realtime.outputs import OutputTails
 from outlive.realtime.registry import OpenSocket, SocketRegistry
 from outlive.realtime.revocations import Announcer
 from outlive.resolvers.loaders import Loaders
-from outlive.services import admission, timelines, webhooks
+from outlive.services import admission, retention, timelines, webhooks
+from outlive.services.erasure import Forget, forget_nothing
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.runs import (
     MAX_PAGE,
@@ -59,6 +60,7 @@ class Services:
     announcer: Announcer  # token changes (removed members, new roles) to every API process
     hub: Hub | None = None
     outputs: OutputTails | None = None  # runs' output streams (`runOutput`)
+    forget: Forget = forget_nothing  # what Redis keeps of erased runs (`eraseSubject`)
 
     async def authenticate(self, token: str) -> Principal | None:
         """The principal of a bearer token, through this process's cache (which obeys
@@ -209,6 +211,11 @@ class Context:
         check_steps_page(first)  # this field's error, not the whole batch's
         self.require()
         return await self.loaders.steps.load((run_id, after, first))
+
+    async def tenant_retention_days(self) -> int:
+        """How many days the tenant keeps settled runs (`setRetention`, else the default)."""
+        s = self.services
+        return await retention.retention_of(s.sessions, self.tenant_id, s.settings.retention_days)
 
     async def step_result(self, run_id: RunId, seq: int) -> Any:
         """What the step returned, as recorded (one statement per page of steps asked)."""

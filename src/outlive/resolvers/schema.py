@@ -14,6 +14,7 @@ from graphql import GraphQLError
 from strawberry.types import ExecutionContext
 
 from outlive.resolvers import budgets as budget_fields
+from outlive.resolvers import governance as governance_fields
 from outlive.resolvers import invitations as invitation_fields
 from outlive.resolvers import members as member_fields
 from outlive.resolvers import nudges as nudge_fields
@@ -26,6 +27,7 @@ from outlive.resolvers import usage as usage_fields
 from outlive.resolvers import webhooks as webhook_fields
 from outlive.schema.agents import Agent
 from outlive.schema.budgets import AgentState, Budget
+from outlive.schema.governance import ErasureReceipt, PayloadRange
 from outlive.schema.invitations import AcceptInvitationPayload, Invitation, InvitationCode
 from outlive.schema.members import Member
 from outlive.schema.nudges import Nudge
@@ -33,7 +35,7 @@ from outlive.schema.outputs import OutputChunk
 from outlive.schema.replays import RunReplay
 from outlive.schema.runs import Run, RunConnection, SignalRunPayload, StartRunPayload
 from outlive.schema.schedules import Schedule
-from outlive.schema.tenants import Viewer
+from outlive.schema.tenants import Tenant, Viewer
 from outlive.schema.usage import AgentStats, UsageDay, UsageTokensDay
 from outlive.schema.webhooks import (
     CreateWebhookEndpointPayload,
@@ -48,6 +50,11 @@ class Query:
     viewer: Viewer = strawberry.field(resolver=tenant_fields.viewer)
     agents: list[Agent] = strawberry.field(resolver=tenant_fields.agents)
     run: Run | None = strawberry.field(resolver=run_fields.run)
+    payload: PayloadRange = strawberry.field(
+        resolver=governance_fields.payload,
+        description="A range of a large payload the run holds (a step's result or the run's "
+        'output that reads `{"$blob": ref, "size": n}`), at most 1 MiB (1048576 bytes) at once.',
+    )
     runs: RunConnection = strawberry.field(resolver=run_fields.runs)
     runs_by_id_prefix: list[Run] = strawberry.field(
         resolver=run_fields.runs_by_id_prefix,
@@ -242,6 +249,17 @@ class Mutation:
         resolver=schedule_fields.backfill_schedule,
         description="The occurrences in [from, to) (up to now) get a run each, once, queued in "
         "the key's line: a repeat makes none. At most 1,000.",
+    )
+    set_retention: Tenant = strawberry.mutation(
+        resolver=governance_fields.set_retention,
+        description="ADMIN. The tenant's settled runs are kept `days` days (1 to 3650), then "
+        "deleted; usage totals are kept.",
+    )
+    erase_subject: ErasureReceipt = strawberry.mutation(
+        resolver=governance_fields.erase_subject,
+        description="ADMIN. Cancels the runs carrying `tag` that are active, then deletes every "
+        "run carrying it with its input, output, steps, events, signals, stream chunks and "
+        "webhook deliveries; usage totals are kept. Recorded (who, when, tag, counts).",
     )
 
 

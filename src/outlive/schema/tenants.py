@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import strawberry
 
 from outlive.schema.members import Role
@@ -13,6 +15,14 @@ class Tenant:
     id: strawberry.ID
     slug: str
     name: str
+
+    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
+        description="How many days settled runs are kept (setRetention; else the deployment's "
+        "OUTLIVE_RETENTION_DAYS)."
+    )
+    async def retention_days(self, info: strawberry.Info[Any, Any]) -> int:
+        days: int = await info.context.tenant_retention_days()
+        return days
 
 
 @strawberry.type

@@ -3,7 +3,9 @@
 The nightly roll-up recomputes the last `ROLLUP_DAYS` finished UTC days (a run created on one day
 can settle on the next, so recent days are recomputed rather than added to; re-running it never
 doubles a count) and marks them rolled up. `usage` serves rolled-up days from `usage_daily` and
-counts the days after the last rolled-up one (today, at least) live from `runs`.
+counts the days after the last rolled-up one (today, at least) live from `runs`. Runs deleted by
+retention or `eraseSubject` still count: the statement that deleted them added them to
+`usage_kept_runs` (`outlive.services.kept_usage`), which both add to `runs`.
 """
 
 from __future__ import annotations
@@ -28,10 +30,15 @@ _ROLL_UP_DAY = prepare(
     text(
         """
     WITH fresh AS (
-        SELECT tenant_id, agent, status, count(*) AS count FROM runs
-        WHERE created_at >= CAST(:day AS date) AT TIME ZONE 'UTC'
-          AND created_at < (CAST(:day AS date) + 1) AT TIME ZONE 'UTC'
-        GROUP BY tenant_id, agent, status
+        SELECT tenant_id, agent, status, sum(count) AS count FROM (
+            SELECT tenant_id, agent, status, count(*) AS count FROM runs
+            WHERE created_at >= CAST(:day AS date) AT TIME ZONE 'UTC'
+              AND created_at < (CAST(:day AS date) + 1) AT TIME ZONE 'UTC'
+            GROUP BY tenant_id, agent, status
+            UNION ALL
+            SELECT tenant_id, agent, status, count FROM usage_kept_runs
+            WHERE day = CAST(:day AS date)
+        ) counted GROUP BY tenant_id, agent, status
     ), cleared AS (
         DELETE FROM usage_daily WHERE day = :day
           AND (tenant_id, agent, status) NOT IN (SELECT tenant_id, agent, status FROM fresh)
@@ -57,10 +64,16 @@ _ROLLED = prepare(
 )
 _LIVE = prepare(
     text(
-        """SELECT to_char((created_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS day, agent,
-                  status, count(*) AS count
-           FROM runs
-           WHERE tenant_id = :tenant_id AND created_at >= CAST(:since AS date) AT TIME ZONE 'UTC'
+        """SELECT to_char(day, 'YYYY-MM-DD') AS day, agent, status, sum(count)::int AS count
+           FROM (SELECT (created_at AT TIME ZONE 'UTC')::date AS day, agent, status,
+                        count(*) AS count
+                   FROM runs
+                  WHERE tenant_id = :tenant_id
+                    AND created_at >= CAST(:since AS date) AT TIME ZONE 'UTC'
+                  GROUP BY 1, 2, 3
+                 UNION ALL
+                 SELECT day, agent, status, count FROM usage_kept_runs
+                  WHERE tenant_id = :tenant_id AND day >= CAST(:since AS date)) counted
            GROUP BY 1, 2, 3"""
     )
 )

@@ -227,15 +227,27 @@ _ABANDONED_OF_TREES = prepare(
         " GROUP BY tree.top"
     ).bindparams(bindparam("run_ids", type_=ARRAY(Uuid())))
 )
+# Live from the steps of the tenant's runs, plus what deleted steps recorded (`usage_kept_tokens`,
+# `outlive.services.kept_usage`): retention and erasure never change a day's totals.
 _TOKENS_DAYS = prepare(
     text(
-        "SELECT to_char((s.completed_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS day,"  # noqa: S608
-        " r.agent, sum(s.input_tokens) AS input_tokens, sum(s.output_tokens) AS output_tokens,"
-        f" {_STEP_COST} AS cost_usd, {_STEP_UNPRICED} AS unpriced"
-        " FROM runs r JOIN run_steps s ON s.run_id = r.id"
-        " WHERE r.tenant_id = :tenant_id AND r.created_at >= :runs_since"
-        " AND s.completed_at >= :since AND s.requests > 0"
-        " GROUP BY 1, 2 ORDER BY 1, 2"
+        f"""SELECT day, agent, sum(input_tokens) AS input_tokens,
+                  sum(output_tokens) AS output_tokens, sum(cost_usd) AS cost_usd,
+                  array_remove(array_agg(DISTINCT unpriced), NULL) AS unpriced
+             FROM (SELECT to_char((s.completed_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS day,
+                          r.agent, s.input_tokens, s.output_tokens, s.cost_usd,
+                          CASE WHEN s.cost_usd IS NULL THEN coalesce(s.model, '{UNNAMED}')
+                          END AS unpriced
+                     FROM runs r JOIN run_steps s ON s.run_id = r.id
+                    WHERE r.tenant_id = :tenant_id AND r.created_at >= :runs_since
+                      AND s.completed_at >= :since AND s.requests > 0
+                   UNION ALL
+                   SELECT to_char(day, 'YYYY-MM-DD'), agent, input_tokens, output_tokens, cost_usd,
+                          CASE WHEN unpriced > 0 THEN coalesce(nullif(model, ''), '{UNNAMED}')
+                          END
+                     FROM usage_kept_tokens
+                    WHERE tenant_id = :tenant_id AND day >= CAST(:since AS date)) used
+            GROUP BY 1, 2 ORDER BY 1, 2"""  # noqa: S608 (a constant)
     )
 )
 

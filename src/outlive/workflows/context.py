@@ -61,6 +61,7 @@ class AttemptContext:
             max_bytes=deps.settings.run_journal_max_bytes,
             drains=deps.drains,
             code_version=deps.agents.version_of(run.agent),
+            blob_threshold=deps.settings.blob_threshold_bytes,
         )
         self.interrupts = self._steps.interrupts
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far

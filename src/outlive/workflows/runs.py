@@ -55,6 +55,7 @@ from outlive.errors import (
     ServiceUnavailable,
 )
 from outlive.ids import RunId
+from outlive.services import blobs
 from outlive.services.runs import (
     MAX_ATTEMPTS,
     MAX_LOST_ATTEMPTS,
@@ -285,9 +286,16 @@ async def _settle_now(
     give_up = loop.time() + deps.lease_s
     while True:
         try:
+            stored = await blobs.store(  # a large output is stored once, apart
+                deps.sessions,
+                run.tenant_id,
+                run.id,
+                output,
+                threshold=deps.settings.blob_threshold_bytes,
+            )
             async with deps.sessions.unit(run.tenant_id, single_statement=True) as uow:
                 settled = await settle_run(
-                    uow, run.id, status, output=output, error=error, attempt=run.attempt
+                    uow, run.id, status, output=stored, error=error, attempt=run.attempt
                 )
             break
         except ServiceUnavailable:

@@ -37,6 +37,7 @@ from outlive.errors import (
     StepResultInvalid,
     StepTooLarge,
 )
+from outlive.services import blobs
 from outlive.services.runs import (
     MAX_JOURNAL_BYTES,
     MAX_STEP_BYTES,
@@ -154,9 +155,11 @@ class StepJournal:
         max_bytes: int = MAX_JOURNAL_BYTES,
         drains: Drains | None = None,
         code_version: str | None = None,
+        blob_threshold: int = blobs.THRESHOLD,
     ) -> None:
         self._sessions = sessions
         self.code_version = code_version
+        self._blob_threshold = blob_threshold
         self._cursor = Cursor({})
         self._foreign = False  # some recorded step was recorded by another code version
         self._drains = drains
@@ -240,6 +243,8 @@ class StepJournal:
         recorded = self._journal.get((name, occurrence))
         if recorded is not None:
             metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
+            if blobs.is_ref_text(recorded):  # stored once, apart: read back when asked
+                recorded = await blobs.read_text(self._sessions, self._run.tenant_id, recorded)
             try:
                 return adapter.validate_json(recorded)
             except ValidationError as exc:
@@ -289,7 +294,11 @@ class StepJournal:
             spent = None if usage is None else usage.input_tokens + usage.output_tokens
             await self._limits.settle(reservation, spent)  # what it used (unknown: kept)
         result = _encode(adapter, value, name, occurrence)
-        await self._commit(name, occurrence, result, frame, usage, started)
+        journaled = result
+        if len(result) > self._blob_threshold:  # characters: at most as many as its bytes
+            run = self._run
+            journaled = await blobs.store_text(self._sessions, run.tenant_id, run.id, result)
+        await self._commit(name, occurrence, journaled, frame, usage, started)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
         return adapter.validate_json(result)  # what a later attempt would get back
 
@@ -391,7 +400,7 @@ def _encode(adapter: TypeAdapter[Any], value: Any, name: str, occurrence: int) -
     if len(encoded) > MAX_STEP_BYTES:
         raise StepTooLarge(
             f"step {name!r} (occurrence {occurrence}) returned {len(encoded)} bytes of JSON;"
-            f" a step's result is limited to {MAX_STEP_BYTES} bytes (256 KiB): store big values"
+            f" a step's result is limited to {MAX_STEP_BYTES} bytes (16 MiB): store big values"
             " elsewhere and return a reference"
         )
     return encoded.decode()

@@ -278,6 +278,12 @@ def expected_usage(
     return Expected(input_tokens=prompt, output_tokens=int(cap), model=model)
 
 
+def _log_body(status: int, body: object) -> None:
+    """What the endpoint said, for the operator, at DEBUG only: it may echo the prompt, and no
+    payload is logged at INFO or above (docs/governance.md)."""
+    log.debug("llm endpoint answered %s: %.500s", status, body)
+
+
 def _fault(exc: ModelAPIError | UnexpectedModelBehavior) -> Exception:
     """What a failed model call is to the run: a `RetryableFault` (`RetryAfter` when a 429 or
     503 says when) for what a retry may fix, else `LlmRejected`. Neither carries the endpoint's
@@ -285,13 +291,15 @@ def _fault(exc: ModelAPIError | UnexpectedModelBehavior) -> Exception:
     if isinstance(exc, ModelHTTPError):
         status = exc.status_code
         if status == 429 or status >= 500:
-            log.info("llm endpoint answered %s: %.500s", status, exc.body)
+            log.info("llm endpoint answered %s", status)
+            _log_body(status, exc.body)
             wait = parse_retry_after((exc.headers or {}).get("retry-after"))
             if wait is not None and status in (429, 503):
                 said = f"llm endpoint answered {status} (retry after {wait:g}s)"
                 return RetryAfter(wait, said, status=status)
             return RetryableFault(f"llm endpoint answered {status}", status=status)
-        log.warning("llm endpoint answered %s: %.500s", status, exc.body)
+        log.warning("llm endpoint answered %s", status)
+        _log_body(status, exc.body)
         return LlmRejected(f"llm endpoint answered {status}")
     if isinstance(exc, ModelTimeoutError):
         return RetryableFault("llm endpoint did not answer in time")
@@ -300,7 +308,8 @@ def _fault(exc: ModelAPIError | UnexpectedModelBehavior) -> Exception:
     if isinstance(exc, ModelAPIError):  # e.g. a stream cut off
         log.info("llm endpoint failed: %s", exc)
         return RetryableFault(f"llm endpoint failed ({type(exc).__name__})")
-    log.warning("llm endpoint answered what is not a model response: %.500s", exc)
+    log.warning("llm endpoint answered what is not a model response")
+    log.debug("llm endpoint's answer: %.500s", exc)
     return LlmRejected("llm endpoint answered a body that is not a chat completion")
 
 

@@ -9,6 +9,14 @@ from outlive.db.models.budgets import (
     BudgetReservation,
     BudgetScope,
 )
+from outlive.db.models.governance import (
+    Blob,
+    BlobPart,
+    BlobRef,
+    Erasure,
+    UsageKeptRuns,
+    UsageKeptTokens,
+)
 from outlive.db.models.invitations import Invitation, InvitationStatus
 from outlive.db.models.jobs import RejectedJob
 from outlive.db.models.liveness import LivenessLock
@@ -45,6 +53,9 @@ __all__ = [
     "AgentPause",
     "ApiToken",
     "Base",
+    "Blob",
+    "BlobPart",
+    "BlobRef",
     "Budget",
     "BudgetBreach",
     "BudgetPeriod",
@@ -52,6 +63,7 @@ __all__ = [
     "BudgetReservation",
     "BudgetScope",
     "DeliveryStatus",
+    "Erasure",
     "Invitation",
     "InvitationStatus",
     "LivenessLock",
@@ -70,6 +82,8 @@ __all__ = [
     "Schedule",
     "Tenant",
     "UsageDaily",
+    "UsageKeptRuns",
+    "UsageKeptTokens",
     "UsageRollup",
     "User",
     "WebhookDelivery",

@@ -381,6 +381,7 @@ class RunSignal(Base):
             "seq",
             postgresql_where=text("delivered_at IS NULL"),
         ),
+        Index("ix_run_signals_run", "run_id"),  # a deleted run's signals (retention, erasure)
     )
 
     seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)

@@ -49,6 +49,7 @@ ROLE_CHECK = "role IN ('ADMIN', 'OPERATOR', 'VIEWER')"
 
 class Tenant(Base):
     __tablename__ = "tenants"
+    __table_args__ = (CheckConstraint("retention_days BETWEEN 1 AND 3650", name="retention_days"),)
 
     id: Mapped[UUID] = uuid_pk()
     slug: Mapped[str] = mapped_column(unique=True)
@@ -63,6 +64,8 @@ class Tenant(Base):
     llm_token_rate: Mapped[str | None]
     # `outlive tenant pause`: every run of the tenant is held (its runs carry paused_by 'tenant').
     paused_at: Mapped[datetime | None]
+    # `setRetention`: its settled runs are kept this many days (NULL: OUTLIVE_RETENTION_DAYS).
+    retention_days: Mapped[int | None]
 
 
 class AgentPause(Base):
@@ -101,6 +104,9 @@ class ApiToken(Base):
     __table_args__ = (
         Index(
             "ix_api_tokens_parent_id", "parent_id", postgresql_where=text("parent_id IS NOT NULL")
+        ),
+        Index(  # a deleted run's read tokens (retention, erasure): found, not scanned for
+            "ix_api_tokens_run_id", "run_id", postgresql_where=text("run_id IS NOT NULL")
         ),
         CheckConstraint(ROLE_CHECK, name="role"),
     )

@@ -52,6 +52,11 @@ class WebhookDelivery(Base):
             "relay_after",
             postgresql_where=text("status = 'PENDING' AND dispatched_at IS NOT NULL"),
         ),
+        Index(  # an erased run's deliveries (`eraseSubject`)
+            "ix_webhook_deliveries_run",
+            "run_id",
+            postgresql_where=text("run_id IS NOT NULL"),
+        ),
         Index(
             "ix_webhook_deliveries_waiting",
             "tenant_id",

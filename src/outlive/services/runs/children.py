@@ -38,6 +38,7 @@ from sqlalchemy import ARRAY, String, bindparam, column, text
 from outlive.db.raw import prepare
 from outlive.db.tx import Db, Unit
 from outlive.ids import RunId, TenantId
+from outlive.services import blobs
 from outlive.services.runs.admit import dispatch_after_commit
 from outlive.services.runs.cascade import MAX_DEPTH
 from outlive.services.runs.moves import move_run
@@ -215,7 +216,12 @@ async def read_children(
     first = rows[0] if rows else None
     by_step = {
         r["parent_step"]: ChildState(
-            RunId(r["id"]), r["parent_step"], r["status"], r["output"], r["error"], r["age_s"]
+            RunId(r["id"]),
+            r["parent_step"],
+            r["status"],
+            await blobs.resolve_held(uow, r["id"], r["output"]),  # a large one, stored apart
+            r["error"],
+            r["age_s"],
         )
         for r in rows
         if r["id"] is not None

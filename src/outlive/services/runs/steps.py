@@ -18,12 +18,15 @@ from typing import Any
 from outlive.db.tx import Db, Unit
 from outlive.errors import BadUserInput, JournalTooLarge
 from outlive.ids import RunId
+from outlive.services import blobs
 from outlive.services.runs import step_queries as queries
 from outlive.services.runs.moves import move_run
 from outlive.services.runs.records import RunRecord, StepRecord, to_step
 from outlive.services.usage_tokens import StepUsage
 
-MAX_STEP_BYTES = 256 * 1024  # a step's result, serialized: recorded inline in the journal
+# A step's result, serialized: inline in the journal up to `OUTLIVE_BLOB_THRESHOLD_BYTES`
+# (256 KiB), stored once in `blobs` above it (`outlive.services.blobs`), refused above this.
+MAX_STEP_BYTES = 16 * 1024 * 1024
 MAX_STEP_NAME = 200
 MAX_STEPS_PAGE = 1000
 MAX_JOURNAL_BYTES = 64 * 1024 * 1024  # `OUTLIVE_RUN_JOURNAL_MAX_BYTES`'s default
@@ -81,6 +84,7 @@ async def copy_steps(uow: Unit, *, from_run: RunId, to_run: RunId) -> int:
     in one statement: its first attempt resumes at the first step the old run did not finish.
     The copied steps carry no usage. The number of steps copied."""
     row = await uow.one(queries.COPY_STEPS, from_run=from_run, to_run=to_run)
+    await blobs.copy_refs(uow, from_run=from_run, to_run=to_run)  # its large results too
     return 0 if row is None else int(row["step_seq"])
 
 

@@ -1,0 +1,55 @@
+"""`outlive tenant set-retention SLUG DAYS` and `outlive tenant erase-subject SLUG TAG`: as
+`setRetention` / `eraseSubject` (contract §1, §4.2), for operators. The erasure is recorded as
+done by `cli`; its receipt is printed, one `name: count` a line."""
+
+from __future__ import annotations
+
+import argparse
+
+from outlive.cli.common import CliError, load_settings, run
+from outlive.config import Settings
+from outlive.errors import BadUserInput
+from outlive.jobs.forget import RunForgetter
+from outlive.runtime import Role, open_runtime
+from outlive.services import erasure, retention
+
+
+async def set_retention(settings: Settings, slug: str, days: int) -> str:
+    async with open_runtime(settings, "cli") as runtime:
+        try:
+            found = await retention.set_retention_by_slug(runtime.sessions, slug, days)
+        except BadUserInput as exc:
+            raise CliError(str(exc), 2) from None
+    if not found:
+        raise CliError(f"no tenant {slug!r}", 2)
+    return f"{slug}: settled runs are kept {days} day(s)"
+
+
+async def erase_subject(settings: Settings, slug: str, tag: str) -> str:
+    role: Role = "cli-queues" if settings.redis_url else "cli"
+    async with open_runtime(settings, role) as runtime:
+        tenant_id = await retention.tenant_by_slug(runtime.sessions, slug)
+        if tenant_id is None:
+            raise CliError(f"no tenant {slug!r}", 2)
+        queues = runtime.queues
+        forget = (
+            erasure.forget_nothing if queues is None else RunForgetter(queues.runs, queues.redis)
+        )
+        try:
+            receipt = await erasure.erase_subject(
+                runtime.sessions, tenant_id, tag, by="cli", forget=forget
+            )
+        except BadUserInput as exc:
+            raise CliError(str(exc), 2) from None
+    counts = ("runs", "steps", "events", "signals", "deliveries", "blobs")
+    lines = [f"{slug}: erased tag {receipt.tag!r} at {receipt.at.isoformat()}"]
+    lines += [f"{name}: {getattr(receipt, name)}" for name in counts]
+    return "\n".join(lines)
+
+
+def cmd_tenant_set_retention(args: argparse.Namespace) -> None:
+    print(run(set_retention(load_settings(), args.slug, args.days)))  # noqa: T201
+
+
+def cmd_tenant_erase_subject(args: argparse.Namespace) -> None:
+    print(run(erase_subject(load_settings(), args.slug, args.tag)))  # noqa: T201
