@@ -99,6 +99,9 @@ async def test_each_burst_of_a_key_makes_one_run_with_its_last_input(
 
 
 async def test_debounce_needs_a_key_and_bounded_seconds(api: Api, tenant: TenantHandle) -> None:
+    held = await _start(api, tenant.token, key="d", debounce={"seconds": 30})
+    assert "debounced until" in held["run"]["waitingReason"]
+    assert held["run"]["notBefore"] is not None
     for fields, says in (
         ({"debounce": {"seconds": 1}}, "needs a key"),
         ({"key": "k", "debounce": {"seconds": 0}}, "debounce.seconds"),

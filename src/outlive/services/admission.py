@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
@@ -136,17 +137,27 @@ _POSITION = prepare(
         """SELECT (SELECT count(*) FROM runs w
                     WHERE w.tenant_id = :tenant_id AND w.status = 'QUEUED'
                       AND w.dispatched_at IS NULL AND w.queued_behind_id IS NULL
-                      AND (w.created_at, w.id) < (:created_at, :run_id)) + 1 AS position,
+                      AND (w.priority, w.created_at, w.id)
+                          < (:priority, :created_at, :run_id)) + 1 AS position,
                   (SELECT max_running_runs FROM tenants WHERE id = :tenant_id) AS cap"""
     )
 )
 
 
 async def waiting_reason(
-    sessions: Sessions, *, default_cap: int, tenant_id: TenantId, run_id: RunId, created_at: Any
+    sessions: Sessions,
+    *,
+    default_cap: int,
+    tenant_id: TenantId,
+    run_id: RunId,
+    created_at: Any,
+    priority: int = 3,
 ) -> str:
-    """Why a run that was not admitted yet waits, and where it is in its tenant's line."""
-    row = await sessions.one(_POSITION, tenant_id=tenant_id, run_id=run_id, created_at=created_at)
+    """Why a run that was not admitted yet waits, and where it is in its tenant's line (the
+    line is in priority order, then commit order)."""
+    row = await sessions.one(
+        _POSITION, tenant_id=tenant_id, run_id=run_id, created_at=created_at, priority=priority
+    )
     assert row is not None  # noqa: S101 (a SELECT of two subqueries returns one row)
     cap = default_cap if row["cap"] is None else row["cap"]
     return (
@@ -174,6 +185,10 @@ class WaitingRun(Protocol):
     def queued_behind_id(self) -> RunId | None: ...
     @property
     def key(self) -> str: ...
+    @property
+    def not_before(self) -> Any: ...
+    @property
+    def priority(self) -> int: ...
 
 
 async def waiting_reason_of(sessions: Sessions, run: WaitingRun, *, limits: Limits) -> str | None:
@@ -189,12 +204,18 @@ async def waiting_reason_of(sessions: Sessions, run: WaitingRun, *, limits: Limi
         return relay.WAITING_FOR_QUEUE
     if not run.is_waiting:
         return None
+    if run.not_before is not None and run.not_before > datetime.now(UTC):
+        return (
+            f"debounced until {run.not_before.isoformat()}: a start of its key before then"
+            " gives it that start's input and holds it longer"
+        )
     return await waiting_reason(
         sessions,
         default_cap=limits.max_running_runs,
         tenant_id=run.tenant_id,
         run_id=run.id,
         created_at=run.created_at,
+        priority=run.priority,
     )
 
 

@@ -216,6 +216,8 @@ async def backfill_schedule(
         raise BadUserInput("from and to carry a UTC offset")
     if start >= end:
         raise BadUserInput("to must be after from")
+    if start.year < 2000 or end - start > timedelta(days=366):
+        raise BadUserInput("a backfill spans at most 366 days, from 2000 on")
     schedule, now = await _locked(uow, schedule_id)
     expression, zone = cron.check_cron(schedule.cron), cron.check_timezone(schedule.timezone)
     found = cron.between(expression, zone, start, min(end, now + _TICK), limit=MAX_BACKFILL)
