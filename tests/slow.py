@@ -33,6 +33,7 @@ SLOW_MODULES = (
     "tests/resolvers/test_pause_many.py",
     "tests/services/test_admission.py",
     "tests/services/test_outbox.py",
+    "tests/telemetry/test_genai_spans.py",
     "tests/telemetry/test_logs.py",
     "tests/telemetry/test_retry_logs.py",
     "tests/test_cli.py",

@@ -30,6 +30,7 @@ from outlive.agents.policy import status_of
 from outlive.db.tx import Sessions
 from outlive.errors import (
     JournalTooLarge,
+    LimitWait,
     RunCancelled,
     RunParked,
     RunSuperseded,
@@ -49,11 +50,12 @@ from outlive.services.runs import (
 )
 from outlive.services.runs.holds import gate_step
 from outlive.services.usage_tokens import StepUsage, price, usage_in
-from outlive.telemetry import metrics
+from outlive.telemetry import genai, metrics
 from outlive.workflows.calls import Interrupts, Limits, StepPolicy, call
 from outlive.workflows.drains import Drains
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
+_PARKS = (RunParked, LimitWait)  # a step that parks the run ends its span without an error
 _ADAPTERS: dict[tuple[Any, Any], TypeAdapter[Any]] = {}
 MAX_CACHED_ADAPTERS = 10_000
 
@@ -190,10 +192,26 @@ class StepJournal:
         policy: StepPolicy | None,
     ) -> Any:
         adapter = result_adapter(fn, name)
-        recorded = self._journal.get((name, occurrence))
-        if recorded is not None:
-            metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
-            return adapter.validate_json(recorded)
+        run = self._run
+        conversation = genai.conversation_id(run.key, run.id)
+        with genai.step(name, occurrence, conversation, expected=_PARKS) as span:
+            recorded = self._journal.get((name, occurrence))
+            if recorded is not None:
+                metrics.STEP_MEMO_HITS.labels(run.agent).inc()
+                genai.memoized(span)
+                return adapter.validate_json(recorded)
+            return await self._admitted(name, occurrence, fn, args, kwargs, policy, adapter)
+
+    async def _admitted(
+        self,
+        name: str,
+        occurrence: int,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        policy: StepPolicy | None,
+        adapter: TypeAdapter[Any],
+    ) -> Any:
         drains = self._drains
         if drains is None:
             return await self._execute(name, occurrence, fn, args, kwargs, policy, adapter)
@@ -237,6 +255,14 @@ class StepJournal:
         result = _encode(adapter, value, name, occurrence)
         await self._commit(name, occurrence, result, frame, usage, started)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
+        if usage is not None:  # on the step's span: what it bought, recorded
+            cost = None if usage.cost_usd is None else float(usage.cost_usd)
+            genai.usage(
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                model=usage.model,
+                cost_usd=cost,
+            )
         return adapter.validate_json(result)  # what a later attempt would get back
 
     async def _retrying(
