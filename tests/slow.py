@@ -38,6 +38,7 @@ SLOW_MODULES = (
     "tests/telemetry/test_retry_logs.py",
     "tests/testing/test_harness.py",
     "tests/test_cli.py",
+    "tests/test_cold_start.py",
     "tests/test_cli_limits.py",
     "tests/test_headers.py",
     "tests/waits/test_worker.py",
