@@ -36,7 +36,7 @@ SLOW_MODULES = (
     "tests/telemetry/test_genai_spans.py",
     "tests/telemetry/test_logs.py",
     "tests/telemetry/test_retry_logs.py",
-    "tests/testing/test_harness.py",
+    "tests/testing/",
     "tests/test_cli.py",
     "tests/test_cold_start.py",
     "tests/test_cli_limits.py",

@@ -5,9 +5,10 @@ file, for the `llm` agent and pydantic-ai agents on `openai_compatible` (the har
 The file is JSON: `{"interactions": [{"request": {...}, "response": {...}}, ...]}`, each request
 the body the agent sent (without `stream` and `stream_options`), each response a whole
 `chat.completion` object. A request is answered by the first interaction not used yet whose
-request is equal; a request the cassette does not hold is refused with a 400 naming it (the run
-fails at once: `LlmRejected`), never sent anywhere. A request asking for a stream gets the
-recorded response as server-sent events (its text in one chunk, its tool calls, its usage).
+request is equal; a request the cassette does not hold is refused with a 400 (the run fails at
+once: `LlmRejected`), never sent anywhere, and kept in `refused` (and logged) for the test to
+see. A request asking for a stream gets the recorded response as server-sent events (its text in
+one chunk, its tool calls, its usage).
 
 Recording: `Cassette(path, upstream="https://api.openai.com/v1", api_key=…)` forwards each request
 not held (unstreamed) to `upstream`, keeps the answer, and writes the file when the harness
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,6 +31,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+log = logging.getLogger(__name__)
 
 UNSENT = ("stream", "stream_options")
 
@@ -44,6 +48,7 @@ class Cassette:
         if self.path.is_file():
             self.interactions = json.loads(self.path.read_text())["interactions"]
         self._used: set[int] = set()
+        self.refused: list[dict[str, Any]] = []  # the requests it did not hold, as sent
         self.requests = 0  # answered, from the file or upstream
         self.app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
 
@@ -53,9 +58,11 @@ class Cassette:
         response = self._replay(asked)
         if response is None and self.upstream is not None:
             response = await self._record(asked)
-        if response is None:
+        if response is None:  # the run fails on the 400 (`LlmRejected`, which shows no body)
+            self.refused.append(asked)
             shown = json.dumps(asked)[:2000]
             message = f"this request is not in the cassette {self.path.name}: {shown}"
+            log.warning("%s", message)
             return JSONResponse({"error": {"message": message}}, status_code=400)
         self.requests += 1
         if body.get("stream"):
@@ -81,6 +88,10 @@ class Cassette:
         self.interactions.append({"request": asked, "response": response})
         self._used.add(len(self.interactions) - 1)
         return response
+
+    def rewind(self) -> None:
+        """Answer from the first interaction again (a new test replaying the same file)."""
+        self._used.clear()
 
     def save(self) -> None:
         """Write what was recorded (nothing when nothing was)."""

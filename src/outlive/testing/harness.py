@@ -36,6 +36,7 @@ from uuid import UUID
 
 import asyncpg
 import httpx
+from pydantic import SecretStr
 from redis.asyncio import Redis
 
 from outlive.config import Settings
@@ -114,7 +115,7 @@ class Harness:
         update.update(database_url=database_url, redis_url=redis_url, agent_modules=agents)
         if self.cassette is not None:  # the model: the cassette, on loopback
             url = await self._stack.enter_async_context(self.cassette.serving())
-            update.update(llm_base_url=url, llm_api_key="sk-cassette")
+            update.update(llm_base_url=url, llm_api_key=SecretStr("sk-cassette"))
         self.settings = settings.model_copy(update=update)
         await upgrade(self.settings)
         slug = f"test-{secrets.token_hex(5)}"
