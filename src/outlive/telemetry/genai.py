@@ -108,8 +108,7 @@ def agent(
         return
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": name,
-        "gen_ai.agent.id": str(run_id),
+        "gen_ai.agent.name": name,  # no `gen_ai.agent.id`: a run is an invocation, not an agent
         "gen_ai.conversation.id": conversation,
         "outlive.run_id": str(run_id),
         "outlive.attempt": attempt,
