@@ -112,6 +112,9 @@ def workers(
         OUTLIVE_LLM_MODEL="tiny",
         OUTLIVE_TRACES_FILE=str(tmp_path / "spans.jsonl"),
         OTEL_SEMCONV_STABILITY_OPT_IN="http,gen_ai_latest_experimental",
+        # a kill is seen by liveness at once: a long lease only keeps a loaded machine's slow
+        # heartbeat from stopping an attempt (and buying the reply in flight again)
+        OUTLIVE_RUN_HEARTBEAT_S="10",
     ) as processes:
         yield processes
 
@@ -147,28 +150,39 @@ async def test_a_run_killed_twice_is_traced_as_genai_spans_bought_once_and_reuse
     for span in genai:
         _valid(span, run_id)
     chats = [s for s in genai if s["attributes"]["gen_ai.operation.name"] == "chat"]
-    bought = [s for s in chats if not s["attributes"]["outlive.step.memoized"]]
     reused = [s for s in chats if s["attributes"]["outlive.step.memoized"]]
-    # one span per reply bought and recorded (the two in flight at a kill died with their worker)
-    assert sorted(s["attributes"]["outlive.step.occurrence"] for s in bought) == list(
-        range(1, TURNS + 1)
-    )
-    # one memoized mark per reply reused: attempt 2 got back 3 replies, attempt 3 got back 7
-    by_attempt = Counter(s["parent_id"] for s in reused)  # each attempt's invoke_agent span
-    assert sorted(by_attempt.values()) == [KILLED_AT[0] - 1, KILLED_AT[1] - 1]
-    assert all(s["attributes"]["gen_ai.usage.input_tokens"] == 0 for s in reused)
-    assert all(s["attributes"]["outlive.step.cost_usd"] == 0 for s in reused)
-    total_in = sum(s["attributes"]["gen_ai.usage.input_tokens"] for s in chats)
-    total_out = sum(s["attributes"]["gen_ai.usage.output_tokens"] for s in chats)
+    recorded = [s for s in chats if s not in reused and "gen_ai.usage.input_tokens" in _at(s)]
+    # one span per reply bought and recorded (the two in flight at a kill died with their worker;
+    # a step cut by its attempt losing the run, on a loaded machine, ends as an error, unpaid)
+    assert sorted(_at(s)["outlive.step.occurrence"] for s in recorded) == list(range(1, TURNS + 1))
+    # one memoized mark per reply reused, per attempt: each got back the replies recorded before
+    # it, once each (3 after the first kill, 7 after the second)
+    by_attempt: dict[str, list[int]] = {}
+    for span in reused:  # grouped by their attempt's invoke_agent span
+        by_attempt.setdefault(span["parent_id"], []).append(_at(span)["outlive.step.occurrence"])
+    assert all(sorted(o) == list(range(1, len(o) + 1)) for o in by_attempt.values()), by_attempt
+    sizes = sorted(len(o) for o in by_attempt.values())
+    assert KILLED_AT[0] - 1 in sizes
+    assert KILLED_AT[1] - 1 in sizes
+    assert all(_at(s)["gen_ai.usage.input_tokens"] == 0 for s in reused)
+    assert all(_at(s)["outlive.step.cost_usd"] == 0 for s in reused)
+    total_in = sum(_at(s).get("gen_ai.usage.input_tokens", 0) for s in chats)
+    total_out = sum(_at(s).get("gen_ai.usage.output_tokens", 0) for s in chats)
     assert (total_in, total_out) == (run["usage"]["inputTokens"], run["usage"]["outputTokens"])
     assert total_out == sum(range(1, TURNS + 1))
     # the attempts killed never ended their invoke_agent span; the last one did, with its steps
-    (agent,) = [s for s in genai if s["attributes"]["gen_ai.operation.name"] == "invoke_agent"]
+    agents = [s for s in genai if _at(s)["gen_ai.operation.name"] == "invoke_agent"]
+    (agent,) = [s for s in agents if s["status"]["status_code"] == "UNSET"]
     assert agent["name"] == "invoke_agent llm"
-    assert agent["attributes"]["outlive.attempt"] == 3
-    assert agent["attributes"]["gen_ai.agent.name"] == "llm"
+    assert _at(agent)["outlive.attempt"] == run["attempt"]
+    assert _at(agent)["gen_ai.agent.name"] == "llm"
     last = [s for s in chats if s["parent_id"] == agent["context"]["span_id"]]
     assert len(last) == TURNS
+
+
+def _at(span: dict[str, Any]) -> dict[str, Any]:
+    attributes: dict[str, Any] = span["attributes"]
+    return attributes
 
 
 def _valid(span: dict[str, Any], run_id: str) -> None:
@@ -179,7 +193,8 @@ def _valid(span: dict[str, Any], run_id: str) -> None:
     operation = attributes["gen_ai.operation.name"]
     assert operation in OPERATIONS
     assert attributes["gen_ai.conversation.id"] == run_id  # the run has no key: its id
-    assert span["status"]["status_code"] == "UNSET", span
+    if span["status"]["status_code"] != "UNSET":  # an attempt that lost the run, say
+        assert "error.type" in attributes, span
     target = {
         "chat": "gen_ai.request.model",
         "invoke_agent": "gen_ai.agent.name",
