@@ -165,8 +165,9 @@ def _described(
     return f"execute_tool {hint.name}", SpanKind.INTERNAL, attributes
 
 
-def memoized(span: Any) -> None:
-    """The step was given back from the journal: nothing was run, nothing bought."""
+def memoized() -> None:
+    """The step being run was given back from the journal: nothing was run, nothing bought."""
+    span = _STEP.get()
     if span is None:
         return
     span.set_attribute(MEMOIZED, True)

@@ -192,15 +192,29 @@ class StepJournal:
         policy: StepPolicy | None,
     ) -> Any:
         adapter = result_adapter(fn, name)
+        if not genai.is_enabled():  # one flag test: no span, no context manager
+            return await self._memo_or_run(name, occurrence, fn, args, kwargs, policy, adapter)
         run = self._run
         conversation = genai.conversation_id(run.key, run.id)
-        with genai.step(name, occurrence, conversation, expected=_PARKS) as span:
-            recorded = self._journal.get((name, occurrence))
-            if recorded is not None:
-                metrics.STEP_MEMO_HITS.labels(run.agent).inc()
-                genai.memoized(span)
-                return adapter.validate_json(recorded)
-            return await self._admitted(name, occurrence, fn, args, kwargs, policy, adapter)
+        with genai.step(name, occurrence, conversation, expected=_PARKS):
+            return await self._memo_or_run(name, occurrence, fn, args, kwargs, policy, adapter)
+
+    async def _memo_or_run(
+        self,
+        name: str,
+        occurrence: int,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        policy: StepPolicy | None,
+        adapter: TypeAdapter[Any],
+    ) -> Any:
+        recorded = self._journal.get((name, occurrence))
+        if recorded is not None:
+            metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
+            genai.memoized()  # the step's span, when there is one
+            return adapter.validate_json(recorded)
+        return await self._admitted(name, occurrence, fn, args, kwargs, policy, adapter)
 
     async def _admitted(
         self,
