@@ -23,7 +23,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from outlive.cli import migrate
+from outlive.cli.migrate import migrate
 from outlive.config import Settings
 from outlive.db.engine import create_engine, create_sessions
 from outlive.db.tx import Sessions

@@ -303,9 +303,8 @@ class WorkerProcesses:
                 process.wait(timeout=10)
 
     def start(self) -> subprocess.Popen[bytes]:
-        env = service_env(
-            self.settings, OUTLIVE_RUN_HEARTBEAT_S="2", OUTLIVE_RUN_SWEEP_S="1", **self.env
-        )
+        short = {"OUTLIVE_RUN_HEARTBEAT_S": "2", "OUTLIVE_RUN_SWEEP_S": "1"}
+        env = service_env(self.settings, **{**short, **self.env})  # `env` may set them too
         with (self.logs / f"worker-{len(self.started)}.log").open("wb") as log:
             # the child holds its own copy of the file
             process = spawn_outlive(

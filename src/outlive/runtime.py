@@ -64,7 +64,7 @@ from outlive.services import tokens
 from outlive.services.admission import TenantAdmission
 from outlive.services.tokens import PrincipalCache
 from outlive.services.usage_tokens import configure_prices
-from outlive.telemetry import heap, metrics, tracing
+from outlive.telemetry import genai, heap, metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +136,11 @@ async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]
     async with AsyncExitStack() as stack:
         if server:
             tracing.setup(
-                endpoint_set=bool(settings.otel_endpoint), disabled=settings.otel_sdk_disabled
+                endpoint_set=bool(settings.otel_endpoint),
+                disabled=settings.otel_sdk_disabled,
+                file=settings.traces_file,
             )
+            genai.opt_in(settings.otel_semconv_stability_opt_in)
         if role == "api":
             stack.callback(metrics.process_exited)  # last: after every pool is gone
         queues = None if redis_url is None else await _open_queues(stack, settings, redis_url)

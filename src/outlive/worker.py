@@ -98,9 +98,17 @@ class WorkerHost:
             self.deps = self.deps_for(runtime)
             await self._start_workers(runtime.require_queues(), self.deps)
             self._start_relay(runtime)
+            self._warm_up(runtime)
         except BaseException:
             await self._stack.aclose()
             raise
+
+    def _warm_up(self, runtime: Runtime) -> None:
+        """The agents' heavy modules (`Agent.warm`: pydantic-ai, a model SDK), imported in a
+        thread once the worker polls: a worker is ready in about a second (bench/cold_start.py),
+        and a run that needs them before they are in awaits them off the loop."""
+        warming = asyncio.create_task(runtime.agents.warm_up(), name="outlive-warm-up")
+        self._stack.push_async_callback(_cancel_warm_up, warming)
 
     def deps_for(self, runtime: Runtime) -> WorkerDeps:
         """What the tasks read under the saq context's `outlive` key, from the runtime."""
@@ -206,6 +214,11 @@ class WorkerHost:
     async def stop(self) -> None:
         """Stop the saq workers (each finishing or releasing what it runs), then the runtime."""
         await self._stack.aclose()
+
+
+async def _cancel_warm_up(task: asyncio.Task[None]) -> None:
+    task.cancel()  # its thread finishes the import it is in; nothing waits for it
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _stop_workers(workers: list[Worker[Any]], tasks: list[asyncio.Task[None]]) -> None:

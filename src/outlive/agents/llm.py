@@ -19,9 +19,12 @@ before the conversation). With `stream` (the default) the endpoint is asked for 
 events with usage, and each text delta goes to the run's stream `answer` as it arrives (a stream
 per reply, ended with its step); the step records the whole reply.
 
-pydantic-ai and the openai SDK are imported with this module, when the agent is registered: an
-import made when the first run starts would hold the worker's event loop for seconds (its
-heartbeats included).
+This module is the agent's definition only (its input, its model choice): every process that
+registers agents imports it, the API too, and it imports neither pydantic-ai nor the openai SDK.
+The conversation itself is `outlive.agents.llm_chat`, named in the agent's `warm`: a worker
+imports it in a thread as soon as it is up (`AgentRegistry.warm_up`), and a run that comes
+before that import has finished awaits it (`imported`), without holding the event loop (an
+import of pydantic-ai and the SDK on the loop would hold it, heartbeats included, for seconds).
 """
 
 from __future__ import annotations
@@ -30,22 +33,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
-from pydantic_ai import Agent as PydanticAgent
 
-from outlive.agents.pydantic_ai import (
-    ANSWER,
-    DurableModel,
-    LlmRejected,
-    call_retry,
-    openai_compatible,
-)
-from outlive.agents.registry import Agent, RunContext
+from outlive.agents.registry import Agent, RunContext, imported
 from outlive.config import Settings
 
-__all__ = ["AGENT", "ANSWER", "LlmInput", "LlmNotConfigured", "LlmRejected", "call_retry"]
+__all__ = ["AGENT", "LlmInput", "LlmNotConfigured"]
 
-STEP = "reply"  # each model call's step
-CONTINUE = "Continue."  # the prompt that continues a reply cut off by the length limit
+CHAT_MODULE = "outlive.agents.llm_chat"  # the conversation: pydantic-ai and the openai SDK
 
 
 class LlmInput(BaseModel):
@@ -90,33 +84,10 @@ def choose_model(settings: Settings, asked: str | None) -> str:
     return asked
 
 
-# The pydantic-ai agent: text output, no tools, no model of its own (each run gives it its
-# durable model, and its system prompt as instructions). An empty reply is an answer (None), as
-# it was before: with `str` alone pydantic-ai would ask the model again ("Please return text.").
-CHAT: PydanticAgent[None, str | None] = PydanticAgent(name="llm", output_type=[str, type(None)])
-
-
 async def run(ctx: RunContext, params: LlmInput) -> dict[str, Any]:
-    if not ctx.settings.llm_base_url:
-        raise LlmNotConfigured("the llm agent needs OUTLIVE_LLM_BASE_URL")
-    chosen = choose_model(ctx.settings, params.model)
-    stream = ANSWER if params.stream else None
-    model = DurableModel(openai_compatible(ctx, chosen), ctx, stream=stream, step=STEP)
-    history = None
-    replies: list[str] = []
-    for _ in range(params.max_turns):
-        await ctx.checkpoint()
-        result = await CHAT.run(
-            CONTINUE if history is not None else params.prompt,
-            message_history=history,
-            model=model,
-            instructions=params.system,
-        )
-        replies.append(result.output or "")
-        if result.response.finish_reason != "length":
-            break
-        history = result.all_messages()
-    return {"reply": "".join(replies), "turns": len(replies)}
+    chat = await imported(CHAT_MODULE)  # warmed by the worker at start: at once, then
+    result: dict[str, Any] = await chat.run(ctx, params)
+    return result
 
 
 AGENT = Agent(
@@ -124,4 +95,5 @@ AGENT = Agent(
     description="Chats with the configured OpenAI-compatible endpoint; each reply is a `message`.",
     input_model=LlmInput,
     run=run,
+    warm=(CHAT_MODULE,),
 )

@@ -21,12 +21,15 @@ are registered the same way in our own pyproject.toml. A third-party package add
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 from importlib.metadata import entry_points
+from types import ModuleType
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -95,6 +98,10 @@ class Agent(Generic[P]):
     # Its code version (contract §7 "Versions"; `outlive.agents.versions`): declared here (1 to
     # 64 characters: "2026-12-06", a release tag), else a hash of its code, taken when first asked.
     version: str | None = field(default=None, compare=False)
+    # Modules its runs need that the definition does not import (heavy ones: a model SDK): a
+    # worker imports them in a thread once it is up (`AgentRegistry.warm_up`), the API never;
+    # `run` gets them with `await imported(name)`, at once when warm, never on the event loop.
+    warm: tuple[str, ...] = ()
     input_schema: dict[str, Any] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -166,6 +173,16 @@ class Agent(Generic[P]):
         if not isinstance(key, str) or len(key) > 200:
             raise BadUserInput(f"agent {self.name!r} derived a key that is not 0..200 characters")
         return key
+
+
+async def imported(name: str) -> ModuleType:
+    """The module `name`, imported in a thread when it is not yet (or is being imported by the
+    warm-up: that thread's import is waited for, off the event loop)."""
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None)
+    if module is not None and not getattr(spec, "_initializing", False):
+        return module
+    return await asyncio.to_thread(import_module, name)
 
 
 def _load(path: str) -> list[Agent[Any]]:
@@ -240,6 +257,15 @@ class AgentRegistry:
             except Exception as exc:  # noqa: BLE001 (one agent's code must not stop the others)
                 unavailable[name or path] = _failed(path, exc)
         return cls(found, unavailable)
+
+    async def warm_up(self) -> None:
+        """Import every agent's `warm` modules, in a thread (the loop goes on meanwhile); one
+        that fails is logged, and its runs fail as they would have on importing it."""
+        for name in dict.fromkeys(m for agent in self._agents.values() for m in agent.warm):
+            try:
+                await imported(name)
+            except Exception:
+                log.exception("warming %s failed; the runs that need it will fail", name)
 
     def __len__(self) -> int:
         return len(self._agents)

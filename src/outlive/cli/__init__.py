@@ -16,12 +16,9 @@ from importlib import import_module
 from typing import NoReturn
 
 from outlive.cli.common import KEEP, CliError, duration, limit, positive
-from outlive.cli.migrate import migrate
 from outlive.cli.replay import add_parser as add_replay
-from outlive.config import MissingServiceError, Settings
-from outlive.errors import DomainError, ServiceUnavailable
 
-__all__ = ["CliError", "main", "migrate"]
+__all__ = ["CliError", "main"]
 
 Command = Callable[[argparse.Namespace], None]
 
@@ -184,6 +181,7 @@ SERVERS = ("api", "worker", "dev")  # long-running: they log an outage as it goe
 def _setup_logs(command: str) -> None:
     """`OUTLIVE_LOG_FORMAT` when set; else JSON for the servers, text for people (dev, the rest).
     A settings error is reported by the command itself, with the usual one line."""
+    from outlive.config import Settings
     from outlive.telemetry import logs
 
     try:
@@ -202,7 +200,12 @@ def _setup_logs(command: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Parse, then run the command. Parsing loads argparse and this package only: `--help` and
+    a bad argument answer before pydantic, the settings or any command's code is imported."""
     args = _parser().parse_args(argv)
+    from outlive.config import MissingServiceError
+    from outlive.errors import DomainError, ServiceUnavailable
+
     _setup_logs(args.command)
     try:
         args.func(args)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Coroutine
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from outlive.config import Settings
+if TYPE_CHECKING:  # `outlive --help` parses without loading pydantic (tests/test_cold_start.py)
+    from outlive.config import Settings
 
 T = TypeVar("T")
 
@@ -21,6 +22,8 @@ class CliError(Exception):
 
 
 def load_settings(**overrides: Any) -> Settings:
+    from outlive.config import Settings
+
     try:
         return Settings(**overrides)
     except ValueError as exc:

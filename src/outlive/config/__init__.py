@@ -302,6 +302,16 @@ class Settings(SecurityLimits, BaseSettings):
     otel_sdk_disabled: bool = Field(
         False, validation_alias=AliasChoices("OTEL_SDK_DISABLED", "otel_sdk_disabled")
     )
+    otel_semconv_stability_opt_in: str = Field(
+        "",
+        validation_alias=AliasChoices(
+            "OTEL_SEMCONV_STABILITY_OPT_IN", "otel_semconv_stability_opt_in"
+        ),
+        description="with `gen_ai_latest_experimental` listed, runs are traced as GenAI spans",
+    )
+    traces_file: str | None = Field(
+        None, description="spans also go to this file, a JSON line each as it ends (tracing on)"
+    )
 
     # Replay.
     replay_max_runs: int = Field(1000, ge=1, description="most runs one replayRuns may start")

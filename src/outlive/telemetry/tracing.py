@@ -30,6 +30,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -83,27 +84,50 @@ def configure(provider: Any | None) -> None:
     _tracer = None if provider is None else provider.get_tracer(TRACER_NAME)
 
 
-def setup(*, endpoint_set: bool, disabled: bool = False) -> bool:
-    """Tracing on when an OTLP endpoint is configured (and the SDK is not disabled); idempotent.
-    The provider also becomes the global one, for libraries that trace on their own."""
+def setup(*, endpoint_set: bool, disabled: bool = False, file: str | None = None) -> bool:
+    """Tracing on when an OTLP endpoint is configured, or a file (`OUTLIVE_TRACES_FILE`), and
+    the SDK is not disabled; idempotent. The provider also becomes the global one, for libraries
+    that trace on their own. The file gets each span as one JSON line as soon as it ends
+    (synchronously: for tests and debugging, where a process killed the next moment must have
+    left what it ended on disk), beside the OTLP exporter when both are set."""
     if _tracer is not None:
         return True
-    if disabled or not endpoint_set:
+    if disabled or not (endpoint_set or file):
         return False
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
     resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "outlive"}))
     configured = TracerProvider(shutdown_on_exit=False).sampler  # from OTEL_TRACES_SAMPLER
     provider = TracerProvider(resource=resource, sampler=EdgeSampler(configured))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    if endpoint_set:
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    if file:
+        provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(file)))
     trace.set_tracer_provider(provider)
     configure(provider)
     return True
+
+
+class JsonLinesExporter(SpanExporter):
+    """Spans appended to a file, one JSON object a line (`ReadableSpan.to_json`), each in one
+    write: workers sharing the file interleave whole lines."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        lines = "".join(s.to_json(indent=None) + "\n" for s in spans)
+        with open(self._path, "a", encoding="utf-8") as out:
+            out.write(lines)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
 
 
 def shutdown() -> None:

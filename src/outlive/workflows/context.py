@@ -21,6 +21,7 @@ from outlive.services import waits
 from outlive.services.destinations import GuardedTransport
 from outlive.services.runs import RunRecord, append_event, calls, read_run
 from outlive.services.usage_tokens import measured
+from outlive.telemetry import genai
 from outlive.workflows.billing import ModelCall
 from outlive.workflows.calls import StepPolicy
 from outlive.workflows.children import ChildHandle, Family
@@ -68,6 +69,7 @@ class AttemptContext:
         self._outputs = deps.outputs
         self._batch_s = deps.settings.stream_batch_ms / 1000
         self._family = Family(deps, run, run.attempt, self.interrupts.pause)  # its child runs
+        self._conversation = genai.conversation_id(run.key, run.id)  # its GenAI spans
         self._wake_lead = deps.wake_lead
         self._slots = deps.slots
         self.schedules = RunSchedules(
@@ -374,9 +376,9 @@ class AttemptContext:
     ) -> ChildHandle:
         """Start a child run of `agent` now (`workflows.children`); await its result later."""
         family = self._family
-        return await family.handle(
-            family.spec(family.next_step(name or agent), agent, input, key=key, abandon=abandon)
-        )
+        step = family.next_step(name or agent)
+        with genai.child(agent, step, self._conversation):
+            return await family.handle(family.spec(step, agent, input, key=key, abandon=abandon))
 
     async def call(
         self,
@@ -408,12 +410,13 @@ class AttemptContext:
         family = self._family
         base = family.next_step(name or agent)
         specs = [family.spec(f"{base}[{i}]", agent, one) for i, one in enumerate(inputs)]
-        return await family.gather(
-            [s.step for s in specs],
-            limit=max_parallel,
-            pending=specs,
-            fail_fast=not return_exceptions,
-        )
+        with genai.child(agent, base, self._conversation, expected=(RunParked,)):
+            return await family.gather(
+                [s.step for s in specs],
+                limit=max_parallel,
+                pending=specs,
+                fail_fast=not return_exceptions,
+            )
 
     async def _read(self) -> RunRecord | None:
         return await read_run(self._sessions, self.tenant_id, self.run_id)

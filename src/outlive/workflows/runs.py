@@ -67,7 +67,7 @@ from outlive.services.runs import (
     requeue_run,
     settle_run,
 )
-from outlive.telemetry import logs
+from outlive.telemetry import genai, logs
 from outlive.telemetry.logs import ExpectedRetry
 from outlive.workflows.context import AttemptContext
 from outlive.workflows.deps import AttemptControl, WorkflowDeps
@@ -214,9 +214,16 @@ async def _execute(
     try:
         async with lease.kept():
             async with asyncio.timeout(deps.settings.run_timeout_s):
-                await context.resume()
-                output = await agent.run(context, agent.parse(run.input))
-                await context.ended()
+                with genai.agent(
+                    run.agent,
+                    genai.conversation_id(run.key, run.id),
+                    run_id=run.id,
+                    attempt=run.attempt,
+                    expected=(RunParked,),
+                ):
+                    await context.resume()
+                    output = await agent.run(context, agent.parse(run.input))
+                    await context.ended()
         json.dumps(output)  # a result that is not JSON is the agent's bug, not a retry's
     except RunCancelled as cancelled:  # a budget's cancel says why (`cancelled` has no text)
         await _settle(deps, run, RunStatus.CANCELLED, error=str(cancelled) or None)

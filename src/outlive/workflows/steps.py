@@ -31,6 +31,7 @@ from outlive.agents.policy import status_of
 from outlive.db.tx import Sessions
 from outlive.errors import (
     JournalTooLarge,
+    LimitWait,
     RunCancelled,
     RunParked,
     RunSuperseded,
@@ -51,12 +52,13 @@ from outlive.services.runs import (
 )
 from outlive.services.runs.holds import gate_step, hold_version
 from outlive.services.usage_tokens import StepUsage, price, usage_in
-from outlive.telemetry import metrics
+from outlive.telemetry import genai, metrics
 from outlive.workflows.calls import Interrupts, Limits, StepPolicy, call
 from outlive.workflows.drains import Drains
 from outlive.workflows.versions import PATCH_PREFIX, Cursor, VersionDiverged, invalid, patch_step
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
+_PARKS = (RunParked, LimitWait)  # a step that parks the run ends its span without an error
 _ADAPTERS: dict[tuple[Any, Any], TypeAdapter[Any]] = {}
 MAX_CACHED_ADAPTERS = 10_000
 
@@ -240,11 +242,29 @@ class StepJournal:
         policy: StepPolicy | None,
     ) -> Any:
         adapter = result_adapter(fn, name)
+        if not genai.is_enabled():  # one flag test: no span, no context manager
+            return await self._memo_or_run(name, occurrence, fn, args, kwargs, policy, adapter)
+        run = self._run
+        conversation = genai.conversation_id(run.key, run.id)
+        with genai.step(name, occurrence, conversation, expected=_PARKS):
+            return await self._memo_or_run(name, occurrence, fn, args, kwargs, policy, adapter)
+
+    async def _memo_or_run(
+        self,
+        name: str,
+        occurrence: int,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        policy: StepPolicy | None,
+        adapter: TypeAdapter[Any],
+    ) -> Any:
         recorded = self._journal.get((name, occurrence))
         if recorded is not None:
             metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
             if blobs.is_ref_text(recorded):  # stored once, apart: read back when asked
                 recorded = await blobs.read_text(self._sessions, self._run.tenant_id, recorded)
+            genai.memoized()  # the step's span, when there is one
             try:
                 return adapter.validate_json(recorded)
             except ValidationError as exc:
@@ -253,6 +273,18 @@ class StepJournal:
                 await self._hold(invalid(name, occurrence, exc))
         if self._foreign and (diverged := self._cursor.missed(name, occurrence)) is not None:
             await self._hold(diverged)
+        return await self._admitted(name, occurrence, fn, args, kwargs, policy, adapter)
+
+    async def _admitted(
+        self,
+        name: str,
+        occurrence: int,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        policy: StepPolicy | None,
+        adapter: TypeAdapter[Any],
+    ) -> Any:
         drains = self._drains
         if drains is None:
             return await self._execute(name, occurrence, fn, args, kwargs, policy, adapter)
@@ -300,6 +332,14 @@ class StepJournal:
             journaled = await blobs.store_text(self._sessions, run.tenant_id, run.id, result)
         await self._commit(name, occurrence, journaled, frame, usage, started)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
+        if usage is not None:  # on the step's span: what it bought, recorded
+            cost = None if usage.cost_usd is None else float(usage.cost_usd)
+            genai.usage(
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                model=usage.model,
+                cost_usd=cost,
+            )
         return adapter.validate_json(result)  # what a later attempt would get back
 
     async def _retrying(

@@ -55,10 +55,12 @@ from pydantic_ai.tools import RunContext as ToolContext
 from pydantic_ai.usage import RequestUsage
 
 from outlive.agents.context import ModelCallMark, OutputStream, RunContext
+from outlive.agents.openai_chat import PROVIDER
 from outlive.agents.policy import Expected, Retry, parse_retry_after
 from outlive.agents.pydantic_ai.parts import PartStream, call_args
 from outlive.config import Settings
 from outlive.errors import RetryableFault, RetryAfter
+from outlive.telemetry import genai
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +139,23 @@ class DurableModel(WrapperModel):
         parameters: ModelRequestParameters,
         run_context: ToolContext[Any] | None,
     ) -> ModelResponse:
+        system = self.wrapped.system  # our endpoint is OpenAI-compatible: `openai` to GenAI
+        with genai.chat(self.wrapped.model_name, "openai" if system == PROVIDER else system):
+            recorded = await self._step(messages, model_settings, parameters, run_context)
+        if isinstance(recorded, LegacyReply):
+            return recorded.response(self.wrapped.model_name)
+        return recorded
+
+    async def _step(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        parameters: ModelRequestParameters,
+        run_context: ToolContext[Any] | None,
+    ) -> ModelResponse | LegacyReply:
         settings = self.run.settings
         opened: list[OutputStream] = []  # the step's stream: its first call opens it
-        recorded: ModelResponse | LegacyReply = await self.run.step(
+        return await self.run.step(
             self.step_name,
             self._ask,
             messages,
@@ -153,9 +169,6 @@ class DurableModel(WrapperModel):
             reserve=expected_usage(messages, model_settings, settings, self.wrapped.model_name),
             drain=True,
         )
-        if isinstance(recorded, LegacyReply):
-            return recorded.response(self.wrapped.model_name)
-        return recorded
 
     @asynccontextmanager
     async def request_stream(

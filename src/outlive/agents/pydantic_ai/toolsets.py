@@ -44,6 +44,7 @@ from pydantic_ai.toolsets.external import TOOL_SCHEMA_VALIDATOR, ExternalToolset
 from outlive.agents.policy import Retry
 from outlive.agents.pydantic_ai.parts import TOOL_RESULT, json_line
 from outlive.agents.registry import RunContext
+from outlive.telemetry import genai
 
 _OUTCOME: TypeAdapter[Any] = TypeAdapter(CallToolResult)
 _TOOL_DEF: TypeAdapter[ToolDefinition] = TypeAdapter(ToolDefinition)
@@ -145,9 +146,10 @@ class DurableToolset(WrapperToolset[Any]):
             self._show(name, ctx.tool_call_id, outcome, dumped)
             return dumped
 
-        recorded = await self.run.step(
-            f"tool.{name}", call, retry=policy.retry, timeout=policy.timeout
-        )
+        with genai.tool(name, ctx.tool_call_id):  # its span: `execute_tool`
+            recorded = await self.run.step(
+                f"tool.{name}", call, retry=policy.retry, timeout=policy.timeout
+            )
         return outcome_of(recorded)
 
     async def _call(

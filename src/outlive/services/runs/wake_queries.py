@@ -128,3 +128,11 @@ HANDED = prepare(
         " WHERE id = ANY(:ids) AND handoff_failed_at IS NOT NULL RETURNING id"
     )
 )
+
+
+# The fake clock of `outlive.testing`: the timers of a tenant's ($2) WAITING runs moved back by
+# $1 (an interval), as if that much time had passed; the relay then wakes those now due.
+SKIP_TIMERS = (
+    "UPDATE runs SET wake_at = wake_at - CAST($1 AS interval)"
+    " WHERE tenant_id = $2 AND status = 'WAITING' AND wake_at IS NOT NULL"
+)
