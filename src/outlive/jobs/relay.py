@@ -53,14 +53,15 @@ TIMER_SLACK_S = 0.005  # a pass for a timer starts just after it is due (Postgre
 class RedisQueueMarker:
     """The queue's marker: a key that only a loss of the queue's data removes."""
 
-    def __init__(self, redis: Redis, *, timeout_s: float) -> None:
+    def __init__(self, redis: Redis, *, timeout_s: float, key: str = MARKER_KEY) -> None:
         self._redis = redis
         self._timeout_s = timeout_s
+        self._key = key  # one per cell (`queues.of_cell`): each cell's relay hands its own
 
     async def renew(self) -> bool:
         try:
             async with asyncio.timeout(self._timeout_s):
-                created = await self._redis.set(MARKER_KEY, "1", nx=True)
+                created = await self._redis.set(self._key, "1", nx=True)
         except (RedisError, OSError, TimeoutError) as exc:
             raise QueueUnavailable(f"the queue is unreachable: {exc!r}") from exc
         return bool(created)
@@ -193,7 +194,7 @@ def build_relay(
         sessions,
         SaqRunInstances(runs_queue, relaxed),
         SaqJobProducer(jobs_queue, relaxed),
-        RedisQueueMarker(redis, timeout_s=QUEUE_TIMEOUT_S),
+        RedisQueueMarker(redis, timeout_s=QUEUE_TIMEOUT_S, key=settings.of_cell(MARKER_KEY)),
         batch=settings.relay_batch,
         recheck_s=settings.relay_recheck_s,
         default_runs_cap=settings.tenant_max_running_runs,
