@@ -5,15 +5,22 @@ own instead."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import NamedTuple
+from uuid import uuid4
 
+import httpx
 import pytest
 
+from outlive.app import build_app
 from outlive.config import Settings
 from outlive.db.directory import Directory
 from outlive.db.engine import create_engine, create_sessions
 from outlive.db.tx import Sessions
+from outlive.ids import TenantId
+from outlive.services.tenants import create_token
 from outlive.urls import PostgresUrl
 from tests.conftest import make_settings
 from tests.support import Servers
@@ -68,3 +75,28 @@ async def two_cells(servers: Servers) -> AsyncIterator[TwoCells]:
         for engine in engines.values():
             await engine.dispose()
         await directory.close()
+
+
+class Placed(NamedTuple):
+    id: TenantId
+    token: str
+    slug: str
+
+
+async def tenant_on(two_cells: TwoCells, cell: str) -> Placed:
+    """A new tenant (and its token) on `cell`, placed there in the directory."""
+    slug = f"c{cell}-{uuid4().hex[:8]}"
+    async with two_cells.sessions[cell].unit() as uow:
+        principal, token = await create_token(uow, tenant_slug=slug, email=f"o@{slug}.test")
+    await two_cells.directory.place(principal.tenant.id, slug, cell)
+    return Placed(principal.tenant.id, token, slug)
+
+
+@contextlib.asynccontextmanager
+async def served(two_cells: TwoCells) -> AsyncIterator[httpx.AsyncClient]:
+    """An API process (in this one) serving both cells."""
+    app = build_app(two_cells.settings, serve_web=False)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://outlive.test") as c:
+            yield c

@@ -7,20 +7,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from uuid import uuid4
 
-import httpx
 import pytest
 from sqlalchemy import text
 
-from outlive.app import build_app
 from outlive.db.directory import SLOTS, home_slot
 from outlive.db.directory_view import DirectoryView
 from outlive.errors import ServiceUnavailable
 from outlive.ids import TenantId
-from outlive.services.tenants import create_token, mint_token, token_tenant
-from tests.cells.conftest import TwoCells, until
+from outlive.services.tenants import mint_token, token_tenant
+from tests.cells.conftest import TwoCells, served, tenant_on, until
 from tests.support import Api
 
 
@@ -105,30 +103,13 @@ async def test_a_hold_is_acknowledged_once_the_requests_in_flight_finished(
     assert view.held(tenant)
 
 
-@contextlib.asynccontextmanager
-async def served(two_cells: TwoCells) -> AsyncIterator[httpx.AsyncClient]:
-    app = build_app(two_cells.settings, serve_web=False)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://outlive.test") as c:
-            yield c
-
-
-async def tenant_on(two_cells: TwoCells, cell: str) -> tuple[TenantId, str]:
-    slug = f"c{cell}-{uuid4().hex[:8]}"
-    async with two_cells.sessions[cell].unit() as uow:
-        principal, token = await create_token(uow, tenant_slug=slug, email=f"o@{slug}.test")
-    await two_cells.directory.place(principal.tenant.id, slug, cell)
-    return principal.tenant.id, token
-
-
 async def test_the_api_routes_each_tenant_to_its_cell(two_cells: TwoCells) -> None:
     on_default = await tenant_on(two_cells, "default")
     on_b = await tenant_on(two_cells, "b")
     async with served(two_cells) as client:
         api = Api(client)
         ids = {}
-        for (_, token), cell in ((on_default, "default"), (on_b, "b")):
+        for (_, token, _), cell in ((on_default, "default"), (on_b, "b")):
             started = await api.start_run(token, input={"turns": 1})
             ids[cell] = started["run"]["id"]
             assert (await api.run(token, ids[cell]))["id"] == ids[cell]
@@ -139,7 +120,7 @@ async def test_the_api_routes_each_tenant_to_its_cell(two_cells: TwoCells) -> No
 
 
 async def test_a_held_tenant_waits_for_the_release(two_cells: TwoCells) -> None:
-    tenant_id, token = await tenant_on(two_cells, "b")
+    tenant_id, token, _ = await tenant_on(two_cells, "b")
     async with served(two_cells) as client:
         api = Api(client)
         await api.start_run(token, input={"turns": 1})
