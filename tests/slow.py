@@ -18,6 +18,7 @@ SLOW_MODULES = (
     "tests/agents/test_replay_crash.py",
     "tests/browser/",
     "tests/chaos/",  # test_budget_chaos.py too
+    "tests/cells/test_clusters.py",
     "tests/cells/test_move.py",
     "tests/relay/",
     "tests/db/test_cli_pgbouncer.py",

@@ -14,9 +14,12 @@ from typing import Any
 from sqlalchemy import text
 
 from outlive.cells import cell_settings
+from outlive.cli.cells import list_tenants
 from outlive.db.directory import Cell
+from outlive.db.ports import NO_INSTANCES
 from outlive.ids import TenantId
 from outlive.moves import move_tenant
+from outlive.services import pauses
 from outlive.worker import WorkerHost
 from tests.cells.conftest import TwoCells, served, tenant_on, until
 from tests.support import Api
@@ -108,3 +111,39 @@ async def keep_writing(api: Api, token: str) -> list[str]:
         ids.append(await start(api, token, f"w{len(ids)}", {"turns": 1, "delayMs": 0}))
         await asyncio.sleep(0.05)
     return ids
+
+
+async def test_an_interrupted_move_resumes(two_cells: TwoCells) -> None:
+    """A move killed between its hold and its flip (the tenant held, paused on the old cell) is
+    finished by running it again: copied, flipped, paused no more, gone from the old cell."""
+    tenant_id, token, slug = await tenant_on(two_cells, "default")
+    async with served(two_cells) as client:
+        run_id = await start(Api(client), token, "k", {"turns": 1})  # no worker: it waits
+    directory = two_cells.directory
+    await directory.hold(tenant_id, held=True)
+    async with two_cells.sessions["default"].unit() as uow:
+        await pauses.pause_tenant(uow, slug, paused=True, instances=NO_INSTANCES)
+    await directory.set_move(tenant_id, slug, "default", "b", "tail", True)  # as it was left
+
+    report = await move_tenant(two_cells.settings, slug, "b")
+
+    assert report.rows["runs"] == 1
+    placement = await directory.placement(tenant_id)
+    assert placement is not None
+    assert (placement.cell, placement.held) == ("b", False)
+    assert await directory.move(tenant_id) is None
+    assert await runs_on(two_cells, "default", tenant_id) == []
+    [run] = await runs_on(two_cells, "b", tenant_id)
+    assert str(run["id"]) == run_id
+    paused = await two_cells.sessions["b"].one(
+        text(
+            "SELECT t.paused_at AS tenant, r.paused_at AS run FROM tenants t"
+            " JOIN runs r ON r.tenant_id = t.id WHERE t.id = :t"
+        ),
+        t=tenant_id,
+    )
+    assert paused is not None
+    assert (paused["tenant"], paused["run"]) == (None, None)  # the move's pause is lifted
+    listed = await list_tenants(two_cells.settings)
+    assert f"{slug}\tb\t1 active" in listed  # `outlive tenant list`: on its new cell, once
+    assert not any(line.startswith(f"{slug}\tdefault") for line in listed)
