@@ -13,6 +13,7 @@ from uuid import uuid4
 import pytest
 from sqlalchemy import text
 
+from outlive.cli.tokens import create_token as cli_create_token
 from outlive.db.directory import SLOTS, home_slot
 from outlive.db.directory_view import DirectoryView
 from outlive.errors import ServiceUnavailable
@@ -133,3 +134,18 @@ async def test_a_held_tenant_waits_for_the_release(two_cells: TwoCells) -> None:
         await two_cells.directory.hold(tenant_id, held=False)
         await waiting
         assert time.monotonic() - released < 2.0
+
+
+async def test_token_create_finds_the_tenants_cell(two_cells: TwoCells) -> None:
+    """`outlive token create`: a tenant of cell b gets its token there; a new tenant is made on
+    the default cell and listed in the directory."""
+    tenant_id, _, slug = await tenant_on(two_cells, "b")
+    _, token = await cli_create_token(two_cells.settings, slug, f"second@{slug}.test")
+    assert token_tenant(token) == tenant_id  # the existing tenant, not a new one on default
+    count = text("SELECT count(*) AS n FROM tenants WHERE slug = :slug")
+    assert (await two_cells.sessions["default"].one(count, slug=slug))["n"] == 0
+    fresh = f"new-{uuid4().hex[:8]}"
+    _, made = await cli_create_token(two_cells.settings, fresh, f"o@{fresh}.test")
+    placement = await two_cells.directory.by_slug(fresh)
+    assert placement is not None
+    assert (placement.tenant_id, placement.cell) == (token_tenant(made), "default")
