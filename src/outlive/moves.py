@@ -57,7 +57,8 @@ class MoveReport:
     target: str
     rows: dict[str, int] = field(default_factory=dict)
     hold_s: float = 0.0  # from the hold to the flip
-    copy_s: float = 0.0
+    copy_s: float = 0.0  # the tail's copy
+    settle_s: float = 0.0  # the hold's acknowledgements and the runs' parking
     lines: list[str] = field(default_factory=list)
 
 
@@ -179,9 +180,12 @@ async def _run(move: _Move, report: MoveReport, start: int) -> None:
         await move.phase("copy")
         first = await copy.copy_rows(source, target, move.tenant_id)
         move.say(f"copied {first.total} row(s) in {first.seconds:.2f} s")
+        for cell in (move.source, move.target):  # opened now: not inside the hold
+            await move.runtime(cell)
         await move.phase("hold")
         held_at = time.perf_counter()
         await _hold(move, source)
+        report.settle_s = time.perf_counter() - held_at
         await move.phase("tail")
         tail = await copy.copy_rows(source, target, move.tenant_id)
         report.rows, report.copy_s = tail.rows, tail.seconds
@@ -189,7 +193,10 @@ async def _run(move: _Move, report: MoveReport, start: int) -> None:
     if start <= PHASES.index("flip"):
         flipped = await move.directory.place(move.tenant_id, move.slug, move.target.name)
         report.hold_s = time.perf_counter() - held_at
-        move.say(f"flipped to {move.target.name}; writes held {report.hold_s:.3f} s")
+        move.say(
+            f"flipped to {move.target.name}; writes held {report.hold_s:.3f} s (acknowledged"
+            f" and parked in {report.settle_s:.3f} s, tail copied in {report.copy_s:.3f} s)"
+        )
         await move.phase("release")
     else:
         flipped = await move.directory.version()
@@ -220,13 +227,8 @@ async def _hold(move: _Move, source: asyncpg.Connection) -> None:
         move.paused = True
         await move.phase("hold")
     try:
-        async with asyncio.timeout(HOLD_TIMEOUT_S):
-            await _acknowledged(move, version)
-            while await source.fetchval(  # noqa: ASYNC110 (runs park at their steps: no event)
-                "SELECT count(*) FROM runs WHERE tenant_id = $1 AND status = 'RUNNING'",
-                move.tenant_id,
-            ):
-                await asyncio.sleep(0.02)
+        async with asyncio.timeout(HOLD_TIMEOUT_S):  # both at once: the API's and the runs'
+            await asyncio.gather(_acknowledged(move, version), _parked(move, source))
     except TimeoutError:
         await _resume(move, move.source)
         await move.directory.hold(move.tenant_id, held=False)
@@ -235,6 +237,14 @@ async def _hold(move: _Move, source: asyncpg.Connection) -> None:
             f"{move.slug}: not held within {HOLD_TIMEOUT_S:g} s (a step or a process goes on);"
             " let go, nothing moved: try again"
         ) from None
+
+
+async def _parked(move: _Move, source: asyncpg.Connection) -> None:
+    """Until no run of the tenant is RUNNING on the source (each parks at its next step)."""
+    while await source.fetchval(  # noqa: ASYNC110 (runs park at their steps: no event)
+        "SELECT count(*) FROM runs WHERE tenant_id = $1 AND status = 'RUNNING'", move.tenant_id
+    ):
+        await asyncio.sleep(0.02)
 
 
 async def _acknowledged(move: _Move, version: int) -> None:

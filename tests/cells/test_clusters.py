@@ -11,7 +11,8 @@ this loop) and a worker per cell. One test, three phases, so the clusters start 
    with 1012 (reconnect) and a reconnected subscription gets the new cell's nudges.
 
 Sized for CI: `OUTLIVE_CELLS_TENANTS` (30) tenants, `OUTLIVE_CELLS_MOVES` (3) moves;
-`OUTLIVE_CELLS_MAX_HOLD_S` (2.0) bounds a move's hold (docs/cells.md has a larger run's figures).
+`OUTLIVE_CELLS_MAX_HOLD_S` (3.0) bounds a move's hold (the API, the workers, the moves and
+the load share one event loop here, on CI's 2 cores) (docs/cells.md has a larger run's figures).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from tests.support import Servers
 
 TENANTS = int(os.environ.get("OUTLIVE_CELLS_TENANTS", "30"))
 MOVES = int(os.environ.get("OUTLIVE_CELLS_MOVES", "3"))
-MAX_HOLD_S = float(os.environ.get("OUTLIVE_CELLS_MAX_HOLD_S", "2.0"))
+MAX_HOLD_S = float(os.environ.get("OUTLIVE_CELLS_MAX_HOLD_S", "3.0"))
 CELLS = ("default", "c1", "c2")
 START = "mutation($i: StartRunInput!) { startRun(input: $i) { run { id } } }"
 READ = "query { runs(first: 1) { edges { node { id } } } }"
@@ -110,7 +111,7 @@ class World:
         return True
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(400 if TENANTS <= 30 and MOVES <= 3 else 1800)
 async def test_three_cells(servers: Servers) -> None:
     began = time.monotonic()
     async with AsyncExitStack() as stack:
@@ -264,6 +265,10 @@ async def _move_under_load(
         report = await move_tenant(world.settings, tenant.slug, "c1")
         holds.append(report.hold_s)
         tenant.cell = "c1"
+        print(  # noqa: T201
+            f"cells: moved {tenant.slug}: {sum(report.rows.values())} rows, held"
+            f" {report.hold_s:.3f} s = settle {report.settle_s:.3f} + tail {report.copy_s:.3f}"
+        )
     stop.set()
     await asyncio.gather(*writers)
     for tenant, sock in zip(movers, sockets, strict=True):
