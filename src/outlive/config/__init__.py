@@ -358,7 +358,7 @@ class Settings(BaseSettings):
     directory_url: str | None = Field(None, description="tenant -> slot -> cell database")
     cells: Annotated[list[str], NoDecode] = Field(default_factory=list)  # a worker's; all
     directory_poll_s: float = Field(0.2, gt=0, description="how often the directory is read")
-    directory_stale_s: float = Field(2.0, gt=0, description="503 past this without a read")
+    directory_stale_s: float = Field(5.0, gt=0, description="503 past this without a read")
     cell: str | None = Field(None, description="the cell this copy serves (set by the process)")
 
     @field_validator(

@@ -2,7 +2,7 @@
 
 Loaded whole at start, then every `OUTLIVE_DIRECTORY_POLL_S` (0.2 s) only the rows changed since
 the last version seen. The staleness is bounded: a view that has not read the directory for
-`OUTLIVE_DIRECTORY_STALE_S` (2 s) answers nothing (`ServiceUnavailable`, HTTP 503) instead of a
+`OUTLIVE_DIRECTORY_STALE_S` (5 s) answers nothing (`ServiceUnavailable`, HTTP 503) instead of a
 cell that may be wrong, so a tenant's writes never reach a cell it left, whatever happened to
 this process or to the directory. Each poll then acknowledges the version it applied (the
 `viewers` table), after `drain` (the requests this process had in flight for a tenant that is
