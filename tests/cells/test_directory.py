@@ -13,6 +13,8 @@ from uuid import uuid4
 import pytest
 from sqlalchemy import text
 
+from outlive.cli.common import CliError
+from outlive.cli.serve import worker_cells
 from outlive.cli.tokens import create_token as cli_create_token
 from outlive.db.directory import SLOTS, home_slot
 from outlive.db.directory_view import DirectoryView
@@ -149,3 +151,17 @@ async def test_token_create_finds_the_tenants_cell(two_cells: TwoCells) -> None:
     placement = await two_cells.directory.by_slug(fresh)
     assert placement is not None
     assert (placement.tenant_id, placement.cell) == (token_tenant(made), "default")
+
+
+async def test_a_worker_serves_the_cells_it_is_given(two_cells: TwoCells) -> None:
+    """`outlive worker`: a host per cell of OUTLIVE_CELLS (all without it), each with its
+    cell's database and queue names; the first one serves the metrics port."""
+    settings = two_cells.settings.model_copy(update={"metrics_port": 9464})
+    every = await worker_cells(settings)
+    assert [(s.cell, s.database_url) for s in every] == sorted(two_cells.urls.items())
+    assert [s.metrics_port for s in every] == [9464, None]
+    assert [s.of_cell("outlive-runs") for s in every] == ["outlive-runs@b", "outlive-runs"]
+    only_b = await worker_cells(settings.model_copy(update={"cells": ["b"]}))
+    assert [s.cell for s in only_b] == ["b"]
+    with pytest.raises(CliError, match="no cell nowhere"):
+        await worker_cells(settings.model_copy(update={"cells": ["nowhere"]}))
