@@ -44,6 +44,7 @@ from tests.support import Servers
 
 TENANTS = int(os.environ.get("OUTLIVE_CELLS_TENANTS", "30"))
 MOVES = int(os.environ.get("OUTLIVE_CELLS_MOVES", "3"))
+SETTLE_S = max(90.0, 1.0 * TENANTS)  # every run settled (a loaded machine, one event loop)
 MAX_HOLD_S = float(os.environ.get("OUTLIVE_CELLS_MAX_HOLD_S", "3.0"))
 CELLS = ("default", "c1", "c2")
 START = "mutation($i: StartRunInput!) { startRun(input: $i) { run { id } } }"
@@ -161,8 +162,6 @@ async def _world(stack: AsyncExitStack, servers: Servers) -> World:
         database_url=clusters["default"].url,
         directory_url=directory_url,
         directory_poll_s=0.05,
-        db_pool_size=5,
-        db_raw_pool_size=5,
     )
     for name, cluster in clusters.items():
         host = WorkerHost(cell_settings(settings, Cell(name, cluster.url)), concurrency=16)
@@ -183,7 +182,7 @@ async def _isolation(world: World) -> None:
     marks = {name: len(c.output) for name, c in world.clusters.items()}
     answers = await asyncio.gather(*(world.start(t, {"turns": 2}) for t in world.tenants))
     assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
-    await until(lambda: world.settled(world.tenants, turns=2), timeout_s=60)
+    await until(lambda: world.settled(world.tenants, turns=2), timeout_s=SETTLE_S)
     for name, cluster in world.clusters.items():
         log = bytes(cluster.output[marks[name] :]).decode(errors="replace")
         own = [t for t in world.tenants if t.cell == name]
@@ -216,7 +215,7 @@ async def _outage(world: World) -> None:
 
     await until(recovered, timeout_s=30)
     print(f"cells: c2 back, its tenants answered after {time.monotonic() - back:.2f} s")  # noqa: T201
-    await until(lambda: world.settled(dead + alive), timeout_s=90)  # none lost, none doubled
+    await until(lambda: world.settled(dead + alive), timeout_s=SETTLE_S)  # none lost or doubled
 
 
 async def _reads(world: World, tenants: list[Tenant], seconds: float) -> dict[str, list[Any]]:
@@ -255,13 +254,13 @@ async def _moves(world: World) -> None:
             for _ in range(3):
                 await world.start(tenant, {"turns": 4, "delayMs": 150})
         holds, latencies = await _move_under_load(world, movers, sockets)
-    await until(lambda: world.settled(movers), timeout_s=90)
+    await until(lambda: world.settled(movers), timeout_s=SETTLE_S)
     for tenant in movers:  # a reconnected client's subscription: the new cell's nudges
         async with Socket.open(world.url, token=tenant.token) as again:
             await again.subscribe(PLAIN)
             await world.start(tenant, {"turns": 1, "delayMs": 0})
             await again.nudge_where(type="run.updated", id=tenant.runs[-1])
-    await until(lambda: world.settled(movers), timeout_s=90)
+    await until(lambda: world.settled(movers), timeout_s=SETTLE_S)
     for tenant in movers:
         stale = await world.sessions["default"].one(
             text("SELECT count(*) AS n FROM runs WHERE tenant_id = :t"), t=tenant.id
