@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from outlive.cli.common import CliError, load_settings, run
-from outlive.config import Settings
+from outlive.config import DEFAULT_CELL, Settings
 from outlive.db import primary
-from outlive.db.directory import SLOTS, Directory
+from outlive.db.directory import SLOTS, Cell, Directory, Placement
+from outlive.ids import TenantId
 
 
 @asynccontextmanager
@@ -76,33 +77,43 @@ async def list_cells(settings: Settings) -> list[str]:
     ]
 
 
+_TENANTS = (
+    "SELECT t.id, t.slug, (SELECT count(*) FROM runs r WHERE r.tenant_id = t.id"
+    " AND r.status IN ('QUEUED', 'RUNNING', 'WAITING')) AS active FROM tenants t ORDER BY t.slug"
+)
+
+
 async def list_tenants(settings: Settings) -> list[str]:
     """Every tenant of every cell (a fan-out, one cell after the other), with its cell as the
-    directory says and its active runs."""
+    directory says and its active runs; without a directory, DATABASE_URL's (the one cell)."""
+    if settings.directory_url is None:
+        if not settings.database_url:
+            raise CliError("DATABASE_URL is not set", 2)
+        return await _cell_tenants(Cell(DEFAULT_CELL, settings.database_url), {})
     lines = []
     async with opened(settings) as directory:
         placed = {p.tenant_id: p for p in await directory.placements()}
         for cell in await directory.cells():
-            try:
-                conn = await primary.connect(cell.database_url)
-            except (OSError, Exception) as exc:  # noqa: BLE001 (named, and the others listed)
-                lines.append(f"# cell {cell.name} cannot be read: {exc!r}")
-                continue
-            try:
-                rows = await conn.fetch(
-                    "SELECT t.id, t.slug, (SELECT count(*) FROM runs r WHERE r.tenant_id = t.id"
-                    " AND r.status IN ('QUEUED', 'RUNNING', 'WAITING')) AS active"
-                    " FROM tenants t ORDER BY t.slug"
-                )
-            finally:
-                await conn.close()
-            for row in rows:
-                placement = placed.get(row["id"])
-                where = placement.cell if placement else "default"
-                if where != cell.name:
-                    continue  # a copy a move left (or is making): not this cell's tenant
-                held = "\theld" if placement and placement.held else ""
-                lines.append(f"{row['slug']}\t{cell.name}\t{row['active']} active{held}")
+            lines.extend(await _cell_tenants(cell, placed))
+    return lines
+
+
+async def _cell_tenants(cell: Cell, placed: dict[TenantId, Placement]) -> list[str]:
+    try:
+        conn = await primary.connect(cell.database_url)
+    except Exception as exc:  # noqa: BLE001 (the cell is named, the others are listed)
+        return [f"# cell {cell.name} cannot be read: {exc!r}"]
+    try:
+        rows = await conn.fetch(_TENANTS)
+    finally:
+        await conn.close()
+    lines = []
+    for row in rows:
+        placement = placed.get(row["id"])
+        if (placement.cell if placement else DEFAULT_CELL) != cell.name:
+            continue  # a copy a move left (or is making): not this cell's tenant
+        held = "\theld" if placement and placement.held else ""
+        lines.append(f"{row['slug']}\t{cell.name}\t{row['active']} active{held}")
     return lines
 
 
