@@ -69,24 +69,62 @@ class Copied:
         return sum(self.rows.values())
 
 
+def _counts() -> str:
+    counts = (
+        f"(SELECT count(*) FROM {t.name} WHERE {scope_of(t)}) AS {t.name}"  # noqa: S608
+        for t in TENANT_TABLES
+    )
+    return "SELECT " + ", ".join(counts)
+
+
+def _reads() -> str:
+    """One statement: each table's rows of the tenant, as a JSON array, in key order."""
+    reads = (
+        f"(SELECT coalesce(json_agg(x), '[]') FROM (SELECT {', '.join(_columns(t))}"  # noqa: S608
+        f" FROM {t.name} WHERE {scope_of(t)} ORDER BY {_order(t)}) x) AS {t.name}"
+        for t in TENANT_TABLES
+    )
+    return "SELECT " + ", ".join(reads)
+
+
+def _writes() -> str:
+    """One statement: every table's rows written from its JSON array (`$n`, in the order of
+    `TENANT_TABLES`); the foreign keys are checked once, at its end."""
+    writes = []
+    for n, table in enumerate(TENANT_TABLES, start=1):
+        columns = ", ".join(_columns(table))
+        writes.append(
+            f"w{n} AS (INSERT INTO {table.name} ({columns}) SELECT {columns}"  # noqa: S608
+            f" FROM json_populate_recordset(NULL::{table.name}, ${n}::json) WITH ORDINALITY r"
+            " ORDER BY r.ordinality RETURNING 1)"
+        )
+    counts = ", ".join(f"(SELECT count(*) FROM w{n})" for n in range(1, len(writes) + 1))  # noqa: S608
+    return f"WITH {', '.join(writes)} SELECT {counts}"
+
+
+_COUNTS, _READS, _WRITES = _counts(), _reads(), _writes()
+
+
+def _deletes(tenant_id: UUID) -> str:
+    """The deletes, children first, as one simple query (one round trip). The id is inlined:
+    a `UUID`'s text, nothing a caller wrote."""
+    literal = f"'{UUID(str(tenant_id))}'::uuid"
+    return "; ".join(
+        f"DELETE FROM {t.name} WHERE {scope_of(t).replace('$1', literal)}"  # noqa: S608
+        for t in reversed(TENANT_TABLES)
+    )
+
+
 async def count_rows(conn: asyncpg.Connection, tenant_id: UUID) -> dict[str, int]:
-    """The tenant's rows per table (what a dry run prints)."""
-    counts = {}
-    for table in TENANT_TABLES:
-        sql = f"SELECT count(*) FROM {table.name} WHERE {scope_of(table)}"  # noqa: S608 (our names)
-        counts[table.name] = int(await conn.fetchval(sql, tenant_id))
-    return counts
+    """The tenant's rows per table (what a dry run prints), in one statement."""
+    row = await conn.fetchrow(_COUNTS, tenant_id)
+    return {t.name: int(row[t.name]) for t in TENANT_TABLES}
 
 
 async def delete_rows(conn: asyncpg.Connection, tenant_id: UUID) -> int:
     """Delete the tenant's rows, children first (the caller's transaction); how many."""
-    deleted = 0
-    for table in reversed(TENANT_TABLES):
-        status = await conn.execute(
-            f"DELETE FROM {table.name} WHERE {scope_of(table)}",  # noqa: S608 (our names)
-            tenant_id,
-        )
-        deleted += int(status.rsplit(" ", 1)[-1])
+    deleted = sum((await count_rows(conn, tenant_id)).values())
+    await conn.execute(_deletes(tenant_id))
     return deleted
 
 
@@ -94,20 +132,13 @@ async def copy_rows(
     source: asyncpg.Connection, target: asyncpg.Connection, tenant_id: UUID
 ) -> Copied:
     """Replace the tenant's rows on `target` with `source`'s, in one transaction of `target`
-    (the source is read in one repeatable-read snapshot)."""
+    (the source read in one statement, the target written in two: a move's tail is held, and
+    each round trip counts)."""
     started = time.perf_counter()
-    rows: dict[str, int] = {}
-    snapshot = source.transaction(isolation="repeatable_read", readonly=True)
-    async with snapshot, target.transaction():
-        await delete_rows(target, tenant_id)
-        for table in TENANT_TABLES:
-            columns = _columns(table)
-            select = (
-                f"SELECT {', '.join(columns)} FROM {table.name}"  # noqa: S608 (our names)
-                f" WHERE {scope_of(table)} ORDER BY {_order(table)}"
-            )
-            records = await source.fetch(select, tenant_id)
-            if records:
-                await target.copy_records_to_table(table.name, records=records, columns=columns)
-            rows[table.name] = len(records)
+    read = await source.fetchrow(_READS, tenant_id)
+    arrays = [read[t.name] for t in TENANT_TABLES]
+    async with target.transaction():
+        await target.execute(_deletes(tenant_id))
+        written = await target.fetchrow(_WRITES, *arrays)
+    rows = {t.name: int(written[n]) for n, t in enumerate(TENANT_TABLES)}
     return Copied(rows, time.perf_counter() - started)
