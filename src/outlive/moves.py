@@ -153,10 +153,7 @@ async def _dry_run(move: _Move, report: MoveReport) -> None:
     conn = await move.connect(move.source)
     report.rows = await copy.count_rows(conn, move.tenant_id)
     started = time.perf_counter()
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        for table in copy.TENANT_TABLES:
-            select = f"SELECT * FROM {table.name} WHERE {copy.scope_of(table)}"  # noqa: S608
-            await conn.fetch(select, move.tenant_id)
+    await copy.read_rows(conn, move.tenant_id)  # the tail's read, as the move makes it
     read_s = time.perf_counter() - started
     # The hold: an acknowledgement (two polls at most), the tail's read and its write (~ the read).
     report.hold_s = 2 * move.settings.directory_poll_s + 2 * read_s
