@@ -250,10 +250,13 @@ async def _moves(world: World) -> None:
             sock = await stack.enter_async_context(Socket.open(world.url, token=tenant.token))
             await sock.subscribe(PLAIN)
             sockets.append(sock)
+        # Read each socket all along: a client that stops reading stops answering the server's
+        # pings, and is dropped with 1011 (keepalive timeout) whatever the move does.
+        closes = [asyncio.create_task(sock.closed(timeout=SETTLE_S)) for sock in sockets]
         for tenant in movers:
             for _ in range(3):
                 await world.start(tenant, {"turns": 4, "delayMs": 150})
-        holds, latencies = await _move_under_load(world, movers, sockets)
+        holds, latencies = await _move_under_load(world, movers, closes)
     await until(lambda: world.settled(movers), timeout_s=SETTLE_S)
     for tenant in movers:  # a reconnected client's subscription: the new cell's nudges
         async with Socket.open(world.url, token=tenant.token) as again:
@@ -276,7 +279,7 @@ async def _moves(world: World) -> None:
 
 
 async def _move_under_load(
-    world: World, movers: list[Tenant], sockets: list[Socket]
+    world: World, movers: list[Tenant], closes: list[asyncio.Task[tuple[int | None, str]]]
 ) -> tuple[list[float], list[float]]:
     latencies: list[float] = []
     stop = asyncio.Event()
@@ -301,8 +304,8 @@ async def _move_under_load(
         )
     stop.set()
     await asyncio.gather(*writers)
-    for tenant, sock in zip(movers, sockets, strict=True):
-        code, _ = await sock.closed()  # when its cell changed
+    for tenant, closed in zip(movers, closes, strict=True):
+        code, _ = await closed  # when its cell changed
         assert code == 1012, (tenant.slug, code)  # reconnect (and refetch), never 4403
     return holds, latencies
 
