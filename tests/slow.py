@@ -19,6 +19,8 @@ SLOW_MODULES = (
     "tests/browser/",
     "tests/chaos/",  # test_budget_chaos.py too
     "tests/cluster/",
+    "tests/cells/test_clusters.py",
+    "tests/cells/test_move.py",
     "tests/relay/",
     "tests/db/test_cli_pgbouncer.py",
     "tests/db/test_failover.py",

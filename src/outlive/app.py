@@ -27,10 +27,19 @@ from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
+from outlive.cells import Cells, open_cells
 from outlive.config import Settings
 from outlive.errors import ServiceUnavailable
 from outlive.graphql.errors import unavailable_payload
 from outlive.graphql.http import Pipeline
+from outlive.graphql.refusals import (
+    bearer,
+    bearer_of,
+    error_response,
+    too_large,
+    unauthenticated_response,
+    unavailable_response,
+)
 from outlive.graphql.schema import served
 from outlive.jobs.forget import RunForgetter
 from outlive.jobs.telemetry import serve_metrics
@@ -41,7 +50,7 @@ from outlive.realtime.sockets import NudgesTransportWS, OutliveWebSocketAdapter
 from outlive.resolvers.context import Context, Services
 from outlive.runtime import open_runtime
 from outlive.services.ratelimits import RateLimiter
-from outlive.services.tenants import authenticate
+from outlive.services.tenants import authenticate, token_tenant
 from outlive.telemetry import logs, metrics
 from outlive.web import graphiql_response, web_routes
 
@@ -49,30 +58,6 @@ log = logging.getLogger(__name__)
 
 CONNECTION_INIT_TIMEOUT = timedelta(seconds=10)  # the defaults of OUTLIVE_WS_INIT_TIMEOUT_S
 MAX_OPERATIONS_PER_SOCKET = 5  # and OUTLIVE_WS_MAX_SUBSCRIPTIONS
-
-
-def _error(message: str, code: str, status: int, **headers: str) -> JSONResponse:
-    """The contract's error shape outside GraphQL execution (auth, size, malformed bodies)."""
-    return JSONResponse(
-        {"data": None, "errors": [{"message": message, "extensions": {"code": code}}]},
-        status_code=status,
-        headers=headers or None,
-    )
-
-
-def _unauthenticated(message: str) -> JSONResponse:
-    return _error(message, "UNAUTHENTICATED", 401, **{"WWW-Authenticate": "Bearer"})
-
-
-def _too_large(limit: int) -> JSONResponse:
-    return _error(f"request body too large (at most {limit} bytes)", "BAD_USER_INPUT", 413)
-
-
-def bearer(value: str | None) -> str | None:
-    if not value:
-        return None
-    scheme, _, token = value.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
 class OutliveGraphQL(GraphQL[Context, None]):
@@ -83,6 +68,7 @@ class OutliveGraphQL(GraphQL[Context, None]):
 
     services: Services
     pipeline: Pipeline
+    cells: Cells | None = None  # with a directory: each tenant's cell's services (`outlive.cells`)
     graphql_transport_ws_handler_class = NudgesTransportWS
     websocket_adapter_class = OutliveWebSocketAdapter
 
@@ -90,6 +76,19 @@ class OutliveGraphQL(GraphQL[Context, None]):
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
+        tenant = None if self.cells is None else token_tenant(bearer_of(scope) or "")
+        if tenant is None or self.cells is None:
+            await self._http(scope, receive, send)
+            return
+        try:  # a tenant a move holds waits here, then its requests go to its new cell
+            await self.cells.admitted(tenant)
+        except ServiceUnavailable as exc:
+            await unavailable_response(exc)(scope, receive, send)
+            return
+        async with self.cells.in_flight(tenant):  # the hold drains the requests in flight
+            await self._http(scope, receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         response: Response | None
         if self._is_ide_page(request):
@@ -102,7 +101,7 @@ class OutliveGraphQL(GraphQL[Context, None]):
         principal = scope["state"]["principal"]  # None: no token, acceptInvitation only
         if principal is not None:
             logs.bind(tenant_id=principal.tenant.id)
-        context = Context(services=self.services, principal=principal, request=request)
+        context = Context(services=scope["state"]["services"], principal=principal, request=request)
         await self.pipeline.serve(scope, receive, send, context)
 
     async def _admit(self, request: Request, scope: Scope) -> Response | None:
@@ -110,19 +109,25 @@ class OutliveGraphQL(GraphQL[Context, None]):
         limit = self.services.settings.max_body_bytes
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > limit:
-            return _too_large(limit)
+            return too_large(limit)
         token = bearer(request.headers.get("authorization"))
         try:
-            principal = await self.services.authenticate(token) if token else None
+            services = self._services(token)
+            principal = await services.authenticate(token) if token else None
         except ServiceUnavailable as exc:  # the token cannot be checked now: 503, not 401 or 500
-            headers = {"Retry-After": str(exc.retry_after)}
-            return JSONResponse(unavailable_payload(exc), status_code=503, headers=headers)
+            return unavailable_response(exc)
         if principal is None and (token or request.method != "POST"):
-            return _unauthenticated("invalid bearer token" if token else "missing bearer token")
+            return unauthenticated_response(
+                "invalid bearer token" if token else "missing bearer token"
+            )
         # A POST with no token at all goes on, as nobody: the pipeline serves it only when it is
         # `acceptInvitation` (graphql/anonymous.py) and answers 401 otherwise.
-        scope.setdefault("state", {})["principal"] = principal
+        scope.setdefault("state", {}).update(principal=principal, services=services)
         return None
+
+    def _services(self, token: str | None) -> Services:
+        """The services of the token's tenant's cell (with a directory), else the process's."""
+        return self.services if self.cells is None or not token else self.cells.for_token(token)
 
     @staticmethod
     def _is_ide_page(request: Request) -> bool:
@@ -146,11 +151,12 @@ class OutliveGraphQL(GraphQL[Context, None]):
         context.connection_params = None  # read once: not kept for the socket's lifetime
         raw = params.get("authorization") or params.get("Authorization")
         token = bearer(raw) if isinstance(raw, str) else None
-        services = self.services
+        services = self._services(token)
         generation = services.auth.generation
         principal = await services.authenticate(token) if token else None
         if principal is None or token is None:
             raise ConnectionRejectionError()
+        context.services = services
         websocket: WebSocket = context.request
         context.socket = services.sockets.add(principal, websocket.close)
         context.principal, context.token = principal, token
@@ -249,7 +255,9 @@ class OutliveApp(Starlette):
             return
         if self.graphql is not None and scope["type"] == "http" and scope["path"] == "/graphql":
             if scope["method"] not in ("GET", "POST"):  # the contract's shape, not Starlette's text
-                refused = _error("use GET or POST", "BAD_USER_INPUT", 405, Allow="GET, POST")
+                refused = error_response(
+                    "use GET or POST", "BAD_USER_INPUT", 405, Allow="GET, POST"
+                )
                 await refused(scope, receive, send)
                 return
             scope["app"] = self
@@ -299,7 +307,7 @@ async def _metrics(request: Request) -> Response:
     expected = request.app.state.metrics_token
     given = bearer(request.headers.get("authorization")) or ""
     if not hmac.compare_digest(given.encode(), expected.encode()):
-        return _unauthenticated("missing or wrong metrics token")
+        return unauthenticated_response("missing or wrong metrics token")
     await request.app.state.runtime.sampler.sample()
     return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
 
@@ -388,6 +396,9 @@ def build_app(
                 forget=RunForgetter(queues.runs, queues.redis),
             )
             app.state.runtime = runtime
+            view.cells = await open_cells(stack, settings, runtime, view.services)
+            if view.cells is not None:  # the sockets' tokens are re-checked on every cell
+                realtime.sockets.check_with(view.cells.still_valid)
             if settings.metrics and settings.metrics_token is not None:
                 app.state.metrics_token = settings.metrics_token.get_secret_value()
             if metrics_listener and settings.metrics and settings.metrics_port is not None:

@@ -16,6 +16,9 @@ Roles:
 - `cli`: the database only, on a pool of one or two connections.
 - `cli-queues`: that, plus Redis, the queues, the publisher and admission (commands that
   enqueue: `tenant set-limits`, `jobs redrive`, `cron run`, `token revoke`).
+- `api-cell`: one more cell of an API process (`outlive.cells`): the database and the queues of
+  that cell, as the `api` role has them, and nothing else (the hub, the principal cache and the
+  sampler are the process's, shared by its cells).
 
 Every connection honours `OUTLIVE_DB_PGBOUNCER` (no named prepared statements; reads in a
 transaction), whatever the role.
@@ -68,7 +71,7 @@ from outlive.telemetry import genai, heap, metrics, tracing
 
 log = logging.getLogger(__name__)
 
-Role = Literal["api", "worker", "cli", "cli-queues"]
+Role = Literal["api", "worker", "cli", "cli-queues", "api-cell"]
 
 CLI_POOL_SIZE = 2  # a CLI command's engine: what a cron tick or a redrive uses at most
 
@@ -132,6 +135,7 @@ async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]
     """Everything `role` needs, closed in reverse on exit (or on a failure while opening)."""
     server = role in ("api", "worker")
     database_url, redis_url = _urls(settings, role)
+    agents = AgentRegistry([])  # a command that starts no run validates no input
     configure_prices(settings.model_prices)  # what a model costs: usage, budgets
     async with AsyncExitStack() as stack:
         if server:
@@ -144,7 +148,6 @@ async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]
         if role == "api":
             stack.callback(metrics.process_exited)  # last: after every pool is gone
         queues = None if redis_url is None else await _open_queues(stack, settings, redis_url)
-        agents = AgentRegistry([])  # a command that starts no run validates no input
         if role != "cli":
             agents = AgentRegistry.from_entry_points(
                 settings.agent_modules, builtin=settings.builtin_agents
@@ -187,9 +190,13 @@ def _urls(settings: Settings, role: Role) -> tuple[str, str | None]:
 async def _open_queues(stack: AsyncExitStack, settings: Settings, redis_url: str) -> Queues:
     redis = create_redis(redis_url)
     stack.push_async_callback(redis.aclose)
+    # each cell's queues (`Settings.of_cell`); the default cell's keep their names
     runs, jobs = (
         create_queue(
-            redis_url, name, partitions=partitions(settings), consume=settings.queue_consume
+            redis_url,
+            settings.of_cell(name),
+            partitions=partitions(settings),
+            consume=settings.queue_consume,
         )
         for name in (RUNS_QUEUE, JOBS_QUEUE)
     )
@@ -246,10 +253,10 @@ async def _open_db(
 ) -> tuple[AsyncEngine, Sessions]:
     """The engine, the raw pool (servers only; a CLI command goes through SQLAlchemy alone) and
     the sessions, wired to the queues and to admission when there are queues."""
-    server = role in ("api", "worker")
+    server = role in ("api", "worker", "api-cell")
     size = None if server else CLI_POOL_SIZE
     # The API's statements answer tenants: each one is bounded in time (`QueryTimeout` past it).
-    timeout = settings.api_statement_timeout_s if role == "api" else None
+    timeout = settings.api_statement_timeout_s if role in ("api", "api-cell") else None
     engine = create_engine_for(
         settings, database_url, pool_size=size, max_overflow=size, statement_timeout_s=timeout
     )
@@ -262,7 +269,7 @@ async def _open_db(
     if queues is None:
         return engine, create_sessions(engine, autocommit=not settings.db_pgbouncer)
     # The API never awaits a publish on the response path; a worker or a command does.
-    sink = queues.publisher.defer if role == "api" else queues.publisher.publish
+    sink = queues.publisher.defer if role in ("api", "api-cell") else queues.publisher.publish
     limits = Limits.of(settings, len(agents))
     jobs = SaqJobProducer(queues.jobs, settings)
     sessions = create_sessions(

@@ -230,14 +230,20 @@ async def _stop_workers(workers: list[Worker[Any]], tasks: list[asyncio.Task[Non
             await task
 
 
-async def run_until_stopped(host: WorkerHost, stop: asyncio.Event) -> None:
-    await host.start()
-    log.info("worker started (concurrency %s)", host.concurrency)
+async def run_until_stopped(host: WorkerHost | list[WorkerHost], stop: asyncio.Event) -> None:
+    """Run the host (or one host per cell served, `outlive.cells`) until `stop` is set."""
+    hosts = host if isinstance(host, list) else [host]
+    started: list[WorkerHost] = []
     try:
+        for each in hosts:
+            await each.start()
+            started.append(each)
+            cell = each.settings.cell or "the only cell"
+            log.info("worker started on %s (concurrency %s)", cell, each.concurrency)
         await stop.wait()
     finally:
         log.info("worker stopping")
-        await host.stop()
+        await asyncio.gather(*(each.stop() for each in started))
 
 
 class GracefulWorker(Worker[Any]):

@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from outlive.cli.common import KEEP, CliError, duration, limit, positive
 from outlive.cli.replay import add_parser as add_replay
@@ -134,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_replay(sub)
 
+    _cell_commands(sub, tenant_sub)
     schema = sub.add_parser("schema", help="print the GraphQL SDL")
     schema.set_defaults(func=_command("schema", "cmd_schema"))
 
@@ -160,6 +161,35 @@ def _parser() -> argparse.ArgumentParser:
     fire.add_argument("expression")
     fire.set_defaults(func=_command("cron", "cmd_cron_run"))
     return parser
+
+
+def _cell_commands(sub: Any, tenant_sub: Any) -> None:
+    """The directory's, the cells' and the moves' commands (docs/cells.md)."""
+    from outlive.cli.cells import slot_range
+
+    tenant_sub.add_parser("list", help="every tenant of every cell").set_defaults(
+        func=_command("cells", "cmd_tenant_list")
+    )
+    move = tenant_sub.add_parser("move", help="move a tenant to another cell, live")
+    move.add_argument("slug", metavar="SLUG")
+    move.add_argument("--to", required=True, metavar="CELL")
+    move.add_argument("--dry-run", action="store_true", help="print the rows and the hold")
+    move.set_defaults(func=_command("cells", "cmd_tenant_move"))
+    directory = sub.add_parser("directory", help="the directory of cells")
+    directory_sub = directory.add_subparsers(dest="directory_command", required=True)
+    directory_sub.add_parser("init", help="its tables; DATABASE_URL the default cell").set_defaults(
+        func=_command("cells", "cmd_directory_init")
+    )
+    cell = sub.add_parser("cell", help="cells: PostgreSQL primaries of the directory")
+    cell_sub = cell.add_subparsers(dest="cell_command", required=True)
+    add = cell_sub.add_parser("add", help="register a migrated database as a cell")
+    add.add_argument("name")
+    add.add_argument("url", metavar="DATABASE_URL")
+    add.add_argument("--slots", type=slot_range, default=None, metavar="A-B")
+    add.set_defaults(func=_command("cells", "cmd_cell_add"))
+    cell_sub.add_parser("list", help="the cells, their slots and tenants").set_defaults(
+        func=_command("cells", "cmd_cell_list")
+    )
 
 
 def _describe_unreachable(exc: BaseException) -> str | None:

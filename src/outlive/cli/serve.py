@@ -8,7 +8,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from outlive.cli.common import CliError, load_settings
+from outlive.cli.common import CliError, load_settings, run
 from outlive.config import Settings
 
 
@@ -89,5 +89,28 @@ def cmd_worker(args: argparse.Namespace) -> None:
 
     settings = load_settings()
     settings.require_services()
-    host = WorkerHost(settings, concurrency=args.concurrency)
-    run_with_signals(lambda stop: run_until_stopped(host, stop))
+    if settings.directory_url is None:
+        host = WorkerHost(settings, concurrency=args.concurrency)
+        run_with_signals(lambda stop: run_until_stopped(host, stop))
+        return
+    hosts = [WorkerHost(s, concurrency=args.concurrency) for s in run(worker_cells(settings))]
+    run_with_signals(lambda stop: run_until_stopped(hosts, stop))
+
+
+async def worker_cells(settings: Settings) -> list[Settings]:
+    """The settings of each cell a worker serves (`OUTLIVE_CELLS`, else every cell of the
+    directory): one `WorkerHost` each, so that leases, fencing and the relay stay transactions
+    of one database. The first serves `OUTLIVE_METRICS_PORT`."""
+    from outlive.cells import cell_settings, served_cells
+    from outlive.db.directory import Directory
+
+    assert settings.directory_url is not None  # noqa: S101 (the caller checked)
+    directory = await Directory.open(settings.directory_url)
+    try:
+        cells = await served_cells(directory, settings.cells)
+    except LookupError as exc:
+        raise CliError(str(exc), 2) from None
+    finally:
+        await directory.close()
+    served = [cell_settings(settings, cell) for cell in cells]
+    return [served[0], *(s.model_copy(update={"metrics_port": None}) for s in served[1:])]

@@ -13,8 +13,10 @@ from uuid import UUID
 
 from redis.exceptions import RedisError
 
+from outlive.cells import cell_settings
 from outlive.cli.common import CliError, load_settings, run
-from outlive.config import Settings
+from outlive.config import DEFAULT_CELL, Settings
+from outlive.db.directory import Directory
 from outlive.db.models import Role
 from outlive.errors import BadUserInput
 from outlive.ids import TokenId
@@ -38,11 +40,34 @@ async def create_token(
 ) -> tuple[Role, str]:
     """A new token (and the tenant and user, when they are new): its role, and the token, shown
     once. `role` None: the member's (ADMIN for a new member)."""
-    async with open_runtime(settings, "cli") as runtime, runtime.sessions.unit() as uow:
+    cell = await _tenant_cell(settings, tenant)
+    async with open_runtime(cell or settings, "cli") as runtime, runtime.sessions.unit() as uow:
         principal, token = await tenants.create_token(
             uow, tenant_slug=tenant, email=email, expires_in=expires_in, role=role
         )
+    if cell is None and settings.directory_url is not None:  # a new tenant: the default cell's
+        directory = await Directory.open(settings.directory_url)
+        try:
+            await directory.place(principal.tenant.id, tenant, DEFAULT_CELL)
+        finally:
+            await directory.close()
     return principal.role, token
+
+
+async def _tenant_cell(settings: Settings, slug: str) -> Settings | None:
+    """With a directory, the settings of the tenant's cell (docs/cells.md); None for a tenant
+    the directory does not list (on the default cell, DATABASE_URL) or without a directory."""
+    if settings.directory_url is None:
+        return None
+    directory = await Directory.open(settings.directory_url)
+    try:
+        placement = await directory.by_slug(slug)
+        cells = {c.name: c for c in await directory.cells()}
+    finally:
+        await directory.close()
+    if placement is None or placement.cell == DEFAULT_CELL:
+        return None
+    return cell_settings(settings, cells[placement.cell])
 
 
 def cmd_token_create(args: argparse.Namespace) -> None:

@@ -14,11 +14,19 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from outlive.config.limits import SecurityLimits
-from outlive.config.values import BUILTIN_AGENTS, ModelPrice, Rate, RateSetting
+from outlive.config.values import (
+    BUILTIN_AGENTS,
+    DEFAULT_CELL,
+    ModelPrice,
+    Rate,
+    RateSetting,
+    of_cell,
+)
 from outlive.urls import PostgresUrl
 
 __all__ = [
     "BUILTIN_AGENTS",
+    "DEFAULT_CELL",
     "MissingServiceError",
     "ModelPrice",
     "Rate",
@@ -329,12 +337,20 @@ class Settings(SecurityLimits, BaseSettings):
         30.0, gt=0, description="a run whose agent's code failed to load is looked at this often"
     )
 
+    # Cells (docs/cells.md): unset directory, one cell (DATABASE_URL), as before round five.
+    directory_url: str | None = Field(None, description="tenant -> slot -> cell database")
+    cells: Annotated[list[str], NoDecode] = Field(default_factory=list)  # a worker's; all
+    directory_poll_s: float = Field(0.2, gt=0, description="how often the directory is read")
+    directory_stale_s: float = Field(5.0, gt=0, description="503 past this without a read")
+    cell: str | None = Field(None, description="the cell this copy serves (set by the process)")
+
     @field_validator(
         "allowed_origins",
         "agent_modules",
         "llm_models",
         "builtin_agents",
         "trusted_proxies",
+        "cells",
         mode="before",
     )
     @classmethod
@@ -371,7 +387,7 @@ class Settings(SecurityLimits, BaseSettings):
                 raise ValueError(f"{item!r} is not an address or a network (CIDR)") from None
         return value
 
-    @field_validator("database_url", "db_liveness_url")
+    @field_validator("database_url", "db_liveness_url", "directory_url")
     @classmethod
     def _check_database_url(cls, value: str | None) -> str | None:
         if value is not None:
@@ -400,6 +416,10 @@ class Settings(SecurityLimits, BaseSettings):
         if self.db_liveness_url:
             return self.db_liveness_url
         return None if self.db_pgbouncer else self.database_url
+
+    def of_cell(self, name: str) -> str:
+        """A queue's name or a Redis key, of the cell these settings serve (`values.of_cell`)."""
+        return of_cell(name, self.cell)
 
     def require_services(self) -> tuple[str, str]:
         """The two URLs a server process cannot run without; never a silent inline fallback."""

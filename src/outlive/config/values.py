@@ -50,3 +50,13 @@ class Rate:
 
 
 RateSetting = Annotated[Rate | None, NoDecode, BeforeValidator(Rate.parse)]
+
+
+DEFAULT_CELL = "default"  # the cell whose queues and keys keep their names (docs/cells.md)
+
+
+def of_cell(name: str, cell: str | None) -> str:
+    """A queue's name, or a Redis key, of `cell`: the default cell's (and a deployment without
+    a directory's) is `name` itself, another's `name@cell`. Each cell has its own queues and
+    bookkeeping keys on the shared Redis, so a worker serves exactly the cells it is given."""
+    return name if cell is None or cell == DEFAULT_CELL else f"{name}@{cell}"

@@ -89,7 +89,7 @@ def tick_function(expression: str, tasks: Sequence[CronTask]) -> TickFunction:
     async def tick(ctx: CronContext) -> dict[str, Any]:
         deps = ctx["outlive"].cron
         scheduled = getattr(ctx.get("job"), "scheduled", 0) or int(time.time())
-        lock = f"outlive:cron:{expression}:{scheduled}"
+        lock = deps.settings.of_cell(f"outlive:cron:{expression}:{scheduled}")
         if not await deps.redis.set(lock, "1", nx=True, ex=TICK_LOCK_TTL_S):
             log.info("cron %r tick %s already ran elsewhere", expression, scheduled)
             return TickReport(expression, skipped=True).as_dict()

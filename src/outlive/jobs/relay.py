@@ -60,7 +60,7 @@ class RedisQueueMarker:
     def __init__(self, redis: Redis, *, timeout_s: float, keys: Sequence[str] = (MARKER_KEY,)):
         self._redis = redis
         self._timeout_s = timeout_s
-        self._keys = list(keys)
+        self._keys = list(keys)  # each cell's own (`marker_keys`): each cell's relay hands its own
 
     async def renew(self) -> bool:
         try:
@@ -76,13 +76,13 @@ class RedisQueueMarker:
         return any(created)
 
 
-def marker_keys(*queues: RedisQueue) -> list[str]:
-    """`MARKER_KEY` for queues of one partition each on one Redis (as always); else a key in
-    each partition's slot (its name is a hash tag)."""
+def marker_keys(base: str, *queues: RedisQueue) -> list[str]:
+    """`base` (`MARKER_KEY`, of the cell: `Settings.of_cell`) for queues of one partition each on
+    one Redis (as always); else a key in each partition's slot (its name is a hash tag)."""
     parts = [p for q in queues for p in getattr(q, "partitions", (q,))]
     if not any("{" in p.name for p in parts):
-        return [MARKER_KEY]
-    return [f"{MARKER_KEY}:{p.name}" for p in parts]
+        return [base]
+    return [f"{base}:{p.name}" for p in parts]
 
 
 class RelayLoop:
@@ -213,7 +213,9 @@ def build_relay(
         SaqRunInstances(runs_queue, relaxed),
         SaqJobProducer(jobs_queue, relaxed),
         RedisQueueMarker(
-            redis, timeout_s=QUEUE_TIMEOUT_S, keys=marker_keys(runs_queue, jobs_queue)
+            redis,
+            timeout_s=QUEUE_TIMEOUT_S,
+            keys=marker_keys(settings.of_cell(MARKER_KEY), runs_queue, jobs_queue),
         ),
         batch=settings.relay_batch,
         recheck_s=settings.relay_recheck_s,

@@ -30,6 +30,7 @@ CLOSE_FORBIDDEN = 4403
 MAX_CLOSE_REASON_BYTES = 123  # a close frame is a control frame: 125 bytes, 2 of them the code
 
 Closer = Callable[[int, str], Awaitable[None]]
+CLOSE_RESTART = 1012  # "service restart": the client reconnects (and refetches)
 StillValid = Callable[[list[TokenId]], Awaitable[Collection[TokenId]]]
 
 
@@ -127,6 +128,19 @@ class SocketRegistry:
         if self._still_valid is not None:
             self._background(self._recheck_logged(self._still_valid))
 
+    def check_with(self, still_valid: StillValid) -> None:
+        """Re-check with `still_valid` from now on (an API with cells: every cell's tokens)."""
+        self._still_valid = still_valid
+
+    def close_tenant(self, tenant_id: UUID, reason: str) -> int:
+        """Close every socket of a tenant (moved to another cell: its clients reconnect and
+        refetch there); how many."""
+        socks = list(self._by_tenant.get(tenant_id, ()))
+        for sock in socks:
+            self.remove(sock)
+            self._background(_close(sock, reason, CLOSE_RESTART))
+        return len(socks)
+
     def close_token(self, token_id: UUID) -> int:
         """Close every socket of a revoked token; how many."""
         socks = list(self._by_token.get(token_id, ()))
@@ -193,6 +207,6 @@ def close_reason(reason: str) -> str:
     return encoded[: MAX_CLOSE_REASON_BYTES - 3].decode("utf-8", "ignore") + "..."
 
 
-async def _close(sock: OpenSocket, reason: str) -> None:
+async def _close(sock: OpenSocket, reason: str, code: int = 0) -> None:
     with suppress(Exception):  # already closed or gone: nothing to do
-        await sock.closer(CLOSE_FORBIDDEN, close_reason(reason))
+        await sock.closer(code or CLOSE_FORBIDDEN, close_reason(reason))

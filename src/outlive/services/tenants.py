@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from uuid import UUID
 
 from sqlalchemy import text
 
@@ -57,6 +60,27 @@ class Principal:
     def is_run_reader(self) -> bool:
         """A run read token: reads its one run, writes nothing."""
         return self.run_id is not None
+
+
+def mint_token(tenant_id: TenantId) -> str:
+    """A new bearer token of `tenant_id`: `olv_`, the tenant's id (22 characters of base64url),
+    a dot, 43 random characters. The tenant part routes the token to its tenant's cell without a
+    lookup (`outlive.db.directory`); it proves nothing: the token is found by its hash, in the
+    cell, and must belong to that tenant there."""
+    tenant = base64.urlsafe_b64encode(tenant_id.bytes).rstrip(b"=").decode()
+    return f"{TOKEN_PREFIX}{tenant}.{secrets.token_urlsafe(32)}"
+
+
+def token_tenant(token: str) -> TenantId | None:
+    """The tenant a token names (`mint_token`); None for a token made before round five (no
+    tenant part: its deployment has one cell, or the directory lists it) or a malformed one."""
+    head, dot, _ = token.removeprefix(TOKEN_PREFIX).partition(".")
+    if not dot or len(head) != 22:
+        return None
+    try:
+        return TenantId(UUID(bytes=base64.urlsafe_b64decode(head + "==")))
+    except (binascii.Error, ValueError):
+        return None
 
 
 def hash_token(token: str) -> bytes:
@@ -144,7 +168,7 @@ async def create_token(
             f"{email} is {member.value} in tenant {slug}: a token cannot do more than its member"
             f" (ask for --role {member.value}, or change the member's role with setMemberRole)"
         )
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = mint_token(TenantId(tenant["id"]))
     row = await uow.one(
         _INSERT_TOKEN,
         tenant_id=tenant["id"],

@@ -14,7 +14,6 @@ socket's `connection_init` is closed with 1013 (try again), never 4403.
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -28,11 +27,11 @@ from outlive.db.tx import Db, Sessions, UnitOfWork
 from outlive.errors import BadUserInput, NotFound, Unauthenticated
 from outlive.ids import RunId, TokenId
 from outlive.services.tenants import (
-    TOKEN_PREFIX,
     Principal,
     authenticate,
     hash_token,
     is_token_shaped,
+    mint_token,
 )
 
 MAX_CACHED = 10_000
@@ -209,7 +208,7 @@ async def create_run_read_token(
         raise Unauthenticated("a run read token is made with a tenant's API token")
     if not 1 <= ttl_s <= max_ttl_s:
         raise BadUserInput(f"ttlSeconds is 1 to {max_ttl_s}")
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = mint_token(principal.tenant.id)
     row = await uow.one(
         _INSERT_READ_TOKEN,
         user_id=principal.user.id,

@@ -1,0 +1,131 @@
+"""A process's view of the directory (`outlive.db.directory`): tenant → cell, in memory.
+
+Loaded whole at start, then every `OUTLIVE_DIRECTORY_POLL_S` (0.2 s) only the rows changed since
+the last version seen. The staleness is bounded: a view that has not read the directory for
+`OUTLIVE_DIRECTORY_STALE_S` (5 s) answers nothing (`ServiceUnavailable`, HTTP 503) instead of a
+cell that may be wrong, so a tenant's writes never reach a cell it left, whatever happened to
+this process or to the directory. Each poll then acknowledges the version it applied (the
+`viewers` table), after `drain` (the requests this process had in flight for a tenant that is
+now held) returned: a move copies the tail only once every live viewer acknowledged its hold,
+so no write of the held tenant is still on its way to the old cell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from uuid import uuid4
+
+from outlive.config import DEFAULT_CELL
+from outlive.db.directory import Directory, Placement
+from outlive.errors import ServiceUnavailable
+from outlive.ids import TenantId
+
+log = logging.getLogger(__name__)
+
+Drain = Callable[[set[TenantId]], Awaitable[None]]
+
+
+async def _nothing_to_drain(_: set[TenantId]) -> None:
+    return None
+
+
+def viewer_id() -> str:
+    """This process's name in `viewers`: host, pid and a random part (a restarted pid is new)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
+
+
+class DirectoryView:
+    def __init__(
+        self,
+        directory: Directory,
+        *,
+        poll_s: float,
+        stale_s: float,
+        drain: Drain = _nothing_to_drain,
+        on_moved: Callable[[TenantId], object] = lambda _: None,
+        viewer: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = directory
+        self.poll_s = poll_s
+        self.stale_s = stale_s
+        self.drain = drain
+        self.on_moved = on_moved  # a tenant's cell changed: its sockets reconnect to the new one
+        self.viewer = viewer or viewer_id()
+        self.clock = clock
+        self.version = 0
+        self.fresh_at = float("-inf")  # when the last successful read started (monotonic)
+        self._placements: dict[TenantId, Placement] = {}
+        self._released: dict[TenantId, asyncio.Event] = {}
+        self._changed = asyncio.Event()
+
+    async def poll(self) -> None:
+        """Read what changed, apply it, drain what is newly held, acknowledge the version."""
+        started = self.clock()
+        changes = await self.directory.placements(self.version)
+        held: set[TenantId] = set()
+        for placement in changes:
+            before = self._placements.get(placement.tenant_id)
+            self._placements[placement.tenant_id] = placement
+            self.version = max(self.version, placement.version)
+            if placement.held and (before is None or not before.held):
+                held.add(placement.tenant_id)
+            if not placement.held and (event := self._released.pop(placement.tenant_id, None)):
+                event.set()
+            if before is not None and before.cell != placement.cell:
+                self.on_moved(placement.tenant_id)
+        if held:
+            await self.drain(held)  # their requests in flight finish on the old cell first
+        await self.directory.ack(self.viewer, self.version)
+        self.fresh_at = started
+        if changes:
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    async def run(self) -> None:
+        """Poll until cancelled (a `Daemon`'s body); a failed read leaves the view to age."""
+        while True:
+            try:
+                await self.poll()
+            except Exception as exc:  # noqa: BLE001 (the view ages; past stale_s it refuses)
+                log.warning("the directory could not be read: %r", exc)
+            await asyncio.sleep(self.poll_s)
+
+    def fresh(self) -> bool:
+        return self.clock() - self.fresh_at <= self.stale_s
+
+    def placement(self, tenant_id: TenantId) -> Placement | None:
+        if not self.fresh():
+            raise ServiceUnavailable("the directory of cells cannot be read; retry", retry_after=1)
+        return self._placements.get(tenant_id)
+
+    def cell_of(self, tenant_id: TenantId | None) -> str:
+        """The tenant's cell: its row's, or the default cell's (no row, no tenant)."""
+        if tenant_id is None:
+            return DEFAULT_CELL
+        placement = self.placement(tenant_id)
+        return DEFAULT_CELL if placement is None else placement.cell
+
+    def held(self, tenant_id: TenantId) -> bool:
+        placement = self.placement(tenant_id)
+        return placement is not None and placement.held
+
+    async def released(self, tenant_id: TenantId, timeout_s: float) -> bool:
+        """Wait until the tenant is no longer held (True), or `timeout_s` (False)."""
+        if not self.held(tenant_id):
+            return True
+        event = self._released.setdefault(tenant_id, asyncio.Event())
+        try:
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def slugs(self) -> dict[TenantId, Placement]:
+        return dict(self._placements)
