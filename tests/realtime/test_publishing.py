@@ -128,6 +128,7 @@ def test_a_nudge_is_its_four_fields_and_a_known_type() -> None:
         "replay.updated",  # an addition to contract §5, with replayRuns
         "member.updated",  # round five (§5)
         "budget.updated",
+        "schedule.updated",
     } == NUDGE_TYPES
 
 
