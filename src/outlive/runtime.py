@@ -195,7 +195,7 @@ async def _open_queues(stack: AsyncExitStack, settings: Settings, redis_url: str
         create_queue(
             redis_url,
             settings.of_cell(name),
-            partitions=partitions(settings),
+            partitions=settings.queue_partitions,
             consume=settings.queue_consume,
         )
         for name in (RUNS_QUEUE, JOBS_QUEUE)
@@ -225,13 +225,6 @@ async def _open_sharded(
     stack.push_async_callback(sharded.aclose)
     await sharded.discover()
     return sharded
-
-
-def partitions(settings: Settings) -> int:
-    """`OUTLIVE_QUEUE_PARTITIONS`, else 1 on one Redis and 3 on a cluster (one per master of
-    three: `outlive.jobs.redis.queue_names`)."""
-    _, redis_url = settings.require_services()
-    return settings.queue_partitions or (3 if is_cluster_url(redis_url) else 1)
 
 
 def _sharded_nudges(settings: Settings, redis_url: str) -> bool:

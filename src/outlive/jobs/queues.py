@@ -360,19 +360,23 @@ class PartitionedQueue(OutliveRedisQueue):
 
 
 MAX_CONCURRENT_OPS = 50
+CLUSTER_PARTITIONS = 3  # one per master of three (`outlive.jobs.redis.queue_names`)
 
 
 def create_queue(
     redis_url: str,
     name: str,
     *,
-    partitions: int = 1,
+    partitions: int | None = None,
     consume: Sequence[int] | None = None,
     max_connections: int | None = None,
 ) -> OutliveRedisQueue:
-    """The queue `name` on `redis_url`, spread over `partitions` saq queues; a worker's consumes
-    `consume` (indexes; None: all). One partition on one Redis is one saq queue as always."""
+    """The queue `name` on `redis_url`, spread over `partitions` saq queues (None: 1 on one
+    Redis, which is one saq queue as always, and `CLUSTER_PARTITIONS` on a cluster); a worker's
+    consumes `consume` (indexes; None: all)."""
     redis = create_redis(redis_url, max_connections=max_connections)
-    names = queue_names(name, partitions, cluster=is_cluster_url(redis_url))
+    cluster = is_cluster_url(redis_url)
+    count = partitions or (CLUSTER_PARTITIONS if cluster else 1)
+    names = queue_names(name, count, cluster=cluster)
     parts = [OutliveRedisQueue(redis, name=n, max_concurrent_ops=MAX_CONCURRENT_OPS) for n in names]
     return parts[0] if len(parts) == 1 else PartitionedQueue(parts, consume)
