@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -37,7 +37,7 @@ from outlive.errors import (
     StepResultInvalid,
     StepTooLarge,
 )
-from outlive.services import blobs
+from outlive.services import blobs, sealing
 from outlive.services.runs import (
     MAX_JOURNAL_BYTES,
     MAX_STEP_BYTES,
@@ -55,6 +55,9 @@ from outlive.telemetry import metrics
 from outlive.workflows.calls import Interrupts, Limits, StepPolicy, call
 from outlive.workflows.drains import Drains
 from outlive.workflows.versions import PATCH_PREFIX, Cursor, VersionDiverged, invalid, patch_step
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 _ADAPTERS: dict[tuple[Any, Any], TypeAdapter[Any]] = {}
@@ -156,8 +159,11 @@ class StepJournal:
         drains: Drains | None = None,
         code_version: str | None = None,
         blob_threshold: int = blobs.THRESHOLD,
+        kek: AESGCM | None = None,
     ) -> None:
         self._sessions = sessions
+        self._kek = kek  # the deployment key: results of a tenant that encrypts are sealed
+        self._cipher: AESGCM | None = None
         self.code_version = code_version
         self._blob_threshold = blob_threshold
         self._cursor = Cursor({})
@@ -174,7 +180,9 @@ class StepJournal:
         self._occurrences: dict[str, int] = {}
 
     async def load(self) -> None:
-        """The run's journal, in one statement (none when the run has recorded no step)."""
+        """The run's journal, in one statement (none when the run has recorded no step), and
+        the tenant's data key when it encrypts (one more, only with a deployment key)."""
+        self._cipher = await sealing.cipher_of(self._sessions, self._kek, self._run.tenant_id)
         if self._run.step_seq:
             versions: set[str | None] = set()
             self._journal, self._bytes = await load_journal(
@@ -245,6 +253,7 @@ class StepJournal:
             metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
             if blobs.is_ref_text(recorded):  # stored once, apart: read back when asked
                 recorded = await blobs.read_text(self._sessions, self._run.tenant_id, recorded)
+            recorded = sealing.open_text(self._cipher, recorded)
             try:
                 return adapter.validate_json(recorded)
             except ValidationError as exc:
@@ -294,10 +303,10 @@ class StepJournal:
             spent = None if usage is None else usage.input_tokens + usage.output_tokens
             await self._limits.settle(reservation, spent)  # what it used (unknown: kept)
         result = _encode(adapter, value, name, occurrence)
-        journaled = result
-        if len(result) > self._blob_threshold:  # characters: at most as many as its bytes
+        journaled = result if self._cipher is None else sealing.seal(self._cipher, result)
+        if len(journaled) > self._blob_threshold:  # characters: at most as many as its bytes
             run = self._run
-            journaled = await blobs.store_text(self._sessions, run.tenant_id, run.id, result)
+            journaled = await blobs.store_text(self._sessions, run.tenant_id, run.id, journaled)
         await self._commit(name, occurrence, journaled, frame, usage, started)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
         return adapter.validate_json(result)  # what a later attempt would get back

@@ -14,16 +14,19 @@ import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from sqlalchemy import ARRAY, LargeBinary, String, Uuid, bindparam, text
 
 from outlive.db.raw import prepare
 from outlive.db.tx import Db, Sessions
-from outlive.services import blobs
+from outlive.services import blobs, sealing
 from outlive.services.runs.queries import RUN_COLUMNS
 from outlive.services.runs.records import RunRecord, to_record
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 PAGE = 500  # runs read per round trip
 
@@ -117,12 +120,15 @@ def _json(value: str | None) -> Any:
     return None if value is None else json.loads(value)
 
 
-async def read_recorded(sessions: Sessions, filters: Filters) -> list[Recorded]:
-    """The runs `filters` pick, newest first, each with what it recorded (read only)."""
+async def read_recorded(
+    sessions: Sessions, filters: Filters, *, kek: AESGCM | None = None
+) -> list[Recorded]:
+    """The runs `filters` pick, newest first, each with what it recorded (read only). `kek`:
+    the deployment key, to open the step results of tenants that encrypt (`services.sealing`)."""
     found: list[Recorded] = []
     after: tuple[datetime, UUID] | None = None
     while len(found) < filters.limit:
-        page = await _page(sessions, filters, after, min(PAGE, filters.limit - len(found)))
+        page = await _page(sessions, filters, after, min(PAGE, filters.limit - len(found)), kek)
         found += page
         if len(page) < PAGE:
             break
@@ -131,7 +137,11 @@ async def read_recorded(sessions: Sessions, filters: Filters) -> list[Recorded]:
 
 
 async def _page(
-    sessions: Sessions, filters: Filters, after: tuple[datetime, UUID] | None, size: int
+    sessions: Sessions,
+    filters: Filters,
+    after: tuple[datetime, UUID] | None,
+    size: int,
+    kek: AESGCM | None,
 ) -> list[Recorded]:
     async with sessions.unit() as uow:
         await uow.execute(text("SET TRANSACTION READ ONLY"))
@@ -161,6 +171,8 @@ async def _page(
             child = Child(row["id"], row["status"], _json(row["output"]), row["error"])
             runs[row["parent_id"]].children[row["parent_step"]] = child
         await _resolve_blobs(uow, list(runs.values()))
+        if kek is not None:
+            await _open_sealed(uow, kek, list(runs.values()))
     return list(runs.values())
 
 
@@ -199,3 +211,13 @@ async def _resolve_blobs(db: Db, runs: Collection[Recorded]) -> None:
                 recorded.children[step] = Child(
                     child.id, child.status, json.loads(value), child.error
                 )
+
+
+async def _open_sealed(db: Db, kek: AESGCM, runs: Collection[Recorded]) -> None:
+    """Step results of tenants that encrypt, opened (one statement per tenant of the page)."""
+    ciphers = {t: await sealing.cipher_of(db, kek, t) for t in {r.run.tenant_id for r in runs}}
+    for recorded in runs:
+        cipher = ciphers[recorded.run.tenant_id]
+        for key, result in recorded.steps.items():
+            if result is not None:
+                recorded.steps[key] = sealing.open_text(cipher, result)
