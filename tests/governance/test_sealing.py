@@ -5,6 +5,7 @@ tenant that does not encrypt is stored as before. Rotation re-wraps the data key
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -17,6 +18,7 @@ from outlive.agents.registry import Agent, AgentRegistry, RunContext
 from outlive.db.tx import Sessions
 from outlive.errors import RetryableFault
 from outlive.services import sealing
+from outlive.services.runs.recorded import Filters, read_recorded
 from outlive.workflows.runs import WorkflowDeps
 from tests.conftest import make_settings
 from tests.governance.scan import mentions
@@ -79,6 +81,13 @@ async def test_a_tenant_that_encrypts_has_its_step_results_sealed(
     )
     assert row is not None
     assert sealing.is_sealed(row["r"])
+
+    recorded = await read_recorded(  # `outlive replay` opens them with the deployment key
+        sessions, Filters(tenant=tenant.principal.tenant.slug), kek=sealing.deployment_key(key)
+    )
+    assert [r.run.id for r in recorded] == [sealed_run]
+    assert json.loads(recorded[0].steps["note", 1]) == small
+    assert json.loads(recorded[0].steps["document", 1]) == large
 
     new_key = sealing.new_deployment_key()  # rotation: the data key is re-wrapped, not changed
     old, new = sealing.deployment_key(key), sealing.deployment_key(new_key)
