@@ -25,6 +25,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,7 @@ class Timed:
 
     def __init__(self, sessions: Sessions) -> None:
         self._sessions, self.longest, self.statements = sessions, 0.0, 0
+        self.which = ""  # the longest statement's first words
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._sessions, name)
@@ -85,9 +87,30 @@ class Timed:
                 return await found(*args, **kwargs)
             finally:
                 self.statements += 1
-                self.longest = max(self.longest, time.perf_counter() - began)
+                took = time.perf_counter() - began
+                if took > self.longest:
+                    self.longest, self.which = (
+                        took,
+                        " ".join(str(getattr(args[0], "sql", args[0])).split())[:100],
+                    )
 
         return timed
+
+
+async def explain(database_url: str, tenant_id: Any) -> None:
+    """EXPLAIN ANALYZE of the erasure's lookups of the tag's runs (before it deletes any)."""
+    import asyncpg
+
+    params = {"tenant_id": tenant_id, "tag": "user:subject", "began": datetime.now(UTC)}
+    params |= {"batch": erasure.PAGE, "ids": []}
+    conn = await asyncpg.connect(database_url)
+    try:
+        for statement in (erasure._NEXT, erasure._TO_CANCEL, erasure._STILL_RUNNING):
+            sql = "EXPLAIN (ANALYZE, BUFFERS) " + statement.sql
+            rows = await conn.fetch(sql, *statement.args(params))
+            print("\n".join(r[0] for r in rows) + "\n")
+    finally:
+        await conn.close()
 
 
 async def tenant_ids(sessions: Sessions) -> list[Any]:
@@ -140,6 +163,8 @@ async def main(args: argparse.Namespace) -> None:
         tenants = await tenant_ids(sessions)
         subject, retained = tenants[0], tenants[1]
         before = [await totals(sessions, t) for t in (subject, retained)]
+        if args.explain:
+            await explain(env.database_url, subject)
         call = starter(sessions, tenants)
         await load("warm-up", call, 50, 8)
         alone = await load("startRun alone", call, args.starts, 8)
@@ -170,7 +195,7 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"eraseSubject: {erase_s:.1f}s, {receipt.runs} runs, {receipt.steps} steps,"
             f" {receipt.events} events; {timed.statements} statements, longest"
-            f" {timed.longest * 1000:.0f} ms"
+            f" {timed.longest * 1000:.0f} ms ({timed.which})"
         )
         print(
             f"retention: {pruned} runs in {prune_s:.1f}s; {pruner.statements} statements,"
@@ -198,4 +223,7 @@ if __name__ == "__main__":
     parser.add_argument("--subject-runs", type=int, default=10_000)
     parser.add_argument("--retained", type=int, default=100_000, help="tenant 2's old runs")
     parser.add_argument("--starts", type=int, default=400)
+    parser.add_argument(
+        "--explain", action="store_true", help="print the plans of the tag's lookups first"
+    )
     asyncio.run(main(parser.parse_args()))

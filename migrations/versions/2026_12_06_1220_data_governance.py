@@ -40,6 +40,7 @@ def _tenant_fk(table: str) -> sa.ForeignKeyConstraint:
 
 def upgrade() -> None:
     op.add_column("tenants", sa.Column("retention_days", sa.Integer(), nullable=True))
+    op.add_column("tenants", sa.Column("data_key", sa.LargeBinary(), nullable=True))
     op.create_check_constraint(
         op.f("ck_tenants_retention_days"), "tenants", "retention_days BETWEEN 1 AND 3650"
     )
@@ -172,4 +173,5 @@ def downgrade() -> None:
     ):
         op.drop_table(table)
     op.drop_constraint(op.f("ck_tenants_retention_days"), "tenants", type_="check")
+    op.drop_column("tenants", "data_key")
     op.drop_column("tenants", "retention_days")

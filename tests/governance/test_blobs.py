@@ -27,6 +27,9 @@ from outlive.agents.registry import Agent, AgentRegistry, RunContext
 from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
 from outlive.errors import RetryableFault
+from outlive.services.runs.recorded import Filters, read_recorded
+from outlive.workflows.offline import Guard
+from outlive.workflows.replay import replay_runs
 from outlive.workflows.runs import WorkflowDeps
 from tests.conftest import make_settings
 from tests.support import Api, GraphQLError, Servers, TenantHandle
@@ -163,3 +166,41 @@ async def test_parallel_large_results_are_stored_once_and_read_back(
     )
     assert count is not None
     assert count["n"] == 0
+
+
+async def test_replay_reads_large_results_offline(
+    deps_for: Callable[[AgentRegistry], WorkflowDeps], sessions: Sessions, tenant: TenantHandle
+) -> None:
+    """`outlive replay` resolves a step result stored as a blob (read only, one statement for
+    the page's blobs): the code gets the value it got live, so the run replays as compatible."""
+    salt = uuid.uuid4().hex
+    big = [tool_result(i, salt)[: 300 * 1024] for i in range(3)]  # over the 256 KiB threshold
+
+    async def tool(i: int) -> str:
+        return big[i % 2]  # two steps share a blob
+
+    async def agent(ctx: RunContext, params: DemoInput) -> Any:
+        values = [await ctx.step("tool", tool, i) for i in range(3)]
+        if values != [big[0], big[1], big[0]]:
+            raise AssertionError("a value came back changed")
+        return {"n": len(values)}
+
+    registry = AgentRegistry([Agent("demo", "large results", DemoInput, agent)])
+    deps = deps_for(registry)
+    run_id = await start(sessions, tenant, {})
+    assert await deliver(deps, run_id) == "done"
+    held = await sessions.one(
+        text("SELECT count(*) AS n FROM blob_refs WHERE run_id = :id"), id=run_id
+    )
+    assert held is not None
+    assert held["n"] == 2
+
+    slug = tenant.principal.tenant.slug
+    recorded = await read_recorded(sessions, Filters(tenant=slug, agent="demo"))
+    assert [str(r.run.id) for r in recorded] == [str(run_id)]
+    assert sorted(len(v) for v in recorded[0].steps.values()) == [len(json.dumps(big[0]))] * 3
+    guard = Guard()
+    verdicts = await replay_runs(recorded, registry, deps.settings, guard)
+    assert [v.verdict for v in verdicts] == ["compatible"]
+    assert verdicts[0].answered == 3
+    assert guard.refused == 0

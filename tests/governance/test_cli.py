@@ -7,13 +7,14 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import text
 
 from outlive.cli.common import CliError
-from outlive.cli.governance import erase_subject, set_retention
+from outlive.cli.governance import encrypt, erase_subject, rewrap, set_retention
 from outlive.config import Settings
 from outlive.db.tx import Sessions
-from outlive.services import retention
+from outlive.services import retention, sealing
 from tests.support import TenantHandle
 
 
@@ -57,3 +58,20 @@ async def test_erase_subject_prints_the_receipt_and_is_recorded(
     with pytest.raises(CliError) as bad:
         await erase_subject(settings, slug, "not a tag")
     assert bad.value.status == 2
+
+
+async def test_encrypt_and_rewrap_need_the_deployment_key(
+    settings: Settings, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    slug = tenant.principal.tenant.slug
+    with pytest.raises(CliError, match="OUTLIVE_ENCRYPTION_KEY") as unset:
+        await encrypt(settings.model_copy(update={"encryption_key": None}), slug)
+    assert unset.value.status == 2
+    old, new = sealing.new_deployment_key(), sealing.new_deployment_key()
+    keyed = settings.model_copy(update={"encryption_key": SecretStr(old)})
+    assert await encrypt(keyed, slug) == f"{slug}: step results are sealed from now on"
+    with pytest.raises(CliError, match="no tenant"):
+        await encrypt(keyed, "no-such-tenant-here")
+    rotated = settings.model_copy(update={"encryption_key": SecretStr(new)})
+    assert (await rewrap(rotated, old)).startswith("1 data key(s) re-wrapped")
+    assert await sealing.cipher_of(sessions, sealing.deployment_key(new), tenant.id) is not None

@@ -131,6 +131,16 @@ def _parser() -> argparse.ArgumentParser:
     erase.add_argument("slug", metavar="SLUG")
     erase.add_argument("tag", metavar="TAG")
     erase.set_defaults(func=_command("governance", "cmd_tenant_erase_subject"))
+    seal = tenant_sub.add_parser(
+        "encrypt", help="seal a tenant's step results from now on (needs OUTLIVE_ENCRYPTION_KEY)"
+    )
+    seal.add_argument("slug", metavar="SLUG")
+    seal.set_defaults(func=_command("governance", "cmd_tenant_encrypt"))
+    rewrap = tenant_sub.add_parser(
+        "rewrap", help="re-wrap every tenant's data key by OUTLIVE_ENCRYPTION_KEY (rotation)"
+    )
+    rewrap.add_argument("--old-key", required=True, help="the previous deployment key (base64)")
+    rewrap.set_defaults(func=_command("governance", "cmd_tenant_rewrap"))
 
     add_replay(sub)
 

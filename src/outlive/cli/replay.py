@@ -98,6 +98,7 @@ async def replay(settings: Settings, filters: Filters) -> tuple[list[Verdict], i
     calls the guard refused."""
     from outlive.agents.registry import AgentRegistry
     from outlive.runtime import open_runtime
+    from outlive.services import sealing
     from outlive.services.runs.recorded import read_recorded
     from outlive.workflows.offline import Guard
     from outlive.workflows.replay import replay_runs
@@ -110,7 +111,7 @@ async def replay(settings: Settings, filters: Filters) -> tuple[list[Verdict], i
     async with open_runtime(settings, "cli") as runtime:
         if filters.tenant is not None and not await _tenant_exists(runtime.sessions, filters):
             raise CliError(f"no tenant {filters.tenant!r}", 2)
-        recorded = await read_recorded(runtime.sessions, filters)
+        recorded = await read_recorded(runtime.sessions, filters, kek=sealing.kek_of(settings))
     guard = Guard()
     return await replay_runs(recorded, registry, settings, guard), guard.refused
 
@@ -153,6 +154,7 @@ async def live(settings: Settings, filters: Filters, step: str) -> list[LiveResu
 
     from outlive.agents.registry import AgentRegistry
     from outlive.runtime import open_runtime
+    from outlive.services import sealing
     from outlive.services.budgets import list_budgets
     from outlive.services.limits import NamedLimits
     from outlive.services.runs.recorded import read_recorded
@@ -169,7 +171,7 @@ async def live(settings: Settings, filters: Filters, step: str) -> list[LiveResu
             raise CliError(f"no tenant {filters.tenant!r}", 2)
         queues = runtime.queues
         limits = None if queues is None else NamedLimits(queues.redis, sessions, settings)
-        for recorded in await read_recorded(sessions, filters):
+        for recorded in await read_recorded(sessions, filters, kek=sealing.kek_of(settings)):
             budgets = await list_budgets(sessions, recorded.run.tenant_id)
             results.append(
                 await live_run(

@@ -66,6 +66,10 @@ class Settings(SecurityLimits, BaseSettings):
         ge=1024,
         description="a step result or run output over this (JSON) is stored once, in `blobs`",
     )
+    encryption_key: SecretStr | None = Field(
+        None,
+        description="32 bytes, base64: wraps the data keys of tenants that encrypt at rest",
+    )
     reconcile_grace_s: float = Field(60.0, ge=0)
     run_heartbeat_s: float = Field(10.0, gt=0, description="a run's job is stuck after this")
     run_sweep_s: int = Field(5, ge=1, description="how often a worker looks for stuck jobs")

@@ -21,7 +21,7 @@ from outlive.realtime.outputs import OutputTails
 from outlive.realtime.registry import OpenSocket, SocketRegistry
 from outlive.realtime.revocations import Announcer
 from outlive.resolvers.loaders import Loaders
-from outlive.services import admission, retention, timelines, webhooks
+from outlive.services import admission, retention, sealing, timelines, webhooks
 from outlive.services.erasure import Forget, forget_nothing
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.runs import (
@@ -115,6 +115,7 @@ class Context:
                 repair_grace_s=self.services.settings.reconcile_grace_s,
                 jobs=self.services.jobs,
                 admission=self.services.admission,
+                kek=sealing.kek_of(self.services.settings),
             )
         return self._loaders
 

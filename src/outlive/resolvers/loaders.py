@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from strawberry.dataloader import DataLoader
 
@@ -22,7 +22,7 @@ from outlive.db.models import DeliveryStatus
 from outlive.db.ports import Admission, JobProducer
 from outlive.db.tx import Sessions
 from outlive.ids import DeliveryId, EndpointId, RunId, TenantId
-from outlive.services import outbox, timelines, usage_tokens, webhooks
+from outlive.services import outbox, sealing, timelines, usage_tokens, webhooks
 from outlive.services.runs import (
     EventRecord,
     RunRecord,
@@ -32,6 +32,9 @@ from outlive.services.runs import (
     tree,
 )
 from outlive.services.webhooks import AttemptRecord, DeliveryRecord
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 EventsKey = tuple[RunId, int, int]  # (run, after, first)
 # (endpoint, (first, status, before))
@@ -68,8 +71,10 @@ class Loaders:
         repair_grace_s: float,
         jobs: JobProducer,
         admission: Admission,
+        kek: AESGCM | None = None,
     ) -> None:
         self._sessions = sessions
+        self._kek = kek
         self._jobs = jobs
         self._admission = admission
         self._repair_grace_s = repair_grace_s
@@ -138,7 +143,8 @@ class Loaders:
         return await _by_shape([(run, (after, first)) for run, after, first in keys], load)
 
     async def _load_step_results(self, keys: Sequence[StepKey]) -> list[Any]:
-        found = await step_results(self._sessions, keys)
+        cipher = await sealing.cipher_of(self._sessions, self._kek, self._tenant_id())
+        found = await step_results(self._sessions, keys, cipher=cipher)
         return [found.get(key) for key in keys]
 
     async def _load_delivery_counts(

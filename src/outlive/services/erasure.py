@@ -40,7 +40,7 @@ from outlive.services.runs import cancel_run
 from outlive.services.runs.keys import check_tags
 
 BATCH = 100  # runs per round
-PAGE = 1000  # run ids looked up at once (one scan of the tag's index serves 10 rounds)
+PAGE = 10_000  # run ids looked up at once: a lookup costs the tenant's runs, not the page's
 ROWS = 5000  # rows per statement
 SETTLE_S = 10.0  # how long a RUNNING run that was asked to stop is waited for
 POLL_S = 0.2

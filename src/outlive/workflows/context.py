@@ -63,6 +63,7 @@ class AttemptContext:
             drains=deps.drains,
             code_version=deps.agents.version_of(run.agent),
             blob_threshold=deps.settings.blob_threshold_bytes,
+            kek=deps.kek,
         )
         self.interrupts = self._steps.interrupts
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far

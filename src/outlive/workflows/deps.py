@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
@@ -15,9 +15,13 @@ from outlive.db.liveness import Liveness
 from outlive.db.tx import Sessions
 from outlive.ids import RunId
 from outlive.realtime.outputs import OutputStore
+from outlive.services import sealing
 from outlive.services.ratelimits import RateLimiter
 from outlive.services.relay.lead import WakeLead
 from outlive.workflows.calls import Limits
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from outlive.workflows.drains import Drains
 from outlive.workflows.slots import SlotLender
 
@@ -72,6 +76,11 @@ class WorkflowDeps:
     def worker_id(self) -> int | None:
         """The liveness key a claim records (None while this process holds no lock)."""
         return None if self.liveness is None else self.liveness.worker_id
+
+    @property
+    def kek(self) -> AESGCM | None:
+        """The deployment key that wraps tenants' data keys (None: nothing is sealed)."""
+        return sealing.kek_of(self.settings)
 
     @property
     def lease_s(self) -> float:

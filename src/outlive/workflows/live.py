@@ -31,7 +31,7 @@ from outlive.services.runs.recorded import Recorded
 from outlive.services.usage_tokens import usage_in
 from outlive.workflows.calls import Interrupts, Limits, StepPolicy, call
 from outlive.workflows.replay_context import ReplayContext, Stop
-from outlive.workflows.steps import result_adapter
+from outlive.workflows.step_values import result_adapter
 
 
 class _Mark:

@@ -2,7 +2,7 @@
 in-process, writing nothing (`workflows.replay`).
 
 Every recorded step answers from the journal, through the step function's return annotation as
-a worker would (`workflows.steps.result_adapter`); a step function never runs. A step the
+a worker would (`workflows.step_values.result_adapter`); a step function never runs. A step the
 journal does not have, or a sleep, wait or child the run has not got past, is where the replay
 stops (`Stop`): a divergence when recorded steps remain (`workflows.versions`), else the
 frontier the run would go on from. Waits answer from `run_waits`, children from their rows.
@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from outlive.config import Settings
 from outlive.errors import ChildFailed
 from outlive.services.runs.recorded import Recorded
-from outlive.workflows.steps import result_adapter
+from outlive.workflows.step_values import result_adapter
 from outlive.workflows.versions import (
     PATCH_PREFIX,
     Cursor,

@@ -13,19 +13,16 @@ attempt gets the value back decoded from what was recorded, exactly as a later a
 
 from __future__ import annotations
 
-import inspect
 import json
-import typing
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import TypeAdapter, ValidationError
-from pydantic_core import PydanticSerializationError
 
 from outlive.agents.policy import status_of
 from outlive.db.tx import Sessions
@@ -35,13 +32,10 @@ from outlive.errors import (
     RunCancelled,
     RunParked,
     RunSuperseded,
-    StepResultInvalid,
-    StepTooLarge,
 )
-from outlive.services import blobs
+from outlive.services import blobs, sealing
 from outlive.services.runs import (
     MAX_JOURNAL_BYTES,
-    MAX_STEP_BYTES,
     MAX_STEP_NAME,
     Journal,
     RunRecord,
@@ -55,12 +49,14 @@ from outlive.services.usage_tokens import StepUsage, price, usage_in
 from outlive.telemetry import genai, metrics
 from outlive.workflows.calls import Interrupts, Limits, StepPolicy, call
 from outlive.workflows.drains import Drains
+from outlive.workflows.step_values import encode as _encode
+from outlive.workflows.step_values import result_adapter
 from outlive.workflows.versions import PATCH_PREFIX, Cursor, VersionDiverged, invalid, patch_step
 
-_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 _PARKS = (RunParked, LimitWait)  # a step that parks the run ends its span without an error
-_ADAPTERS: dict[tuple[Any, Any], TypeAdapter[Any]] = {}
-MAX_CACHED_ADAPTERS = 10_000
 
 
 @dataclass(eq=False)
@@ -108,38 +104,6 @@ def add_usage(journal: StepJournal, usage: StepUsage) -> None:
     frame.usage = usage if frame.usage is None else frame.usage + usage
 
 
-def result_adapter(fn: Callable[..., Any], name: str) -> TypeAdapter[Any]:
-    """How a step's value is recorded and given back: by the return annotation of `fn`. Cached
-    per code object and annotation, so a step written as a closure in a loop costs one lookup."""
-    target = fn
-    while isinstance(target, partial):
-        target = target.func
-    target = getattr(target, "__func__", target)
-    code = getattr(target, "__code__", None)
-    raw = getattr(target, "__annotations__", {}).get("return", inspect.Signature.empty)
-    if code is None or raw is inspect.Signature.empty:
-        return _ANY
-    try:
-        key: tuple[Any, Any] | None = (code, raw)
-        cached = _ADAPTERS.get((code, raw))
-    except TypeError:  # an unhashable annotation object: resolve it every time
-        key, cached = None, None
-    if cached is not None:
-        return cached
-    try:
-        annotation = typing.get_type_hints(target).get("return", Any)
-        adapter: TypeAdapter[Any] = _ANY if annotation is Any else TypeAdapter(annotation)
-    except Exception as exc:  # noqa: BLE001 (unresolvable, or not a type pydantic can record)
-        raise StepResultInvalid(
-            f"step {name!r}: its function's return annotation {raw!r} cannot be resolved to a"
-            f" type pydantic records as JSON ({exc!r}); use a JSON-able type importable from"
-            " the function's module"
-        ) from None
-    if key is not None and len(_ADAPTERS) < MAX_CACHED_ADAPTERS:
-        _ADAPTERS[key] = adapter
-    return adapter
-
-
 class StepJournal:
     """One attempt's steps. `recorded(run)` is told the run as each step's commit left it.
     `code_version`: the agent's code version, recorded with each step; a journal recorded by
@@ -158,8 +122,11 @@ class StepJournal:
         drains: Drains | None = None,
         code_version: str | None = None,
         blob_threshold: int = blobs.THRESHOLD,
+        kek: AESGCM | None = None,
     ) -> None:
         self._sessions = sessions
+        self._kek = kek  # the deployment key: results of a tenant that encrypts are sealed
+        self._cipher: AESGCM | None = None
         self.code_version = code_version
         self._blob_threshold = blob_threshold
         self._cursor = Cursor({})
@@ -176,7 +143,9 @@ class StepJournal:
         self._occurrences: dict[str, int] = {}
 
     async def load(self) -> None:
-        """The run's journal, in one statement (none when the run has recorded no step)."""
+        """The run's journal, in one statement (none when the run has recorded no step), and
+        the tenant's data key when it encrypts (one more, only with a deployment key)."""
+        self._cipher = await sealing.cipher_of(self._sessions, self._kek, self._run.tenant_id)
         if self._run.step_seq:
             versions: set[str | None] = set()
             self._journal, self._bytes = await load_journal(
@@ -264,6 +233,7 @@ class StepJournal:
             metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
             if blobs.is_ref_text(recorded):  # stored once, apart: read back when asked
                 recorded = await blobs.read_text(self._sessions, self._run.tenant_id, recorded)
+            recorded = sealing.open_text(self._cipher, recorded)
             genai.memoized()  # the step's span, when there is one
             try:
                 return adapter.validate_json(recorded)
@@ -326,10 +296,10 @@ class StepJournal:
             spent = None if usage is None else usage.input_tokens + usage.output_tokens
             await self._limits.settle(reservation, spent)  # what it used (unknown: kept)
         result = _encode(adapter, value, name, occurrence)
-        journaled = result
-        if len(result) > self._blob_threshold:  # characters: at most as many as its bytes
+        journaled = result if self._cipher is None else sealing.seal(self._cipher, result)
+        if len(journaled) > self._blob_threshold:  # characters: at most as many as its bytes
             run = self._run
-            journaled = await blobs.store_text(self._sessions, run.tenant_id, run.id, result)
+            journaled = await blobs.store_text(self._sessions, run.tenant_id, run.id, journaled)
         await self._commit(name, occurrence, journaled, frame, usage, started)
         metrics.STEPS_RECORDED.labels(self._run.agent).inc()
         if usage is not None:  # on the step's span: what it bought, recorded
@@ -428,19 +398,3 @@ class StepJournal:
             raise RunSuperseded(f"attempt {run.attempt} of run {run.id} no longer holds it")
         self._bytes = size
         self._recorded(done)
-
-
-def _encode(adapter: TypeAdapter[Any], value: Any, name: str, occurrence: int) -> str:
-    try:
-        encoded = adapter.dump_json(value, by_alias=True)
-    except (PydanticSerializationError, ValueError, TypeError) as exc:
-        raise StepResultInvalid(
-            f"step {name!r} (occurrence {occurrence}) returned a value that is not JSON: {exc}"
-        ) from None
-    if len(encoded) > MAX_STEP_BYTES:
-        raise StepTooLarge(
-            f"step {name!r} (occurrence {occurrence}) returned {len(encoded)} bytes of JSON;"
-            f" a step's result is limited to {MAX_STEP_BYTES} bytes (16 MiB): store big values"
-            " elsewhere and return a reference"
-        )
-    return encoded.decode()

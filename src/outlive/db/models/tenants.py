@@ -66,6 +66,9 @@ class Tenant(Base):
     paused_at: Mapped[datetime | None]
     # `setRetention`: its settled runs are kept this many days (NULL: OUTLIVE_RETENTION_DAYS).
     retention_days: Mapped[int | None]
+    # Encryption at rest (`outlive tenant encrypt`): its data key, wrapped by the deployment's
+    # OUTLIVE_ENCRYPTION_KEY (NULL: its payloads are stored as they are). services/sealing.py.
+    data_key: Mapped[bytes | None]
 
 
 class AgentPause(Base):

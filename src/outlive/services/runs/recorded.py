@@ -2,24 +2,31 @@
 
 A page of runs (filtered by agent, status, age, tenant), then, for the whole page, their steps
 (in completion order, with the code version that recorded each), their sleeps and waits and
-their children, in four statements of one READ ONLY transaction: replay writes nothing.
+their children, in four statements of one READ ONLY transaction: replay writes nothing. A step
+result or a child's output stored as a blob (a reference, `services.blobs`) is resolved by a fifth
+statement of the same transaction, once per page for every blob the page's runs refer to (a blob
+fifty steps share is read once). The run's own output stays as stored (replay does not read it).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import ARRAY, String, Uuid, bindparam, text
+from sqlalchemy import ARRAY, LargeBinary, String, Uuid, bindparam, text
 
 from outlive.db.raw import prepare
-from outlive.db.tx import Sessions
+from outlive.db.tx import Db, Sessions
+from outlive.services import blobs, sealing
 from outlive.services.runs.queries import RUN_COLUMNS
 from outlive.services.runs.records import RunRecord, to_record
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 PAGE = 500  # runs read per round trip
 
@@ -98,17 +105,30 @@ CHILDREN = prepare(
     ).bindparams(_IDS)
 )
 
+BLOBS = prepare(
+    text(
+        "SELECT tenant_id, sha256, string_agg(data, '' ORDER BY part) AS data FROM blob_parts"
+        " WHERE (tenant_id, sha256) IN (SELECT * FROM unnest(:tenants, :shas))"
+        " GROUP BY tenant_id, sha256"
+    ).bindparams(
+        bindparam("tenants", type_=ARRAY(Uuid())), bindparam("shas", type_=ARRAY(LargeBinary()))
+    )
+)
+
 
 def _json(value: str | None) -> Any:
     return None if value is None else json.loads(value)
 
 
-async def read_recorded(sessions: Sessions, filters: Filters) -> list[Recorded]:
-    """The runs `filters` pick, newest first, each with what it recorded (read only)."""
+async def read_recorded(
+    sessions: Sessions, filters: Filters, *, kek: AESGCM | None = None
+) -> list[Recorded]:
+    """The runs `filters` pick, newest first, each with what it recorded (read only). `kek`:
+    the deployment key, to open the step results of tenants that encrypt (`services.sealing`)."""
     found: list[Recorded] = []
     after: tuple[datetime, UUID] | None = None
     while len(found) < filters.limit:
-        page = await _page(sessions, filters, after, min(PAGE, filters.limit - len(found)))
+        page = await _page(sessions, filters, after, min(PAGE, filters.limit - len(found)), kek)
         found += page
         if len(page) < PAGE:
             break
@@ -117,7 +137,11 @@ async def read_recorded(sessions: Sessions, filters: Filters) -> list[Recorded]:
 
 
 async def _page(
-    sessions: Sessions, filters: Filters, after: tuple[datetime, UUID] | None, size: int
+    sessions: Sessions,
+    filters: Filters,
+    after: tuple[datetime, UUID] | None,
+    size: int,
+    kek: AESGCM | None,
 ) -> list[Recorded]:
     async with sessions.unit() as uow:
         await uow.execute(text("SET TRANSACTION READ ONLY"))
@@ -146,4 +170,54 @@ async def _page(
         for row in await uow.all(CHILDREN, ids=ids):
             child = Child(row["id"], row["status"], _json(row["output"]), row["error"])
             runs[row["parent_id"]].children[row["parent_step"]] = child
+        await _resolve_blobs(uow, list(runs.values()))
+        if kek is not None:
+            await _open_sealed(uow, kek, list(runs.values()))
     return list(runs.values())
+
+
+def _step_ref(result: str | None) -> bytes | None:
+    if result is None or not blobs.is_ref_text(result):
+        return None
+    return bytes.fromhex(str(blobs.ref_of(json.loads(result))))
+
+
+def _child_ref(child: Child) -> bytes | None:
+    ref = blobs.ref_of(child.output)
+    return None if ref is None else bytes.fromhex(ref)
+
+
+async def _resolve_blobs(db: Db, runs: Collection[Recorded]) -> None:
+    """Step results and children's outputs that are blob references, replaced by their values
+    (read in one statement). A reference whose blob is gone is left as it is."""
+    wanted: dict[tuple[UUID, bytes], str | None] = {}
+    for recorded in runs:
+        refs = [_step_ref(r) for r in recorded.steps.values()]
+        refs += [_child_ref(c) for c in recorded.children.values()]
+        wanted |= {(recorded.run.tenant_id, sha): None for sha in refs if sha is not None}
+    if not wanted:
+        return
+    keys = list(wanted)
+    rows = await db.all(BLOBS, tenants=[k[0] for k in keys], shas=[k[1] for k in keys])
+    for row in rows:
+        wanted[row["tenant_id"], bytes(row["sha256"])] = bytes(row["data"]).decode()
+    for recorded in runs:
+        tenant = recorded.run.tenant_id
+        for key, result in recorded.steps.items():
+            if (sha := _step_ref(result)) is not None:
+                recorded.steps[key] = wanted[tenant, sha] or result
+        for step, child in recorded.children.items():
+            if (sha := _child_ref(child)) is not None and (value := wanted[tenant, sha]):
+                recorded.children[step] = Child(
+                    child.id, child.status, json.loads(value), child.error
+                )
+
+
+async def _open_sealed(db: Db, kek: AESGCM, runs: Collection[Recorded]) -> None:
+    """Step results of tenants that encrypt, opened (one statement per tenant of the page)."""
+    ciphers = {t: await sealing.cipher_of(db, kek, t) for t in {r.run.tenant_id for r in runs}}
+    for recorded in runs:
+        cipher = ciphers[recorded.run.tenant_id]
+        for key, result in recorded.steps.items():
+            if result is not None:
+                recorded.steps[key] = sealing.open_text(cipher, result)

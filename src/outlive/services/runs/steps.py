@@ -13,16 +13,19 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outlive.db.tx import Db, Unit
 from outlive.errors import BadUserInput, JournalTooLarge
 from outlive.ids import RunId
-from outlive.services import blobs
+from outlive.services import blobs, sealing
 from outlive.services.runs import step_queries as queries
 from outlive.services.runs.moves import move_run
 from outlive.services.runs.records import RunRecord, StepRecord, to_step
 from outlive.services.usage_tokens import StepUsage
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 # A step's result, serialized: inline in the journal up to `OUTLIVE_BLOB_THRESHOLD_BYTES`
 # (256 KiB), stored once in `blobs` above it (`outlive.services.blobs`), refused above this.
@@ -120,16 +123,22 @@ def check_steps_page(first: int) -> None:
         raise BadUserInput(f"first must be between 0 and {MAX_STEPS_PAGE}")
 
 
-async def step_results(db: Db, keys: Sequence[tuple[RunId, int]]) -> dict[tuple[RunId, int], Any]:
+async def step_results(
+    db: Db, keys: Sequence[tuple[RunId, int]], *, cipher: AESGCM | None = None
+) -> dict[tuple[RunId, int], Any]:
     """The recorded result of each (run, step seq), decoded from the journal's JSON (one
-    statement); a step not found is absent. The runs were read tenant-scoped by the caller."""
+    statement); a step not found is absent. The runs were read tenant-scoped by the caller;
+    `cipher`: their tenant's data key, when it encrypts (`services.sealing`)."""
     wanted = list(dict.fromkeys(keys))
     if not wanted:
         return {}
     rows = await db.all(
         queries.STEP_RESULTS, run_ids=[run for run, _ in wanted], seqs=[seq for _, seq in wanted]
     )
-    return {(RunId(row["run_id"]), row["seq"]): json.loads(row["result"]) for row in rows}
+    return {
+        (RunId(row["run_id"]), row["seq"]): json.loads(sealing.open_text(cipher, row["result"]))
+        for row in rows
+    }
 
 
 async def list_steps_of_runs(
