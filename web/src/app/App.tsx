@@ -7,7 +7,9 @@ import { getPendingSwitch, getToken, markTokenAccepted, onPendingSwitch, onToken
 import { AcceptInvitation } from "../screens/AcceptInvitation";
 import { Agents } from "../screens/Agents";
 import { AwaitingInput } from "../screens/AwaitingInput";
+import { Budgets } from "../screens/Budgets";
 import { Invitations } from "../screens/Invitations";
+import { Members } from "../screens/Members";
 import { Queue } from "../screens/Queue";
 import { Replays } from "../screens/Replays";
 import { RunDetail } from "../screens/run/RunDetail";
@@ -56,8 +58,9 @@ const NAV = [
   { to: "/queue", label: "Queue", match: ["queue"] },
   { to: "/replays", label: "Replays", match: ["replays"] },
   { to: "/agents", label: "Agents", match: ["agents"] },
+  { to: "/budgets", label: "Budgets", match: ["budgets"] },
   { to: "/webhooks", label: "Webhooks", match: ["webhooks"] },
-  { to: "/invitations", label: "Invitations", match: ["invitations"] },
+  { to: "/members", label: "Members", match: ["members", "invitations"] },
   { to: "/usage", label: "Usage", match: ["usage"] },
 ];
 
@@ -168,6 +171,10 @@ function Screen({ route }: { route: ReturnType<typeof matchRoute> }) {
       return <Queue />;
     case "awaiting":
       return <AwaitingInput />;
+    case "budgets":
+      return <Budgets />;
+    case "members":
+      return <Members />;
 
     case "notFound":
       return (

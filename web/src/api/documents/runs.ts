@@ -7,6 +7,8 @@
 export {
   CancelRunDocument as CANCEL_RUN,
   KeyHolderDocument as KEY_HOLDER,
+  PauseRunDocument as PAUSE_RUN,
+  ResumeRunDocument as RESUME_RUN,
   RetryRunDocument as RETRY_RUN,
   RunDetailDocument as RUN_DETAIL,
   RunFieldsFragmentDoc as RUN_FIELDS,

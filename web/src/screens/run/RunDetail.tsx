@@ -7,6 +7,7 @@ import { Link, navigate, useLocation } from "../../app/router";
 import { CopyButton, ErrorNote, Loading, StatusBadge, useNow, When } from "../../ui/common";
 import { formatDuration, formatTime, shortId } from "../../ui/format";
 import { attemptLabel, type AttemptCount, countAttempts } from "../../ui/attempts";
+import { HoldActions } from "../../ui/Hold";
 import { buildWaterfall, type TimelineEvent, type Waterfall } from "../../ui/waterfall";
 import { Timeline } from "./Events";
 import { KeyFacts } from "./KeyFacts";
@@ -170,6 +171,7 @@ function RunHead({ run }: { run: DetailRun }) {
           Run <span className="mono">{shortId(run.id)}</span> <span className="muted">· {run.agent}</span>
         </h1>
         <div className="toolbar">
+          {active && !confirming && <HoldActions run={run} label="Pause or resume" />}
           {active ? (
             confirming ? (
               <span role="group" aria-label="Cancel this run?" className="confirm">

@@ -28,6 +28,7 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
         );
       }
       if (run.cancelRequestedAt) lines.push("Cancel was requested: it stops before its next turn.");
+      if (run.pausedAt) lines.push(`Paused at ${formatTime(run.pausedAt)}: the step in flight completes, and it stops before its next step.`);
       break;
     }
     case "WAITING":
