@@ -39,6 +39,18 @@ def check_screen(page: Page, screen: str) -> None:
     page.emulate_media(color_scheme="light")
 
 
+def start_keyed(stack: Stack, tenant: Tenant, key: str, **input: object) -> str:
+    """A demo run of its own key (one run of a key is active at a time)."""
+    data = stack.gql(
+        tenant,
+        "mutation($input: StartRunInput!) { startRun(input: $input) { created run { id } } }",
+        {"input": {"agent": "demo", "key": key, "input": input}},
+    )
+    assert data["startRun"]["created"] is True
+    run_id: str = data["startRun"]["run"]["id"]
+    return run_id
+
+
 def run_field(stack: Stack, tenant: Tenant, run_id: str, field: str) -> object:
     data = stack.gql(tenant, f"query($id: ID!) {{ run(id: $id) {{ {field} }} }}", {"id": run_id})
     return data["run"][field]
@@ -144,7 +156,7 @@ def test_pause_and_resume_a_run_and_an_agent(
     expect(demo.get_by_test_id("agent-state")).to_have_text("PAUSED")
     states = stack.gql(tenant, "{ agentStates { agent paused } }")["agentStates"]
     assert {"agent": "demo", "paused": True} in states
-    fresh = stack.start_run(tenant, turns=1, delayMs=0)
+    fresh = start_keyed(stack, tenant, "fresh", turns=1, delayMs=0)
     check_screen(page, "agents with a paused agent")
     shoot(page, "agents-paused", tmp_path)
     page.goto("/awaiting")
