@@ -34,6 +34,7 @@ export const OPERATIONS = {
   Runs: "runs",
   Queue: "runs", // a runs list filtered by status (QUEUED)
   AwaitingInput: "runs", // a runs list filtered by status (WAITING)
+  AwaitingCount: "runs", // the nav's count: the same list, ids and waits only
   KeyHolder: "runs", // the Start form's holder of a key: a runs list filtered by status (active)
   RunDetail: "run",
   RunWhy: "run",

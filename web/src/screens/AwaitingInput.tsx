@@ -8,6 +8,7 @@ import { ErrorNote, Loading, useNow, When } from "../ui/common";
 import { compactJson, formatRelative, formatTime, shortId } from "../ui/format";
 import { HoldActions, holdOf } from "../ui/Hold";
 import { APPROVAL, describeShown } from "../ui/signal";
+import { awaitsPerson } from "../ui/waiting";
 
 export const AWAITING_SHOWN = 100;
 
@@ -80,7 +81,7 @@ export function AwaitingInput() {
   useEffect(() => {
     document.title = "Awaiting input · Outlive";
   }, []);
-  const listed = (data?.runs.edges ?? []).map((e) => e.node).filter((run) => run.waitingFor !== null);
+  const listed = (data?.runs.edges ?? []).map((e) => e.node).filter(awaitsPerson);
   const ids = new Set(listed.map((r) => r.id));
   const rows = [...listed, ...[...decided.values()].filter((r) => !ids.has(r.id))];
   const sleeping = (data?.runs.edges.length ?? 0) - listed.length;

@@ -76,3 +76,18 @@ export function waitingDetail(run: WaitingFields): string {
   }
   return "Its timer resumes it. It holds no worker meanwhile.";
 }
+
+/** A WAITING row's few words: "for approval", "sleeping until 14:02", "held by a budget", "paused". */
+export function waitingShort(run: WaitingFields, now: number = Date.now()): string {
+  if (run.waitingFor === HELD_BY_BUDGET) return "held by a budget";
+  if (run.waitingFor === HELD_BY_PAUSE || run.pausedAt) return "paused";
+  if (run.waitingFor === "children") return "for its children";
+  if (run.waitingFor === "version") return "for its code version";
+  if (run.waitingFor) return `for ${run.waitingFor}`;
+  return run.wakeAt ? `sleeping until ${formatClock(run.wakeAt, now)}` : "sleeping";
+}
+
+/** Whether a WAITING run waits for a person: a signal, or a hold a person lifts (budget, pause). */
+export function awaitsPerson(run: WaitingFields): boolean {
+  return !!run.waitingFor && run.waitingFor !== "children" && run.waitingFor !== "version";
+}

@@ -14,6 +14,7 @@ export {
   RunFieldsFragmentDoc as RUN_FIELDS,
   QueueDocument as QUEUE,
   AwaitingInputDocument as AWAITING_INPUT,
+  AwaitingCountDocument as AWAITING_COUNT,
   RunsByIdPrefixDocument as RUNS_BY_ID_PREFIX,
   RunsDocument as RUNS,
   RunWhyDocument as RUN_WHY,
