@@ -6,6 +6,7 @@ import { describeError } from "../api/errors";
 import { Link } from "../app/router";
 import { ErrorNote, JsonDetails, Loading, When } from "../ui/common";
 import { formatMs } from "../ui/waterfall";
+import { Words } from "./run/Words";
 
 /** Succeeded out of the runs that ended (running ones do not count yet); null with none. */
 export function successRate(s: AgentStats | undefined): number | null {
@@ -126,7 +127,11 @@ export function Agents() {
               step until it is resumed. <Link to={`/runs?agent=${encodeURIComponent(agent.name)}&status=WAITING`}>Its held runs</Link>
             </p>
           )}
-          {agent.description && <p className="muted">{agent.description}</p>}
+          {agent.description && (
+            <p className="muted">
+              <Words text={agent.description} />
+            </p>
+          )}
           <div className="columns">
             <Window label="Last 24 hours" stats={day.get(agent.name)} />
             <Window label="Last 7 days" stats={week.get(agent.name)} />
