@@ -380,7 +380,20 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
 
 
 @pytest.mark.parametrize(
-    "path", ["/runs", "a run", "/queue", "/replays", "/agents", "/webhooks", "/runs/new", "/usage"]
+    "path",
+    [
+        "/runs",
+        "a run",
+        "/queue",
+        "/replays",
+        "/agents",
+        "/webhooks",
+        "/runs/new",
+        "/usage",
+        "/budgets",
+        "/members",
+        "/awaiting",
+    ],
 )
 def test_360_px_wide_without_sideways_scrolling(
     contexts: Contexts, tenant: Tenant, sign_in: SignIn, stack: Stack, path: str
@@ -430,6 +443,8 @@ def test_every_screen_has_no_serious_accessibility_violation(
         ("/queue", "Queue", "queue"),
         ("/webhooks", "Webhooks", "webhooks"),
         ("/invitations", "Invitations", "invitations"),
+        ("/members", "Members", "members"),
+        ("/budgets", "Budgets", "budgets"),
         ("/usage", "Usage", "usage"),
         ("/runs/ffff0000", "Run not found", "run-not-found"),
         ("/nowhere", "Not found", "not-found"),

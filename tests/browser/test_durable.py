@@ -100,6 +100,8 @@ def test_the_signal_form_checks_json_and_says_when_not_accepted(
     page.goto(f"/runs/{run_id}")
     expect(page.get_by_test_id("run-status")).to_have_text("WAITING", timeout=30_000)
 
+    # folded under Approve / Reject while the run waits for approval
+    page.get_by_text("Send the signal approval (or another)").click()
     form = page.get_by_role("form", name="Send a signal")
     form.get_by_label("Name").fill("note")
     form.get_by_label("Payload (JSON)").fill("{approved: yes}")

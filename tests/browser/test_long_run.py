@@ -4,13 +4,14 @@ the rest a click away; the Events tab is windowed too. How fast is measured in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import expect
 
-from tests.browser.conftest import assert_accessible
+from tests.browser.conftest import Contexts, assert_accessible
 from tests.browser.stack import Stack, Tenant
 from tests.browser.test_screens import shoot
 
@@ -45,8 +46,9 @@ def long_run(stack: Stack, tenant: Tenant, steps: int = STEPS) -> str:
 
 
 def test_a_thousand_step_run_page_shows_its_steps_a_window_at_a_time(
-    page: Page, tenant: Tenant, sign_in: Callable[..., None], stack: Stack, tmp_path: Path
+    contexts: Contexts, tenant: Tenant, sign_in: Callable[..., None], stack: Stack, tmp_path: Path
 ) -> None:
+    page = contexts.page()
     run_id = long_run(stack, tenant)
     page.add_init_script(f"({STEPS_SHOWN_AT})({STEPS})")
     sign_in(page, tenant, f"/runs/{run_id}?tab=steps")
@@ -68,3 +70,47 @@ def test_a_thousand_step_run_page_shows_its_steps_a_window_at_a_time(
     timeline = page.get_by_role("list", name="Timeline").get_by_role("listitem")
     expect(timeline.first).to_be_visible()
     assert timeline.count() <= WINDOW  # 2,000+ events, drawn a window at a time
+
+    # Opened on the Waterfall (issue 45, item 1): it is drawn from the whole timeline (2,000+
+    # events, 5 pages), never from its first page: no band ever says "running", the attempt and
+    # the durable steps agree with the API, and the Events tab counts every event.
+    events = count_events(stack, tenant, run_id)
+    assert events > 2000, events
+    fresh = contexts.page()
+    fresh.add_init_script(EVER_RUNNING)
+    sign_in(fresh, tenant, f"/runs/{run_id}?tab=waterfall")
+    band = fresh.locator('li.band[data-attempt="1"]')
+    expect(band).to_have_attribute("data-end", "succeeded", timeout=30_000)
+    expect(fresh.locator("li.band[data-attempt]")).to_have_count(1)
+    expect(band).to_contain_text(f"{STEPS} durable step(s)")
+    expect(fresh.get_by_role("tab", name=re.compile("^Events"))).to_have_text(f"Events {events}")
+    expect(fresh.get_by_test_id("run-attempt")).to_have_text(re.compile(r"^Attempt 1\b"))
+    assert fresh.evaluate("window.__everRunning") is False
+    assert_accessible(fresh, "a 1,000-step run's waterfall")
+
+
+# Installed before the app loads: notes whether a band or the attempt fact ever said "running".
+EVER_RUNNING = """(() => {
+  window.__everRunning = false;
+  new MutationObserver(() => {
+    if (document.querySelector('li.band[data-end="running"]')) window.__everRunning = true;
+    const fact = document.querySelector('[data-testid="run-attempt"]');
+    if (fact && /running/.test(fact.textContent || "")) window.__everRunning = true;
+  }).observe(document, {subtree: true, childList: true, characterData: true, attributes: true});
+})()"""
+
+
+def count_events(stack: Stack, tenant: Tenant, run_id: str) -> int:
+    """The run's events, by the API, a page of 1,000 at a time."""
+    total, after = 0, 0
+    while True:
+        page = stack.gql(
+            tenant,
+            "query($id: ID!, $after: Int!) { run(id: $id) { events(after: $after, first: 1000)"
+            " { seq } } }",
+            {"id": run_id, "after": after},
+        )["run"]["events"]
+        total += len(page)
+        if len(page) < 1000:
+            return total
+        after = page[-1]["seq"]

@@ -84,10 +84,15 @@ def test_every_screen_renders_with_named_controls(
 
     for name, heading in (
         ("webhooks", "Webhooks"),
+        ("members", "Members"),
         ("invitations", "Invitations"),
+        ("budgets", "Budgets"),
         ("usage", "Usage"),
     ):
-        page.get_by_role("navigation", name="Main").get_by_role("link", name=heading).click()
+        if name == "invitations":  # from the Members screen
+            page.get_by_role("link", name="Invite a member").click()
+        else:
+            page.get_by_role("navigation", name="Main").get_by_role("link", name=heading).click()
         expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
         unavailable = page.get_by_text(re.compile("This server does not offer"))
         ready = page.locator("form, table, .empty")

@@ -1,13 +1,17 @@
 import { ApolloProvider, useQuery } from "@apollo/client/react";
 import { useEffect, useState, useSyncExternalStore } from "react";
 import { createClient } from "../api/client";
+import { AWAITING_COUNT } from "../api/documents/runs";
 import { VIEWER } from "../api/documents/viewer";
+import { awaitsPerson } from "../ui/waiting";
 import { getInvitation, onInvitation } from "../auth/invitation";
 import { getPendingSwitch, getToken, markTokenAccepted, onPendingSwitch, onTokenChange, setToken } from "../auth/token";
 import { AcceptInvitation } from "../screens/AcceptInvitation";
 import { Agents } from "../screens/Agents";
 import { AwaitingInput } from "../screens/AwaitingInput";
+import { Budgets } from "../screens/Budgets";
 import { Invitations } from "../screens/Invitations";
+import { Members } from "../screens/Members";
 import { Queue } from "../screens/Queue";
 import { Replays } from "../screens/Replays";
 import { RunDetail } from "../screens/run/RunDetail";
@@ -56,8 +60,9 @@ const NAV = [
   { to: "/queue", label: "Queue", match: ["queue"] },
   { to: "/replays", label: "Replays", match: ["replays"] },
   { to: "/agents", label: "Agents", match: ["agents"] },
+  { to: "/budgets", label: "Budgets", match: ["budgets"] },
   { to: "/webhooks", label: "Webhooks", match: ["webhooks"] },
-  { to: "/invitations", label: "Invitations", match: ["invitations"] },
+  { to: "/members", label: "Members", match: ["members", "invitations"] },
   { to: "/usage", label: "Usage", match: ["usage"] },
 ];
 
@@ -101,6 +106,7 @@ function Shell() {
               <li key={item.to}>
                 <Link to={item.to} aria-current={item.match.includes(route.name) ? "page" : undefined}>
                   {item.label}
+                  {item.to === "/awaiting" && <AwaitingCount />}
                 </Link>
               </li>
             ))}
@@ -124,6 +130,24 @@ function Shell() {
         <Screen route={route} />
       </main>
     </div>
+  );
+}
+
+const WAITING: ["WAITING"] = ["WAITING"];
+
+/** The nav's count of runs awaiting a person (a signal, a budget's hold, a pause); none: nothing. */
+function AwaitingCount() {
+  const { data } = useQuery(AWAITING_COUNT, { variables: { status: WAITING } });
+  const count = (data?.runs.edges ?? []).filter((e) => awaitsPerson(e.node)).length;
+  if (!count) return null;
+  const more = data?.runs.pageInfo.hasNextPage ? "+" : "";
+  return (
+    <span className="nav-count" data-testid="awaiting-count">
+      <span className="visually-hidden">: </span>
+      {count}
+      {more}
+      <span className="visually-hidden"> waiting</span>
+    </span>
   );
 }
 
@@ -168,6 +192,10 @@ function Screen({ route }: { route: ReturnType<typeof matchRoute> }) {
       return <Queue />;
     case "awaiting":
       return <AwaitingInput />;
+    case "budgets":
+      return <Budgets />;
+    case "members":
+      return <Members />;
 
     case "notFound":
       return (

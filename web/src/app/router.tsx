@@ -70,6 +70,8 @@ export type Route =
   | { name: "agents" }
   | { name: "queue" }
   | { name: "awaiting" }
+  | { name: "budgets" }
+  | { name: "members" }
   | { name: "notFound" };
 
 export function matchRoute(path: string): Route {
@@ -85,5 +87,7 @@ export function matchRoute(path: string): Route {
   if (parts.length === 1 && parts[0] === "agents") return { name: "agents" };
   if (parts.length === 1 && parts[0] === "queue") return { name: "queue" };
   if (parts.length === 1 && parts[0] === "awaiting") return { name: "awaiting" };
+  if (parts.length === 1 && parts[0] === "budgets") return { name: "budgets" };
+  if (parts.length === 1 && parts[0] === "members") return { name: "members" };
   return { name: "notFound" };
 }

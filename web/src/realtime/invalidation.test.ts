@@ -31,6 +31,8 @@ describe("keysForNudge", () => {
       { kind: "webhooks" },
     ]);
     expect(keysForNudge({ type: "replay.updated", id: "r" })).toEqual([{ kind: "replays" }]);
+    expect(keysForNudge({ type: "budget.updated", id: "b" })).toEqual([{ kind: "budgets" }]);
+    expect(keysForNudge({ type: "member.updated", id: "u" })).toEqual([{ kind: "members" }]);
   });
 
   it("an unknown type concerns nothing", () => {
@@ -93,6 +95,8 @@ describe("nudgeConcerns: the question asked of each active query", () => {
     ["WebhookEndpoints", {}],
     ["Viewer", {}],
     ["Agents", {}],
+    ["Budgets", {}],
+    ["Members", {}],
   ];
   const refreshed = (type: string, id: string | null) =>
     screens.filter(([op, vars]) => nudgeConcerns({ type, id }, op, vars)).map(([op, vars]) =>
@@ -113,6 +117,11 @@ describe("nudgeConcerns: the question asked of each active query", () => {
 
   it("an invitation nudge refreshes only the invitations", () => {
     expect(refreshed("invitation.updated", "i")).toEqual(["Invitations"]);
+  });
+
+  it("a budget nudge refreshes only the budgets, a member nudge only the members", () => {
+    expect(refreshed("budget.updated", "b")).toEqual(["Budgets"]);
+    expect(refreshed("member.updated", "u")).toEqual(["Members"]);
   });
 
   it("a delivery nudge refreshes only the webhooks", () => {

@@ -21,7 +21,9 @@ export type QueryKey =
   | { kind: "usage" }
   | { kind: "invitations" }
   | { kind: "webhooks" } // endpoints and their deliveries
-  | { kind: "replays" }; // the bulk replays and their progress
+  | { kind: "replays" } // the bulk replays and their progress
+  | { kind: "budgets" } // each budget's spent, reserved and held runs
+  | { kind: "members" }; // the tenant's members, their roles and live tokens
 
 /**
  * The operation names of the app's documents (see `api/documents`): each is one kind of key. An
@@ -32,6 +34,7 @@ export const OPERATIONS = {
   Runs: "runs",
   Queue: "runs", // a runs list filtered by status (QUEUED)
   AwaitingInput: "runs", // a runs list filtered by status (WAITING)
+  AwaitingCount: "runs", // the nav's count: the same list, ids and waits only
   KeyHolder: "runs", // the Start form's holder of a key: a runs list filtered by status (active)
   RunDetail: "run",
   RunWhy: "run",
@@ -41,11 +44,14 @@ export const OPERATIONS = {
   Usage: "usage",
   UsageTokens: "usage", // a settled run's steps recorded what they used
   AgentStats: "usage", // counts by outcome: changes when the usage does
+  AgentStates: "usage", // a pause holds or lets go of runs: each gets run.updated, as the usage does
   Invitations: "invitations",
   WebhookEndpoints: "webhooks",
   WebhookEndpointDeliveries: "webhooks", // one endpoint's deliveries, filtered or paged
   WebhookDeliveryAttempts: "webhooks", // one delivery and its attempt log, opened under its row
   RunReplays: "replays",
+  Budgets: "budgets",
+  Members: "members",
 } as const satisfies Record<string, QueryKey["kind"]>;
 
 /** The keys a nudge concerns; an unknown type concerns nothing (a newer server, an older app). */
@@ -74,6 +80,12 @@ export function keysForNudge(nudge: NudgeLike): QueryKey[] {
       // A replay was made or moved on: the replays screen asks for its rows (and their counts)
       // again. The runs it starts come as their own run.created nudges.
       return [{ kind: "replays" }];
+    case "budget.updated":
+      // Spent, reserved, held runs or the limit changed (at most one a second per budget).
+      return [{ kind: "budgets" }];
+    case "member.updated":
+      // Joined, changed role, left, or their tokens changed.
+      return [{ kind: "members" }];
     default:
       return [];
   }

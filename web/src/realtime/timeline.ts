@@ -34,7 +34,9 @@ export async function fetchNewEvents(query: AnyQuery, client: ApolloClient): Pro
       variables: { id, after: lastSeq(held) },
       fetchPolicy: "network-only",
     });
-    if ((result.data?.run?.events.length ?? 0) < EVENTS_PAGE) return;
+    // read back merged (the `events` type policy): what this page added is the difference
+    const added = (result.data?.run?.events.length ?? 0) - (held?.run?.events.length ?? 0);
+    if (added < EVENTS_PAGE) return;
   }
 }
 
@@ -53,6 +55,7 @@ export async function fetchNewSteps(query: AnyQuery, client: ApolloClient): Prom
       variables: { id, after: lastStepSeq(held) },
       fetchPolicy: "network-only",
     });
-    if ((result.data?.run?.steps.length ?? 0) < STEPS_PAGE) return;
+    const added = (result.data?.run?.steps.length ?? 0) - (held?.run?.steps.length ?? 0);
+    if (added < STEPS_PAGE) return;
   }
 }

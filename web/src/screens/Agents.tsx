@@ -1,10 +1,12 @@
-import { useQuery } from "@apollo/client/react";
+import { useMutation, useQuery } from "@apollo/client/react";
 import { useEffect } from "react";
-import { AGENT_STATS, type AgentStats } from "../api/documents/agents";
+import { AGENT_STATES, AGENT_STATS, type AgentStats, PAUSE_AGENT, RESUME_AGENT } from "../api/documents/agents";
 import { AGENTS } from "../api/documents/viewer";
+import { describeError } from "../api/errors";
 import { Link } from "../app/router";
-import { ErrorNote, JsonDetails, Loading } from "../ui/common";
+import { ErrorNote, JsonDetails, Loading, When } from "../ui/common";
 import { formatMs } from "../ui/waterfall";
+import { Words } from "./run/Words";
 
 /** Succeeded out of the runs that ended (running ones do not count yet); null with none. */
 export function successRate(s: AgentStats | undefined): number | null {
@@ -40,10 +42,49 @@ function Window({ label, stats }: { label: string; stats: AgentStats | undefined
   );
 }
 
-/** Each agent: what it takes (its input schema) and how it has been doing (24 h, 7 d). */
+/**
+ * Pause (every run of the agent in this tenant, and new ones, held at their next step) or Resume
+ * (lets go of what the agent's pause held; a run paused on its own stays held). Asks nothing: a
+ * pause loses no work and is undone by Resume.
+ */
+function PauseAgent({ agent, pausedAt }: { agent: string; pausedAt: string | null }) {
+  const options = { refetchQueries: ["AgentStates", "Runs"] };
+  const [pause, pausing] = useMutation(PAUSE_AGENT, options);
+  const [resume, resuming] = useMutation(RESUME_AGENT, options);
+  const busy = pausing.loading || resuming.loading ? true : undefined;
+  const error = pausing.error ?? resuming.error;
+  const act = (paused: boolean) => {
+    if (busy) return;
+    void (paused ? resume : pause)({ variables: { agent } }).catch(() => undefined);
+  };
+  return (
+    <>
+      {pausedAt !== null ? (
+        <button type="button" className="primary" aria-disabled={busy} onClick={() => act(true)} aria-label={`Resume agent ${agent}`}>
+          Resume
+        </button>
+      ) : (
+        <button type="button" aria-disabled={busy} onClick={() => act(false)} aria-label={`Pause agent ${agent}`}>
+          Pause
+        </button>
+      )}
+      {error && (
+        <span className="note note-error small" role="alert">
+          {describeError(error)}
+        </span>
+      )}
+    </>
+  );
+}
+
+/** Each agent: what it takes (its input schema), how it has been doing (24 h, 7 d), its pause. */
 export function Agents() {
   const agents = useQuery(AGENTS);
   const stats = useQuery(AGENT_STATS);
+  const states = useQuery(AGENT_STATES);
+  const paused = new Map(
+    (states.data?.agentStates ?? []).filter((s) => s.paused).map((s) => [s.agent, s.pausedAt ?? new Date(0).toISOString()]),
+  );
   useEffect(() => {
     document.title = "Agents · Outlive";
   }, []);
@@ -59,19 +100,38 @@ export function Agents() {
       </p>
       {agents.error && <ErrorNote error={agents.error} />}
       {stats.error && <ErrorNote error={stats.error} what="agent statistics" />}
+      {states.error && <ErrorNote error={states.error} what="agent pauses" />}
       {!agents.data && agents.loading && <Loading />}
       {list.map((agent) => (
         <article key={agent.name} className="card" aria-label={`Agent ${agent.name}`} data-agent={agent.name}>
           <div className="section-head">
-            <h2 className="small-heading mono">{agent.name}</h2>
+            <h2 className="small-heading">
+              <span className="mono">{agent.name}</span>{" "}
+              {paused.has(agent.name) && (
+                <span className="badge badge-waiting" data-testid="agent-state">
+                  PAUSED
+                </span>
+              )}
+            </h2>
             <div className="toolbar">
+              {!states.error && <PauseAgent agent={agent.name} pausedAt={paused.get(agent.name) ?? null} />}
               <Link to={`/runs?agent=${encodeURIComponent(agent.name)}`}>Its runs</Link>
               <Link to={`/runs/new?agent=${encodeURIComponent(agent.name)}`} className="button">
                 Start a run
               </Link>
             </div>
           </div>
-          {agent.description && <p className="muted">{agent.description}</p>}
+          {paused.has(agent.name) && (
+            <p className="small">
+              Paused <When iso={paused.get(agent.name)} />: its runs in this tenant, and new ones, are held at their next
+              step until it is resumed. <Link to={`/runs?agent=${encodeURIComponent(agent.name)}&status=WAITING`}>Its held runs</Link>
+            </p>
+          )}
+          {agent.description && (
+            <p className="muted">
+              <Words text={agent.description} />
+            </p>
+          )}
           <div className="columns">
             <Window label="Last 24 hours" stats={day.get(agent.name)} />
             <Window label="Last 7 days" stats={week.get(agent.name)} />

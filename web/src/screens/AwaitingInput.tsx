@@ -5,17 +5,74 @@ import type { AwaitingInputQuery } from "../api/generated";
 import { Link } from "../app/router";
 import { ApprovalActions } from "../ui/Approval";
 import { ErrorNote, Loading, useNow, When } from "../ui/common";
-import { formatRelative, formatTime, shortId } from "../ui/format";
-import { APPROVAL } from "../ui/signal";
+import { compactJson, formatRelative, formatTime, shortId } from "../ui/format";
+import { HoldActions, holdOf } from "../ui/Hold";
+import { APPROVAL, describeShown } from "../ui/signal";
+import { awaitsPerson } from "../ui/waiting";
 
 export const AWAITING_SHOWN = 100;
 
 type WaitingRun = AwaitingInputQuery["runs"]["edges"][number]["node"];
 
+/** An input preview: the run's input as one line of JSON, cut at `max` characters. */
+export function inputPreview(input: unknown, max = 120): string {
+  const text = compactJson(input);
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
+/** What the row says the run waits for: a signal by name, a budget or a pause. */
+function WaitsFor({ run }: { run: WaitingRun }) {
+  const hold = holdOf(run);
+  if (hold === "budget") return <span>a budget (its next step would pass the limit)</span>;
+  if (hold === "pause") return <span>a pause{run.pausedAt ? <> since {formatTime(run.pausedAt)}</> : null}</span>;
+  return (
+    <span>
+      the signal <code>{run.waitingFor}</code>
+    </span>
+  );
+}
+
+/** The run's context, so nobody decides blind: its key, tags, what the agent shows, its input. */
+function Context({ run }: { run: WaitingRun }) {
+  const shown = describeShown(run.waitingShow);
+  return (
+    <div className="inbox-context">
+      {run.key && (
+        <span>
+          <span className="muted small">key </span>
+          <span className="mono" data-testid="inbox-key">
+            {run.key}
+          </span>
+        </span>
+      )}
+      {run.tags.length > 0 && (
+        <span className="key-tags" aria-label="Tags">
+          {run.tags.map((t) => (
+            <span key={t} className="tag">
+              {t}
+            </span>
+          ))}
+        </span>
+      )}
+      {shown && (
+        <span data-testid="inbox-show">
+          <span className="muted small">asks </span>
+          <code>{shown}</code>
+        </span>
+      )}
+      <span className="mono small" data-testid="inbox-input" title="Input">
+        {inputPreview(run.input)}
+      </span>
+    </div>
+  );
+}
+
 /**
- * The runs WAITING for a person (a signal, not a durable sleep), oldest first: what each waits
- * for and until when, with Approve and Reject in place for `approval`. A row that was just
- * decided stays, with its answer, until the page is left (the list no longer has the run).
+ * The runs WAITING for a person, oldest first: a signal (not a durable sleep), or a hold (a
+ * budget or a pause). Each with its context (key, tags, what the agent shows, its input), what it
+ * waits for and until when, and what a person can do in place: Approve and Reject for
+ * `approval`; Raise once, Raise the limit and Cancel for a budget's hold; Resume and Cancel for a
+ * pause. A row that was just decided stays, with its answer, until the page is left.
  */
 export function AwaitingInput() {
   const { data, error, loading } = useQuery(AWAITING_INPUT, { variables: { first: AWAITING_SHOWN, status: ["WAITING"] } });
@@ -24,7 +81,7 @@ export function AwaitingInput() {
   useEffect(() => {
     document.title = "Awaiting input · Outlive";
   }, []);
-  const listed = (data?.runs.edges ?? []).map((e) => e.node).filter((run) => run.waitingFor !== null);
+  const listed = (data?.runs.edges ?? []).map((e) => e.node).filter(awaitsPerson);
   const ids = new Set(listed.map((r) => r.id));
   const rows = [...listed, ...[...decided.values()].filter((r) => !ids.has(r.id))];
   const sleeping = (data?.runs.edges.length ?? 0) - listed.length;
@@ -32,8 +89,9 @@ export function AwaitingInput() {
     <section aria-labelledby="awaiting-heading">
       <h1 id="awaiting-heading">Awaiting input</h1>
       <p className="muted">
-        Runs parked until a signal arrives, oldest first. A run waiting for <code>approval</code> can be approved or
-        rejected here; any other signal is sent from the run's page.
+        Runs parked until a person acts, oldest first. A run waiting for <code>approval</code> can be approved or
+        rejected here; any other signal is sent from the run's page. A run held by a budget can go on once past it
+        (raise once), or wait for a raised limit; a paused run is resumed here.
       </p>
       {error && <ErrorNote error={error} />}
       {!data && loading && <Loading />}
@@ -50,6 +108,7 @@ export function AwaitingInput() {
               <tr>
                 <th scope="col">Run</th>
                 <th scope="col">Agent</th>
+                <th scope="col">Context</th>
                 <th scope="col">Waits for</th>
                 <th scope="col">Until</th>
                 <th scope="col">Decision</th>
@@ -69,8 +128,11 @@ export function AwaitingInput() {
                       </span>
                     </td>
                     <td data-label="Agent">{run.agent}</td>
+                    <td data-label="Context">
+                      <Context run={run} />
+                    </td>
                     <td data-label="Waits for">
-                      <code>{run.waitingFor}</code>
+                      <WaitsFor run={run} />
                     </td>
                     <td data-label="Until">
                       {run.wakeAt ? (
@@ -82,7 +144,9 @@ export function AwaitingInput() {
                       )}
                     </td>
                     <td data-label="Decision">
-                      {run.waitingFor === APPROVAL ? (
+                      {holdOf(run) !== null ? (
+                        <HoldActions run={run} withCancel label={`Held run ${shortId(run.id)}`} />
+                      ) : run.waitingFor === APPROVAL ? (
                         <ApprovalActions
                           run={run}
                           waiting={still}

@@ -10,6 +10,19 @@ import { formatRelative } from "./format";
 export interface WaitingFields {
   waitingFor?: string | null;
   wakeAt?: string | null;
+  pausedAt?: string | null;
+  heldByBudgetId?: string | null;
+}
+
+/** The wait names a hold uses (CONTRACT §7 "Pauses"): no signal carries them. */
+export const HELD_BY_BUDGET = "budget";
+export const HELD_BY_PAUSE = "pause";
+/** Waits that are not for a signal: a hold (pause, budget, code version) or the run's children. */
+export const NOT_SIGNALS: ReadonlySet<string> = new Set([HELD_BY_BUDGET, HELD_BY_PAUSE, "version", "children"]);
+
+/** Whether the run waits for a signal a person (or a program) may send now. */
+export function waitsForSignal(run: WaitingFields & { status?: string }): boolean {
+  return (run.status === undefined || run.status === "WAITING") && !!run.waitingFor && !NOT_SIGNALS.has(run.waitingFor);
 }
 
 /** "14:02" today, "Mar 4, 14:02" another day: in the person's own time zone. */
@@ -31,6 +44,12 @@ export function waitingSentence(
   now: number = Date.now(),
   clock: (iso: string, now: number) => string = formatClock,
 ): string {
+  if (run.waitingFor === HELD_BY_BUDGET) {
+    return "Held by a budget: its next step would pass the budget's limit, so it did not start.";
+  }
+  if (run.waitingFor === HELD_BY_PAUSE) {
+    return run.pausedAt ? `Paused since ${clock(run.pausedAt, now)} (${formatRelative(run.pausedAt, now)}).` : "Paused.";
+  }
   const what = run.waitingFor ? `Waiting for the signal \`${run.waitingFor}\`` : "Sleeping";
   if (!run.wakeAt) {
     return run.waitingFor ? `${what}, with no timeout.` : `${what}, with no wake-up time.`;
@@ -46,8 +65,29 @@ export function waitingSentence(
 
 /** The sentence's follow-up: what ends the wait, and that no worker is held meanwhile. */
 export function waitingDetail(run: WaitingFields): string {
+  if (run.waitingFor === HELD_BY_BUDGET) {
+    return "It goes on by itself when the budget has room again (a raised limit, a new period, the budget deleted), or now with Raise once; nothing it recorded is bought again. It holds no worker meanwhile.";
+  }
+  if (run.waitingFor === HELD_BY_PAUSE) {
+    return "Resume lets it go; its timers still come due meanwhile, and a signal sent meanwhile waits for it. It holds no worker meanwhile.";
+  }
   if (run.waitingFor) {
     return `A signal named \`${run.waitingFor}\` resumes it${run.wakeAt ? "; with none by then it resumes without one (timed out)" : ""}. It holds no worker meanwhile.`;
   }
   return "Its timer resumes it. It holds no worker meanwhile.";
+}
+
+/** A WAITING row's few words: "for approval", "sleeping until 14:02", "held by a budget", "paused". */
+export function waitingShort(run: WaitingFields, now: number = Date.now()): string {
+  if (run.waitingFor === HELD_BY_BUDGET) return "held by a budget";
+  if (run.waitingFor === HELD_BY_PAUSE || run.pausedAt) return "paused";
+  if (run.waitingFor === "children") return "for its children";
+  if (run.waitingFor === "version") return "for its code version";
+  if (run.waitingFor) return `for ${run.waitingFor}`;
+  return run.wakeAt ? `sleeping until ${formatClock(run.wakeAt, now)}` : "sleeping";
+}
+
+/** Whether a WAITING run waits for a person: a signal, or a hold a person lifts (budget, pause). */
+export function awaitsPerson(run: WaitingFields): boolean {
+  return !!run.waitingFor && run.waitingFor !== "children" && run.waitingFor !== "version";
 }

@@ -1,7 +1,6 @@
-import { useApolloClient, useQuery } from "@apollo/client/react";
-import { useEffect, useRef, useState } from "react";
-import { EVENTS_PAGE, RUN_TIMELINE } from "../../api/documents/runs";
-import { lastSeq } from "../../realtime/timeline";
+import { useQuery } from "@apollo/client/react";
+import { useState } from "react";
+import { RUN_TIMELINE } from "../../api/documents/runs";
 import { ErrorNote, Loading } from "../../ui/common";
 import { compactJson, formatTime } from "../../ui/format";
 import { EVENTS_WINDOW, eventTypes, windowEvents } from "./events";
@@ -10,23 +9,12 @@ import { EVENTS_WINDOW, eventTypes, windowEvents } from "./events";
  * The run's timeline, oldest first, filterable by type; it draws EVENTS_WINDOW rows and "Show
  * more" draws the next ones, so a run of thousands of events does not draw them all at once.
  */
-export function Timeline({ id }: { id: string }) {
-  const client = useApolloClient();
+export function Timeline({ id, complete }: { id: string; complete: boolean }) {
+  // The pages after the first are asked for by the run page (useWholeTimeline), whatever the tab.
   const { data, error, loading } = useQuery(RUN_TIMELINE, { variables: { id, after: 0 } });
   const events = data?.run?.events ?? [];
-  const asked = useRef(-1);
   const [type, setType] = useState("");
   const [shown, setShown] = useState(EVENTS_WINDOW);
-
-  // A long timeline arrives a page at a time: ask for the next page while the last one was full.
-  useEffect(() => {
-    const last = lastSeq(data);
-    if (loading || events.length === 0 || events.length % EVENTS_PAGE !== 0 || asked.current === last) return;
-    asked.current = last;
-    void client
-      .query({ query: RUN_TIMELINE, variables: { id, after: last }, fetchPolicy: "network-only" })
-      .catch(() => undefined);
-  }, [client, id, data, events.length, loading]);
 
   const types = eventTypes(events);
   const { matching, rows } = windowEvents(events, type, shown);
@@ -34,7 +22,11 @@ export function Timeline({ id }: { id: string }) {
     <section aria-labelledby="timeline-heading">
       <div className="section-head">
         <h2 id="timeline-heading">
-          Events <span className="muted small">({type ? `${matching} of ${events.length}` : events.length})</span>
+          Events{" "}
+          <span className="muted small">
+            ({type ? `${matching} of ${events.length}` : events.length}
+            {complete ? "" : ", reading the rest…"})
+          </span>
         </h2>
         {types.length > 1 && (
           <div className="field inline">

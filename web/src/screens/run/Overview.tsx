@@ -9,7 +9,7 @@ import { RetriedAs } from "./RetriedAs";
 import { whyLines } from "./why";
 import { Words } from "./Words";
 
-export function WhyPanel({ run, waterfall, now }: { run: DetailRun; waterfall: Waterfall; now: number }) {
+export function WhyPanel({ run, waterfall, now }: { run: DetailRun; waterfall: Waterfall | null; now: number }) {
   const lines = whyLines(run, waterfall, now);
   return (
     <section className="panel" aria-labelledby="why-heading">
@@ -42,7 +42,7 @@ export function Overview({
   events,
 }: {
   run: DetailRun;
-  waterfall: Waterfall;
+  waterfall: Waterfall | null;
   now: number;
   events: readonly TimelineEvent[];
 }) {

@@ -1,12 +1,13 @@
 import { useMutation, useQuery } from "@apollo/client/react";
 import { type ReactNode, useEffect, useState } from "react";
-import { CANCEL_RUN, RUN_DETAIL, RUNS_BY_ID_PREFIX, RUN_TIMELINE, RUN_WHY } from "../../api/documents/runs";
+import { CANCEL_RUN, RUN_DETAIL, RUNS_BY_ID_PREFIX, RUN_WHY } from "../../api/documents/runs";
 import { describeError } from "../../api/errors";
 import { ACTIVE_STATUSES } from "../../api/types";
 import { Link, navigate, useLocation } from "../../app/router";
 import { CopyButton, ErrorNote, Loading, StatusBadge, useNow, When } from "../../ui/common";
 import { formatDuration, formatTime, shortId } from "../../ui/format";
 import { attemptLabel, type AttemptCount, countAttempts } from "../../ui/attempts";
+import { HoldActions } from "../../ui/Hold";
 import { buildWaterfall, type TimelineEvent, type Waterfall } from "../../ui/waterfall";
 import { Timeline } from "./Events";
 import { KeyFacts } from "./KeyFacts";
@@ -19,6 +20,7 @@ import { childTotal, hasTree } from "./tree";
 import { TreePanel, useRunTree } from "./Tree";
 import type { DetailRun } from "./types";
 import { WaterfallPanel } from "./Waterfall";
+import { useWholeTimeline } from "./wholeTimeline";
 
 /**
  * One run: its heading, facts and actions, then a tab each for the overview (why, signal, input,
@@ -135,10 +137,10 @@ function RunById({ id }: { id: string }) {
 
 /** The run's page once it is known: its timeline (and so its waterfall) is read once, here. */
 function RunBody({ run, error }: { run: DetailRun; error: unknown }) {
-  const { data } = useQuery(RUN_TIMELINE, { variables: { id: run.id, after: 0 } });
-  const events = data?.run?.events ?? [];
+  const { events, complete } = useWholeTimeline(run.id);
   const now = useNow(ACTIVE_STATUSES.includes(run.status) ? 1000 : 30_000); // a live band grows
-  const waterfall = buildWaterfall(events, run, now);
+  // Drawn from the whole timeline only: a partial one would state a false picture as whole.
+  const waterfall = complete ? buildWaterfall(events, run, now) : null;
   return (
     <section aria-labelledby="run-heading">
       <p className="crumbs">
@@ -146,13 +148,13 @@ function RunBody({ run, error }: { run: DetailRun; error: unknown }) {
       </p>
       <RunHead run={run} />
       {error ? <ErrorNote error={error} /> : null}
-      <RunFacts run={run} count={countAttempts(waterfall, run.retriesLeft)} />
+      <RunFacts run={run} count={waterfall ? countAttempts(waterfall, run.retriesLeft) : null} />
       {run.error && (
         <div className="note note-error" role="note" aria-label="Error">
           <strong>Error:</strong> {run.error}
         </div>
       )}
-      <RunTabs run={run} events={events} waterfall={waterfall} now={now} />
+      <RunTabs run={run} events={events} waterfall={waterfall} complete={complete} now={now} />
     </section>
   );
 }
@@ -170,6 +172,7 @@ function RunHead({ run }: { run: DetailRun }) {
           Run <span className="mono">{shortId(run.id)}</span> <span className="muted">· {run.agent}</span>
         </h1>
         <div className="toolbar">
+          {active && !confirming && <HoldActions run={run} label="Pause or resume" />}
           {active ? (
             confirming ? (
               <span role="group" aria-label="Cancel this run?" className="confirm">
@@ -231,7 +234,7 @@ function ExistingNote({ run, signalled }: { run: DetailRun; signalled: boolean }
   );
 }
 
-function RunFacts({ run, count }: { run: DetailRun; count: AttemptCount }) {
+function RunFacts({ run, count }: { run: DetailRun; count: AttemptCount | null }) {
   const active = ACTIVE_STATUSES.includes(run.status);
   return (
     <dl className="facts">
@@ -247,7 +250,7 @@ function RunFacts({ run, count }: { run: DetailRun; count: AttemptCount }) {
       <div>
         <dt>Attempt</dt>
         <dd data-testid="run-attempt" title={`${run.attempt} claim(s) by a worker in all`}>
-          {attemptLabel(count)}
+          {count ? attemptLabel(count) : <span className="muted">reading the timeline…</span>}
         </dd>
       </div>
       <div>
@@ -288,11 +291,13 @@ function RunTabs({
   run,
   events,
   waterfall,
+  complete,
   now,
 }: {
   run: DetailRun;
   events: readonly TimelineEvent[];
-  waterfall: Waterfall;
+  waterfall: Waterfall | null;
+  complete: boolean;
   now: number;
 }) {
   const { path, params } = useLocation();
@@ -304,7 +309,7 @@ function RunTabs({
     id: t.id,
     label: t.label,
     href: tabHref(path, params, t.id),
-    count: t.id === "events" ? events.length : t.id === "tree" ? children || null : null,
+    count: t.id === "events" ? (complete ? events.length : `${events.length}+`) : t.id === "tree" ? children || null : null,
   }));
   return (
     <>
@@ -313,7 +318,7 @@ function RunTabs({
         {tab === "overview" && <Overview run={run} waterfall={waterfall} now={now} events={events} />}
         {tab === "steps" && <StepsPanel id={run.id} live={ACTIVE_STATUSES.includes(run.status)} />}
         {tab === "waterfall" && <WaterfallPanel waterfall={waterfall} events={events} />}
-        {tab === "events" && <Timeline id={run.id} />}
+        {tab === "events" && <Timeline id={run.id} complete={complete} />}
         {tab === "tree" && <TreePanel run={run} {...tree} />}
       </div>
     </>

@@ -5,6 +5,7 @@ import { describeError } from "../../api/errors";
 import { ACTIVE_STATUSES } from "../../api/types";
 import { ApprovalActions } from "../../ui/Approval";
 import { APPROVAL, describeShown, NOT_ACCEPTED, readSignalForm, type SignalInput } from "../../ui/signal";
+import { waitsForSignal } from "../../ui/waiting";
 import type { DetailRun } from "./types";
 
 /**
@@ -38,7 +39,7 @@ export function SignalPanel({ run }: { run: DetailRun }) {
   };
   const submit = (e: FormEvent) => {
     e.preventDefault();
-    const form = readSignalForm(run.id, name || run.waitingFor || "", payload, key);
+    const form = readSignalForm(run.id, name || (waitsForSignal(run) ? run.waitingFor : "") || "", payload, key);
     if (!form.ok) {
       setFormError({ field: form.field, error: form.error });
       return;
@@ -92,6 +93,10 @@ export function SignalPanel({ run }: { run: DetailRun }) {
         </>
       )}
       {!settled && (
+      <details className="signal-fold" open={waitsForSignal(run) && !waitsForApproval ? true : undefined}>
+      <summary>
+        {waitsForSignal(run) ? `Send the signal ${run.waitingFor} (or another)` : "Send a signal (kept in its mailbox until a wait takes it)"}
+      </summary>
       <form onSubmit={submit} noValidate aria-label="Send a signal" className="signal-form">
         <div className="field">
           <label htmlFor="signal-name">Name</label>
@@ -99,12 +104,12 @@ export function SignalPanel({ run }: { run: DetailRun }) {
             id="signal-name"
             name="name"
             value={name}
-            placeholder={run.waitingFor ?? "approval"}
+            placeholder={waitsForSignal(run) ? (run.waitingFor ?? "") : "name"}
             aria-invalid={nameError ? true : undefined}
             aria-describedby={nameError ? "signal-name-error" : undefined}
             onChange={(e) => setName(e.target.value)}
           />
-          {!nameError && run.waitingFor && (
+          {!nameError && waitsForSignal(run) && (
             <p className="hint">Empty: the signal it waits for, <code>{run.waitingFor}</code>.</p>
           )}
           {nameError && (
@@ -143,6 +148,7 @@ export function SignalPanel({ run }: { run: DetailRun }) {
           </button>
         </div>
       </form>
+      </details>
       )}
       {answer}
     </section>

@@ -27,18 +27,31 @@ export function StepsPanel({ id, live = false }: { id: string; live?: boolean })
   const { output, results } = useLiveSteps(id, live && data !== undefined, last);
   const texts = liveTexts(output);
 
+  // Pages until one comes back short; until then the count says it is not the whole list.
+  const [shortAfter, setShortAfter] = useState<number | null>(null);
+  const full = steps.length > 0 && steps.length % STEPS_PAGE === 0;
+  const complete = !!data && (!full || shortAfter === last);
   useEffect(() => {
-    if (loading || steps.length === 0 || steps.length % STEPS_PAGE !== 0 || asked.current === last) return;
+    if (loading || !full || asked.current === last) return;
     asked.current = last;
+    const before = steps.length; // the answer is read back merged (the `steps` type policy)
     void client
       .query({ query: RUN_STEPS, variables: { id, after: last }, fetchPolicy: "network-only" })
-      .catch(() => undefined);
-  }, [client, id, last, steps.length, loading]);
+      .then((result) => {
+        if ((result.data?.run?.steps.length ?? 0) - before < STEPS_PAGE) setShortAfter(last);
+      })
+      .catch(() => {
+        asked.current = -1;
+      });
+  }, [client, id, last, full, loading, steps.length]);
 
   return (
     <section className="panel" aria-labelledby="steps-heading">
       <h2 id="steps-heading">
-        Steps <span className="muted small">({steps.length} completed)</span>
+        Steps{" "}
+        <span className="muted small" data-complete={complete ? "true" : "false"}>
+          ({steps.length} completed{complete ? "" : " so far, reading the rest…"})
+        </span>
       </h2>
       {error && <ErrorNote error={error} />}
       {!data && loading && <Loading />}

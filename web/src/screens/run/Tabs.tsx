@@ -5,7 +5,7 @@ export interface TabItem<T extends string> {
   id: T;
   label: string;
   href: string;
-  count?: number | null;
+  count?: number | string | null;
 }
 
 /**

@@ -64,7 +64,17 @@ function WaitRow({ wait, span }: { wait: WaitBand; span: number }) {
   );
 }
 
-export function WaterfallPanel({ waterfall, events }: { waterfall: Waterfall; events: readonly TimelineEvent[] }) {
+export function WaterfallPanel({ waterfall, events }: { waterfall: Waterfall | null; events: readonly TimelineEvent[] }) {
+  if (waterfall === null) {
+    return (
+      <section className="panel" aria-labelledby="waterfall-heading">
+        <h2 id="waterfall-heading">Waterfall</h2>
+        <p className="note note-muted" role="status" aria-busy="true" data-testid="timeline-reading">
+          Reading the whole timeline ({events.length} events so far): the waterfall is drawn once it is all in.
+        </p>
+      </section>
+    );
+  }
   return (
     <section className="panel" aria-labelledby="waterfall-heading">
       <h2 id="waterfall-heading">

@@ -6,8 +6,20 @@ import { formatMs, RESUMED_WORDS, type Waterfall } from "../../ui/waterfall";
 import type { DetailRun } from "./types";
 
 
-/** In words: why the run is where it is, from the fields the API gives and the timeline. */
-export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): string[] {
+const NO_TIMELINE: Waterfall = { bands: [], waits: [], span: 0, queued: null };
+
+/**
+ * In words: why the run is where it is, from the fields the API gives and the timeline. With the
+ * timeline not all read yet (`waterfall` null), nothing is said that it would be needed for
+ * (which attempt, the waits before, the lost attempts) and the last line says it is being read.
+ */
+export function whyLines(run: DetailRun, whole: Waterfall | null, now: number): string[] {
+  const lines = whyFromTimeline(run, whole ?? NO_TIMELINE, now, whole !== null);
+  if (whole === null) lines.push("Reading its whole timeline: the attempts and waits show once it is all in.");
+  return lines;
+}
+
+function whyFromTimeline(run: DetailRun, waterfall: Waterfall, now: number, known: boolean): string[] {
   const lines: string[] = [];
   if (run.retriedFromId) lines.push(`It retries run ${shortId(run.retriedFromId)}, with the same input.`);
   switch (run.status) {
@@ -15,7 +27,7 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
       lines.push(queuedLine(run, now));
       break;
     case "RUNNING": {
-      lines.push(`${attemptLabel(countAttempts(waterfall, run.retriesLeft))}: running.`);
+      lines.push(known ? `${attemptLabel(countAttempts(waterfall, run.retriesLeft))}: running.` : "Running.");
       if (run.heartbeatAt) {
         lines.push(`Its worker was last heard from at ${formatTime(run.heartbeatAt)} (${formatRelative(run.heartbeatAt, now)}).`);
       }
@@ -28,6 +40,7 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
         );
       }
       if (run.cancelRequestedAt) lines.push("Cancel was requested: it stops before its next turn.");
+      if (run.pausedAt) lines.push(`Paused at ${formatTime(run.pausedAt)}: the step in flight completes, and it stops before its next step.`);
       break;
     }
     case "WAITING":
@@ -36,7 +49,11 @@ export function whyLines(run: DetailRun, waterfall: Waterfall, now: number): str
       if (run.waitingFor === APPROVAL) lines.push("Approve or Reject below sends it `{approved: true}` or `{approved: false}`.");
       break;
     case "SUCCEEDED":
-      lines.push(`It succeeded ${formatRelative(run.finishedAt, now)} (${attemptLabel(countAttempts(waterfall, run.retriesLeft))}).`);
+      lines.push(
+        known
+          ? `It succeeded ${formatRelative(run.finishedAt, now)} (${attemptLabel(countAttempts(waterfall, run.retriesLeft))}).`
+          : `It succeeded ${formatRelative(run.finishedAt, now)}.`,
+      );
       break;
     case "FAILED":
       lines.push(`It failed ${formatRelative(run.finishedAt, now)}${run.error ? `: ${run.error}` : "."}`);

@@ -2,6 +2,7 @@ import type { RunsQuery } from "../../api/generated";
 import { Link } from "../../app/router";
 import { CopyButton, StatusBadge, When } from "../../ui/common";
 import { formatDuration, shortId, timeZone } from "../../ui/format";
+import { waitingShort } from "../../ui/waiting";
 import { listUrl, type RunFilters } from "../runFilters";
 
 type Edge = RunsQuery["runs"]["edges"][number];
@@ -100,6 +101,13 @@ function RunRow({ run, filters, ticks }: { run: ListedRun; filters: RunFilters; 
       <td data-label="Status">
         <StatusBadge status={run.status} />
         {run.cancelRequestedAt && run.status === "RUNNING" && <span className="muted small"> cancelling</span>}
+        {run.status === "WAITING" && (
+          <span className="muted small waiting-short" data-testid="waiting-short">
+            {" "}
+            {waitingShort(run)}
+          </span>
+        )}
+        {run.status === "RUNNING" && run.pausedAt && <span className="muted small"> pausing</span>}
       </td>
       <td className="col-optional" data-label="Key and tags">
         <KeyAndTags run={run} filters={filters} />

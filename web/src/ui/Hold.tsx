@@ -1,0 +1,109 @@
+import { useMutation } from "@apollo/client/react";
+import { useState } from "react";
+import { CANCEL_RUN, PAUSE_RUN, RESUME_RUN } from "../api/documents/runs";
+import { describeError } from "../api/errors";
+import type { RunStatus } from "../api/types";
+import { ACTIVE_STATUSES } from "../api/types";
+import { Link } from "../app/router";
+
+export interface HoldRun {
+  id: string;
+  status: RunStatus;
+  waitingFor?: string | null;
+  pausedAt?: string | null;
+  heldByBudgetId?: string | null;
+}
+
+/** What holds a run: a budget, a pause, or nothing (the wait names of CONTRACT §7 "Pauses"). */
+export function holdOf(run: HoldRun): "budget" | "pause" | null {
+  if (run.heldByBudgetId || (run.status === "WAITING" && run.waitingFor === "budget")) return "budget";
+  if (run.pausedAt || (run.status === "WAITING" && run.waitingFor === "pause")) return "pause";
+  return null;
+}
+
+/**
+ * A held run's ways out, or Pause for an active run that is not held:
+ * - held by a budget: "Raise once" (resumeRun overBudget: this run may finish past its budgets),
+ *   "Raise the limit" (the budget's edit form), and Cancel (asks first) when `withCancel`;
+ * - paused: Resume (and Cancel);
+ * - active: Pause (QUEUED or WAITING at once, RUNNING at its next step; nothing is lost).
+ * The answer (or the refusal, such as a role that may not spend past a budget) shows beside them.
+ */
+export function HoldActions({ run, withCancel = false, label }: { run: HoldRun; withCancel?: boolean; label: string }) {
+  const [pause, pausing] = useMutation(PAUSE_RUN);
+  const [resume, resuming] = useMutation(RESUME_RUN);
+  const [cancel, cancelling] = useMutation(CANCEL_RUN);
+  const [confirming, setConfirming] = useState(false);
+  const [done, setDone] = useState<string | null>(null);
+  const hold = holdOf(run);
+  const busy = pausing.loading || resuming.loading || cancelling.loading ? true : undefined;
+  const error = pausing.error ?? resuming.error ?? cancelling.error;
+  if (!ACTIVE_STATUSES.includes(run.status) && !done) return null;
+  const act = (what: () => Promise<unknown>, said: string) => {
+    if (busy) return;
+    setDone(null);
+    void what()
+      .then(() => setDone(said))
+      .catch(() => undefined);
+  };
+  const resumeIt = (overBudget: boolean, said: string) =>
+    act(() => resume({ variables: { id: run.id, overBudget } }), said);
+  return (
+    <div className="held-actions" role="group" aria-label={label}>
+      {ACTIVE_STATUSES.includes(run.status) && hold === "budget" && (
+        <>
+          <button type="button" className="primary" aria-disabled={busy} onClick={() => resumeIt(true, "Raised once: it goes on past its budget.")}>
+            Raise once
+          </button>
+          {run.heldByBudgetId && (
+            <Link to={`/budgets?edit=${encodeURIComponent(run.heldByBudgetId)}`} className="button">
+              Raise the limit
+            </Link>
+          )}
+        </>
+      )}
+      {ACTIVE_STATUSES.includes(run.status) && hold === "pause" && (
+        <button type="button" className="primary" aria-disabled={busy} onClick={() => resumeIt(false, "Resumed.")}>
+          Resume
+        </button>
+      )}
+      {ACTIVE_STATUSES.includes(run.status) && hold === null && (
+        <button type="button" aria-disabled={busy} onClick={() => act(() => pause({ variables: { id: run.id } }), "Paused: it stops at its next step.")}>
+          Pause
+        </button>
+      )}
+      {withCancel &&
+        ACTIVE_STATUSES.includes(run.status) &&
+        (confirming ? (
+          <span role="group" aria-label="Cancel this run?" className="confirm">
+            <button
+              type="button"
+              className="danger"
+              autoFocus
+              aria-disabled={busy}
+              onClick={() => act(() => cancel({ variables: { id: run.id } }), "Cancelled.")}
+            >
+              Yes, cancel it
+            </button>
+            <button type="button" className="quiet" onClick={() => setConfirming(false)}>
+              Keep it
+            </button>
+          </span>
+        ) : (
+          <button type="button" className="danger" onClick={() => setConfirming(true)}>
+            Cancel…
+          </button>
+        ))}
+      {done && !error && (
+        <span className="small" role="status" data-testid="hold-outcome">
+          {done}
+        </span>
+      )}
+      {error && (
+        <span className="note note-error small" role="alert">
+          {describeError(error)}
+        </span>
+      )}
+    </div>
+  );
+}
