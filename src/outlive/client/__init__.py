@@ -27,6 +27,7 @@ import httpx
 
 from outlive.client import operations as ops
 from outlive.client.types import (
+    DebounceInput,
     OutputChunk,
     Run,
     RunConflict,
@@ -40,6 +41,7 @@ from outlive.client.types import (
 )
 
 __all__ = [
+    "DebounceInput",
     "OutliveClient",
     "OutliveError",
     "OutputChunk",
@@ -123,6 +125,8 @@ class OutliveClient:
         on_conflict: RunConflict | str | None = None,
         tags: Sequence[str] | None = None,
         idempotency_key: str | None = None,
+        priority: int | None = None,
+        debounce: DebounceInput | None = None,
     ) -> StartRunPayload:
         """`startRun`, with every option of `StartRunInput`."""
         values = {
@@ -132,6 +136,8 @@ class OutliveClient:
             "onConflict": None if on_conflict is None else str(on_conflict),
             "tags": None if tags is None else list(tags),
             "idempotencyKey": idempotency_key,
+            "priority": priority,
+            "debounce": None if debounce is None else debounce.model_dump(by_alias=True),
         }
         data = await self.execute(ops.START_RUN, {"input": values})
         return StartRunPayload.model_validate(data["startRun"])
@@ -155,6 +161,7 @@ class OutliveClient:
         tags: Sequence[str] | None = None,
         top_level: bool | None = False,
         paused: bool | None = None,
+        schedule_id: str | None = None,
     ) -> RunConnection:
         """One page of `runs`; `.runs` its runs, `.page_info.end_cursor` the next `after`."""
         variables = {
@@ -169,6 +176,7 @@ class OutliveClient:
             "tags": None if tags is None else list(tags),
             "topLevel": top_level,
             "paused": paused,
+            "scheduleId": schedule_id,
         }
         data = await self.execute(ops.LIST_RUNS, variables)
         return RunConnection.model_validate(data["runs"])

@@ -36,10 +36,11 @@ GET_RUN = f"query Run($id: ID!) {{ run(id: $id) {{ {RUN} }} }}"
 LIST_RUNS = (
     "query Runs($first: Int, $after: String, $status: [RunStatus!], $agent: String,"
     " $createdSince: DateTime, $createdBefore: DateTime, $order: RunOrder!, $key: String,"
-    " $tags: [String!], $topLevel: Boolean, $paused: Boolean) {"
+    " $tags: [String!], $topLevel: Boolean, $paused: Boolean, $scheduleId: ID) {"
     " runs(first: $first, after: $after, status: $status, agent: $agent,"
     " createdSince: $createdSince, createdBefore: $createdBefore, order: $order, key: $key,"
-    f" tags: $tags, topLevel: $topLevel, paused: $paused) {{ {fields(types.RunConnection)} }} }}"
+    " tags: $tags, topLevel: $topLevel, paused: $paused, scheduleId: $scheduleId)"
+    f" {{ {fields(types.RunConnection)} }} }}"
 )
 RUN_EVENTS = (
     "query RunEvents($id: ID!, $after: Int, $first: Int) {"

@@ -17,6 +17,14 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
 
 
+class DebounceInput(_Model):
+    """`startRun(debounce:)`: the run starts `seconds` after its key's latest start, never later
+    than `max_seconds` after the first (None: no bound)."""
+
+    seconds: float
+    max_seconds: float | None = None
+
+
 class RunStatus(StrEnum):
     QUEUED = "QUEUED"
     RUNNING = "RUNNING"
