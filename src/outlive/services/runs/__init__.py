@@ -51,7 +51,7 @@ from outlive.services.runs.records import (
     parse_run_id,
     to_record,
 )
-from outlive.services.runs.start import start_run
+from outlive.services.runs.start import insert_runs, start_run
 from outlive.services.runs.steps import (
     MAX_JOURNAL_BYTES,
     MAX_STEP_BYTES,
@@ -111,6 +111,7 @@ __all__ = [
     "handed_while_parking",
     "handoff_failed_runs",
     "heartbeat",
+    "insert_runs",
     "journal_too_large",
     "json_text",
     "lease_left",

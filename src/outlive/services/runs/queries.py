@@ -60,6 +60,23 @@ INSERT_RUN = prepare(
         " ON CONFLICT DO NOTHING RETURNING *"
     ).columns(*RUN_COLUMNS)
 )
+# Many starts of one tenant in one statement (the schedules' clock): `:batch` a JSON array of
+# {agent, key, on_conflict, tags, input, schedule_id, scheduled_for, priority}, inserted in its
+# order; a start whose key already has an active run (or an earlier one of the batch) is left out
+# (ON CONFLICT DO NOTHING) for the caller to start one by one under its strategy.
+INSERT_RUNS = prepare(
+    text(
+        f"INSERT INTO runs ({_INSERT_COLUMNS})"
+        " SELECT :tenant_id, b.r->>'agent', b.r->>'key', b.r->>'on_conflict',"
+        " ARRAY(SELECT jsonb_array_elements_text(b.r->'tags')), NULL, b.r->'input', NULL,"
+        " CAST(b.r->>'schedule_id' AS uuid), CAST(b.r->>'scheduled_for' AS timestamptz),"
+        " CAST(b.r->>'priority' AS smallint), NULL, NULL, NULL,"
+        " CASE WHEN coalesce((SELECT max_running_runs FROM tenants WHERE id = :tenant_id),"
+        " :default_cap) >= :agents AND b.r->>'key' = '' THEN now() END"
+        " FROM jsonb_array_elements(CAST(:batch AS jsonb)) WITH ORDINALITY AS b(r, n)"
+        " ORDER BY b.n ON CONFLICT DO NOTHING RETURNING *"
+    ).columns(*RUN_COLUMNS)
+)
 # The head of a key's line: its active run.
 ACTIVE_RUN = prepare(
     text(

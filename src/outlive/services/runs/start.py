@@ -53,6 +53,56 @@ async def start_run(
         raise RuntimeError(f"{options.on_conflict} writes more than once: it needs a transaction")
     tenant_id = TenantId(uow.require_tenant())
     started = await _insert_or_meet(uow, tenant_id, agent, params, retried_from, options)
+    _after_start(uow, tenant_id, started, instances)
+    return started
+
+
+async def insert_runs(
+    uow: Unit,
+    starts: Sequence[tuple[str, Mapping[str, Any], StartOptions]],
+    instances: RunInstances,
+) -> list[StartedRun]:
+    """Insert many runs of the unit's tenant in one statement (the schedules' clock: no
+    idempotency key, no debounce), each as `start_run` would when its key has no active run. A
+    start whose key has one (or an earlier start of `starts` took it) is left out: the runs made,
+    in order; the caller starts the others one by one under their strategy."""
+    tenant_id = TenantId(uow.require_tenant())
+    batch = [
+        {
+            "agent": agent,
+            "key": options.key,
+            "on_conflict": options.on_conflict.value,
+            "tags": list(options.tags),
+            "input": dict(params),
+            "schedule_id": None if options.schedule_id is None else str(options.schedule_id),
+            "scheduled_for": None
+            if options.scheduled_for is None
+            else options.scheduled_for.isoformat(),
+            "priority": options.priority,
+        }
+        for agent, params, options in starts
+        if options.idempotency_key is None and options.debounce is None
+    ]
+    if not batch:
+        return []
+    rows = await uow.all(
+        queries.INSERT_RUNS,
+        tenant_id=tenant_id,
+        batch=json_text(batch),
+        default_cap=uow.limits.max_running_runs,
+        agents=uow.limits.agents,
+    )
+    made = [StartedRun(run=to_record(row), created=True) for row in rows]
+    for started in made:
+        _after_start(uow, tenant_id, started, instances)
+    return made
+
+
+def _after_start(
+    uow: Unit, tenant_id: TenantId, started: StartedRun, instances: RunInstances
+) -> None:
+    """What a start does at the commit: admit or dispatch a waiting run, start a new one's
+    instance, or enqueue again a met run's that may be lost."""
     run, created = started.run, started.created
     if created:
         metrics.RUNS_STARTED.labels(run.agent).inc()
@@ -78,7 +128,6 @@ async def start_run(
                 log.warning("run %s: cannot re-enqueue it, the queue is unreachable", run.id)
 
         uow.after_commit(repair_instance)
-    return started
 
 
 def _admit_after_commit(uow: Unit, started: StartedRun) -> None:

@@ -31,8 +31,7 @@ from outlive.db.models import RunConflict
 from outlive.db.ports import RunInstances
 from outlive.db.tx import Row, Sessions, Unit
 from outlive.errors import BadUserInput, DomainError, NotFound, RunActive
-from outlive.services import starts
-from outlive.services.runs import StartedRun
+from outlive.services import runs, starts
 from outlive.services.runs.keys import StartOptions
 from outlive.services.schedules import cron, input_of, queries
 from outlive.services.schedules.records import ScheduleRecord, to_schedule
@@ -76,22 +75,17 @@ class _Plan:
 
 async def _fire_tenant(uow: Unit, ids: list[UUID], instances: RunInstances) -> int:
     """One tenant's due schedules among `ids`, locked: each due occurrence's run started, each
-    cursor moved past them, in this transaction (a statement for the occurrences that already
-    have a run, and one for every cursor)."""
+    cursor moved past them, in this transaction. A constant number of statements: the lock, one
+    INSERT for every occurrence whose key is free and that has no run yet, one UPDATE for every
+    cursor; only an occurrence the INSERT left out (its key has an active run, or it already has
+    a run) takes startRun's own path, under its schedule's policy."""
     taken = await uow.all(queries.TAKE, ids=ids, tenant_id=uow.require_tenant())
     plans = [_plan(to_schedule(found), found["db_now"]) for found in taken]
     due = [p for p in plans if p.due]
-    have: set[tuple[UUID, datetime]] = set()
-    if due:
-        rows = await uow.all(
-            queries.HAVE_RUNS_OF,
-            ids=[p.schedule.id for p in due],
-            at=sorted({at for p in due for at in p.due}),
-        )
-        have = {(r["schedule_id"], r["scheduled_for"]) for r in rows}
+    made = await _insert_at_once(uow, due, instances)
     for p in due:
-        fresh = [at for at in p.due if (p.schedule.id, at) not in have]
-        await start_occurrences(uow, p.schedule, fresh, instances=instances, checked=True)
+        rest = [at for at in p.due if (p.schedule.id, at) not in made]
+        await start_occurrences(uow, p.schedule, rest, instances=instances)
     if plans:
         await uow.all(
             queries.MOVE_MANY,
@@ -103,6 +97,37 @@ async def _fire_tenant(uow: Unit, ids: list[UUID], instances: RunInstances) -> i
     for p in plans:
         uow.nudge("schedule.updated", p.schedule.id)
     return len(plans)
+
+
+async def _insert_at_once(
+    uow: Unit, due: list[_Plan], instances: RunInstances
+) -> set[tuple[UUID | None, datetime | None]]:
+    """The runs of a batch's occurrences, in one statement, but for those whose key has an
+    active run or that have a run already (the caller starts or skips them one by one); the
+    occurrences it made."""
+    made = await runs.insert_runs(
+        uow,
+        [
+            (p.schedule.agent, input_of(p.schedule), _options(p.schedule, at))
+            for p in due
+            for at in p.due
+        ],
+        instances,
+    )
+    metrics.SCHEDULE_FIRES.labels("started").inc(len(made))
+    return {(m.run.schedule_id, m.run.scheduled_for) for m in made}
+
+
+def _options(
+    schedule: ScheduleRecord, at: datetime, on_conflict: RunConflict | None = None
+) -> StartOptions:
+    return StartOptions(
+        key=schedule.key,
+        on_conflict=on_conflict or schedule.on_conflict,
+        tags=schedule.tags,
+        schedule_id=schedule.id,
+        scheduled_for=at,
+    )
 
 
 def _plan(schedule: ScheduleRecord, now: datetime) -> _Plan:
@@ -141,36 +166,25 @@ async def start_occurrences(
     *,
     instances: RunInstances,
     on_conflict: RunConflict | None = None,
-    checked: bool = False,
-) -> list[StartedRun]:
+) -> list[runs.StartedRun]:
     """Start the run of each occurrence that has none yet (the caller holds the schedule's row
-    lock; `checked`: it already left out those that have one), under the schedule's key and
-    `on_conflict` (None: its own). REJECT while the key's run is active skips the occurrence.
-    The runs started or met, in order."""
+    lock), under the schedule's key and `on_conflict` (None: its own). REJECT while the key's
+    run is active skips the occurrence. The runs started or met, in order."""
     if not occurrences:
         return []
-    have: set[datetime] = set()
-    if not checked:
-        rows = await uow.all(queries.HAVE_RUNS, id=schedule.id, at=occurrences)
-        have = {r["scheduled_for"] for r in rows}
-    done: list[StartedRun] = []
+    rows = await uow.all(queries.HAVE_RUNS, id=schedule.id, at=occurrences)
+    have = {r["scheduled_for"] for r in rows}
+    done: list[runs.StartedRun] = []
     for at in occurrences:
         if at in have:
             continue
-        options = StartOptions(
-            key=schedule.key,
-            on_conflict=on_conflict or schedule.on_conflict,
-            tags=schedule.tags,
-            schedule_id=schedule.id,
-            scheduled_for=at,
-        )
         try:
             started = await starts.start(
                 uow,
                 agent=schedule.agent,
                 params=input_of(schedule),
                 instances=instances,
-                options=options,
+                options=_options(schedule, at, on_conflict),
             )
         except RunActive:
             metrics.SCHEDULE_FIRES.labels("skipped").inc()
@@ -187,17 +201,13 @@ async def _locked(uow: Unit, schedule_id: UUID) -> tuple[ScheduleRecord, datetim
     return to_schedule(found), found["db_now"]
 
 
-async def trigger_schedule(uow: Unit, schedule_id: UUID, *, instances: RunInstances) -> StartedRun:
+async def trigger_schedule(
+    uow: Unit, schedule_id: UUID, *, instances: RunInstances
+) -> runs.StartedRun:
     """One run now (`scheduledFor` now), under the schedule's key and overlap policy: REJECT
     while its last run is active answers `RUN_ACTIVE`. Paused or not."""
     schedule, now = await _locked(uow, schedule_id)
-    options = StartOptions(
-        key=schedule.key,
-        on_conflict=schedule.on_conflict,
-        tags=schedule.tags,
-        schedule_id=schedule.id,
-        scheduled_for=now,
-    )
+    options = _options(schedule, now)
     started = await starts.start(
         uow, agent=schedule.agent, params=input_of(schedule), instances=instances, options=options
     )

@@ -90,14 +90,6 @@ HAVE_RUNS = prepare(
     )
 )
 
-# ... and of several schedules at once (the clock: a tenant's batch; pairs filtered by the caller).
-HAVE_RUNS_OF = prepare(
-    text(
-        "SELECT schedule_id, scheduled_for FROM runs"
-        " WHERE schedule_id = ANY(CAST(:ids AS uuid[]))"
-        " AND scheduled_for = ANY(CAST(:at AS timestamptz[]))"
-    )
-)
 # Every cursor of a tenant's batch in one statement.
 MOVE_MANY = prepare(
     text(
