@@ -31,7 +31,7 @@ from outlive.ids import TenantId, TokenId
 from outlive.resolvers.context import Services
 from outlive.runtime import Runtime, open_runtime
 from outlive.services import tokens
-from outlive.services.tenants import token_tenant
+from outlive.services.tenants import hash_token, token_tenant
 from outlive.telemetry.daemons import Daemon
 
 log = logging.getLogger(__name__)
@@ -79,8 +79,14 @@ class Cells:
             raise ServiceUnavailable(f"cell {cell!r} is not served here yet; retry")
         return services
 
+    def tenant_of(self, token: str) -> TenantId | None:
+        """The token's tenant: the one it names, or for a token made before tokens named their
+        tenant, the one a move listed it for (`old_tokens`); None: the default cell's."""
+        named = token_tenant(token)
+        return named if named is not None or not token else self.view.old_token(hash_token(token))
+
     def for_token(self, token: str) -> Services:
-        return self.for_tenant(token_tenant(token))
+        return self.for_tenant(self.tenant_of(token))
 
     async def admitted(self, tenant_id: TenantId) -> None:
         """Return once the tenant is not held by a move (503 past `HOLD_WAIT_S`)."""
