@@ -30,7 +30,7 @@ from outlive.errors import ServiceUnavailable
 from outlive.ids import TenantId, TokenId
 from outlive.resolvers.context import Services
 from outlive.runtime import Runtime, open_runtime
-from outlive.services import tokens
+from outlive.services import invitations, tokens
 from outlive.services.tenants import hash_token, token_tenant
 from outlive.telemetry.daemons import Daemon
 
@@ -87,6 +87,20 @@ class Cells:
 
     def for_token(self, token: str) -> Services:
         return self.for_tenant(self.tenant_of(token))
+
+    async def for_code(self, code: str) -> Services:
+        """The cell of an invitation code: the tenant's it names; a code sent before codes named
+        their tenant is asked of every cell in turn (only `acceptInvitation` and
+        `invitationCode` do, rate limited per client, and such codes expire)."""
+        tenant_id = token_tenant(code)
+        if tenant_id is not None:
+            await self.admitted(tenant_id)
+            return self.for_tenant(tenant_id)
+        for services in self.services.values():
+            refusal = (await invitations.check_code(services.sessions, code)).refusal
+            if refusal is None or refusal.reason != "unknown":
+                return services
+        return self.services[DEFAULT_CELL]
 
     async def admitted(self, tenant_id: TenantId) -> None:
         """Return once the tenant is not held by a move (503 past `HOLD_WAIT_S`)."""
@@ -148,6 +162,7 @@ async def open_cells(
         )
         services[cell.name] = cell_services(base, cell_runtime)
     cells = Cells(services)
+    base.code_cell = cells.for_code  # `acceptInvitation` (no token) finds its cell
     cells.view = DirectoryView(
         directory,
         poll_s=settings.directory_poll_s,
