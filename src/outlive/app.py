@@ -50,7 +50,7 @@ from outlive.realtime.sockets import NudgesTransportWS, OutliveWebSocketAdapter
 from outlive.resolvers.context import Context, Services
 from outlive.runtime import open_runtime
 from outlive.services.ratelimits import RateLimiter
-from outlive.services.tenants import authenticate, token_tenant
+from outlive.services.tenants import authenticate
 from outlive.telemetry import logs, metrics
 from outlive.web import graphiql_response, web_routes
 
@@ -76,7 +76,7 @@ class OutliveGraphQL(GraphQL[Context, None]):
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
-        tenant = None if self.cells is None else token_tenant(bearer_of(scope) or "")
+        tenant = None if self.cells is None else self.cells.tenant_of(bearer_of(scope) or "")
         if tenant is None or self.cells is None:
             await self._http(scope, receive, send)
             return

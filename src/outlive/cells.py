@@ -30,8 +30,8 @@ from outlive.errors import ServiceUnavailable
 from outlive.ids import TenantId, TokenId
 from outlive.resolvers.context import Services
 from outlive.runtime import Runtime, open_runtime
-from outlive.services import tokens
-from outlive.services.tenants import token_tenant
+from outlive.services import invitations, tokens
+from outlive.services.tenants import hash_token, token_tenant
 from outlive.telemetry.daemons import Daemon
 
 log = logging.getLogger(__name__)
@@ -79,8 +79,28 @@ class Cells:
             raise ServiceUnavailable(f"cell {cell!r} is not served here yet; retry")
         return services
 
+    def tenant_of(self, token: str) -> TenantId | None:
+        """The token's tenant: the one it names, or for a token made before tokens named their
+        tenant, the one a move listed it for (`old_tokens`); None: the default cell's."""
+        named = token_tenant(token)
+        return named if named is not None or not token else self.view.old_token(hash_token(token))
+
     def for_token(self, token: str) -> Services:
-        return self.for_tenant(token_tenant(token))
+        return self.for_tenant(self.tenant_of(token))
+
+    async def for_code(self, code: str) -> Services:
+        """The cell of an invitation code: the tenant's it names; a code sent before codes named
+        their tenant is asked of every cell in turn (only `acceptInvitation` and
+        `invitationCode` do, rate limited per client, and such codes expire)."""
+        tenant_id = token_tenant(code)
+        if tenant_id is not None:
+            await self.admitted(tenant_id)
+            return self.for_tenant(tenant_id)
+        for services in self.services.values():
+            refusal = (await invitations.check_code(services.sessions, code)).refusal
+            if refusal is None or refusal.reason != "unknown":
+                return services
+        return self.services[DEFAULT_CELL]
 
     async def admitted(self, tenant_id: TenantId) -> None:
         """Return once the tenant is not held by a move (503 past `HOLD_WAIT_S`)."""
@@ -142,6 +162,7 @@ async def open_cells(
         )
         services[cell.name] = cell_services(base, cell_runtime)
     cells = Cells(services)
+    base.code_cell = cells.for_code  # `acceptInvitation` (no token) finds its cell
     cells.view = DirectoryView(
         directory,
         poll_s=settings.directory_poll_s,

@@ -188,6 +188,7 @@ async def _run(move: _Move, report: MoveReport, start: int) -> None:
         report.rows, report.copy_s = tail.rows, tail.seconds
         await move.phase("flip")
     if start <= PHASES.index("flip"):
+        await _keep_old_tokens(move, source)  # those made since the hold's list, too
         flipped = await move.directory.place(move.tenant_id, move.slug, move.target.name)
         report.hold_s = time.perf_counter() - held_at
         move.say(
@@ -213,6 +214,7 @@ async def _run(move: _Move, report: MoveReport, start: int) -> None:
 
 async def _hold(move: _Move, source: asyncpg.Connection) -> None:
     """Hold the tenant's requests and park its runs; on a timeout, let go and fail."""
+    await _keep_old_tokens(move, source)  # its old tokens are held too, from this version on
     version = await move.directory.hold(move.tenant_id, held=True)
     paused_before = await source.fetchval(
         "SELECT paused_at IS NOT NULL FROM tenants WHERE id = $1", move.tenant_id
@@ -234,6 +236,17 @@ async def _hold(move: _Move, source: asyncpg.Connection) -> None:
             f"{move.slug}: not held within {HOLD_TIMEOUT_S:g} s (a step or a process goes on);"
             " let go, nothing moved: try again"
         ) from None
+
+
+async def _keep_old_tokens(move: _Move, source: asyncpg.Connection) -> None:
+    """List the tenant's live tokens' hashes in the directory: a token made before tokens
+    named their tenant is routed by this list once its tenant left the default cell."""
+    hashes = await source.fetch(
+        "SELECT token_hash FROM api_tokens WHERE tenant_id = $1 AND revoked_at IS NULL"
+        " AND (expires_at IS NULL OR expires_at > now())",
+        move.tenant_id,
+    )
+    await move.directory.keep_old_tokens(move.tenant_id, [r["token_hash"] for r in hashes])
 
 
 async def _parked(move: _Move, source: asyncpg.Connection) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from outlive.cli.cell_of import tenant_cell
 from outlive.cli.common import CliError, load_settings, run
 from outlive.config import Settings
 from outlive.errors import BadUserInput
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 
 async def set_retention(settings: Settings, slug: str, days: int) -> str:
+    settings = await tenant_cell(settings, slug)
     async with open_runtime(settings, "cli") as runtime:
         try:
             found = await retention.set_retention_by_slug(runtime.sessions, slug, days)
@@ -31,6 +33,7 @@ async def set_retention(settings: Settings, slug: str, days: int) -> str:
 
 
 async def erase_subject(settings: Settings, slug: str, tag: str) -> str:
+    settings = await tenant_cell(settings, slug)
     role: Role = "cli-queues" if settings.redis_url else "cli"
     async with open_runtime(settings, role) as runtime:
         tenant_id = await retention.tenant_by_slug(runtime.sessions, slug)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from outlive.cli.cell_of import tenant_cell
 from outlive.cli.common import KEEP, load_settings, run
 from outlive.config import Settings
 from outlive.db.ports import NO_INSTANCES
@@ -23,6 +24,7 @@ async def set_tenant_limits(
 ) -> str:
     """Set the caps (and the tenant's `llm` rates, of calls and of tokens: "N/S" or "default"),
     then admit what the new caps let through (when Redis is configured)."""
+    settings = await tenant_cell(settings, slug)
     role: Role = "cli-queues" if settings.redis_url else "cli"
     async with open_runtime(settings, role) as runtime, runtime.sessions.unit() as uow:
         limits = await set_limits(uow, tenant_slug=slug, changes=changes)
@@ -53,6 +55,7 @@ def cmd_tenant_set_limits(args: argparse.Namespace) -> None:
 
 async def pause_tenant(settings: Settings, slug: str, *, paused: bool) -> str:
     """Hold (or let go of) every run of the tenant, in PostgreSQL; the line to print."""
+    settings = await tenant_cell(settings, slug)
     role: Role = "cli-queues" if settings.redis_url else "cli"
     async with open_runtime(settings, role) as runtime:
         instances = runtime.queues.instances if runtime.queues is not None else NO_INSTANCES

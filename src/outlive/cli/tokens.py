@@ -13,7 +13,7 @@ from uuid import UUID
 
 from redis.exceptions import RedisError
 
-from outlive.cells import cell_settings
+from outlive.cli.cell_of import every_cell, placed_cell, tenant_cell
 from outlive.cli.common import CliError, load_settings, run
 from outlive.config import DEFAULT_CELL, Settings
 from outlive.db.directory import Directory
@@ -21,7 +21,7 @@ from outlive.db.models import Role
 from outlive.errors import BadUserInput
 from outlive.ids import TokenId
 from outlive.realtime.revocations import announce_revoked
-from outlive.runtime import open_runtime
+from outlive.runtime import Runtime, open_runtime
 from outlive.services import tenants, tokens
 
 COLUMNS = ("id", "tenant", "user", "created", "expires", "revoked")
@@ -40,7 +40,7 @@ async def create_token(
 ) -> tuple[Role, str]:
     """A new token (and the tenant and user, when they are new): its role, and the token, shown
     once. `role` None: the member's (ADMIN for a new member)."""
-    cell = await _tenant_cell(settings, tenant)
+    cell = await placed_cell(settings, tenant)
     async with open_runtime(cell or settings, "cli") as runtime, runtime.sessions.unit() as uow:
         principal, token = await tenants.create_token(
             uow, tenant_slug=tenant, email=email, expires_in=expires_in, role=role
@@ -52,22 +52,6 @@ async def create_token(
         finally:
             await directory.close()
     return principal.role, token
-
-
-async def _tenant_cell(settings: Settings, slug: str) -> Settings | None:
-    """With a directory, the settings of the tenant's cell (docs/cells.md); None for a tenant
-    the directory does not list (on the default cell, DATABASE_URL) or without a directory."""
-    if settings.directory_url is None:
-        return None
-    directory = await Directory.open(settings.directory_url)
-    try:
-        placement = await directory.by_slug(slug)
-        cells = {c.name: c for c in await directory.cells()}
-    finally:
-        await directory.close()
-    if placement is None or placement.cell == DEFAULT_CELL:
-        return None
-    return cell_settings(settings, cells[placement.cell])
 
 
 def cmd_token_create(args: argparse.Namespace) -> None:
@@ -97,8 +81,12 @@ def format_tokens(records: list[tokens.TokenRecord]) -> list[str]:
 
 
 async def list_tokens(settings: Settings, tenant: str | None) -> list[str]:
-    async with open_runtime(settings, "cli") as runtime:
-        records = await tokens.list_tokens(runtime.sessions, tenant_slug=tenant)
+    """The tenant's tokens, on its cell; without a tenant, every cell's."""
+    cells = [await tenant_cell(settings, tenant)] if tenant else await every_cell(settings)
+    records: list[tokens.TokenRecord] = []
+    for cell in cells:
+        async with open_runtime(cell, "cli") as runtime:
+            records += await tokens.list_tokens(runtime.sessions, tenant_slug=tenant)
     return format_tokens(records)
 
 
@@ -117,20 +105,28 @@ def parse_token_id(value: str) -> TokenId:
 async def revoke_token(settings: Settings, value: str) -> str:
     """Revoke, announce; the line to print. Raises `BadUserInput` for an unknown id."""
     token_id = parse_token_id(value)
-    async with open_runtime(settings, "cli-queues") as runtime:
-        async with runtime.sessions.unit() as uow:
-            record = await tokens.revoke_token(uow, token_id)
-        if record is None:
-            raise BadUserInput(f"no token {token_id} (see `outlive token list`)")
-        try:
-            heard = await announce_revoked(
-                runtime.require_queues().redis, settings.redis_url or "", token_id
-            )
-        except (RedisError, OSError) as exc:
-            raise NotAnnounced(
-                f"token {token_id} is revoked, but Redis could not announce it ({exc}): API "
-                "processes close its sockets at their next re-check (OUTLIVE_WS_RECHECK_S)"
-            ) from None
+    for cell in await every_cell(settings):  # a token's id is unique across cells
+        async with open_runtime(cell, "cli-queues") as runtime:
+            async with runtime.sessions.unit() as uow:
+                record = await tokens.revoke_token(uow, token_id)
+            if record is not None:
+                return await _announced(settings, runtime, token_id, record)
+    raise BadUserInput(f"no token {token_id} (see `outlive token list`)")
+
+
+async def _announced(
+    settings: Settings, runtime: Runtime, token_id: TokenId, record: tokens.TokenRecord
+) -> str:
+    """Announce the revocation on Redis; the line to print."""
+    try:
+        heard = await announce_revoked(
+            runtime.require_queues().redis, settings.redis_url or "", token_id
+        )
+    except (RedisError, OSError) as exc:
+        raise NotAnnounced(
+            f"token {token_id} is revoked, but Redis could not announce it ({exc}): API "
+            "processes close its sockets at their next re-check (OUTLIVE_WS_RECHECK_S)"
+        ) from None
     return (
         f"revoked token {token_id} of {record.user} in tenant {record.tenant} "
         f"at {_when(record.revoked_at)}; {heard} API process(es) closed its sockets"

@@ -56,6 +56,10 @@ CREATE TABLE IF NOT EXISTS tenants (
     held_since timestamptz,
     version bigint NOT NULL DEFAULT nextval('directory_versions'));
 CREATE INDEX IF NOT EXISTS ix_tenants_version ON tenants (version);
+CREATE TABLE IF NOT EXISTS old_tokens (
+    token_hash bytea PRIMARY KEY,
+    tenant_id uuid NOT NULL REFERENCES tenants (tenant_id) ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS ix_old_tokens_tenant ON old_tokens (tenant_id);
 CREATE TABLE IF NOT EXISTS viewers (
     id text PRIMARY KEY,
     seen_version bigint NOT NULL,
@@ -189,6 +193,31 @@ class Directory:
         if version is None:
             raise LookupError(f"cell {cell!r} has no slot: give it some with `outlive cell add`")
         return int(version)
+
+    async def keep_old_tokens(self, tenant_id: UUID, hashes: Sequence[bytes]) -> None:
+        """Replace the tenant's `old_tokens`: the hashes of its tokens, which a token made
+        before tokens named their tenant is routed by (docs/cells.md). Written by a move before
+        its hold and again before its flip; each viewer reloads them with the tenant's row."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("DELETE FROM old_tokens WHERE tenant_id = $1", tenant_id)
+            await conn.execute(
+                "INSERT INTO old_tokens (token_hash, tenant_id)"
+                " SELECT h, $1 FROM unnest($2::bytea[]) h"
+                " ON CONFLICT (token_hash) DO UPDATE SET tenant_id = excluded.tenant_id",
+                tenant_id,
+                list(hashes),
+            )
+
+    async def old_tokens(self, tenant_ids: Sequence[UUID] | None = None) -> dict[bytes, TenantId]:
+        """Token hash -> tenant, of `tenant_ids` (every tenant's with None)."""
+        if tenant_ids is None:
+            rows = await self.pool.fetch("SELECT token_hash, tenant_id FROM old_tokens")
+        else:
+            rows = await self.pool.fetch(
+                "SELECT token_hash, tenant_id FROM old_tokens WHERE tenant_id = ANY($1::uuid[])",
+                list(tenant_ids),
+            )
+        return {bytes(r["token_hash"]): TenantId(r["tenant_id"]) for r in rows}
 
     async def hold(self, tenant_id: UUID, *, held: bool) -> int:
         """Hold (or release) the tenant's writes; the new version (every viewer must see it)."""

@@ -61,6 +61,7 @@ class DirectoryView:
         self.version = 0
         self.fresh_at = float("-inf")  # when the last successful read started (monotonic)
         self._placements: dict[TenantId, Placement] = {}
+        self._old_tokens: dict[bytes, TenantId] = {}  # a token made before tokens named tenants
         self._released: dict[TenantId, asyncio.Event] = {}
         self._changed = asyncio.Event()
 
@@ -68,6 +69,8 @@ class DirectoryView:
         """Read what changed, apply it, drain what is newly held, acknowledge the version."""
         started = self.clock()
         changes = await self.directory.placements(self.version)
+        if changes:
+            await self._load_old_tokens([p.tenant_id for p in changes])
         held: set[TenantId] = set()
         for placement in changes:
             before = self._placements.get(placement.tenant_id)
@@ -86,6 +89,20 @@ class DirectoryView:
         if changes:
             self._changed.set()
             self._changed = asyncio.Event()
+
+    async def _load_old_tokens(self, tenants: list[TenantId]) -> None:
+        """The old tokens of the changed tenants (all of them at the first read)."""
+        first = self.version == 0
+        loaded = await self.directory.old_tokens(None if first else tenants)
+        if not first:
+            changed = set(tenants)
+            self._old_tokens = {h: t for h, t in self._old_tokens.items() if t not in changed}
+        self._old_tokens.update(loaded)
+
+    def old_token(self, token_hash: bytes) -> TenantId | None:
+        """The tenant of a token made before tokens named their tenant, once a move listed it
+        (None: a token of the default cell, or no token at all)."""
+        return self._old_tokens.get(token_hash)
 
     async def run(self) -> None:
         """Poll until cancelled (a `Daemon`'s body); a failed read leaves the view to age."""

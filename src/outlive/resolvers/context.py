@@ -4,6 +4,7 @@ and a loader, or a service function called by name."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -61,6 +62,14 @@ class Services:
     hub: Hub | None = None
     outputs: OutputTails | None = None  # runs' output streams (`runOutput`)
     forget: Forget = forget_nothing  # what Redis keeps of erased runs (`eraseSubject`)
+
+    # with cells: the cell of an invitation code (`outlive.cells.Cells.for_code`)
+    code_cell: Callable[[str], Awaitable[Services]] | None = None
+
+    async def for_code(self, code: str) -> Services:
+        """The services of the cell that holds invitation code `code` (this one without cells):
+        `acceptInvitation` carries no token to route by (docs/cells.md)."""
+        return self if self.code_cell is None else await self.code_cell(code)
 
     async def authenticate(self, token: str) -> Principal | None:
         """The principal of a bearer token, through this process's cache (which obeys

@@ -109,7 +109,8 @@ async def invitation_code(info: Info, code: str) -> InvitationCode:
     it opens, so a revoked, used or expired link says so before anyone clicks."""
     ctx = info.context
     await _take_client(ctx)
-    return InvitationCode.of(await invitations.check_code(ctx.services.sessions, code))
+    services = await ctx.services.for_code(code)
+    return InvitationCode.of(await invitations.check_code(services.sessions, code))
 
 
 async def accept_invitation(info: Info, code: str) -> AcceptInvitationPayload:
@@ -119,7 +120,8 @@ async def accept_invitation(info: Info, code: str) -> AcceptInvitationPayload:
     token."""
     ctx = info.context
     await _take_client(ctx)
-    async with ctx.services.sessions.unit() as uow:
+    services = await ctx.services.for_code(code)  # with cells: the code's tenant's cell
+    async with services.sessions.unit() as uow:
         accepted = await invitations.take_code(uow, code)
         principal, token = await tenants.create_token(
             uow, tenant_slug=accepted.tenant_slug, email=accepted.email, role=accepted.role

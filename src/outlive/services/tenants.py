@@ -67,13 +67,20 @@ def mint_token(tenant_id: TenantId) -> str:
     a dot, 43 random characters. The tenant part routes the token to its tenant's cell without a
     lookup (`outlive.db.directory`); it proves nothing: the token is found by its hash, in the
     cell, and must belong to that tenant there."""
+    return f"{TOKEN_PREFIX}{naming_secret(tenant_id)}"
+
+
+def naming_secret(tenant_id: TenantId) -> str:
+    """A new secret that names its tenant (a token's body, an invitation code): the tenant's id
+    (22 characters of base64url), a dot, 43 random characters; `token_tenant` reads it back."""
     tenant = base64.urlsafe_b64encode(tenant_id.bytes).rstrip(b"=").decode()
-    return f"{TOKEN_PREFIX}{tenant}.{secrets.token_urlsafe(32)}"
+    return f"{tenant}.{secrets.token_urlsafe(32)}"
 
 
 def token_tenant(token: str) -> TenantId | None:
-    """The tenant a token names (`mint_token`); None for a token made before round five (no
-    tenant part: its deployment has one cell, or the directory lists it) or a malformed one."""
+    """The tenant a token or an invitation code names (`naming_secret`); None for one made
+    before round five (no tenant part: its deployment has one cell, or the directory lists it)
+    or a malformed one."""
     head, dot, _ = token.removeprefix(TOKEN_PREFIX).partition(".")
     if not dot or len(head) != 22:
         return None

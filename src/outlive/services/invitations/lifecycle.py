@@ -27,6 +27,7 @@ from outlive.services.invitations.records import (
     Outgoing,
     read_invitation,
 )
+from outlive.services.tenants import naming_secret
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,9 @@ async def list_invitations(db: Db, tenant_id: TenantId) -> list[InvitationRecord
     ]
 
 
+_PENDING_TENANT = prepare(
+    text("SELECT tenant_id FROM invitations WHERE id = :invitation_id AND status = 'PENDING'")
+)
 _TAKE_PENDING = prepare(
     text(
         "WITH taken AS (UPDATE invitations SET token_hash = :token_hash"
@@ -150,8 +154,13 @@ _TAKE_PENDING = prepare(
 
 
 async def take_pending(uow: UnitOfWork, invitation_id: InvitationId) -> Outgoing | None:
-    """The invitation to send, with a fresh one-time token (only its hash is stored)."""
-    token = secrets.token_urlsafe(32)
+    """The invitation to send, with a fresh one-time code (only its hash is stored). The code
+    names its tenant (`naming_secret`), so that `acceptInvitation`, which carries no token, is
+    routed to the tenant's cell (docs/cells.md)."""
+    pending = await uow.one(_PENDING_TENANT, invitation_id=invitation_id)
+    if pending is None:
+        return None
+    token = naming_secret(TenantId(pending["tenant_id"]))
     row = await uow.one(
         _TAKE_PENDING,
         invitation_id=invitation_id,

@@ -1,0 +1,192 @@
+"""Benchmark: CPU per run with three cells against one cell, in the same run (issue 48).
+
+    uv run python bench/cells.py [--tenants 30] [--runs 90] [--rounds 2]
+
+One process serves the API (`build_app`, in memory) and a worker host per cell, as
+`tests/cells/test_move.py` does. Phase "1 cell": no directory, every tenant on DATABASE_URL (the
+deployment before cells). Phase "3 cells": a directory and two more cells (copies of the
+migrated database), the tenants spread over the three. Each phase starts `--runs` runs of the
+`demo` agent over `--tenants` tenants, 16 at once (18 worker slots in all), and waits in the
+databases until all settled (after one untimed run per tenant); its figure is this process's
+CPU seconds (user + system, `time.process_time`) per run. The phases alternate `--rounds` times
+so that the machine's load falls on both alike; the ratio is the median 3-cell figure over the
+median 1-cell one. PostgreSQL's and Redis's CPU are not counted (other processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import secrets
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+from sqlalchemy.engine import make_url
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ADMIN_PG, bench_env, table
+
+from outlive.app import build_app
+from outlive.cells import cell_settings
+from outlive.config import Settings
+from outlive.db.directory import Cell, Directory
+from outlive.db.engine import create_engine, create_sessions
+from outlive.services.tenants import create_token
+from outlive.worker import WorkerHost
+
+START = "mutation($i: StartRunInput!) { startRun(input: $i) { run { id } } }"
+STATUS = "query($id: ID!) { run(id: $id) { status } }"
+
+
+async def copy_database(template: str | None) -> str:
+    """A new database: a copy of `template`'s (a migrated cell), or empty (the directory)."""
+    name = f"outlive_bench_cell_{secrets.token_hex(4)}"
+    admin = await asyncpg.connect(ADMIN_PG)
+    try:
+        like = "" if template is None else f' TEMPLATE "{make_url(template).database}"'
+        await admin.execute(f'CREATE DATABASE "{name}"{like}')
+    finally:
+        await admin.close()
+    return make_url(ADMIN_PG).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop(urls: list[str]) -> None:
+    admin = await asyncpg.connect(ADMIN_PG)
+    try:
+        for url in urls:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def tokens_on(url: str, count: int, prefix: str) -> list[str]:
+    engine = create_engine(url, pool_size=2)
+    sessions = create_sessions(engine)
+    made = []
+    try:
+        for n in range(count):
+            async with sessions.unit() as uow:
+                _, token = await create_token(
+                    uow, tenant_slug=f"{prefix}-{n}", email=f"o@{prefix}-{n}.test"
+                )
+            made.append(token)
+    finally:
+        await engine.dispose()
+    return made
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings, cells: list[Cell]) -> AsyncIterator[httpx.AsyncClient]:
+    each = 18 // len(cells)  # the same worker concurrency in all: 18, or 6 per cell
+    hosts = [WorkerHost(cell_settings(settings, c), concurrency=each) for c in cells]
+    for host in hosts:
+        await host.start()
+    app = build_app(settings, serve_web=False)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://b.test") as c:
+                yield c
+    finally:
+        await asyncio.gather(*(h.stop() for h in hosts))
+
+
+async def cpu_per_run(
+    client: httpx.AsyncClient, tokens: list[str], runs: int, cells: list[Cell]
+) -> float:
+    """Start `runs` runs through the API, then wait for them in the databases (one count a
+    0.1 s, not a poll per run: a figure that does not depend on how fast runs finish)."""
+    lanes = asyncio.Semaphore(16)
+
+    async def one(n: int) -> None:
+        headers = {"Authorization": f"Bearer {tokens[n % len(tokens)]}"}
+        async with lanes:
+            body = {"i": {"agent": "demo", "key": f"k{n}-{secrets.token_hex(3)}", "input": {}}}
+            sent = await client.post(
+                "/graphql", json={"query": START, "variables": body}, headers=headers
+            )
+            if sent.json().get("errors"):
+                raise RuntimeError(sent.text)
+
+    conns = [await asyncpg.connect(c.database_url) for c in cells]
+    try:
+        before = await _settled(conns)
+        started = time.process_time()
+        await asyncio.gather(*(one(n) for n in range(runs)))
+        while await _settled(conns) < before + runs:
+            await asyncio.sleep(0.1)
+        return (time.process_time() - started) / runs
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+async def _settled(conns: list[asyncpg.Connection]) -> int:
+    total = 0
+    for conn in conns:
+        total += await conn.fetchval("SELECT count(*) FROM runs WHERE status = 'SUCCEEDED'")
+    return total
+
+
+async def main(args: argparse.Namespace) -> None:
+    async with bench_env() as env:
+        extra = [await copy_database(env.database_url) for _ in range(2)]
+        directory_url = await copy_database(None)
+        try:
+            base = Settings(database_url=env.database_url, redis_url=env.redis_url)
+            directory = await Directory.open(directory_url)
+            await directory.ensure_schema(env.database_url)
+            await directory.add_cell("c1", extra[0], slots=range(341, 682))
+            await directory.add_cell("c2", extra[1], slots=range(682, 1024))
+            cells = await directory.cells()
+            one_cell = await tokens_on(env.database_url, args.tenants, "one")
+            spread: list[str] = []
+            per_cell = args.tenants // 3
+            for cell in cells:
+                for token, slug in zip(
+                    await tokens_on(cell.database_url, per_cell, f"three-{cell.name}"),
+                    [f"three-{cell.name}-{n}" for n in range(per_cell)],
+                    strict=True,
+                ):
+                    spread.append(token)
+                    placement = await _placed(cell.database_url, slug)
+                    await directory.place(placement, slug, cell.name)
+            await directory.close()
+            three = base.model_copy(update={"directory_url": directory_url})
+            figures: dict[str, list[float]] = {"1 cell": [], "3 cells": []}
+            for _ in range(args.rounds):
+                alone = [Cell("default", env.database_url)]
+                async with serving(base, alone) as client:
+                    await cpu_per_run(client, one_cell, len(one_cell), alone)  # warm: not counted
+                    figures["1 cell"].append(await cpu_per_run(client, one_cell, args.runs, alone))
+                async with serving(three, cells) as client:
+                    await cpu_per_run(client, spread, len(spread), cells)
+                    figures["3 cells"].append(await cpu_per_run(client, spread, args.runs, cells))
+        finally:
+            await drop([*extra, directory_url])
+    rows = [[k, " ".join(f"{v * 1000:.2f}" for v in vs)] for k, vs in figures.items()]
+    print(table(rows, ["phase", "CPU ms per run (each round)"]))
+    ratio = statistics.median(figures["3 cells"]) / statistics.median(figures["1 cell"])
+    print(f"3 cells / 1 cell: {ratio:.3f}x (target <= 1.05x)")
+
+
+async def _placed(url: str, slug: str) -> object:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval("SELECT id FROM tenants WHERE slug = $1", slug)
+    finally:
+        await conn.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tenants", type=int, default=30)
+    parser.add_argument("--runs", type=int, default=90)
+    parser.add_argument("--rounds", type=int, default=2)
+    asyncio.run(main(parser.parse_args()))
