@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from uuid import UUID
 
 import asyncpg
 import httpx
@@ -176,10 +177,11 @@ async def main(args: argparse.Namespace) -> None:
     print(f"3 cells / 1 cell: {ratio:.3f}x (target <= 1.05x)")
 
 
-async def _placed(url: str, slug: str) -> object:
+async def _placed(url: str, slug: str) -> UUID:
     conn = await asyncpg.connect(url)
     try:
-        return await conn.fetchval("SELECT id FROM tenants WHERE slug = $1", slug)
+        tenant_id: UUID = await conn.fetchval("SELECT id FROM tenants WHERE slug = $1", slug)
+        return tenant_id
     finally:
         await conn.close()
 

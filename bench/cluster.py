@@ -22,6 +22,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import asyncpg
@@ -34,7 +35,7 @@ from runs import INPUT, make_tenants, tree_cpu_s
 
 from outlive.config import Settings
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue
-from outlive.jobs.relay import marker_keys
+from outlive.jobs.relay import MARKER_KEY, marker_keys
 from outlive.jobs.run_instances import SaqRunInstances
 from tests.redis_cluster import MISSING, TOOLS, RedisClusterNodes, flush_redis
 
@@ -49,7 +50,7 @@ async def redis_cpu_s(url: str) -> float:
     for node in urls:
         client = Redis.from_url(node)
         try:
-            if "+cluster://" in url and (await client.execute_command("ROLE"))[0] != b"master":
+            if "+cluster://" in url and (await client.role())[0] != b"master":
                 continue
             info = await client.info("cpu")
         finally:
@@ -58,13 +59,15 @@ async def redis_cpu_s(url: str) -> float:
     return total
 
 
-async def one(env: Env, redis_url: str, tenants: list[tuple[object, str]]) -> list[object]:
+async def one(env: Env, redis_url: str, tenants: Sequence[tuple[object, str]]) -> list[object]:
     """One measurement: runs/s, worker CPU ms per run, Redis CPU ms per run."""
     partitions = PARTITIONS if "+cluster://" in redis_url else 1
     flush_redis(redis_url)
     runs = create_queue(redis_url, RUNS_QUEUE, partitions=partitions)
     jobs = create_queue(redis_url, JOBS_QUEUE, partitions=partitions)
-    for key in marker_keys(runs, jobs):  # a healthy queue: the relays hand nothing again
+    for key in marker_keys(
+        MARKER_KEY, runs, jobs
+    ):  # a healthy queue: the relays hand nothing again
         await runs.redis.set(key, "1")
     settings = Settings(database_url=env.database_url, redis_url=redis_url, queue_timeout_s=60)
     instances = SaqRunInstances(runs, settings)

@@ -23,6 +23,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -49,7 +50,9 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-async def ask(client: KeepAlive, token: str, query: str, variables: dict[str, object]) -> dict:
+async def ask(
+    client: KeepAlive, token: str, query: str, variables: dict[str, object]
+) -> dict[str, Any]:
     body = json.dumps({"query": query, "variables": variables}).encode()
     status, payload = await client.post_json("/graphql", body, {"Authorization": f"Bearer {token}"})
     answer = json.loads(payload)

@@ -18,6 +18,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 from outlive.services import sealing
 
@@ -44,9 +45,9 @@ def main() -> None:
     for label, size in SIZES.items():
         value = json.dumps({"text": os.urandom(size // 2).hex()[: size - 12]})
         sealed = sealing.seal(cipher, value)
-        seal = median_us(lambda v=value: sealing.seal(cipher, v), args.repeat)
-        opened = median_us(lambda s=sealed: sealing.open_text(cipher, s), args.repeat)
-        floor = median_us(lambda v=value: json.loads(v), args.repeat)
+        seal = median_us(partial(sealing.seal, cipher, value), args.repeat)
+        opened = median_us(partial(sealing.open_text, cipher, sealed), args.repeat)
+        floor = median_us(partial(json.loads, value), args.repeat)
         ratio = len(sealed) / len(value)
         print(f"| {label} | {seal:,.0f} us | {opened:,.0f} us | {floor:,.0f} us | {ratio:.3f} |")
 
