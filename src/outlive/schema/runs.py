@@ -184,6 +184,21 @@ class Run:
     not_before: datetime | None = strawberry.field(
         default=None, description="A debounced run does not start before this."
     )
+    paused_at: datetime | None = strawberry.field(
+        default=None,
+        description="Held by pauseRun, pauseAgent or a tenant's pause (since then); null "
+        "otherwise. A held run is WAITING (a RUNNING one from its next step).",
+    )
+    wake_at: datetime | None = strawberry.field(
+        default=None,
+        description="While WAITING: when its timer (a sleep), or its signal's timeout, fires; "
+        "null when it waits for a signal with no timeout, or is not WAITING.",
+    )
+    waiting_for: str | None = strawberry.field(
+        default=None,
+        description="While WAITING: the name of the signal the run waits for; null for a "
+        "durable sleep (and whenever the run is not WAITING).",
+    )
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="Timeline events with seq > after, ascending."
@@ -247,33 +262,12 @@ class Run:
         return retries_left(self.record)
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
-        description="While WAITING: the name of the signal the run waits for; null for a "
-        "durable sleep (and whenever the run is not WAITING)."
-    )
-    def waiting_for(self) -> str | None:
-        return self.record.waiting_for if self.record.status == DbRunStatus.WAITING else None
-
-    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
-        description="While WAITING: when its timer (a sleep), or its signal's timeout, fires; "
-        "null when it waits for a signal with no timeout, or is not WAITING."
-    )
-    def wake_at(self) -> datetime | None:
-        return self.record.wake_at if self.record.status == DbRunStatus.WAITING else None
-
-    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description="While WAITING for a signal: the id of that wait. A `signalRun` that "
         "passes it as `waitId` answers this wait only: it is never kept for a later wait, and "
         "is not accepted once this wait is over. Null whenever `waitingFor` is null."
     )
     def wait_id(self) -> str | None:
         return wait_id_of(self.record)
-
-    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
-        description="Held by pauseRun, pauseAgent or a tenant's pause (since then); null "
-        "otherwise. A held run is WAITING (a RUNNING one from its next step)."
-    )
-    def paused_at(self) -> datetime | None:
-        return self.record.paused_at if self.record.is_active else None
 
     @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
         description='Held by this budget (WAITING, waitingFor "budget"); null otherwise.'
@@ -366,6 +360,10 @@ class Run:
             scheduled_for=r.scheduled_for,
             priority=r.priority,
             not_before=r.not_before,
+            # plain data, not resolvers, so a list of runs is answered by a compiled plan
+            waiting_for=r.waiting_for if r.status == DbRunStatus.WAITING else None,
+            wake_at=r.wake_at if r.status == DbRunStatus.WAITING else None,
+            paused_at=r.paused_at if r.is_active else None,
         )
 
 
