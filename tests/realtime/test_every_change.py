@@ -50,6 +50,7 @@ TABLE = {
     # round five (§5)
     "member.updated": "a member joined, changed role or was removed",
     "budget.updated": "a budget's limit, spent, reserved or held runs changed (1/s at most)",
+    "schedule.updated": "a schedule was created, changed, paused, resumed, fired or deleted",
 }
 AGENT_EVENTS = {"turn", "message", "step"}  # appended by an agent: the run itself did not change
 Pair = tuple[str, str | None]
@@ -413,6 +414,18 @@ async def member_changed_then_removed(w: World) -> Counter[Pair]:
     return Counter({("member.updated", user): 2})
 
 
+async def schedule_made_paused_deleted(w: World) -> Counter[Pair]:
+    create = (
+        'mutation { createSchedule(input: {agent: "demo", cron: "0 8 * * 1-5",'
+        ' timezone: "Europe/Paris"}) { id } }'
+    )
+    made = (await w.http.gql(create, token=w.token))["createSchedule"]["id"]
+    pause = "mutation($id: ID!) { pauseSchedule(id: $id) { id } }"
+    await w.http.gql(pause, {"id": made}, token=w.token)
+    await w.http.gql("mutation($id: ID!) { deleteSchedule(id: $id) }", {"id": made}, token=w.token)
+    return Counter({("schedule.updated", made): 3})  # made, paused, deleted
+
+
 async def budget_set_then_deleted(w: World) -> Counter[Pair]:
     set_budget = (
         "mutation { setBudget(input: {scope: TENANT, period: DAY, limitTokens: 10}) { id } }"
@@ -477,6 +490,7 @@ SCENARIOS: dict[str, tuple[Scenario, dict[str, Any], set[str]]] = {
     "runs replayed by replayRuns": (replayed_by_replay_runs, {}, {"replay.updated"}),
     "member's role changed, then removed": (member_changed_then_removed, {}, {"member.updated"}),
     "budget set, then deleted": (budget_set_then_deleted, {}, {"budget.updated"}),
+    "schedule made, paused, deleted": (schedule_made_paused_deleted, {}, {"schedule.updated"}),
     "delivery to a private address refused": (
         delivery_to_a_private_address_refused,
         {"webhook_allow_private": False},

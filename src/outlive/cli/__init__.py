@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from importlib import import_module
 from typing import Any, NoReturn
 
-from outlive.cli.common import KEEP, CliError, duration, limit, positive
+from outlive.cli.common import KEEP, CliError, duration, limit, positive, slot_range
 from outlive.cli.replay import add_parser as add_replay
 
 __all__ = ["CliError", "main"]
@@ -175,7 +175,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cell_commands(sub: Any, tenant_sub: Any) -> None:
     """The directory's, the cells' and the moves' commands (docs/cells.md)."""
-    from outlive.cli.cells import slot_range
 
     tenant_sub.add_parser("list", help="every tenant of every cell").set_defaults(
         func=_command("cells", "cmd_tenant_list")

@@ -38,17 +38,6 @@ async def init_directory(settings: Settings) -> str:
     return f"directory ready: {len(cells)} cell(s), {SLOTS} slots"
 
 
-def slot_range(value: str) -> range:
-    first, _, last = value.partition("-")
-    try:
-        slots = range(int(first), int(last or first) + 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a slot range (e.g. 512-1023)") from None
-    if not slots or slots.start < 0 or slots.stop > SLOTS:
-        raise argparse.ArgumentTypeError(f"slots are 0 to {SLOTS - 1}")
-    return slots
-
-
 async def add_cell(settings: Settings, name: str, url: str, slots: range | None) -> str:
     conn = await primary.connect(url)  # reachable, and migrated (`outlive migrate` there first)
     try:

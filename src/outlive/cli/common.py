@@ -72,3 +72,20 @@ def limit(value: str) -> int | None:
     if number > 2**31 - 1:  # the column is a PostgreSQL integer
         raise argparse.ArgumentTypeError(f"must be at most {2**31 - 1}")
     return number
+
+
+SLOTS = (
+    1024  # the directory's virtual slots (`outlive.db.directory.SLOTS`; a test keeps them equal)
+)
+
+
+def slot_range(value: str) -> range:
+    """`512-1023` (or one slot): parsed without importing the directory, so `--help` stays light."""
+    first, _, last = value.partition("-")
+    try:
+        slots = range(int(first), int(last or first) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a slot range (e.g. 512-1023)") from None
+    if not slots or slots.start < 0 or slots.stop > SLOTS:
+        raise argparse.ArgumentTypeError(f"slots are 0 to {SLOTS - 1}")
+    return slots

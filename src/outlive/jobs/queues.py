@@ -132,8 +132,15 @@ class OutliveRedisQueue(RedisQueue):
         if not is_cluster(self.redis):
             await super().disconnect()
             return
-        await self._pubsub.close()
+        await self.close_pubsub()
         await self.redis.aclose()
+
+    async def close_pubsub(self) -> None:
+        await self._pubsub.close()
+        if is_cluster(self.redis):
+            # The cluster client's pubsub is a plain client's of its own (`jobs.redis`): the
+            # multiplexer's close leaves the connection its PUNSUBSCRIBE took in that pool.
+            await self._pubsub.pubsub.connection_pool.disconnect()
 
     async def sweep(self, lock: int = 60, abort: float = 5.0) -> list[str]:
         if not self._cleanup_script:
@@ -355,7 +362,7 @@ class PartitionedQueue(OutliveRedisQueue):
 
     async def disconnect(self) -> None:
         for part in self._parts[1:]:
-            await part._pubsub.close()
+            await part.close_pubsub()
         await super().disconnect()  # the first partition's, and the client they share
 
 
