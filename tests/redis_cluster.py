@@ -52,11 +52,20 @@ TOOLS = tools()
 MISSING = "needs redis-server and redis-cli >= 7 on the PATH (a Redis Cluster)"
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
+
+
 def cluster_port() -> int:
-    """A free port whose cluster bus port (+10000) is free too, and under 65536: an ephemeral
-    port from the kernel is often past 55535, where the bus port cannot be."""
+    """A free port whose cluster bus port (+10000) is free too, both below the kernel's
+    ephemeral range: a node restarted on its port (`restart_empty`) must find it free, and a
+    client's outgoing connection may take any ephemeral port meanwhile."""
+    top = max(_ephemeral_floor() - 10_000, 12_000)
     while True:
-        port = random.randrange(20_000, 45_000)
+        port = random.randrange(10_000, top)
         try:
             for candidate in (port, port + 10_000):
                 with socket.socket() as probe:
@@ -132,11 +141,14 @@ class RedisClusterNodes:
         )
 
     def wait_ok(self, ports: list[int] | None = None) -> None:
-        """Every live node says `cluster_state:ok` and sees as many masters as it should."""
+        """Every live node says `cluster_state:ok` and sees as many masters as it should, and
+        every replica's link to its master is up. A replica that has never synced counts its
+        data as stale since forever (`cluster-replica-validity-factor`) and never takes over: a
+        master killed right after `--cluster create` then stays lost, its slots uncovered."""
         deadline = time.monotonic() + READY_S
         for port in ports or self.live_ports():
             with Redis(host="127.0.0.1", port=port, socket_timeout=5) as redis:
-                while not _ok(redis, self.masters):
+                while not (_ok(redis, self.masters) and _synced(redis)):
                     assert time.monotonic() < deadline, f"the cluster never got ready ({port})"
                     time.sleep(0.05)
 
@@ -182,6 +194,15 @@ def _ok(redis: Redis, masters: int) -> bool:
         text = info.decode() if isinstance(info, bytes) else info
         info = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     return info.get("cluster_state") == "ok" and int(info.get("cluster_size", 0)) == masters
+
+
+def _synced(redis: Redis) -> bool:
+    """A master, or a replica whose link to its master is up."""
+    try:
+        info = redis.info("replication")
+    except (RedisError, OSError):
+        return False
+    return info.get("role") == "master" or info.get("master_link_status") == "up"
 
 
 def _until_ping(port: int) -> None:
