@@ -158,8 +158,11 @@ async def test_schedules_fire_each_occurrence_exactly_once_through_kills_a_flush
         minutes = int((ends[schedule_id] - begun).total_seconds() // 60)
         expected = [begun + timedelta(minutes=m) for m in range(minutes)]
         assert by_schedule[schedule_id] == expected, schedule_id  # each once, none missed
+    # The backlog's first occurrence was due before the faults began (two minutes back, jitter
+    # under one): every schedule fired it. Its second is due only by its own jitter, which can
+    # fall after the end: how many fired is the clock's business, each-once is checked above.
+    assert all(by_schedule.values())
     total = sum(len(v) for v in by_schedule.values())
-    assert total >= SCHEDULES * 2  # the backlog at least
     late.sort()
     p99 = late[int(len(late) * 0.99)] if late else 0.0
     log.warning(

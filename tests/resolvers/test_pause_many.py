@@ -17,7 +17,7 @@ from sqlalchemy import text
 from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.worker import WorkerHost
-from tests.conftest import make_settings
+from tests.conftest import make_settings, with_own_database
 from tests.support import Api, NudgeWatch, Servers, TenantHandle
 
 pytestmark = pytest.mark.timeout(300)
@@ -37,6 +37,14 @@ TURNS_PLAYED = text(
     "SELECT run_id, array_agg((data->>'turn')::int ORDER BY seq) AS turns FROM run_events"
     " WHERE type = 'turn' GROUP BY run_id"
 )
+
+
+@pytest.fixture
+async def servers(servers: Servers) -> Servers:
+    """A database of its own: the counts that say where the runs are, the late steps and the
+    turns played are this test's runs' alone (another test's SUCCEEDED runs made "every run
+    finished" true while some of these still ran)."""
+    return await with_own_database(servers)
 
 
 @pytest.fixture
@@ -97,11 +105,7 @@ async def test_no_step_starts_after_its_runs_pause_committed_and_resume_brings_e
         for run_id in ids:
             await api.gql(RESUME, {"id": run_id}, token=tenant.token)
         await until(watch, sessions, "SUCCEEDED/None", "every run resumed and finished")
-        played = {
-            r["run_id"]: list(r["turns"])
-            for r in await sessions.all(TURNS_PLAYED)
-            if str(r["run_id"]) in ids  # the session's database holds other tests' runs too
-        }
+        played = {r["run_id"]: list(r["turns"]) for r in await sessions.all(TURNS_PLAYED)}
 
     assert late == []  # no step started after its run's pause committed
     assert sum(len(t) for t in held_turns.values()) < RUNS * TURNS  # the pauses stopped work
