@@ -16,10 +16,9 @@ from sqlalchemy import text
 from outlive.cli.common import CliError
 from outlive.cli.serve import worker_cells
 from outlive.cli.tokens import create_token as cli_create_token
-from outlive.db.directory import SLOTS, home_slot
 from outlive.db.directory_view import DirectoryView
 from outlive.errors import ServiceUnavailable
-from outlive.ids import TenantId
+from outlive.ids import SLOTS, TenantId, home_slot
 from outlive.services.tenants import mint_token, token_tenant
 from tests.cells.conftest import TwoCells, served, tenant_on, until
 from tests.support import Api

@@ -14,8 +14,8 @@ from contextlib import asynccontextmanager
 from outlive.cli.common import CliError, load_settings, run
 from outlive.config import DEFAULT_CELL, Settings
 from outlive.db import primary
-from outlive.db.directory import SLOTS, Cell, Directory, Placement
-from outlive.ids import TenantId
+from outlive.db.directory import Cell, Directory, Placement
+from outlive.ids import SLOTS, TenantId
 
 
 @asynccontextmanager

@@ -7,6 +7,8 @@ from collections.abc import Coroutine
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from outlive.ids import SLOTS
+
 if TYPE_CHECKING:  # `outlive --help` parses without loading pydantic (tests/test_cold_start.py)
     from outlive.config import Settings
 
@@ -72,11 +74,6 @@ def limit(value: str) -> int | None:
     if number > 2**31 - 1:  # the column is a PostgreSQL integer
         raise argparse.ArgumentTypeError(f"must be at most {2**31 - 1}")
     return number
-
-
-SLOTS = (
-    1024  # the directory's virtual slots (`outlive.db.directory.SLOTS`; a test keeps them equal)
-)
 
 
 def slot_range(value: str) -> range:

@@ -22,7 +22,6 @@ since the last version it saw (`DirectoryView` in `outlive.cells`).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,9 +32,8 @@ import asyncpg
 
 from outlive.config import DEFAULT_CELL
 from outlive.db import primary
-from outlive.ids import TenantId
+from outlive.ids import SLOTS, TenantId, home_slot
 
-SLOTS = 1024
 REVISION = "0048"
 
 _SCHEMA = """
@@ -75,11 +73,6 @@ CREATE TABLE IF NOT EXISTS moves (
     updated_at timestamptz NOT NULL DEFAULT now());
 INSERT INTO directory_meta (revision) VALUES ('0048') ON CONFLICT DO NOTHING;
 """
-
-
-def home_slot(tenant_id: UUID) -> int:
-    """The slot a tenant's id hashes to: where it goes when its cell has that slot."""
-    return int.from_bytes(hashlib.sha256(tenant_id.bytes).digest()[:4], "big") % SLOTS
 
 
 @dataclass(frozen=True, slots=True)
