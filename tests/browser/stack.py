@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,6 +192,7 @@ class Stack:
     api: LoggedProcess | None = None
     worker: LoggedProcess | None = None
     api_starts: int = 0
+    agent_modules: str = ""  # `OUTLIVE_AGENT_MODULES` of the API and the worker (`deploy`)
 
     @property
     def base_url(self) -> str:
@@ -207,6 +208,7 @@ class Stack:
             # the console's redeliver test posts to a receiver on this machine
             "OUTLIVE_WEBHOOK_ALLOW_PRIVATE": "1",
             "PYTHONUNBUFFERED": "1",
+            **({"OUTLIVE_AGENT_MODULES": self.agent_modules} if self.agent_modules else {}),
         }
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -227,13 +229,18 @@ class Stack:
         )
         assert migrated.returncode == 0, migrated.stdout + migrated.stderr
         self.port = free_port()
-        self.worker = LoggedProcess(
-            "worker",
-            outlive_argv("worker", "--concurrency", "8"),
-            self.env,
-            self.workdir / "worker.log",
-        )
-        self.worker.wait_for_line(r"worker started", timeout=60)
+        self.worker = self.start_worker()
+        self.start_api()
+
+    def deploy(self, agent_modules: str = "") -> None:
+        """A deploy: the API and the worker stopped, then started on `agent_modules` (more
+        agents beside the built-in ones; "" none), as a new version of the code would be."""
+        assert self.api is not None
+        assert self.worker is not None
+        self.stop_api()
+        self.worker.stop()
+        self.agent_modules = agent_modules
+        self.worker = self.start_worker()
         self.start_api()
 
     def down(self) -> None:
@@ -323,32 +330,50 @@ class Stack:
         return run_id
 
     def run_status(self, run_id: str) -> str:
-        async def read() -> str:
+        return self.run_row(run_id)[0]
+
+    def run_row(self, run_id: str) -> tuple[str, str | None]:
+        """The run's status and what it waits for, from its row."""
+
+        async def read() -> tuple[str, str | None]:
             conn = await asyncpg.connect(_asyncpg_dsn(self.database_url))
             try:
-                status = await conn.fetchval(
-                    "SELECT status::text FROM runs WHERE id = $1::uuid", run_id
+                row = await conn.fetchrow(
+                    "SELECT status::text, waiting_for FROM runs WHERE id = $1::uuid", run_id
                 )
             finally:
                 await conn.close()
-            return str(status).upper()
+            assert row is not None, run_id
+            return str(row[0]).upper(), row[1]
 
         return run_async(read())
 
     def wait_settled(self, tenant: Tenant, run_id: str, timeout: float = 60) -> str:
         """Waits for the run's nudges (straight from Redis, so it works with the API down) until
         its row is settled; returns the status."""
+        return self.wait_run(tenant, run_id, lambda status, _: status in SETTLED, timeout)
+
+    def wait_run(
+        self,
+        tenant: Tenant,
+        run_id: str,
+        want: Callable[[str, str | None], bool],
+        timeout: float = 60,
+    ) -> str:
+        """Waits for the run's nudges until `want(status, waiting_for)` holds of its row."""
         redis = Redis.from_url(self.redis_url)
         pubsub = redis.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(f"{channel_prefix(self.redis_url)}{tenant.id}")
         loop_deadline = _Deadline(timeout)
         try:
             while True:
-                status = self.run_status(run_id)
-                if status in SETTLED:
+                status, waiting_for = self.run_row(run_id)
+                if want(status, waiting_for):
                     return status
                 if loop_deadline.passed:
-                    raise AssertionError(f"run {run_id} is still {status} after {timeout}s")
+                    raise AssertionError(
+                        f"run {run_id} is still {status} ({waiting_for}) after {timeout}s"
+                    )
                 message = pubsub.get_message(timeout=min(1.0, loop_deadline.left))
                 if message is not None:
                     json.loads(message["data"])  # a nudge: read the row again

@@ -135,7 +135,10 @@ function Shell() {
 
 const WAITING: ["WAITING"] = ["WAITING"];
 
-/** The nav's count of runs awaiting a person (a signal, a budget's hold, a pause); none: nothing. */
+/**
+ * The nav's count of runs awaiting a person (a signal, or a hold: a budget, a pause, a code
+ * version); none: nothing.
+ */
 function AwaitingCount() {
   const { data } = useQuery(AWAITING_COUNT, { variables: { status: WAITING } });
   const count = (data?.runs.edges ?? []).filter((e) => awaitsPerson(e.node)).length;

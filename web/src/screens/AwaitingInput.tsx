@@ -6,9 +6,9 @@ import { Link } from "../app/router";
 import { ApprovalActions } from "../ui/Approval";
 import { ErrorNote, Loading, useNow, When } from "../ui/common";
 import { compactJson, formatRelative, formatTime, shortId } from "../ui/format";
-import { HoldActions, holdOf } from "../ui/Hold";
+import { HoldActions } from "../ui/Hold";
 import { APPROVAL, describeShown } from "../ui/signal";
-import { awaitsPerson } from "../ui/waiting";
+import { awaitsPerson, holdOf } from "../ui/waiting";
 
 export const AWAITING_SHOWN = 100;
 
@@ -20,11 +20,17 @@ export function inputPreview(input: unknown, max = 120): string {
   return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }
 
-/** What the row says the run waits for: a signal by name, a budget or a pause. */
+/** What the row says the run waits for: a signal by name, a budget, a pause or a code version. */
 function WaitsFor({ run }: { run: WaitingRun }) {
   const hold = holdOf(run);
   if (hold === "budget") return <span>a budget (its next step would pass the limit)</span>;
   if (hold === "pause") return <span>a pause{run.pausedAt ? <> since {formatTime(run.pausedAt)}</> : null}</span>;
+  if (hold === "version")
+    return (
+      <span>
+        a fix deployed: its code no longer reaches the steps it recorded (<Link to={`/runs/${run.id}`}>where</Link>)
+      </span>
+    );
   return (
     <span>
       the signal <code>{run.waitingFor}</code>
@@ -69,13 +75,16 @@ function Context({ run }: { run: WaitingRun }) {
 
 /**
  * The runs WAITING for a person, oldest first: a signal (not a durable sleep), or a hold (a
- * budget or a pause). Each with its context (key, tags, what the agent shows, its input), what it
- * waits for and until when, and what a person can do in place: Approve and Reject for
- * `approval`; Raise once, Raise the limit and Cancel for a budget's hold; Resume and Cancel for a
- * pause. A row that was just decided stays, with its answer, until the page is left.
+ * budget, a pause, or a code version that does not reach the run's journal). Each with its
+ * context (key, tags, what the agent shows, its input), what it waits for and until when, and
+ * what a person can do in place: Approve and Reject for `approval`; Raise once, Raise the limit and Cancel for a budget's hold; Resume and Cancel for a
+ * pause, and for a run held on its code version (once a fix is deployed). A row that was just
+ * decided stays, with its answer, until the page is left.
  */
 export function AwaitingInput() {
-  const { data, error, loading } = useQuery(AWAITING_INPUT, { variables: { first: AWAITING_SHOWN, status: ["WAITING"] } });
+  const { data, error, loading } = useQuery(AWAITING_INPUT, {
+    variables: { first: AWAITING_SHOWN, status: ["WAITING"] },
+  });
   const [decided, setDecided] = useState<Map<string, WaitingRun>>(new Map());
   const now = useNow(30_000);
   useEffect(() => {
@@ -91,7 +100,8 @@ export function AwaitingInput() {
       <p className="muted">
         Runs parked until a person acts, oldest first. A run waiting for <code>approval</code> can be approved or
         rejected here; any other signal is sent from the run's page. A run held by a budget can go on once past it
-        (raise once), or wait for a raised limit; a paused run is resumed here.
+        (raise once), or wait for a raised limit; a paused run is resumed here, and so is a run held on its code version
+        once a fix is deployed.
       </p>
       {error && <ErrorNote error={error} />}
       {!data && loading && <Loading />}
@@ -172,4 +182,3 @@ export function AwaitingInput() {
     </section>
   );
 }
-

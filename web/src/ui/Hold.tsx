@@ -5,6 +5,7 @@ import { describeError } from "../api/errors";
 import type { RunStatus } from "../api/types";
 import { ACTIVE_STATUSES } from "../api/types";
 import { Link } from "../app/router";
+import { holdOf } from "./waiting";
 
 export interface HoldRun {
   id: string;
@@ -14,18 +15,13 @@ export interface HoldRun {
   heldByBudgetId?: string | null;
 }
 
-/** What holds a run: a budget, a pause, or nothing (the wait names of CONTRACT §7 "Pauses"). */
-export function holdOf(run: HoldRun): "budget" | "pause" | null {
-  if (run.heldByBudgetId || (run.status === "WAITING" && run.waitingFor === "budget")) return "budget";
-  if (run.pausedAt || (run.status === "WAITING" && run.waitingFor === "pause")) return "pause";
-  return null;
-}
-
 /**
  * A held run's ways out, or Pause for an active run that is not held:
  * - held by a budget: "Raise once" (resumeRun overBudget: this run may finish past its budgets),
  *   "Raise the limit" (the budget's edit form), and Cancel (asks first) when `withCancel`;
  * - paused: Resume (and Cancel);
+ * - held on its code version: Resume once a fix is deployed (held again if it still diverges), and
+ *   Cancel;
  * - active: Pause (QUEUED or WAITING at once, RUNNING at its next step; nothing is lost).
  * The answer (or the refusal, such as a role that may not spend past a budget) shows beside them.
  */
@@ -52,7 +48,12 @@ export function HoldActions({ run, withCancel = false, label }: { run: HoldRun; 
     <div className="held-actions" role="group" aria-label={label}>
       {ACTIVE_STATUSES.includes(run.status) && hold === "budget" && (
         <>
-          <button type="button" className="primary" aria-disabled={busy} onClick={() => resumeIt(true, "Raised once: it goes on past its budget.")}>
+          <button
+            type="button"
+            className="primary"
+            aria-disabled={busy}
+            onClick={() => resumeIt(true, "Raised once: it goes on past its budget.")}
+          >
             Raise once
           </button>
           {run.heldByBudgetId && (
@@ -67,8 +68,23 @@ export function HoldActions({ run, withCancel = false, label }: { run: HoldRun; 
           Resume
         </button>
       )}
+      {ACTIVE_STATUSES.includes(run.status) && hold === "version" && (
+        <button
+          type="button"
+          className="primary"
+          aria-disabled={busy}
+          title="Once a fix is deployed: a run that still diverges is held again"
+          onClick={() => resumeIt(false, "Resumed on the deployed code.")}
+        >
+          Resume on the deployed code
+        </button>
+      )}
       {ACTIVE_STATUSES.includes(run.status) && hold === null && (
-        <button type="button" aria-disabled={busy} onClick={() => act(() => pause({ variables: { id: run.id } }), "Paused: it stops at its next step.")}>
+        <button
+          type="button"
+          aria-disabled={busy}
+          onClick={() => act(() => pause({ variables: { id: run.id } }), "Paused: it stops at its next step.")}
+        >
           Pause
         </button>
       )}

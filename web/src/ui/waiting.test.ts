@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { waitingDetail, waitingSentence } from "./waiting";
+import { awaitsPerson, holdOf, waitingDetail, waitingSentence, waitingShort, waitsForSignal } from "./waiting";
 
 const NOW = Date.parse("2026-01-01T13:04:00.000Z");
 const clock = (iso: string) => iso.slice(11, 16); // a fixed formatter: the tests do not depend on the locale
@@ -35,11 +35,34 @@ describe("waitingSentence", () => {
 
 describe("waitingDetail", () => {
   it("says what ends the wait", () => {
-    expect(waitingDetail({ waitingFor: "approval", wakeAt: "2026-01-01T14:02:00.000Z" })).toContain(
-      "A signal named `approval` resumes it; with none by then",
-    );
+    expect(
+      waitingDetail({
+        waitingFor: "approval",
+        wakeAt: "2026-01-01T14:02:00.000Z",
+      }),
+    ).toContain("A signal named `approval` resumes it; with none by then");
     expect(waitingDetail({ waitingFor: null, wakeAt: "2026-01-01T14:02:00.000Z" })).toBe(
       "Its timer resumes it. It holds no worker meanwhile.",
     );
+  });
+});
+
+describe("a run held on its code version", () => {
+  const held = {
+    status: "WAITING" as const,
+    waitingFor: "version",
+    wakeAt: null,
+  };
+  it("is a hold a person lifts: listed in the inbox, not taken for a signal", () => {
+    expect(holdOf(held)).toBe("version");
+    expect(awaitsPerson(held)).toBe(true);
+    expect(waitsForSignal(held)).toBe(false);
+    expect(awaitsPerson({ waitingFor: "children" })).toBe(false);
+    expect(holdOf({ status: "SUCCEEDED", waitingFor: "version" })).toBeNull();
+  });
+  it("says why and what ends it", () => {
+    expect(waitingSentence(held, NOW, clock)).toContain("Held on its code version");
+    expect(waitingDetail(held)).toContain("Deploy a fix");
+    expect(waitingShort(held)).toBe("held on its code version");
   });
 });

@@ -17,8 +17,21 @@ export interface WaitingFields {
 /** The wait names a hold uses (CONTRACT §7 "Pauses"): no signal carries them. */
 export const HELD_BY_BUDGET = "budget";
 export const HELD_BY_PAUSE = "pause";
+/** A run resumed on code that does not reach the steps it recorded (CONTRACT §7 "Versions"). */
+export const HELD_BY_VERSION = "version";
 /** Waits that are not for a signal: a hold (pause, budget, code version) or the run's children. */
-export const NOT_SIGNALS: ReadonlySet<string> = new Set([HELD_BY_BUDGET, HELD_BY_PAUSE, "version", "children"]);
+export const NOT_SIGNALS: ReadonlySet<string> = new Set([HELD_BY_BUDGET, HELD_BY_PAUSE, HELD_BY_VERSION, "children"]);
+
+/**
+ * What holds a run: a budget, a pause, its code version, or nothing (the wait names of CONTRACT §7
+ * "Pauses" and "Versions").
+ */
+export function holdOf(run: WaitingFields & { status: string }): "budget" | "pause" | "version" | null {
+  if (run.heldByBudgetId || (run.status === "WAITING" && run.waitingFor === HELD_BY_BUDGET)) return "budget";
+  if (run.pausedAt || (run.status === "WAITING" && run.waitingFor === HELD_BY_PAUSE)) return "pause";
+  if (run.status === "WAITING" && run.waitingFor === HELD_BY_VERSION) return "version";
+  return null;
+}
 
 /** Whether the run waits for a signal a person (or a program) may send now. */
 export function waitsForSignal(run: WaitingFields & { status?: string }): boolean {
@@ -32,7 +45,12 @@ export function formatClock(iso: string, now: number = Date.now()): string {
   const sameDay = date.toDateString() === new Date(now).toDateString();
   return sameDay
     ? date.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" })
-    : date.toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+    : date.toLocaleString(undefined, {
+        month: "short",
+        day: "numeric",
+        hour: "2-digit",
+        minute: "2-digit",
+      });
 }
 
 /**
@@ -48,7 +66,12 @@ export function waitingSentence(
     return "Held by a budget: its next step would pass the budget's limit, so it did not start.";
   }
   if (run.waitingFor === HELD_BY_PAUSE) {
-    return run.pausedAt ? `Paused since ${clock(run.pausedAt, now)} (${formatRelative(run.pausedAt, now)}).` : "Paused.";
+    return run.pausedAt
+      ? `Paused since ${clock(run.pausedAt, now)} (${formatRelative(run.pausedAt, now)}).`
+      : "Paused.";
+  }
+  if (run.waitingFor === HELD_BY_VERSION) {
+    return "Held on its code version: the deployed code does not reach the steps this run recorded, so it did not go on.";
   }
   const what = run.waitingFor ? `Waiting for the signal \`${run.waitingFor}\`` : "Sleeping";
   if (!run.wakeAt) {
@@ -71,6 +94,9 @@ export function waitingDetail(run: WaitingFields): string {
   if (run.waitingFor === HELD_BY_PAUSE) {
     return "Resume lets it go; its timers still come due meanwhile, and a signal sent meanwhile waits for it. It holds no worker meanwhile.";
   }
+  if (run.waitingFor === HELD_BY_VERSION) {
+    return "Its `version` event says where the code and the journal part. Deploy a fix (a rename behind `ctx.patched`, say; `outlive replay` checks it first), then Resume; or cancel it. Nothing it recorded is bought again. It holds no worker meanwhile.";
+  }
   if (run.waitingFor) {
     return `A signal named \`${run.waitingFor}\` resumes it${run.wakeAt ? "; with none by then it resumes without one (timed out)" : ""}. It holds no worker meanwhile.`;
   }
@@ -82,12 +108,15 @@ export function waitingShort(run: WaitingFields, now: number = Date.now()): stri
   if (run.waitingFor === HELD_BY_BUDGET) return "held by a budget";
   if (run.waitingFor === HELD_BY_PAUSE || run.pausedAt) return "paused";
   if (run.waitingFor === "children") return "for its children";
-  if (run.waitingFor === "version") return "for its code version";
+  if (run.waitingFor === HELD_BY_VERSION) return "held on its code version";
   if (run.waitingFor) return `for ${run.waitingFor}`;
   return run.wakeAt ? `sleeping until ${formatClock(run.wakeAt, now)}` : "sleeping";
 }
 
-/** Whether a WAITING run waits for a person: a signal, or a hold a person lifts (budget, pause). */
+/**
+ * Whether a WAITING run waits for a person: a signal, or a hold a person lifts (a budget, a pause,
+ * a code version: a fix deployed, then Resume). A run waiting for its children does not.
+ */
 export function awaitsPerson(run: WaitingFields): boolean {
-  return !!run.waitingFor && run.waitingFor !== "children" && run.waitingFor !== "version";
+  return !!run.waitingFor && run.waitingFor !== "children";
 }
