@@ -9,20 +9,17 @@ The size here is CI's; `OUTLIVE_BUDGET_CHAOS_RUNS=200` (with `_TURNS=8`) is the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 from collections import Counter
 from pathlib import Path
 
 import asyncpg
-import httpx
 import pytest
 
-from outlive.db.engine import create_engine, create_sessions
-from outlive.services.tenants import create_token
 from tests.chaos.harness import Fleet
-from tests.faults import OwnPostgres, OwnRedis
+from tests.chaos.stage import staged, until
+from tests.faults import OwnPostgres
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -35,34 +32,6 @@ START = "mutation($i: StartRunInput!) { startRun(input: $i) { run { id } } }"
 SET = (
     "mutation($l: Int!) { setBudget(input: {scope: TENANT, period: DAY, limitTokens: $l}) { id } }"
 )
-
-
-async def gql(
-    http: httpx.AsyncClient, fleet: Fleet, token: str, query: str, variables: dict[str, object]
-) -> dict[str, object]:
-    """As a client does: again after a 503 or a dropped connection (a worker or PostgreSQL
-    is down for a moment), until it is answered."""
-    for _ in range(120):
-        try:
-            response = await http.post(
-                f"{fleet.apis[0].url}/graphql",
-                json={"query": query, "variables": variables},
-                headers={"Authorization": f"Bearer {token}"},
-            )
-        except httpx.TransportError:
-            await asyncio.sleep(0.5)
-            continue
-        body = response.json()
-        if response.status_code == 503 or any(
-            e.get("extensions", {}).get("code") == "SERVICE_UNAVAILABLE"
-            for e in body.get("errors") or []
-        ):
-            await asyncio.sleep(0.5)
-            continue
-        assert "errors" not in body, body
-        data: dict[str, object] = body["data"]
-        return data
-    raise AssertionError(f"never answered: {query}")
 
 
 async def faults(fleet: Fleet, postgres: OwnPostgres, rng: random.Random) -> Counter[str]:
@@ -98,47 +67,23 @@ async def settled_or_held(url: str, tenant_id: str) -> tuple[int, int, int]:
     return int(row["busy"]), int(row["held"]), int(row["failed"])
 
 
-async def until(what: str, check: object, timeout: float = 240) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await check():  # type: ignore[operator]
-        assert loop.time() < deadline, f"{what} did not happen in {timeout}s"
-        await asyncio.sleep(1)  # polling a database other processes write: no event to await
-
-
 async def test_a_budget_holds_under_sigkills_and_a_restart_and_nothing_is_bought_twice(
     tmp_path: Path,
 ) -> None:
     rng = random.Random(42)
-    async with contextlib.AsyncExitStack() as stack:
-        postgres = await stack.enter_async_context(OwnPostgres.running())
-        redis = OwnRedis(tmp_path / "redis")
-        await redis.start()
-        stack.push_async_callback(redis.kill)
-        env = {
-            "DATABASE_URL": postgres.url,
-            "REDIS_URL": redis.url,
-            "OUTLIVE_RUN_HEARTBEAT_S": "3",
-            "OUTLIVE_RUN_SWEEP_S": "2",
-            "OUTLIVE_RECONCILE_GRACE_S": "5",
-            "OUTLIVE_SHUTDOWN_GRACE_S": "1",
-            "OUTLIVE_TENANT_MAX_RUNNING_RUNS": "32",
-            "OUTLIVE_LOG_FORMAT": "text",
-        }
-        fleet = Fleet(env, tmp_path)
-        stack.push_async_callback(fleet.close)
-        await asyncio.gather(fleet.start("api"), *(fleet.start("worker") for _ in range(4)))
-        engine = create_engine(postgres.url, pool_size=1, max_overflow=0)
-        stack.push_async_callback(engine.dispose)
-        async with create_sessions(engine).unit() as uow:
-            principal, token = await create_token(uow, tenant_slug="spend", email="o@spend.test")
-        tenant_id = str(principal.tenant.id)
-        http = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
-        await gql(http, fleet, token, SET, {"l": LIMIT})
+    env = {"OUTLIVE_RECONCILE_GRACE_S": "5", "OUTLIVE_TENANT_MAX_RUNNING_RUNS": "32"}
+    async with staged(tmp_path, workers=4, tenants=["spend"], env=env) as stage:
+        fleet, postgres, token, tenant_id = (
+            stage.fleet,
+            stage.postgres,
+            stage.tokens[0],
+            stage.tenant_ids[0],
+        )
+        await stage.gql(token, SET, {"l": LIMIT})
         for i in range(RUNS):
             input = {"turns": TURNS, "delayMs": 300, "usagePerTurn": PER_TURN}
             options = {"agent": "demo", "key": f"conversation-{i}", "input": input}
-            await gql(http, fleet, token, START, {"i": options})
+            await stage.gql(token, START, {"i": options})
         done = await faults(fleet, postgres, rng)
 
         async def quiet() -> bool:  # every run settled, or held by the budget
@@ -160,7 +105,7 @@ async def test_a_budget_holds_under_sigkills_and_a_restart_and_nothing_is_bought
         )
         await conn.close()
 
-        await gql(http, fleet, token, SET, {"l": RUNS * TURNS * 10 * 2})  # raised: all may finish
+        await stage.gql(token, SET, {"l": RUNS * TURNS * 10 * 2})  # raised: all may finish
 
         async def finished() -> bool:
             busy, still_held, _ = await settled_or_held(postgres.url, tenant_id)

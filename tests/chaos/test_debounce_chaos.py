@@ -11,7 +11,6 @@ rounds on a loaded machine); `OUTLIVE_DEBOUNCE_CHAOS_KEYS` and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import random
@@ -19,14 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 
-from outlive.db.engine import create_engine, create_sessions
-from outlive.services.tenants import create_token
-from tests.chaos.harness import Fleet
-from tests.chaos.test_budget_chaos import gql, until
-from tests.faults import OwnPostgres, OwnRedis
+from tests.chaos.stage import staged, until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -41,36 +35,15 @@ START = """mutation($i: StartRunInput!) { startRun(input: $i) { created run { id
 async def test_debounced_runs_run_once_with_their_last_input_through_worker_kills(
     tmp_path: Path,
 ) -> None:
-    async with contextlib.AsyncExitStack() as stack:
-        postgres = await stack.enter_async_context(OwnPostgres.running())
-        redis = OwnRedis(tmp_path / "redis")
-        await redis.start()
-        stack.push_async_callback(redis.kill)
-        env = {
-            "DATABASE_URL": postgres.url,
-            "REDIS_URL": redis.url,
-            "OUTLIVE_RUN_HEARTBEAT_S": "3",
-            "OUTLIVE_RUN_SWEEP_S": "2",
-            "OUTLIVE_RELAY_SCAN_S": "1",
-            "OUTLIVE_SHUTDOWN_GRACE_S": "1",
-            "OUTLIVE_LOG_FORMAT": "text",
-        }
-        fleet = Fleet(env, tmp_path)
-        stack.push_async_callback(fleet.close)
-        await fleet.start("api", tries=3)
-        await asyncio.gather(*(fleet.start("worker", tries=3) for _ in range(2)))
-        engine = create_engine(postgres.url, pool_size=1, max_overflow=0)
-        stack.push_async_callback(engine.dispose)
-        async with create_sessions(engine).unit() as uow:
-            _, token = await create_token(uow, tenant_slug="d", email="o@d.test")
-        http = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
+    async with staged(
+        tmp_path, workers=2, tenants=["d"], env={"OUTLIVE_RELAY_SCAN_S": "1"}
+    ) as stage:
+        fleet, postgres, token = stage.fleet, stage.postgres, stage.tokens[0]
         answered: list[tuple[str, int]] = []  # (run id, the input's index), in answer order
 
         async def burst(key: str, base: int) -> None:
             for n in range(PER_BURST):
-                body: Any = await gql(
-                    http,
-                    fleet,
+                body: Any = await stage.gql(
                     token,
                     START,
                     {

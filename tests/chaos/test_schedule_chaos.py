@@ -15,7 +15,6 @@ and a loaded machine's figure is noise)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
@@ -24,14 +23,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
-import httpx
 import pytest
 
-from outlive.db.engine import create_engine, create_sessions
 from outlive.services.schedules import cron
-from outlive.services.tenants import create_token
 from tests.chaos.harness import Fleet
-from tests.chaos.test_budget_chaos import gql, until
+from tests.chaos.stage import staged, until
 from tests.faults import OwnPostgres, OwnRedis
 
 pytestmark = pytest.mark.timeout(600)
@@ -74,32 +70,10 @@ async def faults(fleet: Fleet, redis: OwnRedis, postgres: OwnPostgres) -> list[t
 async def test_schedules_fire_each_occurrence_exactly_once_through_kills_a_flush_and_a_restart(
     tmp_path: Path,
 ) -> None:
-    async with contextlib.AsyncExitStack() as stack:
-        postgres = await stack.enter_async_context(OwnPostgres.running())
-        redis = OwnRedis(tmp_path / "redis")
-        await redis.start()
-        stack.push_async_callback(redis.kill)
-        env = {
-            "DATABASE_URL": postgres.url,
-            "REDIS_URL": redis.url,
-            "OUTLIVE_RUN_HEARTBEAT_S": "3",
-            "OUTLIVE_RUN_SWEEP_S": "2",
-            "OUTLIVE_RELAY_SCAN_S": "1",
-            "OUTLIVE_SHUTDOWN_GRACE_S": "1",
-            "OUTLIVE_LOG_FORMAT": "text",
-        }
-        fleet = Fleet(env, tmp_path)
-        stack.push_async_callback(fleet.close)
-        await fleet.start("api", tries=3)
-        await asyncio.gather(*(fleet.start("worker", tries=3) for _ in range(WORKERS)))
-        engine = create_engine(postgres.url, pool_size=1, max_overflow=0)
-        stack.push_async_callback(engine.dispose)
-        tokens = []
-        for t in range(TENANTS):
-            async with create_sessions(engine).unit() as uow:
-                _, token = await create_token(uow, tenant_slug=f"s{t}", email=f"o@s{t}.test")
-            tokens.append(token)
-        http = await stack.enter_async_context(httpx.AsyncClient(timeout=30))
+    env = {"OUTLIVE_RELAY_SCAN_S": "1"}
+    tenants = [f"s{t}" for t in range(TENANTS)]
+    async with staged(tmp_path, workers=WORKERS, tenants=tenants, env=env) as stage:
+        fleet, redis, postgres, tokens = stage.fleet, stage.redis, stage.postgres, stage.tokens
         spec = {
             "agent": "demo",
             "cron": "* * * * *",
@@ -109,7 +83,7 @@ async def test_schedules_fire_each_occurrence_exactly_once_through_kills_a_flush
             "catchupWindowSeconds": 3600,
         }
         for i in range(SCHEDULES):
-            await gql(http, fleet, tokens[i % TENANTS], CREATE, {"i": spec})
+            await stage.gql(tokens[i % TENANTS], CREATE, {"i": spec})
         conn = await asyncpg.connect(postgres.url)
         starts = {
             r["id"]: r["next_occurrence"]
@@ -130,7 +104,7 @@ async def test_schedules_fire_each_occurrence_exactly_once_through_kills_a_flush
                 )
             finally:
                 await c.close()
-            return behind == 0
+            return bool(behind == 0)
 
         await until("every schedule caught up", caught_up, timeout=120)
         for worker in list(fleet.workers):  # no clock runs while the runs are counted
