@@ -212,7 +212,9 @@ async def test_a_live_workers_runs_are_not_handed_again_because_a_restart_lost_i
                 await postgres.restart()  # SIGKILL, then crash recovery: a new start time
             else:
                 assert a._conn is not None
+                sentinel = await asyncpg.connect(postgres.url)
                 os.kill(a._conn.get_server_pid(), signal.SIGKILL)  # same start time
+                await _until_reset(sentinel)
             conn = await _connect_when_up(postgres.url)
             try:
                 await _until_taken_here(conn, a_key)  # a is back
@@ -243,13 +245,27 @@ async def _until_gone(conn: asyncpg.Connection, key: int) -> None:
             await asyncio.sleep(0.05)
 
 
+async def _until_reset(sentinel: asyncpg.Connection) -> None:
+    """Until the postmaster has begun its reset after a backend's crash: it ends every backend,
+    the sentinel's too. A connection made before that would be ended by it (CI saw one cut in
+    the middle of its start-up); after it, connections are refused until recovery is done."""
+    async with asyncio.timeout(30):
+        try:
+            while True:  # the reset announces nothing: ask until the sentinel is cut
+                await sentinel.fetchval("SELECT 1")
+                await asyncio.sleep(0.02)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            pass
+    sentinel.terminate()
+
+
 async def _connect_when_up(url: str) -> asyncpg.Connection:
     """A connection once the server takes them again (it resets after a backend's crash)."""
     async with asyncio.timeout(30):
         while True:
             try:
                 return await asyncpg.connect(url)
-            except (OSError, asyncpg.CannotConnectNowError):
+            except (OSError, asyncpg.CannotConnectNowError, asyncpg.ConnectionDoesNotExistError):
                 await asyncio.sleep(0.05)  # recovering: it announces nothing
 
 
