@@ -392,6 +392,7 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
         "/usage",
         "/budgets",
         "/members",
+        "/schedules",
         "/awaiting",
     ],
 )
@@ -445,6 +446,7 @@ def test_every_screen_has_no_serious_accessibility_violation(
         ("/invitations", "Invitations", "invitations"),
         ("/members", "Members", "members"),
         ("/budgets", "Budgets", "budgets"),
+        ("/schedules", "Schedules", "schedules"),
         ("/usage", "Usage", "usage"),
         ("/runs/ffff0000", "Run not found", "run-not-found"),
         ("/nowhere", "Not found", "not-found"),

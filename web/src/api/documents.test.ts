@@ -6,6 +6,7 @@ import * as invitations from "./documents/invitations";
 import * as members from "./documents/members";
 import * as replays from "./documents/replays";
 import * as runs from "./documents/runs";
+import * as schedules from "./documents/schedules";
 import * as tree from "./documents/tree";
 import * as usage from "./documents/usage";
 import * as viewer from "./documents/viewer";
@@ -21,7 +22,7 @@ const served = buildSchema(servedSdl);
 const isDocument = (v: unknown): v is DocumentNode =>
   typeof v === "object" && v !== null && (v as { kind?: string }).kind === "Document";
 
-const operations = Object.entries({ ...agents, ...budgets, ...members, ...runs, ...viewer, ...webhooks, ...invitations, ...usage, ...replays, ...tree })
+const operations = Object.entries({ ...agents, ...budgets, ...members, ...runs, ...viewer, ...webhooks, ...invitations, ...usage, ...replays, ...tree, ...schedules })
   .filter(([, v]) => isDocument(v) && (v as DocumentNode).definitions.some((d) => d.kind === "OperationDefinition"))
   .map(([name, v]) => [name, v as DocumentNode] as const);
 
@@ -31,7 +32,7 @@ describe("the app's documents", () => {
       [
         "AGENTS", "AWAITING_COUNT", "AGENT_STATES", "AGENT_STATS", "BUDGETS", "DELETE_BUDGET", "PAUSE_AGENT", "PAUSE_RUN", "RESUME_AGENT", "RESUME_RUN", "SET_BUDGET", "AWAITING_INPUT", "CANCEL_RUN", "CANCEL_RUN_REPLAY", "CREATE_WEBHOOK_ENDPOINT", "DELETE_WEBHOOK_ENDPOINT",
         "INVITATIONS", "INVITE_MEMBER", "MEMBERS", "REMOVE_MEMBER", "SET_MEMBER_ROLE", "KEY_HOLDER", "RESEND_INVITATION", "REVOKE_INVITATION", "QUEUE", "REDELIVER_FAILED_WEBHOOKS", "REDELIVER_WEBHOOK", "RETRY_WEBHOOK_DELIVERY", "REPLAY_RUNS", "REPLAY_RUNS_COUNT", "RETRY_RUN", "RUNS",
-        "RUN_DETAIL", "RUNS_BY_ID_PREFIX", "RUN_REPLAYS", "RUN_STEPS", "RUN_STEP_RESULTS", "RUN_TIMELINE", "RUN_TREE", "RUN_WHY", "SEND_TEST_WEBHOOK", "SIGNAL_RUN", "START_RUN", "USAGE", "USAGE_TOKENS", "VIEWER", "WEBHOOK_DELIVERY_ATTEMPTS", "WEBHOOK_ENDPOINT_DELIVERIES", "WEBHOOK_ENDPOINTS",
+        "RUN_DETAIL", "RUNS_BY_ID_PREFIX", "SCHEDULES", "CREATE_SCHEDULE", "PAUSE_SCHEDULE", "RESUME_SCHEDULE", "DELETE_SCHEDULE", "TRIGGER_SCHEDULE", "RUN_REPLAYS", "RUN_STEPS", "RUN_STEP_RESULTS", "RUN_TIMELINE", "RUN_TREE", "RUN_WHY", "SEND_TEST_WEBHOOK", "SIGNAL_RUN", "START_RUN", "USAGE", "USAGE_TOKENS", "VIEWER", "WEBHOOK_DELIVERY_ATTEMPTS", "WEBHOOK_ENDPOINT_DELIVERIES", "WEBHOOK_ENDPOINTS",
       ].sort(),
     );
   });

@@ -12,6 +12,7 @@ import { AwaitingInput } from "../screens/AwaitingInput";
 import { Budgets } from "../screens/Budgets";
 import { Invitations } from "../screens/Invitations";
 import { Members } from "../screens/Members";
+import { Schedules } from "../screens/Schedules";
 import { Queue } from "../screens/Queue";
 import { Replays } from "../screens/Replays";
 import { RunDetail } from "../screens/run/RunDetail";
@@ -60,6 +61,7 @@ const NAV = [
   { to: "/queue", label: "Queue", match: ["queue"] },
   { to: "/replays", label: "Replays", match: ["replays"] },
   { to: "/agents", label: "Agents", match: ["agents"] },
+  { to: "/schedules", label: "Schedules", match: ["schedules"] },
   { to: "/budgets", label: "Budgets", match: ["budgets"] },
   { to: "/webhooks", label: "Webhooks", match: ["webhooks"] },
   { to: "/members", label: "Members", match: ["members", "invitations"] },
@@ -199,6 +201,8 @@ function Screen({ route }: { route: ReturnType<typeof matchRoute> }) {
       return <Budgets />;
     case "members":
       return <Members />;
+    case "schedules":
+      return <Schedules />;
 
     case "notFound":
       return (

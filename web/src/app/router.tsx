@@ -72,6 +72,7 @@ export type Route =
   | { name: "awaiting" }
   | { name: "budgets" }
   | { name: "members" }
+  | { name: "schedules" }
   | { name: "notFound" };
 
 export function matchRoute(path: string): Route {
@@ -89,5 +90,6 @@ export function matchRoute(path: string): Route {
   if (parts.length === 1 && parts[0] === "awaiting") return { name: "awaiting" };
   if (parts.length === 1 && parts[0] === "budgets") return { name: "budgets" };
   if (parts.length === 1 && parts[0] === "members") return { name: "members" };
+  if (parts.length === 1 && parts[0] === "schedules") return { name: "schedules" };
   return { name: "notFound" };
 }

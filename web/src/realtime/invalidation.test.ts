@@ -33,6 +33,7 @@ describe("keysForNudge", () => {
     expect(keysForNudge({ type: "replay.updated", id: "r" })).toEqual([{ kind: "replays" }]);
     expect(keysForNudge({ type: "budget.updated", id: "b" })).toEqual([{ kind: "budgets" }]);
     expect(keysForNudge({ type: "member.updated", id: "u" })).toEqual([{ kind: "members" }]);
+    expect(keysForNudge({ type: "schedule.updated", id: "s" })).toEqual([{ kind: "schedules" }]);
   });
 
   it("an unknown type concerns nothing", () => {
@@ -97,6 +98,7 @@ describe("nudgeConcerns: the question asked of each active query", () => {
     ["Agents", {}],
     ["Budgets", {}],
     ["Members", {}],
+    ["Schedules", {}],
   ];
   const refreshed = (type: string, id: string | null) =>
     screens.filter(([op, vars]) => nudgeConcerns({ type, id }, op, vars)).map(([op, vars]) =>
@@ -122,6 +124,10 @@ describe("nudgeConcerns: the question asked of each active query", () => {
   it("a budget nudge refreshes only the budgets, a member nudge only the members", () => {
     expect(refreshed("budget.updated", "b")).toEqual(["Budgets"]);
     expect(refreshed("member.updated", "u")).toEqual(["Members"]);
+  });
+
+  it("a schedule nudge refreshes only the schedules", () => {
+    expect(refreshed("schedule.updated", "s")).toEqual(["Schedules"]);
   });
 
   it("a delivery nudge refreshes only the webhooks", () => {

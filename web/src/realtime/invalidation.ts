@@ -23,7 +23,8 @@ export type QueryKey =
   | { kind: "webhooks" } // endpoints and their deliveries
   | { kind: "replays" } // the bulk replays and their progress
   | { kind: "budgets" } // each budget's spent, reserved and held runs
-  | { kind: "members" }; // the tenant's members, their roles and live tokens
+  | { kind: "members" } // the tenant's members, their roles and live tokens
+  | { kind: "schedules" }; // the tenant's schedules, their next and last fires
 
 /**
  * The operation names of the app's documents (see `api/documents`): each is one kind of key. An
@@ -52,6 +53,7 @@ export const OPERATIONS = {
   RunReplays: "replays",
   Budgets: "budgets",
   Members: "members",
+  Schedules: "schedules",
 } as const satisfies Record<string, QueryKey["kind"]>;
 
 /** The keys a nudge concerns; an unknown type concerns nothing (a newer server, an older app). */
@@ -86,6 +88,9 @@ export function keysForNudge(nudge: NudgeLike): QueryKey[] {
     case "member.updated":
       // Joined, changed role, left, or their tokens changed.
       return [{ kind: "members" }];
+    case "schedule.updated":
+      // Made, changed, paused, resumed, deleted or fired (its next and last fire moved).
+      return [{ kind: "schedules" }];
     default:
       return [];
   }

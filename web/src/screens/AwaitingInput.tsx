@@ -5,7 +5,7 @@ import type { AwaitingInputQuery } from "../api/generated";
 import { Link } from "../app/router";
 import { ApprovalActions } from "../ui/Approval";
 import { ErrorNote, Loading, useNow, When } from "../ui/common";
-import { compactJson, formatRelative, formatTime, shortId } from "../ui/format";
+import { formatRelative, formatTime, inputPreview, shortId } from "../ui/format";
 import { HoldActions } from "../ui/Hold";
 import { APPROVAL, describeShown } from "../ui/signal";
 import { awaitsPerson, holdOf } from "../ui/waiting";
@@ -13,12 +13,6 @@ import { awaitsPerson, holdOf } from "../ui/waiting";
 export const AWAITING_SHOWN = 100;
 
 type WaitingRun = AwaitingInputQuery["runs"]["edges"][number]["node"];
-
-/** An input preview: the run's input as one line of JSON, cut at `max` characters. */
-export function inputPreview(input: unknown, max = 120): string {
-  const text = compactJson(input);
-  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
-}
 
 /** What the row says the run waits for: a signal by name, a budget, a pause or a code version. */
 function WaitsFor({ run }: { run: WaitingRun }) {

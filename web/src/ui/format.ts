@@ -71,3 +71,9 @@ export function formatAbsolute(iso: string | null | undefined): string {
     timeZoneName: "short",
   });
 }
+
+/** An input preview: the run's input as one line of JSON, cut at `max` characters. */
+export function inputPreview(input: unknown, max = 120): string {
+  const text = compactJson(input);
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
