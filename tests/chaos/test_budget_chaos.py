@@ -120,6 +120,10 @@ async def test_a_budget_holds_under_sigkills_and_a_restart_and_nothing_is_bought
         )
         await conn.close()
 
+    print(  # noqa: T201 (the run's figures, with -s)
+        f"\n{RUNS} runs x {TURNS} turns: limit {LIMIT}, recorded {recorded}, held {held},"
+        f" {done['worker_kills']} SIGKILLs, {done['postgres_restarts']} restart, {failed} FAILED"
+    )
     assert done["worker_kills"] >= 5
     assert done["postgres_restarts"] == 1
     assert spent == recorded  # the period's record is its steps' usage, exactly
