@@ -4,6 +4,7 @@ import { type Budget, BUDGETS, DELETE_BUDGET, SET_BUDGET } from "../api/document
 import { describeError, isUnavailable } from "../api/errors";
 import { Link, navigate, useLocation } from "../app/router";
 import { ErrorNote, Loading, When } from "../ui/common";
+import { useFieldProblems } from "../ui/fields";
 import {
   barOf,
   BREACHES,
@@ -184,7 +185,7 @@ const FIELD_IDS: Record<FormField, string> = {
 /** Add a budget, or edit one (its scope, target and period stay: setBudget keys on them). */
 function BudgetEditor({ budget, onDone }: { budget: Budget | null; onDone: () => void }) {
   const [form, setForm] = useState<BudgetForm>(budget ? formOf(budget) : EMPTY_FORM);
-  const [problem, setProblem] = useState<{ field: FormField; error: string } | null>(null);
+  const { show, clear, described, fieldError } = useFieldProblems<FormField>(FIELD_IDS);
   const [saved, setSaved] = useState<string | null>(null);
   const [save, saving] = useMutation(SET_BUDGET, { refetchQueries: ["Budgets"] });
   const heading = useRef<HTMLHeadingElement>(null);
@@ -199,11 +200,10 @@ function BudgetEditor({ budget, onDone }: { budget: Budget | null; onDone: () =>
     event.preventDefault();
     const read = readBudgetForm(form);
     if (!read.ok) {
-      setProblem({ field: read.field, error: read.error });
-      document.getElementById(FIELD_IDS[read.field])?.focus();
+      show(read.field, read.error);
       return;
     }
-    setProblem(null);
+    clear();
     setSaved(null);
     try {
       await save({ variables: { input: read.input } });
@@ -214,15 +214,6 @@ function BudgetEditor({ budget, onDone }: { budget: Budget | null; onDone: () =>
       // shown below
     }
   };
-  const err = (field: FormField) => (problem?.field === field ? problem.error : null);
-  const described = (field: FormField) =>
-    err(field) ? { "aria-invalid": true as const, "aria-describedby": `${FIELD_IDS[field]}-error` } : {};
-  const fieldError = (field: FormField) =>
-    err(field) && (
-      <p id={`${FIELD_IDS[field]}-error`} className="field-error">
-        {err(field)}
-      </p>
-    );
   const periods = periodsFor(form.scope);
   const title = budget ? `Edit: ${budgetTitle(budget)}` : "Add a budget";
   return (

@@ -1,9 +1,10 @@
 import { useMutation, useQuery } from "@apollo/client/react";
-import { useEffect, useState } from "react";
+import { useEffect } from "react";
 import { type Member, MEMBERS, REMOVE_MEMBER, type Role, SET_MEMBER_ROLE } from "../api/documents/members";
 import { describeError, isUnavailable } from "../api/errors";
 import { Link } from "../app/router";
 import { ErrorNote, Loading, When } from "../ui/common";
+import { Confirmed } from "../ui/Confirmed";
 
 export const ROLES: readonly { value: Role; label: string }[] = [
   { value: "ADMIN", label: "Admin" },
@@ -74,7 +75,6 @@ export function Members() {
 function MemberRow({ member: m, admin, me }: { member: Member; admin: boolean; me: boolean }) {
   const [setRole, settingRole] = useMutation(SET_MEMBER_ROLE, { refetchQueries: ["Members"] });
   const [remove, removing] = useMutation(REMOVE_MEMBER, { refetchQueries: ["Members"] });
-  const [confirming, setConfirming] = useState(false);
   const error = settingRole.error ?? removing.error;
   const roleId = `role-${m.userId}`;
   return (
@@ -113,30 +113,20 @@ function MemberRow({ member: m, admin, me }: { member: Member; admin: boolean; m
         <When iso={m.joinedAt} />
       </td>
       <td data-label="Actions">
-        {admin &&
-          (confirming ? (
-            <span role="group" aria-label={`Remove ${m.email}?`} className="confirm">
-              <span className="small">Remove {me ? "yourself" : "them"}? Their {m.tokens} token(s) stop working.</span>
-              <button
-                type="button"
-                className="danger"
-                autoFocus
-                aria-disabled={removing.loading ? true : undefined}
-                onClick={() => {
-                  if (!removing.loading) void remove({ variables: { userId: m.userId } }).catch(() => undefined);
-                }}
-              >
-                Yes, remove
-              </button>
-              <button type="button" className="quiet" onClick={() => setConfirming(false)}>
-                Keep
-              </button>
-            </span>
-          ) : (
-            <button type="button" className="danger" aria-label={`Remove ${m.email}`} onClick={() => setConfirming(true)}>
-              Remove…
-            </button>
-          ))}
+        {admin && (
+          <Confirmed
+            ask="Remove…"
+            askLabel={`Remove ${m.email}`}
+            question={`Remove ${m.email}?`}
+            warning={`Remove ${me ? "yourself" : "them"}? Their ${m.tokens} token(s) stop working.`}
+            yes="Yes, remove"
+            no="Keep"
+            busy={removing.loading}
+            onYes={() => {
+              if (!removing.loading) void remove({ variables: { userId: m.userId } }).catch(() => undefined);
+            }}
+          />
+        )}
         {error && (
           <p className="note note-error small" role="alert">
             {describeError(error)}

@@ -13,6 +13,8 @@ import { AGENTS } from "../api/documents/viewer";
 import { describeError } from "../api/errors";
 import { Link } from "../app/router";
 import { ErrorNote, Loading, useNow, When } from "../ui/common";
+import { Confirmed } from "../ui/Confirmed";
+import { useFieldProblems } from "../ui/fields";
 import { compactJson, inputPreview, shortId } from "../ui/format";
 import {
   EMPTY_SCHEDULE,
@@ -79,7 +81,6 @@ function ScheduleRow({ schedule: s, now }: { schedule: Schedule; now: number }) 
   const [pause, pausing] = useMutation(PAUSE_SCHEDULE);
   const [resume, resuming] = useMutation(RESUME_SCHEDULE);
   const [remove, removing] = useMutation(DELETE_SCHEDULE, { refetchQueries: ["Schedules"] });
-  const [confirming, setConfirming] = useState(false);
   const [said, setSaid] = useState<{ text: string; runId?: string } | null>(null);
   const busy = triggering.loading || pausing.loading || resuming.loading || removing.loading ? true : undefined;
   const error = triggering.error ?? pausing.error ?? resuming.error ?? removing.error;
@@ -147,28 +148,15 @@ function ScheduleRow({ schedule: s, now }: { schedule: Schedule; now: number }) 
               Pause
             </button>
           )}
-          {confirming ? (
-            <span role="group" aria-label="Delete this schedule?" className="confirm">
-              <button
-                type="button"
-                className="danger"
-                autoFocus
-                aria-disabled={busy}
-                onClick={() => act(() => remove({ variables: { id: s.id } }))}
-              >
-                Yes, delete it
-              </button>
-              <button type="button" className="quiet" onClick={() => setConfirming(false)}>
-                Keep it
-              </button>
-            </span>
-          ) : (
-            <button type="button" className="danger" onClick={() => setConfirming(true)}>
-              Delete…
-            </button>
-          )}
+          <Confirmed
+            ask="Delete…"
+            question="Delete this schedule?"
+            warning="Its runs stay."
+            yes="Yes, delete it"
+            busy={busy}
+            onYes={() => act(() => remove({ variables: { id: s.id } }))}
+          />
         </div>
-        {confirming && <p className="small muted">Its runs stay.</p>}
         {said && !error && (
           <p className="small" role="status" data-testid="schedule-outcome">
             {said.text}{" "}
@@ -201,7 +189,7 @@ const FIELD_IDS: Record<ScheduleField, string> = {
 function ScheduleEditor() {
   const agents = useQuery(AGENTS);
   const [form, setForm] = useState<ScheduleForm>(() => ({ ...EMPTY_SCHEDULE, timezone: localZone() }));
-  const [problem, setProblem] = useState<{ field: ScheduleField; error: string } | null>(null);
+  const { show, clear, described, fieldError } = useFieldProblems<ScheduleField>(FIELD_IDS);
   const [saved, setSaved] = useState<string | null>(null);
   const [create, creating] = useMutation(CREATE_SCHEDULE, { refetchQueries: ["Schedules"] });
   const set = <K extends keyof ScheduleForm>(key: K, value: ScheduleForm[K]) => setForm((f) => ({ ...f, [key]: value }));
@@ -209,11 +197,10 @@ function ScheduleEditor() {
     event.preventDefault();
     const read = readScheduleForm(form);
     if (!read.ok) {
-      setProblem({ field: read.field, error: read.error });
-      document.getElementById(FIELD_IDS[read.field])?.focus();
+      show(read.field, read.error);
       return;
     }
-    setProblem(null);
+    clear();
     setSaved(null);
     try {
       await create({ variables: { input: read.input } });
@@ -223,15 +210,6 @@ function ScheduleEditor() {
       // shown below
     }
   };
-  const err = (field: ScheduleField) => (problem?.field === field ? problem.error : null);
-  const described = (field: ScheduleField) =>
-    err(field) ? { "aria-invalid": true as const, "aria-describedby": `${FIELD_IDS[field]}-error` } : {};
-  const fieldError = (field: ScheduleField) =>
-    err(field) && (
-      <p id={`${FIELD_IDS[field]}-error`} className="field-error">
-        {err(field)}
-      </p>
-    );
   const names = (agents.data?.agents ?? []).map((a) => a.name);
   return (
     <form className="card budget-form" onSubmit={submit} aria-labelledby="schedule-form-heading" noValidate>

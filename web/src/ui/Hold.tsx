@@ -5,6 +5,7 @@ import { describeError } from "../api/errors";
 import type { RunStatus } from "../api/types";
 import { ACTIVE_STATUSES } from "../api/types";
 import { Link } from "../app/router";
+import { Confirmed } from "./Confirmed";
 import { holdOf } from "./waiting";
 
 export interface HoldRun {
@@ -29,7 +30,6 @@ export function HoldActions({ run, withCancel = false, label }: { run: HoldRun; 
   const [pause, pausing] = useMutation(PAUSE_RUN);
   const [resume, resuming] = useMutation(RESUME_RUN);
   const [cancel, cancelling] = useMutation(CANCEL_RUN);
-  const [confirming, setConfirming] = useState(false);
   const [done, setDone] = useState<string | null>(null);
   const hold = holdOf(run);
   const busy = pausing.loading || resuming.loading || cancelling.loading ? true : undefined;
@@ -88,28 +88,15 @@ export function HoldActions({ run, withCancel = false, label }: { run: HoldRun; 
           Pause
         </button>
       )}
-      {withCancel &&
-        ACTIVE_STATUSES.includes(run.status) &&
-        (confirming ? (
-          <span role="group" aria-label="Cancel this run?" className="confirm">
-            <button
-              type="button"
-              className="danger"
-              autoFocus
-              aria-disabled={busy}
-              onClick={() => act(() => cancel({ variables: { id: run.id } }), "Cancelled.")}
-            >
-              Yes, cancel it
-            </button>
-            <button type="button" className="quiet" onClick={() => setConfirming(false)}>
-              Keep it
-            </button>
-          </span>
-        ) : (
-          <button type="button" className="danger" onClick={() => setConfirming(true)}>
-            Cancel…
-          </button>
-        ))}
+      {withCancel && ACTIVE_STATUSES.includes(run.status) && (
+        <Confirmed
+          ask="Cancel…"
+          question="Cancel this run?"
+          yes="Yes, cancel it"
+          busy={busy}
+          onYes={() => act(() => cancel({ variables: { id: run.id } }), "Cancelled.")}
+        />
+      )}
       {done && !error && (
         <span className="small" role="status" data-testid="hold-outcome">
           {done}
