@@ -86,12 +86,16 @@ def test_cancel_a_running_run(page: Page, tenant: Tenant, sign_in: SignIn, stack
     confirm = page.get_by_role("group", name="Cancel this run?")
     expect(confirm.get_by_role("button", name="Yes, cancel it")).to_be_focused()
     assert stack.run_status(run_id) == "RUNNING"  # nothing happens before the confirmation
+    confirm.get_by_label("Reason (optional)").fill("wrong customer")
     confirm.get_by_role("button", name="Yes, cancel it").click()
     expect(status).to_have_text("CANCELLED", timeout=20_000)
     expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
-    expect(page.get_by_role("list", name="Timeline").get_by_role("listitem").last).to_contain_text(
-        "cancelled"
-    )
+    timeline = page.get_by_role("list", name="Timeline")
+    expect(timeline.get_by_role("listitem").last).to_contain_text("cancelled")
+    # who asked and why, on the timeline (the request's event, before the settle)
+    requested = timeline.locator("li.event-cancel_requested")
+    expect(requested).to_contain_text("wrong customer")
+    expect(requested).to_contain_text(f"owner@{tenant.slug}.test")
     assert stack.run_status(run_id) == "CANCELLED"
 
 

@@ -11,6 +11,7 @@ import strawberry
 from strawberry.types.nodes import SelectedField, Selection
 
 from outlive.db.models import RunStatus
+from outlive.errors import BadUserInput
 from outlive.resolvers.context import Context
 from outlive.schema.runs import (
     Run,
@@ -27,6 +28,8 @@ from outlive.services.runs import RunOrder, RunRecord, children, lookup
 from outlive.services.runs.keys import Debounce, start_options
 from outlive.services.tokens import create_run_read_token as create_run_read_token_for
 from outlive.workflows.reconcile import reconcile_runs
+
+CANCEL_REASON_MAX = 500  # a line for the timeline, not a document
 
 Info = strawberry.Info[Context, None]
 
@@ -203,13 +206,24 @@ async def cancel_run(
             "`abandon` aside); false: its children are left running, abandoned."
         ),
     ] = True,
+    reason: Annotated[
+        str | None,
+        strawberry.argument(
+            description="Why, in a line: recorded on its timeline (the `cancelled` or "
+            "`cancel_requested` event) with who asked."
+        ),
+    ] = None,
 ) -> Run:
     ctx = info.context
     run_id = runs_service.parse_run_id(id)
+    if reason is not None and len(reason) > CANCEL_REASON_MAX:
+        raise BadUserInput(f"reason is at most {CANCEL_REASON_MAX} characters")
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         if not cascade:
             await children.abandon_children(uow, run_id)
-        record = await runs_service.cancel_run(uow, run_id)
+        record = await runs_service.cancel_run(
+            uow, run_id, by=ctx.require().user.email, reason=reason or None
+        )
     return Run.of(record)
 
 

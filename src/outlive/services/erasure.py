@@ -163,7 +163,7 @@ async def _cancel_active(
     while rows := await sessions.all(_TO_CANCEL, batch=BATCH, ids=asked, **tagged):
         async with sessions.unit(tenant_id) as uow:
             for row in rows:
-                await cancel_run(uow, RunId(row["id"]))
+                await cancel_run(uow, RunId(row["id"]), reason="eraseSubject: its data is erased")
                 asked.append(row["id"])
     deadline = time.monotonic() + settle_s
     while time.monotonic() < deadline:  # a RUNNING run stops at its next step boundary

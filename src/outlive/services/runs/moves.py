@@ -207,10 +207,15 @@ async def requeue_run(
     )
 
 
-async def cancel_run(uow: Unit, run_id: RunId) -> RunRecord:
-    """QUEUED settles CANCELLED at once; RUNNING gets `cancel_requested_at`. Idempotent."""
+async def cancel_run(
+    uow: Unit, run_id: RunId, *, by: str | None = None, reason: str | None = None
+) -> RunRecord:
+    """QUEUED settles CANCELLED at once; RUNNING gets `cancel_requested_at`. Idempotent. `by`
+    and `reason` go on its `cancelled` or `cancel_requested` event (who asked, and why)."""
     tenant_id = TenantId(uow.require_tenant())
-    run = await move_run(uow, queries.CANCEL, run_id=run_id, tenant_id=tenant_id)
+    run = await move_run(
+        uow, queries.CANCEL, run_id=run_id, tenant_id=tenant_id, by=by, reason=reason
+    )
     if run is not None:
         return run
     current = await read_run(uow, tenant_id, run_id)

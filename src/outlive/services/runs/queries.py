@@ -294,7 +294,9 @@ CANCEL = move(
     "cancel_requested_at = coalesce(cancel_requested_at, now())",
     f"tenant_id = :tenant_id AND ({_IDLE} OR cancel_requested_at IS NULL)",
     event_type="CASE WHEN status = 'CANCELLED' THEN 'cancelled' ELSE 'cancel_requested' END",
-    event_data="'{}'::jsonb",
+    # who asked (`cancelRun`: the token's user) and why, when said; `{}` for the engine's own
+    event_data="jsonb_strip_nulls(jsonb_build_object('by', CAST(:by AS text),"
+    " 'reason', CAST(:reason AS text)))",
     may_settle=True,  # a QUEUED run settles CANCELLED at once
 )
 APPEND = move(LEASE, "status = 'RUNNING' AND attempt = :attempt", changes_run=False)

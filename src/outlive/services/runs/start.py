@@ -226,7 +226,14 @@ async def _meet(
     await uow.one(queries.LOCK_KEY, **key)
     if strategy is RunConflict.CANCEL_PREVIOUS:
         for member in await uow.all(queries.LINE, **key):
-            await move_run(uow, queries.CANCEL, run_id=member["id"], tenant_id=head.tenant_id)
+            await move_run(
+                uow,
+                queries.CANCEL,
+                run_id=member["id"],
+                tenant_id=head.tenant_id,
+                by=None,
+                reason="a newer run of its key (CANCEL_PREVIOUS)",
+            )
         first = await uow.one(queries.INSERT_RUN, **values)  # the line may be empty now
         if first is not None:
             return StartedRun(run=to_record(first), created=True)

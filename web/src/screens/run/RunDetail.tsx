@@ -164,6 +164,7 @@ function RunHead({ run }: { run: DetailRun }) {
   const { params } = useLocation();
   const [cancelRun, cancelling] = useMutation(CANCEL_RUN);
   const [confirming, setConfirming] = useState(false);
+  const [reason, setReason] = useState("");
   const active = ACTIVE_STATUSES.includes(run.status);
   return (
     <>
@@ -177,6 +178,15 @@ function RunHead({ run }: { run: DetailRun }) {
             confirming ? (
               <span role="group" aria-label="Cancel this run?" className="confirm">
                 <span className="small">Cancel this run? It stops before its next turn.</span>
+                <label className="small cancel-reason">
+                  Reason (optional){" "}
+                  <input
+                    value={reason}
+                    maxLength={500}
+                    placeholder="recorded on its timeline"
+                    onChange={(e) => setReason(e.target.value)}
+                  />
+                </label>
                 <button
                   type="button"
                   className="danger"
@@ -184,7 +194,7 @@ function RunHead({ run }: { run: DetailRun }) {
                   aria-disabled={cancelling.loading ? true : undefined}
                   onClick={() => {
                     if (cancelling.loading) return;
-                    void cancelRun({ variables: { id: run.id } })
+                    void cancelRun({ variables: { id: run.id, reason: reason.trim() || null } })
                       .then(() => setConfirming(false))
                       .catch(() => undefined);
                   }}
