@@ -140,3 +140,33 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
     expect(row).to_have_count(2)
     expect(total).to_have_text("2 deliveries")
     assert_accessible(page, "webhooks with 50 deliveries a page")
+
+
+def test_retry_all_pending_now_sends_every_waiting_delivery_and_clears_their_last_error(
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack, receiver: Receiver
+) -> None:
+    from tests.browser.test_budgets import check_screen
+
+    receiver.status = 500  # each first attempt fails; each next one is due after the backoff
+    sign_in(page, tenant, "/webhooks")
+    _add_endpoint(page, receiver.url)
+    for _ in range(2):
+        run_id = stack.start_run(tenant, turns=1, delayMs=0)
+        assert stack.wait_settled(tenant, run_id) == "SUCCEEDED"
+    receiver.wait_for(2)
+    rows = page.locator("tr[data-delivery-id]")
+    expect(rows).to_have_count(2)
+    for i in range(2):
+        expect(rows.nth(i).get_by_test_id("delivery-next-attempt").locator("time")).to_be_visible()
+        expect(rows.nth(i)).to_contain_text("answered 500")
+    check_screen(page, "webhooks with deliveries waiting for a retry")  # cards at 390 px
+
+    receiver.status = 200
+    page.get_by_role("button", name=re.compile(r"^Retry all pending now: deliveries to ")).click()
+    expect(page.get_by_test_id("retry-pending-tried")).to_have_text("2 deliveries tried now.")
+    for i in range(2):
+        expect(rows.nth(i).get_by_test_id("delivery-status")).to_have_text(
+            "DELIVERED", timeout=20_000
+        )
+        expect(rows.nth(i)).not_to_contain_text("answered 500")  # its log keeps it, the row not
+    receiver.wait_for(4)

@@ -1,6 +1,7 @@
 """Webhooks a tenant fixes itself: a failing delivery says when its next attempt is due and is
 tried now on request (`retryWebhookDelivery`); deliveries are filtered by status, paged by
-`before`, and name their run; `redeliverFailedWebhooks` sends every failed one again. Another
+`before`, and name their run; `redeliverFailedWebhooks` sends every failed one again and
+`retryPendingWebhookDeliveries` tries every waiting one now. Another
 tenant can do none of it to yours."""
 
 from __future__ import annotations
@@ -170,6 +171,54 @@ async def test_redeliver_failed_sends_every_failed_delivery_of_the_endpoint_agai
 
             delivered = await watch.until_true(both_delivered, 30, "both delivered")
     assert sorted(d["attempts"] for d in delivered) == [2, 2]
+    assert len(r.received) == 4
+
+
+RETRY_PENDING = """mutation($id: ID!) {
+  retryPendingWebhookDeliveries(endpointId: $id) { count } }"""
+
+
+async def test_retry_all_pending_tries_each_waiting_delivery_of_the_endpoint_now(
+    api: Api,
+    jobs_world: Any,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    other_tenant: TenantHandle,
+    receiver: Any,
+) -> None:
+    r, url = receiver
+    r.statuses = [500, 500]  # each delivery's first attempt fails; its retry is an hour away
+    async with jobs_world(job_retry_base_s=3600, job_retry_max_s=3600, job_max_attempts=3) as world:
+        created = await api.gql(
+            CREATE, {"url": url, "events": ["run.cancelled"]}, token=tenant.token
+        )
+        endpoint = created["createWebhookEndpoint"]["endpoint"]["id"]
+        async with NudgeWatch(world.settings.redis_url or "", sessions, tenant.id) as watch:
+            for _ in range(2):
+                await _settle_a_run(api, watch, tenant.token)
+
+            async def both_waiting() -> list[Any] | None:
+                data = await api.gql(FILTERED, {"status": "PENDING"}, token=tenant.token)
+                found = [d for d in data["webhookEndpoints"][0]["deliveries"] if d["nextAttemptAt"]]
+                return found if len(found) == 2 else None
+
+            await watch.until_true(both_waiting, 30, "two deliveries waiting for their retry")
+            with pytest.raises(GraphQLError) as caught:
+                await api.gql(RETRY_PENDING, {"id": endpoint}, token=other_tenant.token)
+            assert caught.value.codes == ["NOT_FOUND"]
+            tried = await api.gql(RETRY_PENDING, {"id": endpoint}, token=tenant.token)
+            assert tried["retryPendingWebhookDeliveries"]["count"] == 2
+
+            async def both_delivered() -> list[Any] | None:
+                data = await api.gql(FILTERED, {"status": "DELIVERED"}, token=tenant.token)
+                found = data["webhookEndpoints"][0]["deliveries"]
+                return found if len(found) == 2 else None
+
+            delivered = await watch.until_true(both_delivered, 30, "both delivered now")
+            again = await api.gql(RETRY_PENDING, {"id": endpoint}, token=tenant.token)
+    assert again["retryPendingWebhookDeliveries"]["count"] == 0  # nothing waits any more
+    assert sorted(d["attempts"] for d in delivered) == [2, 2]
+    assert all(d["lastError"] is None for d in delivered)
     assert len(r.received) == 4
 
 

@@ -88,6 +88,7 @@ async def test_a_delivery_is_signed_and_retried_until_the_endpoint_answers_2xx(
     assert delivery["attempts"] == 2
     assert delivery["responseStatus"] == 200
     assert delivery["deliveredAt"]
+    assert delivery["lastError"] is None  # delivered: the first try's 500 is in its log only
     assert delivery["eventType"] == "run.cancelled"
     assert len(r.received) == 2
     headers, body = r.received[-1]

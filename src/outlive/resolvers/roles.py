@@ -55,6 +55,7 @@ MUTATION_ROLES = MappingProxyType(
         "sendTestWebhook": ADMIN,
         "redeliverWebhook": ADMIN,
         "retryWebhookDelivery": ADMIN,
+        "retryPendingWebhookDeliveries": ADMIN,
         "redeliverFailedWebhooks": ADMIN,
         # spending and data
         "setBudget": ADMIN,

@@ -40,6 +40,7 @@ from outlive.schema.usage import AgentStats, UsageDay, UsageTokensDay
 from outlive.schema.webhooks import (
     CreateWebhookEndpointPayload,
     RedeliverFailedWebhooksPayload,
+    RetryPendingWebhookDeliveriesPayload,
     WebhookDelivery,
     WebhookEndpoint,
 )
@@ -191,6 +192,12 @@ class Mutation:
         resolver=webhook_fields.redeliver_failed_webhooks,
         description="Sends every FAILED delivery of the endpoint again (the newest 100), as "
         "redeliverWebhook does each; the payload says how many.",
+    )
+    retry_pending_webhook_deliveries: RetryPendingWebhookDeliveriesPayload = strawberry.mutation(
+        resolver=webhook_fields.retry_pending_webhook_deliveries,
+        description="Each PENDING delivery of the endpoint waiting for the retry of a "
+        "failed attempt (the newest 100) is tried now, as retryWebhookDelivery does one; "
+        "the payload says how many.",
     )
     set_member_role: Member = strawberry.mutation(
         resolver=member_fields.set_member_role,

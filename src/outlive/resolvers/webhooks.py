@@ -1,7 +1,10 @@
 """`webhookEndpoints`, `createWebhookEndpoint`, `deleteWebhookEndpoint`, and the deliveries'
-`redeliverWebhook`, `retryWebhookDelivery`, `redeliverFailedWebhooks`."""
+`redeliverWebhook`, `retryWebhookDelivery`, `redeliverFailedWebhooks`,
+`retryPendingWebhookDeliveries`."""
 
 from __future__ import annotations
+
+import asyncio
 
 import strawberry
 
@@ -11,6 +14,7 @@ from outlive.resolvers.context import Context
 from outlive.schema.webhooks import (
     CreateWebhookEndpointPayload,
     RedeliverFailedWebhooksPayload,
+    RetryPendingWebhookDeliveriesPayload,
     WebhookDelivery,
     WebhookEndpoint,
 )
@@ -114,6 +118,21 @@ async def retry_webhook_delivery(info: Info, delivery_id: strawberry.ID) -> Webh
     if due_now and sessions.jobs is not None:  # committed: its job is due now
         await sessions.jobs.bring_forward(outbox.job(sessions.jobs, "webhook", parsed))
     return WebhookDelivery.of(delivery)
+
+
+async def retry_pending_webhook_deliveries(
+    info: Info, endpoint_id: strawberry.ID
+) -> RetryPendingWebhookDeliveriesPayload:
+    ctx = info.context
+    sessions = ctx.services.sessions
+    parsed = await _own_endpoint(info, endpoint_id)
+    await _take_redelivery(info, parsed)
+    async with sessions.unit(ctx.tenant_id) as uow:
+        moved = await webhooks.retry_pending(uow, parsed, limit=webhooks.MAX_DELIVERIES_PAGE)
+    if moved and sessions.jobs is not None:  # committed: their jobs are due now
+        jobs = sessions.jobs
+        await asyncio.gather(*(jobs.bring_forward(outbox.job(jobs, "webhook", d)) for d in moved))
+    return RetryPendingWebhookDeliveriesPayload(count=len(moved))
 
 
 async def redeliver_failed_webhooks(

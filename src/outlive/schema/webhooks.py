@@ -135,6 +135,13 @@ class RedeliverFailedWebhooksPayload:
 
 
 @strawberry.type
+class RetryPendingWebhookDeliveriesPayload:
+    count: int = strawberry.field(
+        description="How many PENDING deliveries waiting for a retry are tried now."
+    )
+
+
+@strawberry.type
 class CreateWebhookEndpointPayload:
     endpoint: WebhookEndpoint
     secret: str = strawberry.field(description="The whsec_ signing secret, shown this once.")

@@ -151,7 +151,9 @@ def _attempt_statement(k: OutboxKind) -> Statement:
 
 
 def _finish_statement(k: OutboxKind) -> Statement:
-    """`done` or FAILED, only from PENDING; NULLs keep what the row has."""
+    """`done` or FAILED, only from PENDING; NULLs keep what the row has. A row done has no
+    `last_error`: the error of a try that came before is in its attempt log, not on a
+    delivered row (issue 45: "the last error cleared once delivered")."""
     extra = "".join(
         f" {column} = coalesce(CAST(:{column} AS {type}), {column})," for column, type in k.extra
     )
@@ -159,7 +161,8 @@ def _finish_statement(k: OutboxKind) -> Statement:
     update = (
         f"UPDATE {k.table} SET status = CAST(:status AS text), updated_at = now(),"  # noqa: S608
         " attempts = attempts + CAST(CAST(:count_attempt AS boolean) AS int),"
-        f"{extra}{cleared} last_error = coalesce(CAST(:error AS text), last_error),"
+        f"{extra}{cleared} last_error = CASE WHEN CAST(:status AS text) = '{k.done}' THEN NULL"
+        " ELSE coalesce(CAST(:error AS text), last_error) END,"
         f" {k.done_at} = CASE WHEN CAST(:status AS text) = '{k.done}' THEN now()"
         f" ELSE {k.done_at} END"
         f" WHERE id = :row_id AND status = '{PENDING}' RETURNING tenant_id, attempts"

@@ -3,6 +3,7 @@ import { Fragment, useState } from "react";
 import { Link } from "../app/router";
 import {
   REDELIVER_FAILED_WEBHOOKS,
+  RETRY_PENDING_WEBHOOK_DELIVERIES,
   REDELIVER_WEBHOOK,
   RETRY_WEBHOOK_DELIVERY,
   SEND_TEST_WEBHOOK,
@@ -58,6 +59,7 @@ export function EndpointDeliveries({ endpoint }: { endpoint: WebhookEndpoint }) 
           </select>
         </div>
         <SendTest endpoint={endpoint} />
+        <RetryPending endpoint={endpoint} />
         <RedeliverFailed endpoint={endpoint} />
       </div>
       {own.error && (
@@ -113,7 +115,7 @@ export function EndpointDeliveries({ endpoint }: { endpoint: WebhookEndpoint }) 
 function DeliveriesTable({ name, deliveries }: { name: string; deliveries: WebhookDelivery[] }) {
   return (
     <div className="table-wrap">
-      <table className="table" aria-label={`Deliveries to ${name}`}>
+      <table className="table cards-narrow" aria-label={`Deliveries to ${name}`}>
         <thead>
           <tr>
             <th scope="col">Event</th>
@@ -156,6 +158,38 @@ function SendTest({ endpoint }: { endpoint: WebhookEndpoint }) {
         Send test event
       </button>
       {data && <span className="muted small"> Test event queued.</span>}
+      {error && (
+        <span className="field-error" role="alert">
+          {describeError(error)}
+        </span>
+      )}
+    </div>
+  );
+}
+
+/**
+ * Tries now every delivery of the endpoint that waits for the retry of a failed attempt (an
+ * endpoint fixed after an outage need not wait out the backoff). Asks nothing: it only brings
+ * forward what would be tried anyway.
+ */
+function RetryPending({ endpoint }: { endpoint: WebhookEndpoint }) {
+  const [retry, { data, loading, error }] = useMutation(RETRY_PENDING_WEBHOOK_DELIVERIES);
+  const tried = data?.retryPendingWebhookDeliveries.count;
+  return (
+    <div className="bulk-redeliver" aria-live="polite">
+      <button
+        type="button"
+        disabled={loading}
+        aria-label={`Retry all pending now: deliveries to ${endpoint.url}`}
+        onClick={() => void retry({ variables: { endpointId: endpoint.id } }).catch(() => undefined)}
+      >
+        Retry all pending now
+      </button>
+      {tried !== undefined && (
+        <span data-testid="retry-pending-tried">
+          {tried === 0 ? "No delivery was waiting for a retry." : tried === 1 ? "1 delivery tried now." : `${tried} deliveries tried now.`}
+        </span>
+      )}
       {error && (
         <span className="field-error" role="alert">
           {describeError(error)}
@@ -237,10 +271,10 @@ function DeliveryRow({ delivery: d }: { delivery: WebhookDelivery }) {
   return (
     <Fragment>
       <tr data-delivery-id={d.id}>
-        <td>
+        <td data-label="Event">
           <code>{d.eventType}</code>
         </td>
-        <td>
+        <td data-label="Run">
           {d.runId ? (
             <Link to={`/runs/${d.runId}`} className="mono" aria-label={`Run ${d.runId}`}>
               {d.runId.slice(0, 8)}
@@ -249,10 +283,10 @@ function DeliveryRow({ delivery: d }: { delivery: WebhookDelivery }) {
             <span className="muted">—</span>
           )}
         </td>
-        <td>
+        <td data-label="Status">
           <StatusBadge status={d.status} testId="delivery-status" />
         </td>
-        <td data-testid="delivery-attempts">
+        <td data-label="Attempts" data-testid="delivery-attempts">
           {d.attempts === 0 ? (
             0
           ) : (
@@ -268,16 +302,16 @@ function DeliveryRow({ delivery: d }: { delivery: WebhookDelivery }) {
             </button>
           )}
         </td>
-        <td data-testid="delivery-response">{d.responseStatus ?? "—"}</td>
-        <td className="small">{d.lastError ?? <span className="muted">—</span>}</td>
-        <td data-testid="delivery-next-attempt">{waiting ? <When iso={d.nextAttemptAt} /> : <span className="muted">—</span>}</td>
-        <td>
+        <td data-label="Response" data-testid="delivery-response">{d.responseStatus ?? "—"}</td>
+        <td data-label="Last error" className="small">{d.lastError ?? <span className="muted">—</span>}</td>
+        <td data-label="Next attempt" data-testid="delivery-next-attempt">{waiting ? <When iso={d.nextAttemptAt} /> : <span className="muted">—</span>}</td>
+        <td data-label="Created">
           <When iso={d.createdAt} />
         </td>
-        <td>
+        <td data-label="Delivered">
           <When iso={d.deliveredAt} relative={false} />
         </td>
-        <td>
+        <td data-label="Actions">
           {waiting ? (
             <button
               type="button"

@@ -88,6 +88,17 @@ RETRY_NOW = prepare(
         f" RETURNING {DELIVERY_COLUMNS}"
     ).columns(*_DELIVERY_COLUMNS_OF)
 )
+# "Retry all pending now": each of the endpoint's PENDING deliveries waiting for a retry (the
+# newest :limit) is due now, as RETRY_NOW makes one.
+RETRY_PENDING = prepare(
+    text(
+        "UPDATE webhook_deliveries SET next_attempt_at = now(), updated_at = now()"
+        " WHERE id IN (SELECT id FROM webhook_deliveries WHERE endpoint_id = :endpoint_id"
+        " AND tenant_id = :tenant_id AND status = 'PENDING' AND dispatched_at IS NOT NULL"
+        " AND attempts > 0 AND next_attempt_at > now() ORDER BY created_at DESC LIMIT :limit)"
+        " RETURNING id"
+    )
+)
 # Every FAILED delivery of an endpoint back to PENDING and waiting ("Redeliver failed").
 REDELIVER_FAILED = prepare(
     text(

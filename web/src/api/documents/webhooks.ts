@@ -4,6 +4,7 @@ export {
   DeleteWebhookEndpointDocument as DELETE_WEBHOOK_ENDPOINT,
   RedeliverFailedWebhooksDocument as REDELIVER_FAILED_WEBHOOKS,
   RedeliverWebhookDocument as REDELIVER_WEBHOOK,
+  RetryPendingWebhookDeliveriesDocument as RETRY_PENDING_WEBHOOK_DELIVERIES,
   RetryWebhookDeliveryDocument as RETRY_WEBHOOK_DELIVERY,
   SendTestWebhookDocument as SEND_TEST_WEBHOOK,
   WebhookDeliveryAttemptsDocument as WEBHOOK_DELIVERY_ATTEMPTS,
