@@ -129,3 +129,22 @@ def test_live_output_goes_on_after_a_reconnect_with_no_chunk_lost_or_repeated(
     longest = max(len(s["text"] or "") for s in seen)
     assert before < longest == chars, (before, longest)  # it went on, to the last chunk
     assert page.evaluate("window.__noReload") is True
+
+
+def test_overview_shows_what_the_live_run_is_writing_and_drops_it_once_settled(
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
+) -> None:
+    """Issue 45, item 5: the live stream at the top of Overview while the run is live."""
+    chars = 400  # 40 chunks, one per 40 ms, in each of 2 turns
+    run_id = stack.start_run(tenant, turns=2, delayMs=1000, streamChars=chars, streamDelayMs=40)
+    sign_in(page, tenant, f"/runs/{run_id}")
+    panel = page.get_by_test_id("overview-live")
+    text = panel.get_by_test_id("overview-live-text")
+    expect(text).to_contain_text("turn 1: abc")
+    shown = text.inner_text()
+    assert stream_text(turn_of(shown), chars).startswith(shown)  # nothing lost or shown twice
+    assert_accessible(page, "run page, overview (live output)")
+    expect(text).to_contain_text("turn 2: abc", timeout=30_000)  # the next turn's stream
+    expect(page.get_by_test_id("run-status")).to_have_text("SUCCEEDED", timeout=30_000)
+    expect(panel).to_have_count(0)  # settled: the output is the run's own now
+    assert stack.wait_settled(tenant, run_id) == "SUCCEEDED"

@@ -2,6 +2,7 @@ import { Link } from "../../app/router";
 import { ACTIVE_STATUSES } from "../../api/types";
 import { Json } from "../../ui/common";
 import { formatTime } from "../../ui/format";
+import { LiveOutputPanel } from "./LiveOutput";
 import type { TimelineEvent, Waterfall } from "../../ui/waterfall";
 import { SignalPanel } from "./Signal";
 import type { DetailRun } from "./types";
@@ -32,8 +33,9 @@ export function WhyPanel({ run, waterfall, now }: { run: DetailRun; waterfall: W
 }
 
 /**
- * The Overview tab: why the run is here, the signal form while it is not settled, then its input
- * and output, all above the fold (the history is in the other tabs).
+ * The Overview tab: what it is writing while it is live, why the run is here, the signal form
+ * while it is not settled, then its input and output, all above the fold (the history is in the
+ * other tabs).
  */
 export function Overview({
   run,
@@ -49,6 +51,7 @@ export function Overview({
   const active = ACTIVE_STATUSES.includes(run.status);
   return (
     <div className="panels">
+      {active && <LiveOutputPanel id={run.id} />}
       <WhyPanel run={run} waterfall={waterfall} now={now} />
       <SignalPanel run={run} />
       <SignalsReceived events={events} />
