@@ -87,6 +87,16 @@ def test_retry_a_failed_run_from_its_page(
     expect(page).to_have_url(re.compile(f"/runs/{retry}$"))
     page.get_by_role("link", name="Open the run it retries").click()
 
+    # the runs list marks the retry with the run it retries (issue 45, item 10)
+    page.get_by_role("link", name="Runs", exact=True).first.click()
+    mark = page.locator(f'tr[data-run-id="{retry}"]').get_by_test_id("retry-mark")
+    expect(mark).to_have_text(f"retries {failed[:8]}")
+    expect(page.locator(f'tr[data-run-id="{failed}"]').get_by_test_id("retry-mark")).to_have_count(
+        0
+    )
+    mark.get_by_role("link").click()
+    expect(page).to_have_url(re.compile(f"/runs/{failed}$"))
+
     # Retry with edited input: the JSON is checked before anything is sent
     page.get_by_role("button", name="Retry with edited input…").click()
     editor = page.get_by_label("Input for the new run (JSON)")

@@ -96,6 +96,14 @@ function RunRow({ run, filters, ticks }: { run: ListedRun; filters: RunFilters; 
           {shortId(run.id)}
         </Link>{" "}
         <CopyButton value={run.id} label={`Copy run id ${shortId(run.id)}`} />
+        {run.retriedFromId && (
+          <div className="small muted" data-testid="retry-mark">
+            retries{" "}
+            <Link to={`/runs/${run.retriedFromId}`} className="mono" aria-label={`Run ${run.retriedFromId} (the run it retries)`}>
+              {shortId(run.retriedFromId)}
+            </Link>
+          </div>
+        )}
       </td>
       <td data-label="Agent">{run.agent}</td>
       <td data-label="Status">
