@@ -44,9 +44,10 @@ def test_a_parent_shows_its_children_and_a_child_its_path_back(
         for e in stack.gql(tenant, CHILDREN, {"id": parent})["run"]["children"]["edges"]
     ]
     assert len(kids) == 3
-    for kid in kids:  # oldest first, each a link with its status and agent
+    for n, kid in enumerate(kids, 1):  # oldest first, each a link with its status and agent
         row = children.locator(f'tr[data-run-id="{kid}"]')
         expect(row.get_by_role("link", name=f"Child run {kid}", exact=True)).to_be_visible()
+        expect(row.get_by_test_id("child-label")).to_have_text(f"child {n} of 3")
         expect(row.locator("[data-status]")).to_have_text("SUCCEEDED")
         expect(row.get_by_role("cell", name="demo", exact=True)).to_be_visible()
     assert (

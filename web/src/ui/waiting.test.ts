@@ -66,3 +66,15 @@ describe("a run held on its code version", () => {
     expect(waitingShort(held)).toBe("held on its code version");
   });
 });
+
+describe("a parent waiting for its children", () => {
+  it("is said as such, not as a signal named children", () => {
+    const parent = { status: "WAITING", waitingFor: "children", wakeAt: null };
+    expect(waitingSentence(parent, NOW, clock)).toBe("Waiting for its children.");
+    expect(waitingSentence({ ...parent, wakeAt: "2026-01-01T13:10:00.000Z" }, NOW, clock)).toBe(
+      "Waiting for its children, until 13:10 (in 6 min) at the latest.",
+    );
+    expect(waitingDetail(parent)).toContain("once the children it waits for have settled");
+    expect(waitsForSignal(parent)).toBe(false);
+  });
+});

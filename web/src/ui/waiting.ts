@@ -19,8 +19,10 @@ export const HELD_BY_BUDGET = "budget";
 export const HELD_BY_PAUSE = "pause";
 /** A run resumed on code that does not reach the steps it recorded (CONTRACT §7 "Versions"). */
 export const HELD_BY_VERSION = "version";
+/** A parent waiting for its children (`ctx.children`): no signal, no person. */
+export const WAITS_FOR_CHILDREN = "children";
 /** Waits that are not for a signal: a hold (pause, budget, code version) or the run's children. */
-export const NOT_SIGNALS: ReadonlySet<string> = new Set([HELD_BY_BUDGET, HELD_BY_PAUSE, HELD_BY_VERSION, "children"]);
+export const NOT_SIGNALS: ReadonlySet<string> = new Set([HELD_BY_BUDGET, HELD_BY_PAUSE, HELD_BY_VERSION, WAITS_FOR_CHILDREN]);
 
 /**
  * What holds a run: a budget, a pause, its code version, or nothing (the wait names of CONTRACT §7
@@ -73,6 +75,11 @@ export function waitingSentence(
   if (run.waitingFor === HELD_BY_VERSION) {
     return "Held on its code version: the deployed code does not reach the steps this run recorded, so it did not go on.";
   }
+  if (run.waitingFor === WAITS_FOR_CHILDREN) {
+    return run.wakeAt
+      ? `Waiting for its children, until ${clock(run.wakeAt, now)} (${formatRelative(run.wakeAt, now)}) at the latest.`
+      : "Waiting for its children.";
+  }
   const what = run.waitingFor ? `Waiting for the signal \`${run.waitingFor}\`` : "Sleeping";
   if (!run.wakeAt) {
     return run.waitingFor ? `${what}, with no timeout.` : `${what}, with no wake-up time.`;
@@ -94,6 +101,9 @@ export function waitingDetail(run: WaitingFields): string {
   if (run.waitingFor === HELD_BY_PAUSE) {
     return "Resume lets it go; its timers still come due meanwhile, and a signal sent meanwhile waits for it. It holds no worker meanwhile.";
   }
+  if (run.waitingFor === WAITS_FOR_CHILDREN) {
+    return "It goes on once the children it waits for have settled (the Tree tab shows them); it holds no worker meanwhile.";
+  }
   if (run.waitingFor === HELD_BY_VERSION) {
     return "Its `version` event says where the code and the journal part. Deploy a fix (a rename behind `ctx.patched`, say; `outlive replay` checks it first), then Resume; or cancel it. Nothing it recorded is bought again. It holds no worker meanwhile.";
   }
@@ -107,7 +117,7 @@ export function waitingDetail(run: WaitingFields): string {
 export function waitingShort(run: WaitingFields, now: number = Date.now()): string {
   if (run.waitingFor === HELD_BY_BUDGET) return "held by a budget";
   if (run.waitingFor === HELD_BY_PAUSE || run.pausedAt) return "paused";
-  if (run.waitingFor === "children") return "for its children";
+  if (run.waitingFor === WAITS_FOR_CHILDREN) return "for its children";
   if (run.waitingFor === HELD_BY_VERSION) return "held on its code version";
   if (run.waitingFor) return `for ${run.waitingFor}`;
   return run.wakeAt ? `sleeping until ${formatClock(run.wakeAt, now)}` : "sleeping";
@@ -118,5 +128,5 @@ export function waitingShort(run: WaitingFields, now: number = Date.now()): stri
  * a code version: a fix deployed, then Resume). A run waiting for its children does not.
  */
 export function awaitsPerson(run: WaitingFields): boolean {
-  return !!run.waitingFor && run.waitingFor !== "children";
+  return !!run.waitingFor && run.waitingFor !== WAITS_FOR_CHILDREN;
 }

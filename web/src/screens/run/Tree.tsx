@@ -3,7 +3,7 @@ import { CHILDREN_PAGE, RUN_TREE, type RunTreeData } from "../../api/documents/t
 import { Link, useLocation } from "../../app/router";
 import { ErrorNote, Loading, StatusBadge, When } from "../../ui/common";
 import { shortId } from "../../ui/format";
-import { childrenAfter, childrenHref, childTotal, isPathCut, orderedCounts, treeHref } from "./tree";
+import { childLabel, childrenAfter, childrenFrom, childrenHref, childTotal, isPathCut, orderedCounts, treeHref } from "./tree";
 
 export type RunTree = NonNullable<RunTreeData["run"]>;
 
@@ -111,6 +111,7 @@ function Children({ tree }: { tree: RunTree }) {
   const total = childTotal(tree.childCounts);
   const edges = tree.children.edges;
   const after = childrenAfter(params);
+  const from = after ? childrenFrom(params) : 0;
   const next = tree.children.pageInfo;
   return (
     <>
@@ -139,12 +140,15 @@ function Children({ tree }: { tree: RunTree }) {
               </tr>
             </thead>
             <tbody>
-              {edges.map(({ node }) => (
+              {edges.map(({ node }, i) => (
                 <tr key={node.id} data-run-id={node.id}>
                   <td data-label="Run">
                     <Link to={treeHref(node.id)} className="mono" aria-label={`Child run ${node.id}`}>
                       {shortId(node.id)}
-                    </Link>
+                    </Link>{" "}
+                    <span className="muted small" data-testid="child-label">
+                      {childLabel(from + i + 1, total)}
+                    </span>
                   </td>
                   <td data-label="Agent">{node.agent}</td>
                   <td data-label="Status">
@@ -163,7 +167,7 @@ function Children({ tree }: { tree: RunTree }) {
         <nav className="pager" aria-label="Pages of children">
           {after && <Link to={childrenHref(path, params, null)}>← First children</Link>}
           {next.hasNextPage && next.endCursor && (
-            <Link to={childrenHref(path, params, next.endCursor)}>Next children →</Link>
+            <Link to={childrenHref(path, params, next.endCursor, from + edges.length)}>Next children →</Link>
           )}
         </nav>
       )}

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { childrenAfter, childrenHref, childTotal, hasTree, isPathCut, orderedCounts, treeHref, type TreeRun } from "./tree";
+import { childLabel, childrenAfter, childrenFrom, childrenHref, childTotal, hasTree, isPathCut, orderedCounts, treeHref, type TreeRun } from "./tree";
 
 const run = (over: Partial<TreeRun> = {}): TreeRun => ({
   id: "c",
@@ -45,5 +45,16 @@ describe("the run page's tree", () => {
     expect(childrenAfter(new URLSearchParams("tab=tree&children=abc"))).toBe("abc");
     expect(childrenAfter(new URLSearchParams("tab=tree&children="))).toBeNull();
     expect(treeHref("abc")).toBe("/runs/abc?tab=tree");
+  });
+});
+
+describe("a child's place", () => {
+  it("is counted across pages and said in words", () => {
+    const second = new URLSearchParams(childrenHref("/runs/x", new URLSearchParams(), "abc", 20).split("?")[1]);
+    expect(childrenFrom(second)).toBe(20);
+    expect(childrenFrom(new URLSearchParams(childrenHref("/runs/x", second, null).split("?")[1]))).toBe(0);
+    expect(childrenFrom(new URLSearchParams("from=-3"))).toBe(0);
+    expect(childLabel(5, 6)).toBe("child 5 of 6");
+    expect(childLabel(7, 6)).toBe("child 7"); // started since the count was read
   });
 });

@@ -22,6 +22,7 @@ export interface TreeRun {
 
 /** The address parameter that holds the cursor of the page of children shown. */
 export const CHILDREN_PARAM = "children";
+const FROM_PARAM = "from";
 
 /** Whether a run is part of a tree: it has a parent or children. */
 export function hasTree(run: TreeRun | null | undefined): boolean {
@@ -56,13 +57,29 @@ export function childrenAfter(params: URLSearchParams): string | null {
   return params.get(CHILDREN_PARAM) || null;
 }
 
-/** The address of a page of children on the run page at `path` (null: the first page). */
-export function childrenHref(path: string, params: URLSearchParams, after: string | null): string {
+/** How many children come before the page shown (`from`, carried with the page's cursor). */
+export function childrenFrom(params: URLSearchParams): number {
+  const from = Number(params.get(FROM_PARAM) ?? "0");
+  return Number.isInteger(from) && from > 0 ? from : 0;
+}
+
+/**
+ * The address of a page of children on the run page at `path` (null: the first page); `from`:
+ * how many children come before it, for the rows' "child 21 of 40".
+ */
+export function childrenHref(path: string, params: URLSearchParams, after: string | null, from = 0): string {
   const next = new URLSearchParams(params);
   next.set("tab", "tree");
   if (after) next.set(CHILDREN_PARAM, after);
   else next.delete(CHILDREN_PARAM);
+  if (after && from > 0) next.set(FROM_PARAM, String(from));
+  else next.delete(FROM_PARAM);
   return `${path}?${next.toString()}`;
+}
+
+/** A child's place among its parent's children, in words: "child 5 of 6" (oldest first). */
+export function childLabel(position: number, total: number): string {
+  return position <= total ? `child ${position} of ${total}` : `child ${position}`;
 }
 
 /** The page of a run of the tree, open on its Tree tab: following a link walks the tree. */
