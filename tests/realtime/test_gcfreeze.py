@@ -22,14 +22,17 @@ class Node:
 def clean_gc() -> Iterator[None]:
     # The freezer collects: without this, an earlier test's unreachable cycle (a client object
     # dropped unclosed) would be finalised here and its ResourceWarning charged to this test.
+    # Kept off for the whole test: its own collections finalise whatever the process dropped
+    # meanwhile (under xdist, an earlier test's), and this test's subject is the freeze counts.
     hook, sys.unraisablehook = sys.unraisablehook, lambda _: None
     try:
         gc.collect()
+        gc.unfreeze()
+        yield
     finally:
+        gc.unfreeze()
+        gc.collect()
         sys.unraisablehook = hook
-    gc.unfreeze()
-    yield
-    gc.unfreeze()
 
 
 def test_it_freezes_only_while_there_are_many_subscribers(clean_gc: None) -> None:
