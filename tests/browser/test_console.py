@@ -309,9 +309,9 @@ def test_filters_are_kept_in_the_url(
     # "/" focuses the id search; a whole id opens the run; "g r" comes back to the list
     page.get_by_role("heading", name="Runs").click()  # out of the Agent select (type-ahead)
     page.keyboard.press("/")
-    expect(page.get_by_label("Run id", exact=True)).to_be_focused()
-    page.get_by_label("Run id", exact=True).fill(done)
-    page.get_by_label("Run id", exact=True).press("Enter")
+    expect(page.get_by_label("Search runs", exact=True)).to_be_focused()
+    page.get_by_label("Search runs", exact=True).fill(done)
+    page.get_by_label("Search runs", exact=True).press("Enter")
     expect(page).to_have_url(re.compile(f"/runs/{done}$"))
     page.keyboard.press("g")
     page.keyboard.press("r")

@@ -181,10 +181,32 @@ def test_a_short_id_finds_its_run_and_a_bad_one_gets_a_page_with_a_way_back(
     run_id = stack.start_run(tenant, turns=1, delayMs=0)
     stack.wait_settled(tenant, run_id)
     sign_in(page, tenant, "/runs")
-    page.get_by_role("searchbox", name="Run id").fill(run_id[:8])  # the short id the list shows
+    search = page.get_by_role("searchbox", name="Search runs")
+    search.fill(run_id[:8])  # the short id the list shows
     page.get_by_role("button", name="Open").click()
     expect(page).to_have_url(re.compile(f"/runs/{run_id}$"))  # the address gets the full id
     expect(page.get_by_test_id("run-status")).to_have_text("SUCCEEDED")
+
+    # the same line filters by a key or a tag (issue 45, item 10), or says what it takes
+    keyed = stack.gql(
+        tenant,
+        "mutation($i: StartRunInput!) { startRun(input: $i) { run { id } } }",
+        {"i": {"agent": "demo", "key": "order-42", "tags": ["vip"], "input": {"delayMs": 0}}},
+    )["startRun"]["run"]["id"]
+    page.goto("/runs")
+    search.fill("key:order-42")
+    search.press("Enter")
+    expect(page).to_have_url(re.compile(r"/runs\?key=order-42$"))
+    expect(page.locator("tr[data-run-id]")).to_have_count(1)
+    expect(page.locator(f'tr[data-run-id="{keyed}"]')).to_be_visible()
+    page.goto("/runs")
+    search.fill("#vip")
+    search.press("Enter")
+    expect(page).to_have_url(re.compile(r"/runs\?tag=vip$"))
+    expect(page.locator("tr[data-run-id]")).to_have_count(1)
+    search.fill("nothing like an id")
+    search.press("Enter")
+    expect(page.get_by_text("key:… or tag:…")).to_be_visible()
 
     page.goto(f"/runs/{run_id[:6]}")
     expect(page).to_have_url(re.compile(f"/runs/{run_id}$"))

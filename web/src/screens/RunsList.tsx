@@ -3,20 +3,13 @@ import { type FormEvent, useEffect, useMemo, useState } from "react";
 import { RUNS } from "../api/documents/runs";
 import { AGENTS } from "../api/documents/viewer";
 import { Link, navigate, useLocation } from "../app/router";
-import { emptyText, filtersFromParams, listUrl, PAGE_SIZES, type RunFilters, totalText } from "./runFilters";
+import { emptyText, filtersFromParams, listUrl, PAGE_SIZES, readSearch, type RunFilters, totalText } from "./runFilters";
 import { BulkBar, type Ticked } from "./runs/Bulk";
 import { ChildrenToggle, RunsFilters } from "./runs/Filters";
 import { Pager, RunsTable, type Ticks } from "./runs/Table";
 import { ErrorNote, Loading } from "../ui/common";
 import { useNarrow } from "../ui/narrow";
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** The start of a run id, as the console shows it: 4 to 32 hex digits (dashes ignored). */
-export function isIdPrefix(value: string): boolean {
-  const digits = value.trim().replace(/-/g, "");
-  return /^[0-9a-f]{4,32}$/i.test(digits);
-}
 
 /** The variables of the Runs query for the filters the URL holds. */
 function runsVariables(f: RunFilters) {
@@ -95,7 +88,7 @@ export function RunsList() {
           </Link>
         </div>
       </div>
-      <RunSearch />
+      <RunSearch filters={filters} go={go} />
       <RunsFilters filters={filters} agents={agents} narrow={narrow} go={go} />
       {error && <ErrorNote error={error} />}
       {!data && loading && <Loading />}
@@ -132,28 +125,34 @@ export function RunsList() {
   );
 }
 
-/** A run by its id or the start of it (the short id the console shows). */
-function RunSearch() {
+/**
+ * One search line: a run by its id or the start of it (the short id the console shows), or the
+ * runs of a key (`key:…`) or a tag (`tag:…`, `#…`); the other filters are folded below it.
+ */
+function RunSearch({ filters, go }: { filters: RunFilters; go: (change: Partial<RunFilters>) => void }) {
   const [search, setSearch] = useState("");
   const [searchError, setSearchError] = useState<string | null>(null);
   const onSearch = (event: FormEvent) => {
     event.preventDefault();
-    const id = search.trim();
-    if (UUID.test(id) || isIdPrefix(id)) {
-      setSearchError(null);
-      navigate(`/runs/${id.toLowerCase()}`); // a short id is looked up there (runsByIdPrefix)
-    } else {
-      setSearchError("Paste a run id, or its first 4 or more characters (such as 0b6c1f4e).");
+    const read = readSearch(search);
+    if ("error" in read) {
+      setSearchError(read.error);
+      return;
     }
+    setSearchError(null);
+    if ("run" in read) navigate(`/runs/${read.run}`); // a short id is looked up there (runsByIdPrefix)
+    else if ("key" in read) go({ key: read.key });
+    else if (!filters.tags.includes(read.tag)) go({ tags: [...filters.tags, read.tag] });
+    setSearch("");
   };
   return (
     <form className="filters" role="search" aria-label="Find a run" onSubmit={onSearch}>
       <div className="field">
-        <label htmlFor="run-search">Run id</label>
+        <label htmlFor="run-search">Search runs</label>
         <input
           id="run-search"
           type="search"
-          placeholder="Run id or short id"
+          placeholder="run id, key:order-42, tag:vip"
           value={search}
           aria-invalid={searchError ? true : undefined}
           aria-describedby={searchError ? "run-search-error" : undefined}

@@ -127,3 +127,32 @@ export function emptyText(f: RunFilters): string {
   ];
   return `No ${parts.filter(Boolean).join(" ")}.`;
 }
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** The start of a run id, as the console shows it: 4 to 32 hex digits (dashes ignored). */
+export function isIdPrefix(value: string): boolean {
+  const digits = value.trim().replace(/-/g, "");
+  return /^[0-9a-f]{4,32}$/i.test(digits);
+}
+
+/**
+ * The runs list's one search line: a run id or its start (opens the run), `key:<key>` (the runs
+ * of that key) or `tag:<tag>` / `#<tag>` (the runs carrying it, with the tags already asked for).
+ */
+export function readSearch(
+  text: string,
+): { run: string } | { key: string } | { tag: string } | { error: string } {
+  const value = text.trim();
+  const lower = value.toLowerCase();
+  if (lower.startsWith("key:")) {
+    const key = value.slice(4).trim();
+    return key ? { key } : { error: "Give the key after key:, such as key:order-42." };
+  }
+  if (lower.startsWith("tag:") || value.startsWith("#")) {
+    const tag = value.slice(value.startsWith("#") ? 1 : 4).trim();
+    return tag ? { tag } : { error: "Give the tag after tag:, such as tag:user:123." };
+  }
+  if (UUID.test(value) || isIdPrefix(value)) return { run: value.toLowerCase() };
+  return { error: "A run id or its first 4 or more characters (such as 0b6c1f4e), key:… or tag:…" };
+}

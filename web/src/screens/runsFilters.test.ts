@@ -6,6 +6,7 @@ import {
   isFiltered,
   listUrl,
   NO_FILTERS,
+  readSearch,
   type RunFilters,
   totalText,
 } from "./runFilters";
@@ -83,5 +84,22 @@ describe("an empty list says why", () => {
     expect(isFiltered(f({ key: "k" }))).toBe(true);
     expect(isFiltered(f({ tags: ["t"] }))).toBe(true);
     expect(isFiltered(f({ order: "OLDEST_FIRST", after: "abc" }))).toBe(false);
+  });
+});
+
+describe("the one search line", () => {
+  it("opens a run by its id or its start", () => {
+    expect(readSearch(" 0B6C1F4E ")).toEqual({ run: "0b6c1f4e" });
+    expect(readSearch("0b6c1f4e-1111-4222-8333-444455556666")).toEqual({ run: "0b6c1f4e-1111-4222-8333-444455556666" });
+  });
+  it("filters by a key or a tag", () => {
+    expect(readSearch("key: order-42")).toEqual({ key: "order-42" });
+    expect(readSearch("tag:user:123")).toEqual({ tag: "user:123" });
+    expect(readSearch("#vip")).toEqual({ tag: "vip" });
+  });
+  it("says what it takes otherwise", () => {
+    expect(readSearch("abc")).toHaveProperty("error");
+    expect(readSearch("key:")).toHaveProperty("error");
+    expect(readSearch("tag: ")).toHaveProperty("error");
   });
 });
