@@ -96,6 +96,12 @@ def test_cancel_a_running_run(page: Page, tenant: Tenant, sign_in: SignIn, stack
     requested = timeline.locator("li.event-cancel_requested")
     expect(requested).to_contain_text("wrong customer")
     expect(requested).to_contain_text(f"owner@{tenant.slug}.test")
+    # the timeline's search (issue 45, item 4): the text in a type or in the data, any case
+    page.get_by_label("Search", exact=True).fill("WRONG CUSTOMER")
+    expect(timeline.get_by_role("listitem")).to_have_count(1)
+    expect(timeline.get_by_role("listitem")).to_contain_text("cancel_requested")
+    page.get_by_label("Search", exact=True).fill("")
+    expect(timeline.get_by_role("listitem").last).to_contain_text("cancelled")
     assert stack.run_status(run_id) == "CANCELLED"
 
 

@@ -14,20 +14,35 @@ export function Timeline({ id, complete }: { id: string; complete: boolean }) {
   const { data, error, loading } = useQuery(RUN_TIMELINE, { variables: { id, after: 0 } });
   const events = data?.run?.events ?? [];
   const [type, setType] = useState("");
+  const [text, setText] = useState("");
   const [shown, setShown] = useState(EVENTS_WINDOW);
 
   const types = eventTypes(events);
-  const { matching, rows } = windowEvents(events, type, shown);
+  const { matching, rows } = windowEvents(events, type, shown, text);
+  const filtered = type !== "" || text.trim() !== "";
   return (
     <section aria-labelledby="timeline-heading">
       <div className="section-head">
         <h2 id="timeline-heading">
           Events{" "}
           <span className="muted small">
-            ({type ? `${matching} of ${events.length}` : events.length}
+            ({filtered ? `${matching} of ${events.length}` : events.length}
             {complete ? "" : ", reading the rest…"})
           </span>
         </h2>
+        <div className="field inline">
+          <label htmlFor="event-search">Search</label>
+          <input
+            id="event-search"
+            type="search"
+            placeholder="a name, an email, an error…"
+            value={text}
+            onChange={(e) => {
+              setText(e.target.value);
+              setShown(EVENTS_WINDOW);
+            }}
+          />
+        </div>
         {types.length > 1 && (
           <div className="field inline">
             <label htmlFor="event-type">Type</label>

@@ -24,3 +24,17 @@ describe("the Events tab", () => {
     expect(windowEvents(events, "", 10).rows).toHaveLength(6);
   });
 });
+
+describe("searching a timeline", () => {
+  const events = [
+    { seq: 1, type: "claimed", data: { attempt: 1 } },
+    { seq: 2, type: "signal", data: { name: "approval", by: "Ann@acme.test" } },
+    { seq: 3, type: "step", data: { name: "refund", occurrence: 1 } },
+  ];
+  it("finds the text in a type or in the data, in any case, with the type filter", () => {
+    expect(windowEvents(events, "", 10, "ann@").rows.map((e) => e.seq)).toEqual([2]);
+    expect(windowEvents(events, "", 10, "STEP").rows.map((e) => e.seq)).toEqual([3]);
+    expect(windowEvents(events, "step", 10, "approval")).toEqual({ matching: 0, rows: [] });
+    expect(windowEvents(events, "", 10, "  ").matching).toBe(3);
+  });
+});

@@ -1,4 +1,4 @@
-/** The Events tab's reading of a timeline: the types it holds, filtered by type, a window at a time. */
+/** The Events tab's reading of a timeline: the types it holds, filtered by type and text, a window at a time. */
 
 export interface EventLike {
   seq: number;
@@ -15,12 +15,21 @@ export function eventTypes(events: readonly EventLike[]): { type: string; count:
   return [...counts].map(([type, count]) => ({ type, count }));
 }
 
-/** The events of `type` ("" for all), and the first `shown` of them. */
-export function windowEvents<T extends EventLike>(
+/**
+ * The events of `type` ("" for all) whose type or data holds `text` (any case; "" for all), and
+ * the first `shown` of them.
+ */
+export function windowEvents<T extends EventLike & { data?: unknown }>(
   events: readonly T[],
   type: string,
   shown: number,
+  text = "",
 ): { matching: number; rows: readonly T[] } {
-  const matching = type ? events.filter((e) => e.type === type) : events;
+  const wanted = text.trim().toLowerCase();
+  const matching = events.filter(
+    (e) =>
+      (!type || e.type === type) &&
+      (!wanted || e.type.toLowerCase().includes(wanted) || JSON.stringify(e.data ?? null).toLowerCase().includes(wanted)),
+  );
   return { matching: matching.length, rows: matching.slice(0, shown) };
 }
