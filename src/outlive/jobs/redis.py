@@ -31,7 +31,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
 from redis.crc import key_slot
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError, NoScriptError, RedisClusterException
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -68,6 +68,18 @@ class OutliveCluster(RedisCluster):
     def __init__(self, *args: Any, subscribe_url: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.subscribe_url = subscribe_url
+
+    async def initialize(self) -> OutliveCluster:
+        """redis-py's, but a cluster it cannot reach (no node answers, or the slots are not all
+        covered) raises `ConnectionError`, a `RedisError`, as one Redis down does. redis-py
+        raises `RedisClusterException`, which is no `RedisError`: every `except RedisError`
+        that degrades (the producer's `QueueUnavailable`, the limits, nudges) let it through,
+        and a mutation failed with an internal error where the relay would have sent its job."""
+        try:
+            await super().initialize()
+        except RedisClusterException as exc:
+            raise ConnectionError(f"the Redis Cluster cannot be reached: {exc}") from exc
+        return self
 
     def pubsub(self, **kwargs: Any) -> PubSub:
         return Redis.from_url(self.subscribe_url).pubsub(**kwargs)
