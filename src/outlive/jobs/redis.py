@@ -81,6 +81,16 @@ class OutliveCluster(RedisCluster):
             raise ConnectionError(f"the Redis Cluster cannot be reached: {exc}") from exc
         return self
 
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """redis-py's, once the client knows the cluster: redis-py chooses how to route a
+        command before it learns the slots, and a client that does not know them yet (new, or
+        closed by redis-py itself to re-learn them) sent a keyed command without a routing
+        flag of its own (`EVALSHA`: every queue script) to a random node, which answered MOVED;
+        at every fifth MOVED redis-py closes the client again."""
+        if self._initialize:
+            await self.initialize()
+        return await super().execute_command(*args, **kwargs)
+
     def pubsub(self, **kwargs: Any) -> PubSub:
         return Redis.from_url(self.subscribe_url).pubsub(**kwargs)
 
