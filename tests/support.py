@@ -17,6 +17,7 @@ from uuid import UUID
 
 import asyncpg
 import httpx
+import pytest
 from redis.asyncio import Redis
 
 from outlive.app import build_app
@@ -32,6 +33,17 @@ from outlive.services.runs import EventRecord, RunRecord, list_events, read_run
 from outlive.services.tenants import Principal
 
 T = TypeVar("T")
+
+ON_CLUSTER = os.environ.get("OUTLIVE_TEST_REDIS_CLUSTER") == "1" or is_cluster_url(
+    os.environ.get("REDIS_URL", "")
+)
+
+
+def single_redis_only(why: str) -> pytest.MarkDecorator:
+    """For a test of one Redis's own behaviour: skipped, saying `why` it cannot apply, when the
+    suite runs on a Redis Cluster (`OUTLIVE_TEST_REDIS_CLUSTER=1`, or a cluster `REDIS_URL`)."""
+    return pytest.mark.skipif(ON_CLUSTER, reason=f"one Redis only: {why}")
+
 
 RUN_FIELDS = """id agent status attempt input output error createdAt startedAt finishedAt
 cancelRequestedAt heartbeatAt leaseExpiresAt lostAttempts"""

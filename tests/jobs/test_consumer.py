@@ -21,8 +21,17 @@ from tests.support import TenantHandle
 
 
 async def consume_jobs(queue: Any) -> int:
-    """Jobs of the consumer in the queue (cron ticks share the queue and are not counted)."""
-    return len([job async for job in queue.iter_jobs() if job.function == CONSUME_TASK])
+    """Jobs of the consumer in the queue, in every partition of it (cron ticks share the queue and
+    are not counted). `scan_iter` visits every master of a cluster (saq's `iter_jobs` takes
+    SCAN's cursor for one Redis's, and reads one partition)."""
+    count = 0
+    for part in queue.partitions:
+        ids = [job_id async for job_id in part.redis.scan_iter(match=part.job_id("*"))]
+        if not ids:
+            continue  # (an MGET of no key is no command a cluster can route)
+        jobs = await part.jobs(part.job_key_from_id(job_id.decode()) for job_id in ids)
+        count += len([job for job in jobs if job is not None and job.function == CONSUME_TASK])
+    return count
 
 
 class GreetV1(Payload):

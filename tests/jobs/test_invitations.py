@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Iterator
 from email import message_from_bytes
@@ -12,8 +13,11 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
+from redis.exceptions import RedisError
 
 from outlive.db.tx import Sessions
+from outlive.jobs.queues import JOBS_QUEUE, create_queue
+from outlive.jobs.redis import is_cluster_url
 from tests.conftest import make_settings
 from tests.support import Api, NudgeWatch, Servers, TenantHandle
 
@@ -116,12 +120,23 @@ async def test_the_queue_down_at_enqueue_time_leaves_the_invitation_pending_for_
             for r in api.client._transport.app.router.routes  # type: ignore[attr-defined]
             if getattr(r, "path", "") == "/graphql"
         )
-        jobs_queue = view.services.sessions.jobs.queue
-        await jobs_queue.redis.connection_pool.disconnect()
+        producer = view.services.sessions.jobs
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
-            jobs_queue.redis.connection_pool.connection_kwargs["port"] = sock.getsockname()[1]
-        response = await api.post(INVITE, {"e": "x@y.example"}, token=tenant.token)
+            port = sock.getsockname()[1]  # nothing listens there once it is closed
+        # The jobs queue's Redis gone: the one Redis, or on a cluster every node of it.
+        nowhere = (
+            f"redis+cluster://127.0.0.1:{port}/"
+            if is_cluster_url(servers.redis_url)
+            else f"redis://127.0.0.1:{port}/0"
+        )
+        live, producer.queue = producer.queue, create_queue(nowhere, JOBS_QUEUE)
+        try:
+            response = await api.post(INVITE, {"e": "x@y.example"}, token=tenant.token)
+        finally:
+            down, producer.queue = producer.queue, live
+            with contextlib.suppress(RedisError):  # saq's close unsubscribes, there too
+                await down.disconnect()
         assert "errors" not in response.json()  # PostgreSQL alone records the work (contract §3)
         (invitation,) = (await api.gql(INVITATIONS, token=tenant.token))["invitations"]
     assert invitation["status"] == "PENDING"

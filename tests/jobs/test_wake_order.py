@@ -14,7 +14,9 @@ from tests.support import Servers
 
 
 async def test_woken_runs_go_ahead_of_new_ones_first_woken_first(servers: Servers) -> None:
-    queue = create_queue(servers.redis_url, f"wake-order-{uuid4().hex}")
+    # One saq queue, on a cluster too: the order is a queue's (each of a partitioned queue's
+    # partitions keeps it for the runs it holds; across them workers take partitions in turn).
+    queue = create_queue(servers.redis_url, f"wake-order-{uuid4().hex}", partitions=1)
     instances = SaqRunInstances(queue, make_settings(servers))
     new = [RunId(uuid4()) for _ in range(3)]
     woken = [RunId(uuid4()) for _ in range(5)]

@@ -25,7 +25,9 @@ from websockets.exceptions import ConnectionClosed
 from outlive.app import build_app
 from outlive.config import Settings
 from outlive.jobs.queues import create_redis
+from outlive.jobs.redis import is_cluster_url, node_url
 from outlive.realtime.hub import Hub
+from outlive.realtime.links import Link, Sharded
 from outlive.realtime.nudges import Publisher, channel_prefix
 from outlive.serving import uvicorn_config
 
@@ -267,23 +269,50 @@ async def serve(settings: Settings, **uvicorn_options: Any) -> AsyncIterator[Ser
 
 
 class Channel:
-    """A raw subscriber of one tenant's nudge channel: every message Redis carries, uncoalesced."""
+    """A raw subscriber of one tenant's nudge channel: every message Redis carries, uncoalesced.
+    On a Redis Cluster nudges are sharded (the runtime's way there): SSUBSCRIBE, by a sharded
+    `Link`, on the node that owns the channel's slot."""
 
     def __init__(self, redis_url: str, tenant_id: object) -> None:
-        self.redis = Redis.from_url(redis_url)
+        self.redis = Redis.from_url(node_url(redis_url))
         self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         self.name = f"{channel_prefix(redis_url)}{tenant_id}"
+        clustered = is_cluster_url(redis_url)
+        self._sharded = Sharded(node_url(redis_url), Redis.from_url) if clustered else None
+        self._link: Link | None = None
+        self._messages: asyncio.Queue[bytes | str] = asyncio.Queue()
 
     async def __aenter__(self) -> Channel:
-        await self.pubsub.subscribe(self.name)
+        if self._sharded is None:
+            await self.pubsub.subscribe(self.name)
+            return self
+        await self._sharded.discover()
+        owner = self._sharded.connect(self._sharded.shards.node_for(self.name))
+        self._link = Link(
+            owner,
+            name="test-channel",
+            sharded=True,
+            on_message=lambda _, data: self._messages.put_nowait(data),
+        )
+        self._link.want(self.name)
+        self._link.start()
+        async with asyncio.timeout(10):
+            await self._link.heard(self.name)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._link is not None:
+            await self._link.stop()
+        if self._sharded is not None:
+            await self._sharded.aclose()
         await self.pubsub.aclose()
         await self.redis.aclose()
 
     async def next(self, timeout: float = 10) -> dict[str, Any]:
         async with asyncio.timeout(timeout):
+            if self._link is not None:
+                sharded: dict[str, Any] = json.loads(await self._messages.get())
+                return sharded
             while True:
                 message = await self.pubsub.get_message(timeout=timeout)
                 if message is not None:
@@ -293,12 +322,19 @@ class Channel:
 
 @contextlib.asynccontextmanager
 async def publisher(settings: Settings) -> AsyncIterator[Publisher]:
-    """A publisher of the test's own, as a worker has one (awaited `send`)."""
+    """A publisher of the test's own, as a worker has one (awaited `send`): on a Redis Cluster
+    its nudges are sharded, as the runtime's always are there."""
     assert settings.redis_url is not None
     redis = create_redis(settings.redis_url)
+    sharded = None
+    if is_cluster_url(settings.redis_url):
+        sharded = Sharded(node_url(settings.redis_url), create_redis)
+        await sharded.discover()
     try:
-        yield Publisher(redis, prefix=channel_prefix(settings.redis_url))
+        yield Publisher(redis, prefix=channel_prefix(settings.redis_url), sharded=sharded)
     finally:
+        if sharded is not None:
+            await sharded.aclose()
         await redis.aclose()
 
 

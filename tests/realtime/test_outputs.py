@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from outlive.agents.demo import stream_text
 from outlive.errors import ServiceUnavailable
+from outlive.jobs.redis import create_redis
 from outlive.realtime.outputs import BACKLOG_READS, Chunk, OutputStore, OutputTails, output_key
 from outlive.worker import WorkerHost
 from outlive.workflows.streams import StreamWriter
@@ -161,7 +162,7 @@ async def test_another_tenants_run_output_gets_an_error_and_nothing_else(
 
 
 async def test_a_run_keeps_at_most_its_byte_bound_of_output_newest_first(servers: Servers) -> None:
-    redis = Redis.from_url(servers.redis_url)
+    redis = create_redis(servers.redis_url)
     store = OutputStore(redis, max_bytes=4096, keep_s=600)
     try:
         for i in range(100):
@@ -202,7 +203,7 @@ async def test_chunks_written_while_the_settled_question_is_out_reach_every_read
     """The tail asks PostgreSQL whether the run settled; with 500 sockets subscribing that answer
     took 24 s in bench/streams.py, and the run settled meanwhile. Every chunk written before the
     answer reaches every reader, and live chunks do not wait for the answer."""
-    redis = Redis.from_url(servers.redis_url)
+    redis = create_redis(servers.redis_url)
     tails = OutputTails(OutputStore(redis, max_bytes=1 << 20, keep_s=60))
     run_id = f"tail-{uuid.uuid4()}"
     asked, answered = asyncio.Event(), asyncio.Event()
@@ -378,7 +379,7 @@ async def streaming(served: Served, run_id: str, chars: int) -> None:
 async def test_a_reader_that_is_behind_gets_what_waits_joined_and_resumes_after_it(
     servers: Servers,
 ) -> None:
-    redis = Redis.from_url(servers.redis_url)
+    redis = create_redis(servers.redis_url)
     tails = OutputTails(OutputStore(redis, max_bytes=1 << 20, keep_s=60))
     run_id = f"tail-{uuid.uuid4()}"
     has_settled = False
@@ -416,7 +417,7 @@ async def test_a_reader_that_is_behind_gets_what_waits_joined_and_resumes_after_
 async def test_readers_that_subscribe_together_share_one_lookup_of_the_run(
     servers: Servers,
 ) -> None:
-    redis = Redis.from_url(servers.redis_url)
+    redis = create_redis(servers.redis_url)
     tails = OutputTails(OutputStore(redis, max_bytes=1 << 20, keep_s=60))
     asked: list[str] = []
     answer = asyncio.Event()
@@ -519,7 +520,7 @@ async def test_a_stream_an_abandoned_attempt_left_open_is_reset_before_the_next_
     """Issue 40 (round five, F7): a worker killed mid-reply left its stream open; the next
     attempt's first chunk of that stream goes after a reset, so a reader that drops what the
     stream showed at a reset shows the new attempt's text once, never both."""
-    redis = Redis.from_url(servers.redis_url)
+    redis = create_redis(servers.redis_url)
     store = OutputStore(redis, max_bytes=1 << 20, keep_s=60)
     run_id = f"reset-{uuid.uuid4()}"
     try:

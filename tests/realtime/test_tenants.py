@@ -3,7 +3,8 @@ first local subscriber and leaves it `linger_s` after the last one, on plain or 
 
 Against the shared Redis (pub/sub ignores db numbers; the channel prefix of the test's db index
 keeps the tests apart). Redis itself is the witness: `PUBSUB NUMSUB`, and what `PUBLISH` says it
-reached."""
+reached. On a Redis Cluster the hub's plain pub/sub is on the first node the URL names, as the
+runtime's is (`node_url`): the counts are that node's."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ import pytest
 from redis.asyncio import Redis
 
 from outlive.config import Settings
+from outlive.jobs.redis import create_redis, node_url
 from outlive.realtime.hub import Hub, Subscriber
 from outlive.realtime.links import Sharded
 from outlive.realtime.nudges import Nudge, Publisher, channel_prefix
 from outlive.realtime.revocations import control_channel, decode_revoked, encode_revoked
+from tests.support import single_redis_only
 
 
 def nudge(tenant_id: uuid.UUID) -> Nudge:
@@ -37,7 +40,7 @@ async def running(
     settings: Settings, health_check_s: float = 30, **options: object
 ) -> AsyncIterator[tuple[Hub, Redis]]:
     assert settings.redis_url is not None
-    redis = Redis.from_url(settings.redis_url, health_check_interval=health_check_s)
+    redis = create_redis(node_url(settings.redis_url), health_check_interval=health_check_s)
     hub = Hub(redis, prefix=channel_prefix(settings.redis_url), **options)  # type: ignore[arg-type]
     await hub.start()
     try:
@@ -156,6 +159,10 @@ async def _redis_7(redis: Redis) -> bool:
     return int(str(version).split(".")[0]) >= 7
 
 
+@single_redis_only(
+    "SSUBSCRIBE/SPUBLISH on a Redis that is not a cluster; on a cluster nudges are always "
+    "sharded, by slot over the masters (tests/realtime/test_cluster.py)"
+)
 async def test_sharded_pub_sub_on_a_single_redis(settings: Settings) -> None:
     """`OUTLIVE_NUDGES_SHARDED` on a Redis that is not a cluster: SSUBSCRIBE / SPUBLISH on it."""
     assert settings.redis_url is not None

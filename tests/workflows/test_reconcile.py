@@ -31,9 +31,10 @@ async def _remove_job(settings: Settings, run_id: str) -> None:
     queue = create_queue(settings.redis_url, RUNS_QUEUE)
     job = await queue.job(run_id)
     assert job is not None, "startRun should have created the instance"
-    await queue.redis.delete(job.id)
-    await queue.redis.lrem(queue._queued, 0, job.id)
-    await queue.redis.zrem(queue._incomplete, job.id)
+    part = queue.partition(run_id)  # the saq queue that holds it (one of a cluster's several)
+    await part.redis.delete(job.id)
+    await part.redis.lrem(part._queued, 0, job.id)
+    await part.redis.zrem(part._incomplete, job.id)
     assert await queue.job(run_id) is None
     await queue.disconnect()
 

@@ -361,9 +361,9 @@ class PartitionedQueue(OutliveRedisQueue):
         await super().connect()
 
     async def disconnect(self) -> None:
-        for part in self._parts[1:]:
+        for part in self._parts:  # the first's too: this queue's own pub/sub is another one
             await part.close_pubsub()
-        await super().disconnect()  # the first partition's, and the client they share
+        await super().disconnect()  # this queue's pub/sub, and the client they all share
 
 
 MAX_CONCURRENT_OPS = 50

@@ -31,7 +31,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
 from redis.crc import key_slot
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError, NoScriptError, RedisClusterException
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -69,6 +69,28 @@ class OutliveCluster(RedisCluster):
         super().__init__(*args, **kwargs)
         self.subscribe_url = subscribe_url
 
+    async def initialize(self) -> OutliveCluster:
+        """redis-py's, but a cluster it cannot reach (no node answers, or the slots are not all
+        covered) raises `ConnectionError`, a `RedisError`, as one Redis down does. redis-py
+        raises `RedisClusterException`, which is no `RedisError`: every `except RedisError`
+        that degrades (the producer's `QueueUnavailable`, the limits, nudges) let it through,
+        and a mutation failed with an internal error where the relay would have sent its job."""
+        try:
+            await super().initialize()
+        except RedisClusterException as exc:
+            raise ConnectionError(f"the Redis Cluster cannot be reached: {exc}") from exc
+        return self
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        """redis-py's, once the client knows the cluster: redis-py chooses how to route a
+        command before it learns the slots, and a client that does not know them yet (new, or
+        closed by redis-py itself to re-learn them) sent a keyed command without a routing
+        flag of its own (`EVALSHA`: every queue script) to a random node, which answered MOVED;
+        at every fifth MOVED redis-py closes the client again."""
+        if self._initialize:
+            await self.initialize()
+        return await super().execute_command(*args, **kwargs)
+
     def pubsub(self, **kwargs: Any) -> PubSub:
         return Redis.from_url(self.subscribe_url).pubsub(**kwargs)
 
@@ -76,8 +98,13 @@ class OutliveCluster(RedisCluster):
         return _NodeScript(cast(Redis, self), script)
 
     async def publish(self, channel: str | bytes, message: str | bytes, **kwargs: Any) -> int:
+        """On the node `pubsub()` subscribes on (the URL's first), which API processes hold the
+        control channel on: a cluster carries a PUBLISH to every node but counts the receivers
+        of the node it was sent to only (on a random node, `outlive token revoke` said "0 API
+        process(es)" five times in six)."""
         await self.initialize()
-        node = self.get_random_node()
+        where = urlsplit(self.subscribe_url)
+        node = self.get_node(where.hostname, where.port or 6379) or self.get_random_node()
         return int(await self.execute_command("PUBLISH", channel, message, target_nodes=node))
 
 
