@@ -52,6 +52,24 @@ async def _until(api: Api, watch: NudgeWatch, token: str, want: Any, what: str) 
     return await watch.until_true(check, 30, what)
 
 
+async def _until_two(
+    api: Api, watch: NudgeWatch, token: str, status: str, what: str, *, waiting: bool = False
+) -> list[Any]:
+    """The endpoint's two deliveries once both are `status` (`waiting`: and have a retry due)."""
+
+    async def check() -> list[Any] | None:
+        data = await api.gql(FILTERED, {"status": status}, token=token)
+        found = [
+            d
+            for d in data["webhookEndpoints"][0]["deliveries"]
+            if d["nextAttemptAt"] or not waiting
+        ]
+        return found if len(found) == 2 else None
+
+    found: list[Any] = await watch.until_true(check, 30, what)
+    return found
+
+
 async def test_retry_now_tries_a_failing_delivery_at_once_and_only_for_its_tenant(
     api: Api,
     jobs_world: Any,
@@ -152,24 +170,14 @@ async def test_redeliver_failed_sends_every_failed_delivery_of_the_endpoint_agai
             for _ in range(2):
                 await _settle_a_run(api, watch, tenant.token)
 
-            async def both_failed() -> list[Any] | None:
-                data = await api.gql(FILTERED, {"status": "FAILED"}, token=tenant.token)
-                found = data["webhookEndpoints"][0]["deliveries"]
-                return found if len(found) == 2 else None
-
-            await watch.until_true(both_failed, 30, "two failed deliveries")
+            await _until_two(api, watch, tenant.token, "FAILED", "two failed deliveries")
             with pytest.raises(GraphQLError) as caught:
                 await api.gql(REDELIVER_FAILED, {"id": endpoint}, token=other_tenant.token)
             assert caught.value.codes == ["NOT_FOUND"]
             sent = await api.gql(REDELIVER_FAILED, {"id": endpoint}, token=tenant.token)
             assert sent["redeliverFailedWebhooks"]["count"] == 2
 
-            async def both_delivered() -> list[Any] | None:
-                data = await api.gql(FILTERED, {"status": "DELIVERED"}, token=tenant.token)
-                found = data["webhookEndpoints"][0]["deliveries"]
-                return found if len(found) == 2 else None
-
-            delivered = await watch.until_true(both_delivered, 30, "both delivered")
+            delivered = await _until_two(api, watch, tenant.token, "DELIVERED", "both delivered")
     assert sorted(d["attempts"] for d in delivered) == [2, 2]
     assert len(r.received) == 4
 
@@ -197,24 +205,16 @@ async def test_retry_all_pending_tries_each_waiting_delivery_of_the_endpoint_now
             for _ in range(2):
                 await _settle_a_run(api, watch, tenant.token)
 
-            async def both_waiting() -> list[Any] | None:
-                data = await api.gql(FILTERED, {"status": "PENDING"}, token=tenant.token)
-                found = [d for d in data["webhookEndpoints"][0]["deliveries"] if d["nextAttemptAt"]]
-                return found if len(found) == 2 else None
-
-            await watch.until_true(both_waiting, 30, "two deliveries waiting for their retry")
+            await _until_two(
+                api, watch, tenant.token, "PENDING", "two deliveries waiting", waiting=True
+            )
             with pytest.raises(GraphQLError) as caught:
                 await api.gql(RETRY_PENDING, {"id": endpoint}, token=other_tenant.token)
             assert caught.value.codes == ["NOT_FOUND"]
             tried = await api.gql(RETRY_PENDING, {"id": endpoint}, token=tenant.token)
             assert tried["retryPendingWebhookDeliveries"]["count"] == 2
 
-            async def both_delivered() -> list[Any] | None:
-                data = await api.gql(FILTERED, {"status": "DELIVERED"}, token=tenant.token)
-                found = data["webhookEndpoints"][0]["deliveries"]
-                return found if len(found) == 2 else None
-
-            delivered = await watch.until_true(both_delivered, 30, "both delivered now")
+            delivered = await _until_two(api, watch, tenant.token, "DELIVERED", "both delivered")
             again = await api.gql(RETRY_PENDING, {"id": endpoint}, token=tenant.token)
     assert again["retryPendingWebhookDeliveries"]["count"] == 0  # nothing waits any more
     assert sorted(d["attempts"] for d in delivered) == [2, 2]

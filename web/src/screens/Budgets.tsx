@@ -4,7 +4,7 @@ import { type Budget, BUDGETS, DELETE_BUDGET, SET_BUDGET } from "../api/document
 import { describeError, isUnavailable } from "../api/errors";
 import { Link, navigate, useLocation } from "../app/router";
 import { ErrorNote, Loading, When } from "../ui/common";
-import { useFieldProblems } from "../ui/fields";
+import { FormOutcome, useFieldProblems } from "../ui/fields";
 import {
   barOf,
   BREACHES,
@@ -300,16 +300,7 @@ function BudgetEditor({ budget, onDone }: { budget: Budget | null; onDone: () =>
           </button>
         )}
       </div>
-      {saving.error && (
-        <p className="note note-error" role="alert">
-          {describeError(saving.error)}
-        </p>
-      )}
-      {saved && (
-        <p className="note" role="status">
-          {saved}
-        </p>
-      )}
+      <FormOutcome error={saving.error} saved={saved} />
     </form>
   );
 }

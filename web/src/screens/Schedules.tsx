@@ -14,7 +14,7 @@ import { describeError } from "../api/errors";
 import { Link } from "../app/router";
 import { ErrorNote, Loading, useNow, When } from "../ui/common";
 import { Confirmed } from "../ui/Confirmed";
-import { useFieldProblems } from "../ui/fields";
+import { FormOutcome, useFieldProblems } from "../ui/fields";
 import { compactJson, inputPreview, shortId } from "../ui/format";
 import {
   EMPTY_SCHEDULE,
@@ -267,16 +267,7 @@ function ScheduleEditor() {
           Add schedule
         </button>
       </div>
-      {creating.error && (
-        <p className="note note-error" role="alert">
-          {describeError(creating.error)}
-        </p>
-      )}
-      {saved && (
-        <p className="note" role="status">
-          {saved}
-        </p>
-      )}
+      <FormOutcome error={creating.error} saved={saved} />
     </form>
   );
 }

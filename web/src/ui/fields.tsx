@@ -1,4 +1,5 @@
 import { useState } from "react";
+import { describeError } from "../api/errors";
 
 /**
  * A form's one wrong field at a time: `show(field, why)` marks it (aria-invalid, described by its
@@ -30,4 +31,22 @@ export function useFieldProblems<F extends string>(ids: Record<F, string>) {
       );
     },
   };
+}
+
+/** Under a form: what the server refused (an alert), or what was saved (a status). */
+export function FormOutcome({ error, saved }: { error: unknown; saved: string | null }) {
+  return (
+    <>
+      {error ? (
+        <p className="note note-error" role="alert">
+          {describeError(error)}
+        </p>
+      ) : null}
+      {saved && (
+        <p className="note" role="status">
+          {saved}
+        </p>
+      )}
+    </>
+  );
 }

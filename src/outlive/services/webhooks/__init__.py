@@ -382,16 +382,23 @@ async def retry_now(uow: UnitOfWork, delivery_id: DeliveryId) -> tuple[DeliveryR
     return DeliveryRecord.from_row(found), False
 
 
+async def _own_endpoint(uow: UnitOfWork, endpoint_id: EndpointId) -> TenantId:
+    """The unit's tenant, once `endpoint_id` is known to be one of its endpoints (NotFound as
+    for a random id otherwise)."""
+    tenant_id = TenantId(uow.require_tenant())
+    mine = await uow.one(queries.ENDPOINT_OF_TENANT, endpoint_id=endpoint_id, tenant_id=tenant_id)
+    if mine is None:
+        raise NotFound(f"webhook endpoint {endpoint_id} not found")
+    return tenant_id
+
+
 async def retry_pending(
     uow: UnitOfWork, endpoint_id: EndpointId, *, limit: int
 ) -> list[DeliveryId]:
     """The endpoint's PENDING deliveries waiting for the retry of a failed attempt (the newest
     `limit`), each due now as `retry_now` makes one: the caller brings their jobs forward after
     the commit. The ones moved."""
-    tenant_id = TenantId(uow.require_tenant())
-    mine = await uow.one(queries.ENDPOINT_OF_TENANT, endpoint_id=endpoint_id, tenant_id=tenant_id)
-    if mine is None:
-        raise NotFound(f"webhook endpoint {endpoint_id} not found")
+    tenant_id = await _own_endpoint(uow, endpoint_id)
     rows = await uow.all(
         queries.RETRY_PENDING, endpoint_id=endpoint_id, tenant_id=tenant_id, limit=limit
     )
@@ -404,10 +411,7 @@ async def retry_pending(
 async def redeliver_failed(uow: UnitOfWork, endpoint_id: EndpointId, *, limit: int) -> int:
     """The endpoint's FAILED deliveries (the newest `limit`) sent again, each as `redeliver`
     does: back to PENDING, admitted under the tenant's jobs cap after the commit. How many."""
-    tenant_id = TenantId(uow.require_tenant())
-    mine = await uow.one(queries.ENDPOINT_OF_TENANT, endpoint_id=endpoint_id, tenant_id=tenant_id)
-    if mine is None:
-        raise NotFound(f"webhook endpoint {endpoint_id} not found")
+    tenant_id = await _own_endpoint(uow, endpoint_id)
     rows = await uow.all(
         queries.REDELIVER_FAILED, endpoint_id=endpoint_id, tenant_id=tenant_id, limit=limit
     )

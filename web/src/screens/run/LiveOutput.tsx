@@ -1,6 +1,7 @@
 import { useEffect, useState } from "react";
 import { useRealtime } from "../../app/realtime";
 import { applyChunk, type LiveOutput, liveTexts, NO_OUTPUT } from "../../realtime/output";
+import { LiveTexts } from "./StepOutput";
 
 /**
  * What the run is writing now (`runOutput`), at the top of Overview while it is live: display
@@ -24,26 +25,12 @@ export function LiveOutputPanel({ id }: { id: string }) {
   }, [id, socket]);
   const texts = liveTexts(output);
   if (texts.length === 0) return null;
-  const named = texts.length > 1;
   return (
     <section className="panel" aria-labelledby="live-output-heading" data-testid="overview-live">
       <h2 id="live-output-heading">
         Live output <span className="muted small">(as it is written; the Steps tab has what each step recorded)</span>
       </h2>
-      {texts.map((t) => (
-        <pre
-          key={t.stream}
-          className="step-text"
-          role="region"
-          aria-label={`Live output${named ? ` (${t.stream})` : ""}`}
-          tabIndex={0}
-          data-testid="overview-live-text"
-          data-ended={t.ended}
-        >
-          {named && <span className="muted">{t.stream}: </span>}
-          {t.text}
-        </pre>
-      ))}
+      <LiveTexts texts={texts} label="Live output" testId="overview-live-text" />
     </section>
   );
 }

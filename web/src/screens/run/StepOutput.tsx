@@ -27,7 +27,6 @@ export function RecordedOutputRow({ seq, result }: { seq: number; result: Json }
  */
 export function LiveStepRow({ seq, texts, cursor }: { seq: number; texts: LiveText[]; cursor: string | null }) {
   const ended = texts.every((t) => t.ended);
-  const named = texts.length > 1;
   return (
     <tr className="step-live" data-testid="step-live" data-ended={ended} data-cursor={cursor ?? undefined}>
       <td className="mono col-optional">{seq}</td>
@@ -35,21 +34,35 @@ export function LiveStepRow({ seq, texts, cursor }: { seq: number; texts: LiveTe
         <span className="muted small">
           {ended ? "Its stream ended: reading what the step recorded…" : "In progress: live output"}
         </span>
-        {texts.map((t) => (
-          <pre
-            key={t.stream}
-            className="step-text"
-            role="region"
-            aria-label={`Live output of step ${seq}${named ? ` (${t.stream})` : ""}`}
-            tabIndex={0}
-            data-testid="live-text"
-            data-stream={t.stream}
-          >
-            {named && <span className="muted">{t.stream}: </span>}
-            {t.text}
-          </pre>
-        ))}
+        <LiveTexts texts={texts} label={`Live output of step ${seq}`} testId="live-text" />
       </td>
     </tr>
+  );
+}
+
+/**
+ * What a run is writing, a region per stream (named when there are several): `label` names each
+ * region ("Live output of step 3 (answer)"), `testId` marks them for the tests.
+ */
+export function LiveTexts({ texts, label, testId }: { texts: LiveText[]; label: string; testId: string }) {
+  const named = texts.length > 1;
+  return (
+    <>
+      {texts.map((t) => (
+        <pre
+          key={t.stream}
+          className="step-text"
+          role="region"
+          aria-label={`${label}${named ? ` (${t.stream})` : ""}`}
+          tabIndex={0}
+          data-testid={testId}
+          data-stream={t.stream}
+          data-ended={t.ended}
+        >
+          {named && <span className="muted">{t.stream}: </span>}
+          {t.text}
+        </pre>
+      ))}
+    </>
   );
 }
