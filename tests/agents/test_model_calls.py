@@ -69,6 +69,16 @@ async def _usage(api: Api, tenant: TenantHandle, run_id: str) -> dict[str, Any]:
     return found
 
 
+async def _step_usages(api: Api, tenant: TenantHandle, run_id: str) -> list[Any]:
+    data = await api.gql(
+        "query($id: ID!) { run(id: $id) { steps {"
+        " usage { requests inputTokens outputTokens model costUsd } } } }",
+        {"id": run_id},
+        token=tenant.token,
+    )
+    return [step["usage"] for step in data["run"]["steps"]]
+
+
 def _expected_usage(replies: range) -> dict[str, Any]:
     return {
         "requests": len(replies),
@@ -167,6 +177,17 @@ async def test_retry_with_reused_steps_asks_only_for_the_replies_not_recorded(
     assert run.output == {"reply": "".join(f"reply #{k}." for k in range(1, 9)), "turns": 8}
     steps = await runs_service.list_steps_of_runs(sessions, [run.id], after=0, first=100)
     assert [s.attempt for s in steps[run.id]] == [0] * 5 + [1] * 3  # 0: reused
+    # Each reply's step carries its own usage (the console's step panel); a reused one none.
+    assert await _step_usages(api, tenant, retried_id) == [None] * 5 + [
+        {
+            "requests": 1,
+            "inputTokens": usage_of(k)["prompt_tokens"],
+            "outputTokens": usage_of(k)["completion_tokens"],
+            "model": "tiny",
+            "costUsd": None,
+        }
+        for k in range(6, 9)
+    ]
     # The reused replies were paid for by the first run: each is counted there, once.
     assert (await _usage(api, tenant, retried_id))["usage"] == _expected_usage(range(6, 9))
     assert (await _usage(api, tenant, started["run"]["id"]))["usage"] == _expected_usage(

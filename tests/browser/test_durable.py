@@ -79,8 +79,9 @@ def test_approve_a_run_waiting_for_approval(
     page.get_by_role("tab", name="Waterfall").click()
     expect(waits.first).to_have_attribute("data-by", "signal")
     expect(waits.first).to_contain_text("woken by a signal")
-    page.get_by_role("tab", name="Steps").click()
-    expect(steps).to_have_count(2)  # the turns ran once: the resume replayed none of them
+    page.get_by_role("tab", name="Steps").click()  # settled: the two calls of turn fold in one row
+    folded = page.get_by_role("table", name="Steps").get_by_test_id("step-group")
+    expect(folded).to_have_attribute("data-count", "2")  # ran once: the resume replayed none
     statuses = page.evaluate("window.__statuses")
     assert statuses.index("WAITING") < statuses.index("SUCCEEDED"), statuses
     assert page.evaluate("window.__noReload") is True

@@ -1,6 +1,7 @@
-"""A 1,000-step run's page: the Steps tab shows its first window of steps and says it has 1,000,
-the rest a click away; the Events tab is windowed too. How fast is measured in
-`bench/console_page.py` (speed is measured in benchmarks, never in timed tests)."""
+"""A 1,000-step run's page: the Steps tab folds its 1,000 calls of `turn` into one row with their
+count, opened a window of steps at a time, the rest a click away; the Events tab is windowed
+too. How fast is measured in `bench/console_page.py` (speed is measured in benchmarks, never in
+timed tests)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from tests.browser.test_screens import shoot
 
 pytestmark = pytest.mark.browser
 
+TIMES = "\N{MULTIPLICATION SIGN}"  # the sign of a folded row
+
 STEPS = 1000
 WINDOW = 200  # EVENTS_WINDOW in web/src/screens/run/events.ts
 
@@ -27,7 +30,7 @@ STEPS_SHOWN_AT = """(total) => {
   window.__t0 = 0;
   const look = () => {
     const now = performance.now();
-    const step = document.querySelector('[data-testid="step"]');
+    const step = document.querySelector('[data-testid="step"], [data-testid="step-group"]');
     if (window.__firstStep === undefined && step) window.__firstStep = now - window.__t0;
     const heading = document.getElementById('steps-heading');
     const counted = heading && heading.textContent.includes(`(${total} completed)`);
@@ -54,6 +57,11 @@ def test_a_thousand_step_run_page_shows_its_steps_a_window_at_a_time(
     sign_in(page, tenant, f"/runs/{run_id}?tab=steps")
     heading = page.get_by_role("heading", name="Steps")
     expect(heading).to_contain_text(f"({STEPS} completed)", timeout=30_000)
+    group = page.get_by_test_id("step-group")
+    expect(group).to_have_attribute("data-count", str(STEPS))  # one row for 1,000 calls of turn
+    first, counted = page.evaluate("[window.__firstStep, window.__allSteps]")
+    assert 0 < first <= counted, (first, counted)  # drawn before (or as) all were counted
+    group.get_by_role("button", name=f"turn {TIMES}{STEPS}").click()
     rows = page.get_by_test_id("step")
     expect(rows).to_have_count(WINDOW)
     expect(rows.first).to_be_visible()
@@ -62,8 +70,6 @@ def test_a_thousand_step_run_page_shows_its_steps_a_window_at_a_time(
     shoot(page, "run-steps-1000", tmp_path)
     page.get_by_role("button", name=f"Show {WINDOW} more").click()
     expect(rows).to_have_count(2 * WINDOW)
-    first, counted = page.evaluate("[window.__firstStep, window.__allSteps]")
-    assert 0 < first <= counted, (first, counted)  # drawn before (or as) all were counted
     assert_accessible(page, "a 1,000-step run's steps")
 
     page.get_by_role("tab", name="Events").click()

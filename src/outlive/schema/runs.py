@@ -11,8 +11,8 @@ from strawberry.scalars import JSON
 
 from outlive.db.models import RunConflict as DbRunConflict
 from outlive.db.models import RunStatus as DbRunStatus
-from outlive.ids import RunId
 from outlive.schema.scalars import as_json
+from outlive.schema.steps import RunStep
 from outlive.services.runs import MAX_ATTEMPTS, EventRecord, RunPage, RunRecord, StepRecord
 from outlive.services.runs import RunOrder as DbRunOrder
 from outlive.services.runs.tree import StatusCount as StatusCountRecord
@@ -40,41 +40,6 @@ class RunEvent:
     @classmethod
     def of(cls, record: EventRecord) -> RunEvent:
         return cls(seq=record.seq, type=record.type, data=as_json(record.data), at=record.at)
-
-
-@strawberry.type(description="A completed durable step of a run (`ctx.step`).")
-class RunStep:
-    seq: int = strawberry.field(description="Its place in the run's completion order, from 1.")
-    name: str
-    occurrence: int = strawberry.field(
-        description="The how-many-th call of this name in the attempt that ran it, from 1."
-    )
-    attempt: int = strawberry.field(description="The attempt that ran and recorded it.")
-    completed_at: datetime
-    run_id: strawberry.Private[RunId]
-    started_at: datetime | None = strawberry.field(
-        default=None,
-        description="When it started (its gate let it; null for steps recorded before that).",
-    )
-
-    @strawberry.field(  # type: ignore[untyped-decorator]  # strawberry's mypy plugin gap
-        description="What the step returned, as its run's journal recorded it (JSON): the "
-        "truth that its partial output (`runOutput`) only previews."
-    )
-    async def result(self, info: strawberry.Info[Any, Any]) -> JSON | None:
-        return as_json(await info.context.step_result(self.run_id, self.seq))
-
-    @classmethod
-    def of(cls, record: StepRecord, run_id: RunId) -> RunStep:
-        return cls(
-            run_id=run_id,
-            seq=record.seq,
-            name=record.name,
-            occurrence=record.occurrence,
-            attempt=record.attempt,
-            completed_at=record.completed_at,
-            started_at=record.started_at,
-        )
 
 
 @strawberry.type(description="Model usage recorded by a run's steps, summed.")

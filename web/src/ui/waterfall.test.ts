@@ -42,6 +42,21 @@ describe("buildWaterfall", () => {
     expect(w.bands[1]!.segments).toEqual([]); // an instant, not work
   });
 
+  it("a step's call made again is a segment of its attempt, not the attempt's end", () => {
+    const events = [
+      { seq: 1, type: "claimed", data: { attempt: 1 }, at: at(0) },
+      { seq: 2, type: "retrying", data: { step: "turn", occurrence: 1, call: 1, error: "503" }, at: at(40) },
+      { seq: 3, type: "step", data: { name: "turn", occurrence: 1 }, at: at(90) },
+      { seq: 4, type: "succeeded", data: {}, at: at(100) },
+    ];
+    const w = buildWaterfall(events, { createdAt: T0, finishedAt: at(100) });
+    expect(w.bands.map((b) => [b.attempt, b.end, b.duration])).toEqual([[1, "succeeded", 100]]);
+    expect(w.bands[0]!.segments.map((s) => [s.label, s.type])).toEqual([
+      ["call of turn retried", "retrying"],
+      ["step turn #1", "step"],
+    ]);
+  });
+
   it("a run never claimed has no bands and no queue time", () => {
     const w = buildWaterfall([], { createdAt: T0, finishedAt: null }, Date.parse(T0) + 10);
     expect(w).toEqual({ queued: null, bands: [], waits: [], span: 10 });

@@ -94,6 +94,7 @@ function ms(iso: string): number {
 function labelOf(event: TimelineEvent): string {
   const data = event.data as Record<string, unknown> | null;
   if (event.type === "turn" && data && typeof data["turn"] === "number") return `turn ${data["turn"]}`;
+  if (event.type === "retrying" && data && typeof data["step"] === "string") return `call of ${data["step"]} retried`;
   if (event.type === "step" && data && typeof data["name"] === "string") {
     return `step ${data["name"]}${typeof data["occurrence"] === "number" ? ` #${data["occurrence"]}` : ""}`;
   }
@@ -185,7 +186,9 @@ export function buildWaterfall(
       };
       continue;
     }
-    if (ENDS.has(event.type)) {
+    // A `retrying` that names a step is one of its calls made again inside the attempt (a
+    // step's own retry policy): a segment of the attempt, not its end.
+    if (ENDS.has(event.type) && !(event.type === "retrying" && field(event.data, "step") !== undefined)) {
       resume(event.type, at); // e.g. cancelled while it waited
       close(event.type as AttemptEnd, at, event.data);
       continue;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -133,6 +134,12 @@ class StepRecord(Record):
     attempt: int
     completed_at: datetime
     started_at: datetime | None = None  # when its gate let it start (None: before round five)
+    # the model usage it recorded (`ctx.record_usage`): none for most steps
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model: str | None = None
+    cost_usd: Decimal | None = None
 
 
 to_step = StepRecord.from_row  # the record of a `run_steps` row

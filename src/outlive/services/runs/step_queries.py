@@ -117,10 +117,11 @@ STEP_RESULTS = prepare(
 )
 STEPS_OF_RUNS = prepare(
     text(
-        "SELECT s.run_id, s.seq, s.name, s.occurrence, s.attempt, s.completed_at, s.started_at"
+        "SELECT s.run_id, s.seq, s.name, s.occurrence, s.attempt, s.completed_at, s.started_at,"
+        " s.requests, s.input_tokens, s.output_tokens, s.model, s.cost_usd"
         " FROM unnest(:run_ids) AS r(id)"
         " CROSS JOIN LATERAL (SELECT run_id, seq, name, occurrence, attempt, completed_at,"
-        " started_at"
+        " started_at, requests, input_tokens, output_tokens, model, cost_usd"
         "   FROM run_steps WHERE run_id = r.id AND seq > :after ORDER BY seq LIMIT :first) s"
     )
     .bindparams(bindparam("run_ids", type_=ARRAY(Uuid())))
@@ -132,6 +133,11 @@ STEPS_OF_RUNS = prepare(
         RunStep.attempt,
         RunStep.completed_at,
         RunStep.started_at,
+        RunStep.requests,
+        RunStep.input_tokens,
+        RunStep.output_tokens,
+        RunStep.model,
+        RunStep.cost_usd,
     )
 )
 

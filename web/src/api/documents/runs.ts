@@ -20,6 +20,7 @@ export {
   RunWhyDocument as RUN_WHY,
   RunTimelineDocument as RUN_TIMELINE,
   RunStepsDocument as RUN_STEPS,
+  RunStepDetailDocument as RUN_STEP_DETAIL,
   RunStepResultsDocument as RUN_STEP_RESULTS,
   SignalRunDocument as SIGNAL_RUN,
   StartRunDocument as START_RUN,

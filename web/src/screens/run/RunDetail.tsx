@@ -326,7 +326,7 @@ function RunTabs({
       <Tabs label="Run" items={items} current={tab} />
       <div role="tabpanel" id={`tabpanel-${tab}`} aria-labelledby={`tab-${tab}`} className="tabpanel">
         {tab === "overview" && <Overview run={run} waterfall={waterfall} now={now} events={events} />}
-        {tab === "steps" && <StepsPanel id={run.id} live={ACTIVE_STATUSES.includes(run.status)} />}
+        {tab === "steps" && <StepsPanel id={run.id} live={ACTIVE_STATUSES.includes(run.status)} events={events} />}
         {tab === "waterfall" && <WaterfallPanel waterfall={waterfall} events={events} />}
         {tab === "events" && <Timeline id={run.id} complete={complete} />}
         {tab === "tree" && <TreePanel run={run} {...tree} />}

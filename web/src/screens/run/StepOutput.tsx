@@ -1,7 +1,8 @@
 import type { Json } from "../../api/types";
 import type { LiveText } from "../../realtime/output";
 
-const COLUMNS = 4; // the Steps table's
+/** The Steps table's columns. */
+export const COLUMNS = 5;
 
 function shown(result: Json): string {
   return typeof result === "string" ? result : JSON.stringify(result, null, 2);
