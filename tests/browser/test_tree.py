@@ -1,5 +1,6 @@
 """The run page's Tree tab (issue 28): a parent's children with their counts, live, a link to
-each, and from a child the path back to the root."""
+each, and from a child the path back to the root; and a parent's children as bars on its
+Waterfall (issue 45, item 9)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import assert_accessible
 from tests.browser.stack import Stack, Tenant
+from tests.browser.test_budgets import check_screen
 from tests.browser.test_screens import shoot
 
 pytestmark = pytest.mark.browser
@@ -82,3 +84,32 @@ def test_a_parent_shows_its_children_and_a_child_its_path_back(
     expect(
         page.get_by_role("table", name=re.compile(r"^Children\b")).locator("tbody tr")
     ).to_have_count(3)
+
+
+def test_a_parents_waterfall_draws_its_children_as_bars_under_the_attempt_that_started_them(
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
+) -> None:
+    """Issue 45, item 9: each child a bar on the parent's time scale, with its place ("child 2 of
+    3"), its status and a link to its own waterfall, under the parent's attempt that started it
+    (the first; the attempt that resumed after the children draws none)."""
+    parent = stack.start_run(tenant, turns=1, delayMs=0, children=3, childTurns=2, maxParallel=3)
+    assert stack.wait_settled(tenant, parent) == "SUCCEEDED"
+    kids = [
+        e["node"]["id"]
+        for e in stack.gql(tenant, CHILDREN, {"id": parent})["run"]["children"]["edges"]
+    ]
+    sign_in(page, tenant, f"/runs/{parent}?tab=waterfall")
+    bands = page.get_by_role("list", name="Waterfall").locator("li.band[data-attempt]")
+    expect(bands).to_have_count(2)  # started the children and parked; resumed once they settled
+    under = bands.nth(0).get_by_role("list", name="Children started by attempt 1")
+    bars = under.locator("li.child-bar")
+    expect(bars).to_have_count(3)
+    assert bars.evaluate_all("(items) => items.map((i) => i.dataset.childId)") == kids
+    for n, kid in enumerate(kids, 1):
+        bar = under.locator(f'li[data-child-id="{kid}"]')
+        expect(bar).to_have_attribute("data-status", "SUCCEEDED")
+        expect(bar.get_by_role("link", name=f"child {n} of 3, run {kid}")).to_be_visible()
+    expect(bands.nth(1).locator("li.child-bar")).to_have_count(0)
+    check_screen(page, "a parent's waterfall with its children")
+    under.get_by_role("link", name=f"child 2 of 3, run {kids[1]}").click()
+    expect(page).to_have_url(re.compile(rf"/runs/{kids[1]}\?tab=waterfall$"))

@@ -327,7 +327,14 @@ function RunTabs({
       <div role="tabpanel" id={`tabpanel-${tab}`} aria-labelledby={`tab-${tab}`} className="tabpanel">
         {tab === "overview" && <Overview run={run} waterfall={waterfall} now={now} events={events} />}
         {tab === "steps" && <StepsPanel id={run.id} live={ACTIVE_STATUSES.includes(run.status)} events={events} />}
-        {tab === "waterfall" && <WaterfallPanel waterfall={waterfall} events={events} />}
+        {tab === "waterfall" && (
+          <WaterfallPanel
+            waterfall={waterfall}
+            events={events}
+            run={run}
+            kids={{ runs: tree.tree?.children.edges.map((e) => e.node) ?? [], total: children, now }}
+          />
+        )}
         {tab === "events" && <Timeline id={run.id} complete={complete} />}
         {tab === "tree" && <TreePanel run={run} {...tree} />}
       </div>

@@ -1,8 +1,18 @@
 import { useState } from "react";
-import { JsonDetails } from "../../ui/common";
+import { Link } from "../../app/router";
+import { type ChildBar, childBars, type ChildLike } from "../../ui/childBars";
+import { JsonDetails, StatusBadge } from "../../ui/common";
 import { formatTime } from "../../ui/format";
 import { type Band, END_WORDS, formatMs, RESUMED_WORDS, type TimelineEvent, type WaitBand, type Waterfall } from "../../ui/waterfall";
+import { childLabel } from "./tree";
 import { Words } from "./Words";
+
+/** A page of the run's children (oldest first) and how many it has in all. */
+export interface Kids {
+  runs: readonly ChildLike[];
+  total: number;
+  now: number;
+}
 
 function pct(value: number, span: number): string {
   return `${Math.min(100, Math.max(0, (value / span) * 100)).toFixed(3)}%`;
@@ -25,7 +35,7 @@ function Bar({ offset, duration, span, className, alive }: { offset: number; dur
   );
 }
 
-function BandRow({ band, span }: { band: Band; span: number }) {
+function BandRow({ band, span, kids, total }: { band: Band; span: number; kids: ChildBar[]; total: number }) {
   return (
     <li className={`band band-${band.end}`} data-attempt={band.attempt} data-end={band.end}>
       <div className="band-head">
@@ -38,6 +48,7 @@ function BandRow({ band, span }: { band: Band; span: number }) {
       </div>
       <Bar offset={band.offset} duration={band.duration} span={span} className={`bar-${band.end}`} alive={band.alive} />
       {band.segments.length > 0 && <Segments band={band} span={span} />}
+      {kids.length > 0 && <ChildRows attempt={band.attempt} bars={kids} total={total} span={span} />}
       {band.endData !== null && band.end !== "succeeded" && <JsonDetails value={band.endData} label={`Attempt ${band.attempt} end`} />}
     </li>
   );
@@ -64,7 +75,57 @@ function WaitRow({ wait, span }: { wait: WaitBand; span: number }) {
   );
 }
 
-export function WaterfallPanel({ waterfall, events }: { waterfall: Waterfall | null; events: readonly TimelineEvent[] }) {
+const STATUS_BARS: Record<string, string> = {
+  QUEUED: "bar-queued",
+  RUNNING: "bar-running",
+  WAITING: "bar-waiting",
+  SUCCEEDED: "bar-succeeded",
+  FAILED: "bar-failed",
+  CANCELLED: "bar-cancelled",
+};
+
+/** Under the attempt that started them: each child a bar, queued (its first part) then its own. */
+function ChildRows({ attempt, bars, total, span }: { attempt: number; bars: ChildBar[]; total: number; span: number }) {
+  return (
+    <ol className="child-bars" aria-label={`Children started by attempt ${attempt}`}>
+      {bars.map(({ child, position, offset, queued, duration }) => (
+        <li key={child.id} className="child-bar" data-child-id={child.id} data-status={child.status}>
+          <div className="band-head">
+            <Link to={`/runs/${child.id}?tab=waterfall`} aria-label={`${childLabel(position, total)}, run ${child.id}`}>
+              {childLabel(position, total)}
+            </Link>
+            <StatusBadge status={child.status} />
+            <span className="muted small">
+              {child.agent} · +{formatMs(offset)} · {formatMs(duration)}
+              {queued !== null && queued > 0 && ` (queued ${formatMs(queued)})`}
+            </span>
+          </div>
+          <div className="track" aria-hidden="true">
+            <div className="bar-band bar-queued" style={{ left: pct(offset, span), width: pct(queued ?? duration, span) }} />
+            {queued !== null && (
+              <div
+                className={`bar-band ${STATUS_BARS[child.status] ?? "bar-running"}`}
+                style={{ left: pct(offset + queued, span), width: pct(Math.max(duration - queued, span / 200), span) }}
+              />
+            )}
+          </div>
+        </li>
+      ))}
+    </ol>
+  );
+}
+
+export function WaterfallPanel({
+  waterfall,
+  events,
+  run,
+  kids,
+}: {
+  waterfall: Waterfall | null;
+  events: readonly TimelineEvent[];
+  run?: { id: string; createdAt: string };
+  kids?: Kids;
+}) {
   if (waterfall === null) {
     return (
       <section className="panel" aria-labelledby="waterfall-heading">
@@ -75,6 +136,8 @@ export function WaterfallPanel({ waterfall, events }: { waterfall: Waterfall | n
       </section>
     );
   }
+  const bars = run && kids ? childBars(kids.runs, run, waterfall.bands, kids.now) : new Map<Band, ChildBar[]>();
+  const total = kids?.total ?? 0;
   return (
     <section className="panel" aria-labelledby="waterfall-heading">
       <h2 id="waterfall-heading">
@@ -100,12 +163,23 @@ export function WaterfallPanel({ waterfall, events }: { waterfall: Waterfall | n
             .sort((a, b) => a.at - b.at || a.order - b.order)
             .map((row) =>
               row.band ? (
-                <BandRow key={`a-${row.band.attempt}-${row.band.offset}`} band={row.band} span={waterfall.span} />
+                <BandRow
+                  key={`a-${row.band.attempt}-${row.band.offset}`}
+                  band={row.band}
+                  span={waterfall.span}
+                  kids={bars.get(row.band) ?? []}
+                  total={total}
+                />
               ) : (
                 <WaitRow key={`w-${row.wait!.seq}`} wait={row.wait!} span={waterfall.span} />
               ),
             )}
         </ol>
+      )}
+      {run && kids && kids.runs.length < total && (
+        <p className="muted small">
+          The first {kids.runs.length} of {total} children are drawn; the <Link to={`/runs/${run.id}?tab=tree`}>Tree</Link> tab lists them all.
+        </p>
       )}
     </section>
   );
