@@ -226,3 +226,21 @@ def test_a_short_id_finds_its_run_and_a_bad_one_gets_a_page_with_a_way_back(
     expect(page.get_by_role("alert")).to_contain_text("is not the start of a run id")
     page.get_by_role("link", name="← All runs").click()
     expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()
+
+
+def test_each_row_says_what_its_run_cost(
+    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack
+) -> None:
+    """Issue 45, item 10: a Cost column, from RunsCost (asked apart from the page); a run whose
+    steps recorded usage of a model with no price says its tokens and names the model, a run
+    with no model usage says "—", and a run settling while the list is open gets its cost then."""
+    sign_in(page, tenant, "/runs")
+    expect(page.get_by_text("No runs yet.")).to_be_visible()
+    plain = stack.start_run(tenant, turns=1, delayMs=0)
+    used = stack.start_run(
+        tenant, turns=2, delayMs=300, usagePerTurn={"inputTokens": 100, "outputTokens": 20}
+    )
+    cost = page.locator(f'tr[data-run-id="{used}"]').get_by_test_id("run-cost")
+    expect(cost).to_have_text("240 tokens, no price for demo", timeout=30_000)
+    expect(page.locator(f'tr[data-run-id="{plain}"]').get_by_test_id("run-cost")).to_have_text("—")
+    assert_accessible(page, "runs list with costs")

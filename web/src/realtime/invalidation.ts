@@ -33,6 +33,7 @@ export type QueryKey =
  */
 export const OPERATIONS = {
   Runs: "runs",
+  RunsCost: "usage", // a runs list page's costs: they move as its runs record usage (run.updated)
   Queue: "runs", // a runs list filtered by status (QUEUED)
   AwaitingInput: "runs", // a runs list filtered by status (WAITING)
   AwaitingCount: "runs", // the nav's count: the same list, ids and waits only

@@ -3,29 +3,22 @@ import { type FormEvent, useEffect, useMemo, useState } from "react";
 import { RUNS } from "../api/documents/runs";
 import { AGENTS } from "../api/documents/viewer";
 import { Link, navigate, useLocation } from "../app/router";
-import { emptyText, filtersFromParams, listUrl, PAGE_SIZES, readSearch, type RunFilters, totalText } from "./runFilters";
+import {
+  emptyText,
+  filtersFromParams,
+  listUrl,
+  PAGE_SIZES,
+  readSearch,
+  type RunFilters,
+  runsVariables,
+  totalText,
+} from "./runFilters";
 import { BulkBar, type Ticked } from "./runs/Bulk";
 import { ChildrenToggle, RunsFilters } from "./runs/Filters";
 import { Pager, RunsTable, type Ticks } from "./runs/Table";
 import { ErrorNote, Loading } from "../ui/common";
 import { useNarrow } from "../ui/narrow";
 
-
-/** The variables of the Runs query for the filters the URL holds. */
-function runsVariables(f: RunFilters) {
-  return {
-    first: f.size,
-    after: f.after,
-    status: f.status.length ? f.status : null,
-    agent: f.agent,
-    createdSince: f.from,
-    createdBefore: f.to,
-    order: f.order,
-    key: f.key,
-    tags: f.tags.length ? f.tags : null,
-    topLevel: f.topLevel,
-  };
-}
 
 /** The ticked rows: ids, unticked all when the page or the filters change (a new URL). */
 function useTicks(url: string): { ticks: Ticks; ids: ReadonlySet<string>; clear: () => void } {

@@ -156,3 +156,19 @@ export function readSearch(
   if (UUID.test(value) || isIdPrefix(value)) return { run: value.toLowerCase() };
   return { error: "A run id or its first 4 or more characters (such as 0b6c1f4e), key:… or tag:…" };
 }
+
+/** The variables of the Runs query (and of RunsCost, its rows' costs) for the filters the URL holds. */
+export function runsVariables(f: RunFilters) {
+  return {
+    first: f.size,
+    after: f.after,
+    status: f.status.length ? f.status : null,
+    agent: f.agent,
+    createdSince: f.from,
+    createdBefore: f.to,
+    order: f.order,
+    key: f.key,
+    tags: f.tags.length ? f.tags : null,
+    topLevel: f.topLevel,
+  };
+}

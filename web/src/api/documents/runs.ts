@@ -21,6 +21,7 @@ export {
   RunTimelineDocument as RUN_TIMELINE,
   RunStepsDocument as RUN_STEPS,
   RunStepDetailDocument as RUN_STEP_DETAIL,
+  RunsCostDocument as RUNS_COST,
   RunStepResultsDocument as RUN_STEP_RESULTS,
   SignalRunDocument as SIGNAL_RUN,
   StartRunDocument as START_RUN,

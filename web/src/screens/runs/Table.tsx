@@ -4,6 +4,7 @@ import { CopyButton, StatusBadge, When } from "../../ui/common";
 import { formatDuration, shortId, timeZone } from "../../ui/format";
 import { waitingShort } from "../../ui/waiting";
 import { listUrl, type RunFilters } from "../runFilters";
+import { costText, type RunCost, useRunCosts } from "./costs";
 
 type Edge = RunsQuery["runs"]["edges"][number];
 type ListedRun = Edge["node"];
@@ -32,6 +33,7 @@ export function RunsTable({
   const ids = edges.map((e) => e.node.id);
   const count = ids.filter(ticks.has).length;
   const all = count > 0 && count === ids.length;
+  const costs = useRunCosts(filters);
   return (
     <div className="table-wrap">
       <table className="table runs" aria-label="Runs">
@@ -67,11 +69,14 @@ export function RunsTable({
               <span className="muted small">({timeZone()})</span>
             </th>
             <th scope="col" className="col-optional">Duration</th>
+            <th scope="col" className="col-optional" title="model usage recorded by its steps (its children not included)">
+              Cost
+            </th>
           </tr>
         </thead>
         <tbody>
           {edges.map(({ node: run }) => (
-            <RunRow key={run.id} run={run} filters={filters} ticks={ticks} />
+            <RunRow key={run.id} run={run} filters={filters} ticks={ticks} cost={costs.get(run.id)} />
           ))}
         </tbody>
       </table>
@@ -79,7 +84,7 @@ export function RunsTable({
   );
 }
 
-function RunRow({ run, filters, ticks }: { run: ListedRun; filters: RunFilters; ticks: Ticks }) {
+function RunRow({ run, filters, ticks, cost }: { run: ListedRun; filters: RunFilters; ticks: Ticks; cost?: RunCost }) {
   const ticked = ticks.has(run.id);
   return (
     <tr data-run-id={run.id} className={ticked ? "ticked" : undefined}>
@@ -128,6 +133,9 @@ function RunRow({ run, filters, ticks }: { run: ListedRun; filters: RunFilters; 
       </td>
       <td className="col-optional" data-label="Duration">
         {formatDuration(run.startedAt, run.finishedAt)}
+      </td>
+      <td className="col-optional" data-label="Cost" data-testid="run-cost">
+        {costText(cost)}
       </td>
     </tr>
   );
