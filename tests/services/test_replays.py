@@ -18,6 +18,7 @@ from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.services import replays
+from outlive.services.bulk_filters import runs_filter
 from tests.support import TenantHandle
 
 
@@ -62,9 +63,7 @@ async def test_a_duplicate_tick_does_nothing_and_replayed_runs_are_not_selected_
         async with wired.unit(tenant.id) as uow:
             replay = await replays.create_replay(
                 uow,
-                statuses=None,
-                agent=None,
-                since=None,
+                filter=runs_filter(replays.replay_statuses(None)),
                 rate=1,
                 limit=10,
                 max_rate=5,

@@ -1,5 +1,6 @@
-"""`retryRun`, `replayRuns`, `cancelRunReplay`, `runReplay`, `runReplays`: tenant-scoped like the
-rest (another tenant's id is NOT_FOUND, or null where it is read)."""
+"""`retryRun`, `replayRuns`, `cancelRunReplay` (which stops a bulk cancel too), `runReplay`,
+`runReplays`: tenant-scoped like the rest (another tenant's id is NOT_FOUND, or null where it is
+read)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from outlive.schema.replays import ReplayRunsFilter, RunReplay
 from outlive.schema.runs import Run, StartRunPayload
 from outlive.services import replays
 from outlive.services import runs as runs_service
+from outlive.services.bulk_filters import RunsFilter, runs_filter
 from outlive.services.ids import parse_uuid
 from outlive.services.ratelimits import Bucket, start_run_bucket
 
@@ -59,6 +61,19 @@ async def retry_run(
     return StartRunPayload(run=Run.of(started.run), created=started.created)
 
 
+def replay_filter(chosen: ReplayRunsFilter | None) -> RunsFilter:
+    f = chosen or ReplayRunsFilter()
+    return runs_filter(
+        replays.replay_statuses(f.status),
+        agent=f.agent,
+        since=f.since,
+        before=f.before,
+        key=f.key,
+        tags=f.tags,
+        top_level=f.top_level,
+    )
+
+
 async def replay_runs(
     info: Info,
     filter: ReplayRunsFilter | None = None,
@@ -67,7 +82,7 @@ async def replay_runs(
 ) -> RunReplay:
     ctx = info.context
     settings = ctx.services.settings
-    chosen = filter or ReplayRunsFilter()
+    chosen = replay_filter(filter)  # BAD_USER_INPUT before a token is taken
     await ctx.services.limiter.take(  # each call writes a row, even one that matches nothing
         Bucket("replay-runs", str(ctx.tenant_id), settings.rate_replay_runs),
         message="too many replays started: try again in a moment",
@@ -75,9 +90,7 @@ async def replay_runs(
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         replay = await replays.create_replay(
             uow,
-            statuses=chosen.status,
-            agent=chosen.agent,
-            since=chosen.since,
+            filter=chosen,
             rate=DEFAULT_RATE if rate is None else rate,
             limit=DEFAULT_LIMIT if limit is None else limit,
             max_rate=settings.replay_max_rate,
@@ -90,13 +103,11 @@ async def replay_runs_count(
     info: Info, filter: ReplayRunsFilter | None = None, limit: int | None = DEFAULT_LIMIT
 ) -> int:
     ctx = info.context
-    chosen = filter or ReplayRunsFilter()
+    chosen = replay_filter(filter)
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         return await replays.count_replay(
             uow,
-            statuses=chosen.status,
-            agent=chosen.agent,
-            since=chosen.since,
+            filter=chosen,
             limit=DEFAULT_LIMIT if limit is None else limit,
             max_runs=ctx.services.settings.replay_max_runs,
         )

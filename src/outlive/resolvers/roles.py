@@ -30,6 +30,7 @@ MUTATION_ROLES = MappingProxyType(
         "signalRun": OPERATOR,
         "replayRuns": OPERATOR,
         "cancelRunReplay": OPERATOR,
+        "cancelRuns": OPERATOR,
         "createRunReadToken": OPERATOR,  # lets someone else read one run: a grant, not a read
         "pauseRun": OPERATOR,
         "resumeRun": OPERATOR,

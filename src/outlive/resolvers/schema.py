@@ -14,6 +14,7 @@ from graphql import GraphQLError
 from strawberry.types import ExecutionContext
 
 from outlive.resolvers import budgets as budget_fields
+from outlive.resolvers import bulk_cancels as bulk_cancel_fields
 from outlive.resolvers import governance as governance_fields
 from outlive.resolvers import invitations as invitation_fields
 from outlive.resolvers import members as member_fields
@@ -110,8 +111,14 @@ class Query:
         description="How many runs replayRuns with this filter and limit would take now (at "
         "most `limit`), checked as replayRuns checks them: the count to show before asking.",
     )
+    cancel_runs_count: int = strawberry.field(
+        resolver=bulk_cancel_fields.cancel_runs_count,
+        description="How many active runs cancelRuns with this filter and limit would take now "
+        "(at most `limit`), checked as cancelRuns checks them: the count to show before asking.",
+    )
     run_replays: list[RunReplay] = strawberry.field(
-        resolver=replay_fields.run_replays, description="Newest first."
+        resolver=replay_fields.run_replays,
+        description="Newest first: replays and bulk cancels (`kind`).",
     )
     schedules: list[Schedule] = strawberry.field(
         resolver=schedule_fields.list_schedules,
@@ -160,8 +167,17 @@ class Mutation:
         description="Replays matching settled runs at most `rate` per second, at most "
         "`limit` of them, in the background; follow it with runReplay or replay.updated nudges.",
     )
+    cancel_runs: RunReplay = strawberry.mutation(
+        resolver=bulk_cancel_fields.cancel_runs,
+        description="Cancels the active runs a filter selects (created before it), at most "
+        "`rate` a second and `limit` in all, in the background, each as cancelRun does (its "
+        "descendants too; the reason and who asked on its timeline). Progress as a replay's "
+        "(kind CANCEL: runReplay, replay.updated nudges); cancelRunReplay stops it.",
+    )
     cancel_run_replay: RunReplay = strawberry.mutation(
-        resolver=replay_fields.cancel_run_replay, description="Idempotent."
+        resolver=replay_fields.cancel_run_replay,
+        description="Stops a replay or a bulk cancel: the runs it has not reached are left "
+        "alone. Idempotent.",
     )
     signal_run: SignalRunPayload = strawberry.mutation(
         resolver=run_fields.signal_run,

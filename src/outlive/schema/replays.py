@@ -1,4 +1,5 @@
-"""Run replays: `RunReplay`, its status and the `replayRuns` filter."""
+"""Run replays and bulk cancels: `RunReplay` (either, by `kind`), its status, and the filters of
+`replayRuns` and `cancelRuns` (the runs list's filters)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,19 @@ from datetime import datetime
 
 import strawberry
 
+from outlive.db.models import ReplayKind as DbReplayKind
 from outlive.db.models import ReplayStatus as DbReplayStatus
 from outlive.db.models import RunStatus as DbRunStatus
 from outlive.schema.runs import RunStatus
 from outlive.services.replays import ReplayRecord
 
 ReplayStatus = strawberry.enum(DbReplayStatus, name="ReplayStatus")
+RunReplayKind = strawberry.enum(
+    DbReplayKind,
+    name="RunReplayKind",
+    description="REPLAY: replayRuns starts settled runs again; CANCEL: cancelRuns cancels active "
+    "runs.",
+)
 
 
 @strawberry.input(
@@ -23,19 +31,59 @@ class ReplayRunsFilter:
     )
     agent: str | None = None
     since: datetime | None = strawberry.field(default=None, description="createdAt >= since")
+    before: datetime | None = strawberry.field(default=None, description="createdAt < before")
+    key: str | None = strawberry.field(default=None, description='Exact ("": the default key).')
+    tags: list[str] | None = strawberry.field(default=None, description="Carrying all of them.")
+    top_level: bool | None = strawberry.field(
+        default=False, description="Only runs with no parent."
+    )
 
 
-@strawberry.type(description="A bulk replay, advanced by jobs at its pace; nudged as it goes.")
+@strawberry.input(
+    description="Which active runs to cancel (the runs list's filters); runs created after the "
+    "bulk cancel never are."
+)
+class CancelRunsFilter:
+    status: list[RunStatus] | None = strawberry.field(  # type: ignore[valid-type]
+        default=None, description="Active statuses only; omitted means QUEUED, RUNNING, WAITING."
+    )
+    agent: str | None = None
+    since: datetime | None = strawberry.field(default=None, description="createdAt >= since")
+    before: datetime | None = strawberry.field(default=None, description="createdAt < before")
+    key: str | None = strawberry.field(default=None, description='Exact ("": the default key).')
+    tags: list[str] | None = strawberry.field(default=None, description="Carrying all of them.")
+    top_level: bool | None = strawberry.field(
+        default=False, description="Only runs with no parent."
+    )
+
+
+@strawberry.type(
+    description="A bulk replay (replayRuns) or a bulk cancel (cancelRuns), advanced by jobs at "
+    "its pace; nudged (replay.updated) as it goes."
+)
 class RunReplay:
     id: strawberry.ID
+    kind: RunReplayKind  # type: ignore[valid-type]
     status: ReplayStatus  # type: ignore[valid-type]
     statuses: list[RunStatus]  # type: ignore[valid-type]
     agent: str | None
     since: datetime | None
-    rate: float = strawberry.field(description="At most this many runs started per second.")
-    total: int = strawberry.field(description="Runs it will replay (matched when it was made).")
+    before: datetime | None
+    key: str | None
+    tags: list[str]
+    top_level: bool
+    reason: str | None = strawberry.field(description="A bulk cancel's reason, as given.")
+    requested_by: str | None = strawberry.field(description="Who asked for a bulk cancel.")
+    rate: float = strawberry.field(description="At most this many runs taken per second.")
+    total: int = strawberry.field(description="Runs it will take (matched when it was made).")
     started: int = strawberry.field(description="Runs started so far (linked by retriedFromId).")
-    skipped: int = strawberry.field(description="Runs whose input no longer validates.")
+    skipped: int = strawberry.field(
+        description="Replay: runs whose input no longer validates. Cancel: runs that settled by "
+        "themselves before their turn."
+    )
+    cancelled: int = strawberry.field(
+        description="Runs a bulk cancel cancelled (or asked to stop, when RUNNING) so far."
+    )
     processed: int
     waiting_for_run_id: strawberry.ID | None = strawberry.field(
         description="An active run of the next run's agent, which it waits for (one per agent)."
@@ -50,14 +98,22 @@ class RunReplay:
         waiting = r.waiting_for_run_id
         return cls(
             id=strawberry.ID(str(r.id)),
+            kind=r.kind,
             status=r.status,
             statuses=[DbRunStatus(s) for s in r.statuses],
             agent=r.agent,
             since=r.since,
+            before=r.before,
+            key=r.key,
+            tags=list(r.tags),
+            top_level=r.top_level,
+            reason=r.reason,
+            requested_by=r.requested_by,
             rate=r.rate,
             total=r.total,
             started=r.started,
             skipped=r.skipped,
+            cancelled=r.cancelled,
             processed=r.processed,
             waiting_for_run_id=None if waiting is None else strawberry.ID(str(waiting)),
             last_error=r.last_error,

@@ -11,7 +11,8 @@
   tick. Only runs created before the replay are selected, so the runs it starts (which may fail
   again) are never replayed by it. A run whose agent has an active run waits (the tick stops
   there and the next one tries again: `waiting_for_run_id`); a run whose input no longer
-  validates is skipped and counted. A tenant has at most one RUNNING replay. Every run a tick
+  validates is skipped and counted. A tenant has at most one RUNNING replay (and one RUNNING
+  bulk cancel: `services.bulk_cancels` shares the row, the ticks and the Stop). Every run a tick
   starts first takes a token from the tenant's `startRun` bucket (`admit`); when it is spent,
   the tick stops there and the next one goes on.
 """
@@ -25,11 +26,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Select, func, select, text, tuple_, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from outlive.db.models import ReplayStatus, Run, RunConflict, RunReplay, RunStatus
+from outlive.db.models import ReplayKind, ReplayStatus, Run, RunConflict, RunReplay, RunStatus
 from outlive.db.models.base import columns_of
 from outlive.db.ports import RunInstances
 from outlive.db.raw import prepare
@@ -38,6 +39,7 @@ from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import RunId, TenantId
 from outlive.services import runs, starts
+from outlive.services.bulk_filters import RunsFilter, count_matching, next_matching
 from outlive.services.runs.keys import StartOptions
 
 REPLAY_JOB = "run.replay.v1"
@@ -52,15 +54,25 @@ Admit = Callable[[UUID], Awaitable[bool]]
 
 @dataclass(frozen=True, slots=True)
 class ReplayRecord(Record):
+    """A replay or a bulk cancel (`kind`), as its row says."""
+
     id: UUID
+    kind: ReplayKind
     status: ReplayStatus
     statuses: list[RunStatus]
     agent: str | None
     since: datetime | None
+    before: datetime | None
+    key: str | None
+    tags: list[str]
+    top_level: bool
+    reason: str | None
+    requested_by: str | None
     rate: float
     total: int
     started: int
     skipped: int
+    cancelled: int
     waiting_for_run_id: UUID | None
     last_error: str | None
     created_at: datetime
@@ -69,7 +81,7 @@ class ReplayRecord(Record):
 
     @property
     def processed(self) -> int:
-        return self.started + self.skipped
+        return self.started + self.skipped + self.cancelled
 
 
 # --- retryRun --------------------------------------------------------------------------------
@@ -129,98 +141,79 @@ def options_of(
 # --- replayRuns ------------------------------------------------------------------------------
 
 
-def _candidates(tenant_id: UUID, statuses: Sequence[str], agent: str | None) -> Select[Any]:
-    stmt = select(Run).where(Run.tenant_id == tenant_id, Run.status.in_(list(statuses)))
-    return stmt.where(Run.agent == agent) if agent is not None else stmt
-
-
-def _check(statuses: Sequence[RunStatus], rate: float, limit: int, *, max_rate: float) -> None:
-    active = [s.value for s in statuses if s not in runs.SETTLED_STATUSES]
-    if active:
-        raise BadUserInput(f"only settled runs can be replayed, not {', '.join(active)}")
+def check_pace(rate: float, limit: int, *, max_rate: float, max_runs: int) -> None:
+    """A bulk action's pace and bound, as replays and bulk cancels check them."""
     if not 0 < rate <= max_rate:
         raise BadUserInput(f"rate must be more than 0 and at most {max_rate:g} runs per second")
     if limit < 1:
         raise BadUserInput("limit must be at least 1")
+    if limit > max_runs:
+        raise BadUserInput(f"a bulk action takes at most {max_runs} runs (limit)")
+
+
+def replay_statuses(statuses: Sequence[RunStatus] | None) -> list[RunStatus]:
+    """The statuses a replay takes: settled ones only, [FAILED] when none are given."""
+    chosen = list(dict.fromkeys(statuses or DEFAULT_STATUSES))
+    active = [s.value for s in chosen if s not in runs.SETTLED_STATUSES]
+    if active:
+        raise BadUserInput(f"only settled runs can be replayed, not {', '.join(active)}")
+    return chosen
 
 
 async def create_replay(
     uow: UnitOfWork,
     *,
-    statuses: Sequence[RunStatus] | None,
-    agent: str | None,
-    since: datetime | None,
+    filter: RunsFilter,
     rate: float,
     limit: int,
     max_rate: float,
     max_runs: int,
 ) -> ReplayRecord:
     """The replay row and its first tick (after the commit); the work happens in jobs."""
+    check_pace(rate, limit, max_rate=max_rate, max_runs=max_runs)
+    return await create_bulk(uow, ReplayKind.REPLAY, filter, {"rate": rate}, limit=limit)
+
+
+async def create_bulk(
+    uow: UnitOfWork,
+    kind: ReplayKind,
+    filter: RunsFilter,
+    values: dict[str, Any],
+    *,
+    limit: int,
+) -> ReplayRecord:
+    """A bulk action's row (`values`: its pace and what else its kind records), counted now,
+    and its first tick after the commit; BadUserInput while one of its kind still runs."""
     tenant_id = uow.require_tenant()
-    chosen = list(dict.fromkeys(statuses or DEFAULT_STATUSES))
-    _check(chosen, rate, limit, max_rate=max_rate)
-    if limit > max_runs:
-        raise BadUserInput(f"a replay starts at most {max_runs} runs (limit)")
-    total = await _count(uow.session, tenant_id, chosen, agent, since, limit)
-    values: dict[str, Any] = {
-        "tenant_id": tenant_id,
-        "statuses": [s.value for s in chosen],
-        "agent": agent,
-        "since": since,
-        "rate": rate,
-        "total": int(total or 0),
-    }
+    total = await count_matching(uow.session, tenant_id, filter, kind, limit=limit)
+    values = {"tenant_id": tenant_id, "kind": kind.value, "total": total, **values}
+    values |= filter.columns()
     if not total:
         values |= {"status": ReplayStatus.DONE.value, "finished_at": func.now()}
     replay = await _insert_replay(uow.session, values)
     if replay is None:
         running = await uow.session.scalar(
             select(RunReplay.id).where(
-                RunReplay.tenant_id == tenant_id, RunReplay.status == ReplayStatus.RUNNING.value
+                RunReplay.tenant_id == tenant_id,
+                RunReplay.kind == kind.value,
+                RunReplay.status == ReplayStatus.RUNNING.value,
             )
         )
-        raise BadUserInput(f"replay {running} is still running: wait for it or cancel it")
+        what = "replay" if kind is ReplayKind.REPLAY else "bulk cancel"
+        raise BadUserInput(f"{what} {running} is still running: wait for it or stop it")
     if replay.status == ReplayStatus.RUNNING:
         _queue_tick(uow, replay.id, tick=0, delay_s=0.0)
     uow.nudge("replay.updated", replay.id)
     return replay
 
 
-async def count_replay(
-    uow: UnitOfWork,
-    *,
-    statuses: Sequence[RunStatus] | None,
-    agent: str | None,
-    since: datetime | None,
-    limit: int,
-    max_runs: int,
-) -> int:
+async def count_replay(uow: UnitOfWork, *, filter: RunsFilter, limit: int, max_runs: int) -> int:
     """How many runs `replayRuns` with these arguments would take now (checked as it checks
     them): the count a person sees before confirming a bulk replay."""
-    chosen = list(dict.fromkeys(statuses or DEFAULT_STATUSES))
-    _check(chosen, 1.0, limit, max_rate=1.0)
-    if limit > max_runs:
-        raise BadUserInput(f"a replay starts at most {max_runs} runs (limit)")
-    return await _count(uow.session, uow.require_tenant(), chosen, agent, since, limit)
-
-
-async def _count(
-    session: AsyncSession,
-    tenant_id: UUID,
-    statuses: Sequence[RunStatus],
-    agent: str | None,
-    since: datetime | None,
-    limit: int,
-) -> int:
-    """How many runs the replay will take: created before it (`now()`, its own creation time in
-    this transaction), at most `limit`."""
-    matching = _candidates(tenant_id, [s.value for s in statuses], agent).where(
-        Run.created_at < func.now()
+    check_pace(1.0, limit, max_rate=1.0, max_runs=max_runs)
+    return await count_matching(
+        uow.session, uow.require_tenant(), filter, ReplayKind.REPLAY, limit=limit
     )
-    if since is not None:
-        matching = matching.where(Run.created_at >= since)
-    limited = matching.with_only_columns(Run.id).limit(limit).subquery()
-    return int(await session.scalar(select(func.count()).select_from(limited)) or 0)
 
 
 async def _insert_replay(session: AsyncSession, values: dict[str, Any]) -> ReplayRecord | None:
@@ -230,7 +223,7 @@ async def _insert_replay(session: AsyncSession, values: dict[str, Any]) -> Repla
         .on_conflict_do_nothing(
             # A literal, never a bound parameter: under a generic plan a parameter has no value,
             # and PostgreSQL can no longer infer the partial index (tests/db/test_generic_plans.py).
-            index_elements=["tenant_id"],
+            index_elements=["tenant_id", "kind"],
             index_where=text(f"status = '{ReplayStatus.RUNNING.value}'"),
         )
         .returning(RunReplay)
@@ -269,18 +262,45 @@ async def advance_replay(
 ) -> ReplayRecord | None:
     """One tick of a replay; None when there was nothing to do (finished, cancelled, or a
     duplicate delivery of an earlier tick)."""
-    row = await uow.session.scalar(
+    row = await lock_row(uow, replay_id)
+    if row is None or row.kind != ReplayKind.REPLAY.value:
+        return None
+    return await advance(
+        uow, row, tick, lambda batch: _start_batch(uow, row, batch, validate, instances, admit)
+    )
+
+
+async def kind_of(uow: UnitOfWork, replay_id: UUID) -> ReplayKind | None:
+    """Whether a tick is a replay's or a bulk cancel's (a row's kind never changes)."""
+    kind = await uow.session.scalar(select(RunReplay.kind).where(RunReplay.id == replay_id))
+    return None if kind is None else ReplayKind(kind)
+
+
+async def lock_row(uow: UnitOfWork, replay_id: UUID) -> RunReplay | None:
+    """The row of a bulk action, locked for its tick (a Stop waits for the tick to commit)."""
+    return await uow.session.scalar(
         select(RunReplay).where(RunReplay.id == replay_id).with_for_update()
     )
-    if row is None or row.status != ReplayStatus.RUNNING.value or row.tick != tick:
+
+
+async def advance(
+    uow: UnitOfWork,
+    row: RunReplay,
+    tick: int,
+    act: Callable[[Sequence[Run]], Awaitable[None]],
+) -> ReplayRecord | None:
+    """One tick of the bulk action `row` (locked): `act` on its next batch, move on, and finish
+    or queue the next tick; None when it has nothing to do (finished, stopped, or a duplicate
+    delivery of an earlier tick)."""
+    if row.status != ReplayStatus.RUNNING.value or row.tick != tick:
         return None
     uow.tenant_id = row.tenant_id
     count, seconds = pace(row.rate)
-    left = row.total - row.started - row.skipped
-    candidates = await _next_candidates(uow.session, row, min(count, left))
-    await _start_batch(uow, row, candidates, validate, instances, admit)
+    left = row.total - row.started - row.skipped - row.cancelled
+    candidates = await next_matching(uow.session, row, min(count, left))
+    await act(candidates)
     done = row.waiting_for_run_id is None and (
-        len(candidates) == 0 or row.started + row.skipped >= row.total
+        len(candidates) == 0 or row.started + row.skipped + row.cancelled >= row.total
     )
     row.tick += 1
     row.updated_at = func.now()  # SQL, set on flush
@@ -330,22 +350,6 @@ async def _start_batch(
         row.cursor_created_at, row.cursor_id = run.created_at, run.id
 
 
-async def _next_candidates(session: AsyncSession, replay: RunReplay, count: int) -> list[Run]:
-    if count <= 0:
-        return []
-    stmt = _candidates(replay.tenant_id, replay.statuses, replay.agent).where(
-        Run.created_at < replay.created_at
-    )
-    if replay.since is not None:
-        stmt = stmt.where(Run.created_at >= replay.since)
-    if replay.cursor_created_at is not None and replay.cursor_id is not None:
-        stmt = stmt.where(
-            tuple_(Run.created_at, Run.id) > tuple_(replay.cursor_created_at, replay.cursor_id)
-        )
-    stmt = stmt.order_by(Run.created_at, Run.id).limit(count)
-    return list((await session.scalars(stmt)).all())
-
-
 async def _finish(uow: UnitOfWork, replay_id: UUID, status: ReplayStatus, error: str) -> None:
     tenant = await uow.session.scalar(
         update(RunReplay)
@@ -381,14 +385,16 @@ async def cancel_replay(uow: UnitOfWork, replay_id: UUID) -> ReplayRecord:
     return found
 
 
+# Named, never `*`: `.columns()` matches by position, and a migration adds columns at the end.
+_COLUMNS = ", ".join(c.name for c in RunReplay.__table__.c)
 _REPLAY = prepare(
-    text("SELECT * FROM run_replays WHERE id = :replay_id AND tenant_id = :tenant_id").columns(
-        *RunReplay.__table__.c
-    )
+    text(
+        f"SELECT {_COLUMNS} FROM run_replays WHERE id = :replay_id AND tenant_id = :tenant_id"  # noqa: S608
+    ).columns(*RunReplay.__table__.c)
 )
 _REPLAYS = prepare(
     text(
-        "SELECT * FROM run_replays WHERE tenant_id = :tenant_id"
+        f"SELECT {_COLUMNS} FROM run_replays WHERE tenant_id = :tenant_id"  # noqa: S608
         " ORDER BY created_at DESC, id LIMIT :first"
     ).columns(*RunReplay.__table__.c)
 )

@@ -39,7 +39,8 @@ export function Replays() {
       <h1 id="replays-heading">Replays</h1>
       <p className="muted">
         A replay starts settled runs again with the same input, oldest first, at the pace you set. Each new run links
-        back to the one it replays; runs created after the replay began are never part of it.
+        back to the one it replays; runs created after the replay began are never part of it. Bulk cancels made from
+        the runs list ("Cancel all matching…") are listed here too, with their progress.
       </p>
       <ReplayForm />
       {error && <ErrorNote error={error} what="replays" />}
@@ -224,18 +225,22 @@ function ConfirmReplay(props: { count: number; rate: number; onYes: () => void; 
 
 function describeFilter(replay: RunReplay): string {
   const which = replay.statuses.map((s) => s.toLowerCase()).join(" or ");
-  return `${which} runs${replay.agent ? ` of ${replay.agent}` : ""} · ${replay.rate}/s`;
+  const by = replay.kind === "CANCEL" && replay.requestedBy ? ` · by ${replay.requestedBy}` : "";
+  const why = replay.reason ? ` · “${replay.reason}”` : "";
+  return `${which} runs${replay.agent ? ` of ${replay.agent}` : ""} · ${replay.rate}/s${by}${why}`;
 }
 
 function ReplayCard({ replay }: { replay: RunReplay }) {
   const [cancel, cancelling] = useMutation(CANCEL_RUN_REPLAY);
   const running = replay.status === "RUNNING";
   const percent = replay.total ? Math.round((replay.processed / replay.total) * 100) : 100;
+  const what = replay.kind === "CANCEL" ? "Bulk cancel" : "Replay";
+  const acted = replay.kind === "CANCEL" ? `${replay.cancelled} cancelled` : `${replay.started} started`;
   return (
-    <li className="card" aria-label={`Replay ${shortId(replay.id)}`} data-replay-id={replay.id}>
+    <li className="card" aria-label={`${what} ${shortId(replay.id)}`} data-replay-id={replay.id}>
       <div className="section-head">
         <h2 className="small-heading">
-          Replay <span className="mono">{shortId(replay.id)}</span>{" "}
+          {what} <span className="mono">{shortId(replay.id)}</span>{" "}
           <StatusBadge status={replay.status} testId="replay-status" />
         </h2>
         {running && (
@@ -245,7 +250,7 @@ function ReplayCard({ replay }: { replay: RunReplay }) {
             disabled={cancelling.loading}
             onClick={() => void cancel({ variables: { id: replay.id } }).catch(() => undefined)}
           >
-            Cancel replay
+            {replay.kind === "CANCEL" ? "Stop bulk cancel" : "Cancel replay"}
           </button>
         )}
       </div>
@@ -263,14 +268,14 @@ function ReplayCard({ replay }: { replay: RunReplay }) {
         className="progress"
         max={Math.max(replay.total, 1)}
         value={replay.total ? replay.processed : 1}
-        aria-label={`Replay ${shortId(replay.id)} progress`}
+        aria-label={`${what} ${shortId(replay.id)} progress`}
         aria-valuetext={`${replay.processed} of ${replay.total}`}
       />
       <p className="small" data-testid="replay-counts">
         <strong>
           {replay.processed} of {replay.total}
         </strong>{" "}
-        processed ({percent}%) · {replay.started} started · {replay.skipped} skipped
+        processed ({percent}%) · {acted} · {replay.skipped} skipped
       </p>
       {running && replay.waitingForRunId && (
         <p className="muted small">

@@ -14,6 +14,7 @@ import {
   totalText,
 } from "./runFilters";
 import { BulkBar, type Ticked } from "./runs/Bulk";
+import { ActOnMatching } from "./runs/ByFilter";
 import { ChildrenToggle, RunsFilters } from "./runs/Filters";
 import { Pager, RunsTable, type Ticks } from "./runs/Table";
 import { ErrorNote, Loading } from "../ui/common";
@@ -50,7 +51,8 @@ function useTicks(url: string): { ticks: Ticks; ids: ReadonlySet<string>; clear:
 
 /** Newest (or oldest) first, filtered by status (several), agent, time range, key, tags and
  * whether child runs show, paged by cursor, 20, 50 or 100 a page, with the total counted (up to
- * "1,000+"); the URL holds it all. Rows can be ticked for bulk cancel, retry and replay. */
+ * "1,000+"); the URL holds it all. Rows can be ticked for bulk cancel, retry and replay; every run
+ * the filters match (on every page) can be cancelled or replayed at once, counted first. */
 export function RunsList() {
   const { params } = useLocation();
   const narrow = useNarrow();
@@ -83,6 +85,7 @@ export function RunsList() {
       </div>
       <RunSearch filters={filters} go={go} />
       <RunsFilters filters={filters} agents={agents} narrow={narrow} go={go} />
+      <ActOnMatching filters={{ ...filters, after: null }} />
       {error && <ErrorNote error={error} />}
       {!data && loading && <Loading />}
       {data && edges.length === 0 && (

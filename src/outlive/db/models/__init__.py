@@ -20,7 +20,7 @@ from outlive.db.models.governance import (
 from outlive.db.models.invitations import Invitation, InvitationStatus
 from outlive.db.models.jobs import RejectedJob
 from outlive.db.models.liveness import LivenessLock
-from outlive.db.models.replays import ReplayStatus, RunReplay
+from outlive.db.models.replays import ReplayKind, ReplayStatus, RunReplay
 from outlive.db.models.runs import (
     ACTIVE_SQL,
     ACTIVE_STATUSES,
@@ -68,6 +68,7 @@ __all__ = [
     "InvitationStatus",
     "LivenessLock",
     "RejectedJob",
+    "ReplayKind",
     "ReplayStatus",
     "Role",
     "Run",

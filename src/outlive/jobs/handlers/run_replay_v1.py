@@ -1,4 +1,5 @@
-"""`run.replay.v1`: one tick of a run replay (see `outlive.services.replays`).
+"""`run.replay.v1`: one tick of a run replay or a bulk cancel (see `outlive.services.replays`
+and `outlive.services.bulk_cancels`: they share the row, so they share the job).
 
 The tick starts its batch of runs, moves the replay's cursor and queues the next tick, all in one
 unit of work: a tick that fails leaves the row as it was and is retried; a duplicate delivery of
@@ -11,9 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
+from outlive.db.models import ReplayKind
 from outlive.jobs.deps import JobDeps
 from outlive.jobs.envelopes import ReplayRunsV1
-from outlive.services import replays
+from outlive.services import bulk_cancels, replays
 from outlive.services.ratelimits import start_run_bucket
 
 
@@ -38,6 +40,9 @@ def admitter(deps: JobDeps) -> replays.Admit | None:
 
 async def handle(deps: JobDeps, payload: ReplayRunsV1) -> None:
     async with deps.sessions.unit() as uow:
+        if await replays.kind_of(uow, payload.replay_id) is ReplayKind.CANCEL:
+            await bulk_cancels.advance_cancel(uow, payload.replay_id, payload.tick)
+            return
         await replays.advance_replay(
             uow,
             payload.replay_id,

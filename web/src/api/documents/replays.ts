@@ -1,6 +1,8 @@
-/** Bulk replays (replays.graphql, typed by graphql-codegen). */
+/** Bulk replays and bulk cancels (replays.graphql, typed by graphql-codegen). */
 export {
   CancelRunReplayDocument as CANCEL_RUN_REPLAY,
+  CancelRunsCountDocument as CANCEL_RUNS_COUNT,
+  CancelRunsDocument as CANCEL_RUNS,
   ReplayRunsCountDocument as REPLAY_RUNS_COUNT,
   ReplayRunsDocument as REPLAY_RUNS,
   RunReplayFieldsFragmentDoc as RUN_REPLAY_FIELDS,
