@@ -102,9 +102,13 @@ async def resume_schedule(info: Info, id: strawberry.ID) -> Schedule:
 async def trigger_schedule(info: Info, id: strawberry.ID) -> StartRunPayload:
     ctx = info.context
     schedule_id = parse_uuid(id, what="schedule")
+    cipher = await ctx.write_cipher()  # a tenant that encrypts: the run's input is sealed
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
-        started = await fires.trigger_schedule(uow, schedule_id, instances=ctx.services.instances)
-    return StartRunPayload(run=Run.of(started.run), created=started.created)
+        started = await fires.trigger_schedule(
+            uow, schedule_id, instances=ctx.services.instances, cipher=cipher
+        )
+    (shown,) = await ctx.opened([started.run])
+    return StartRunPayload(run=Run.of(shown), created=started.created)
 
 
 async def backfill_schedule(
@@ -115,7 +119,8 @@ async def backfill_schedule(
 ) -> int:
     ctx = info.context
     schedule_id = parse_uuid(id, what="schedule")
+    cipher = await ctx.write_cipher()  # a tenant that encrypts: the runs' inputs are sealed
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         return await fires.backfill_schedule(
-            uow, schedule_id, from_, to, instances=ctx.services.instances
+            uow, schedule_id, from_, to, instances=ctx.services.instances, cipher=cipher
         )

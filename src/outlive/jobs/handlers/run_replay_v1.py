@@ -13,7 +13,7 @@ from uuid import UUID
 
 from outlive.jobs.deps import JobDeps
 from outlive.jobs.envelopes import ReplayRunsV1
-from outlive.services import replays
+from outlive.services import replays, sealing
 from outlive.services.ratelimits import start_run_bucket
 
 
@@ -45,6 +45,7 @@ async def handle(deps: JobDeps, payload: ReplayRunsV1) -> None:
             validate=validator(deps),
             instances=deps.instances,
             admit=admitter(deps),
+            kek=sealing.kek_of(deps.settings),
         )
 
 
