@@ -1,5 +1,5 @@
-"""Agents for the encryption-at-rest tests: a run whose input, signal, child and output all
-carry the note it was given. Loaded with
+"""Agents for the encryption-at-rest tests: a run whose input, signal, child, schedule and
+output all carry the note it was given. Loaded with
 `OUTLIVE_AGENT_MODULES=tests.governance.sealed_agents:NOTE,tests.governance.sealed_agents:ECHO`."""
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ class NoteInput(BaseModel):
 async def note(ctx: RunContext, params: NoteInput) -> dict[str, Any]:
     reply = await ctx.wait_for("reply", timeout=600) if params.wait else None
     child = await ctx.call("echo", {"note": params.note})  # its input and output: the note
+    yearly = {"note": params.note}  # a schedule's input: the note too
+    await ctx.schedules.create(cron="0 0 1 1 *", agent="echo", input=yearly, name="yearly")
     return {"note": " ".join([params.note] * params.repeat), "reply": reply, "child": child}
 
 

@@ -26,6 +26,7 @@ from outlive.worker import WorkerHost
 from outlive.workflows.runs import WorkflowDeps
 from tests.conftest import make_settings
 from tests.governance.scan import mentions
+from tests.schedules.support import ONE, RUNS, clock, rewind
 from tests.support import Api, GraphQLError, NudgeWatch, Servers, TenantHandle, settled
 from tests.workflows.test_lease import deliver, start
 
@@ -34,6 +35,8 @@ pytestmark = [pytest.mark.timeout(300)]
 STEPS = "query($id: ID!) { run(id: $id) { status steps(first: 10) { name result } } }"
 RETRY = "mutation($id: ID!) { retryRun(id: $id) { created run { id input } } }"
 CANCEL = "mutation($id: ID!) { cancelRun(id: $id) { input } }"
+CREATE_SCHEDULE = "mutation($i: ScheduleInput!) { createSchedule(input: $i) { id input } }"
+TRIGGER = "mutation($id: ID!) { triggerSchedule(id: $id) { run { input } } }"
 PAYLOAD = """query($id: ID!, $ref: String!) {
   payload(runId: $id, ref: $ref) { size base64 } }"""
 AGENTS = ["tests.governance.sealed_agents:NOTE", "tests.governance.sealed_agents:ECHO"]
@@ -193,6 +196,7 @@ async def test_a_tenant_that_encrypts_has_its_inputs_outputs_and_signals_sealed(
         "run_signals",
         "run_waits",
         "run_events",
+        "schedules",
     }
     row = await sessions.one(  # and the sealed tenant's row holds `{"$enc": ...}` values
         text(
@@ -262,4 +266,35 @@ async def test_a_signalled_or_debounced_start_of_a_tenant_that_encrypts_is_seale
     assert (signal["name"], signal["payload"]["note"]) == ("input", f"{marker}-signal")
     assert not debounced["created"]  # the held-back run took the later input
     assert debounced["run"]["input"]["note"] == f"{marker}-debounced"
+    assert await mentions(sessions, marker) == {}
+
+
+async def test_a_schedule_of_a_tenant_that_encrypts_keeps_its_input_and_its_runs_sealed(
+    servers: Servers, sessions: Sessions, tenant: TenantHandle
+) -> None:
+    key = sealing.new_deployment_key()
+    settings = make_settings(servers, encryption_key=key, agent_modules=AGENTS)
+    assert await sealing.enable(sessions, sealing.deployment_key(key), tenant.principal.tenant.slug)
+    marker = f"secret-{uuid.uuid4().hex}"
+    given = {"note": marker, "wait": True, "repeat": 1}
+    spec = {
+        "agent": "note",
+        "cron": "* * * * *",
+        "onConflict": "ENQUEUE",
+        "input": {"note": marker},
+    }
+    async with Api.running(settings) as api, clock(settings) as fire:  # no worker: runs queue
+        made = (await api.gql(CREATE_SCHEDULE, {"i": spec}, token=tenant.token))["createSchedule"]
+        triggered = await api.gql(TRIGGER, {"id": made["id"]}, token=tenant.token)
+        await rewind(
+            sessions, made["id"], 0
+        )  # this minute's occurrence is due: the clock starts it
+        assert await fire(sessions) >= 1
+        runs = (await api.gql(RUNS, {"s": made["id"]}, token=tenant.token))["runs"]
+        again = (await api.gql(ONE, {"id": made["id"]}, token=tenant.token))["schedule"]
+    assert made["input"] == again["input"] == given
+    assert triggered["triggerSchedule"]["run"]["input"] == given
+    inputs = [edge["node"]["input"] for edge in runs["edges"]]
+    assert len(inputs) >= 2  # the one triggered, and the clock's
+    assert all(i == given for i in inputs)
     assert await mentions(sessions, marker) == {}

@@ -9,19 +9,19 @@ as a blob of that sealed text (so the blob's bytes are ciphertext too). Rotation
 (`outlive tenant rewrap --old-key OLD`): the new deployment key re-wraps every data key, one
 statement per tenant; no payload is re-encrypted (the data keys do not change).
 
-What is sealed: step results (the journal, inline and as blobs: `seal`, `open_text`), and the
-runs' inputs and outputs and the signals' payloads (`seal_value`, `open_value`: the jsonb column
-holds `{"$enc": ...}`; in `runs.input` and `runs.output`, in `run_signals.payload`,
-`run_waits.payload` and the `signal` event's `payload`). Every start seals its input (startRun
-with every strategy, debounce, retryRun, replays, child runs, schedules); a settle its output (a
-large one is a blob of the sealed value); signalRun its payload. Who reads them opens them: the
-attempt (its input, its signals, its children's outputs) with the cipher its journal loaded, so
-a tenant that does not encrypt costs it no query; GraphQL (`Ciphers`: looked up only when a
-sealed value is read; a write looks its tenant's key up once, only with a deployment key); and
-`outlive replay`. A repeated idempotency key compares the opened input (each seal has its own
-nonce). Not sealed: names, keys, tags and timelines (identifiers), what a wait shows
-(`waitingShow`), schedules' inputs, and stream chunks (Redis, minutes; docs/governance.md
-"Encryption at rest" says why).
+What is sealed: step results (the journal, inline and as blobs: `seal`, `open_text`), and the runs'
+inputs and outputs and the signals' payloads (`seal_value`, `open_value`: the jsonb column holds
+`{"$enc": ...}`; in `runs.input` and `runs.output`, in `run_signals.payload`, `run_waits.payload`
+and the `signal` event's `payload`), and the schedules' inputs (`schedules.input`: createSchedule,
+updateSchedule, `ctx.schedules.create`). Every start seals its input (startRun with every strategy,
+debounce, retryRun, replays, child runs, schedules); a settle its output (a large one is a blob of
+the sealed value); signalRun its payload. Who reads them opens them: the attempt (its input, its
+signals, its children's outputs) with the cipher its journal loaded, so a tenant that does not
+encrypt costs it no query; GraphQL (`Ciphers`: looked up only when a sealed value is read; a write
+looks its tenant's key up once, only with a deployment key); and `outlive replay`. A repeated
+idempotency key compares the opened input (each seal has its own nonce). Not sealed: names, keys,
+tags and timelines (identifiers), what a wait shows (`waitingShow`), and stream chunks (Redis,
+minutes; docs/governance.md "Encryption at rest" says why).
 """
 
 from __future__ import annotations

@@ -77,7 +77,12 @@ class AttemptContext:
         self._wake_lead = deps.wake_lead
         self._slots = deps.slots
         self.schedules = RunSchedules(
-            deps, run_id=run.id, tenant_id=run.tenant_id, agent=run.agent, step=self.step
+            deps,
+            run_id=run.id,
+            tenant_id=run.tenant_id,
+            agent=run.agent,
+            step=self.step,
+            sealer=self._steps.sealer,
         )
 
     @property

@@ -118,7 +118,7 @@ async def _insert_at_once(
     made = await runs.insert_runs(
         uow,
         [
-            (p.schedule.agent, input_of(p.schedule), _options(p.schedule, at))
+            (p.schedule.agent, input_of(p.schedule, cipher), _options(p.schedule, at))
             for p in due
             for at in p.due
         ],
@@ -194,7 +194,7 @@ async def start_occurrences(
             started = await starts.start(
                 uow,
                 agent=schedule.agent,
-                params=input_of(schedule),
+                params=input_of(schedule, cipher),
                 instances=instances,
                 options=_options(schedule, at, on_conflict),
                 cipher=cipher,
@@ -224,7 +224,7 @@ async def trigger_schedule(
     started = await starts.start(
         uow,
         agent=schedule.agent,
-        params=input_of(schedule),
+        params=input_of(schedule, cipher),
         instances=instances,
         options=options,
         cipher=cipher,
