@@ -69,7 +69,7 @@ async def test_encrypt_and_rewrap_need_the_deployment_key(
     assert unset.value.status == 2
     old, new = sealing.new_deployment_key(), sealing.new_deployment_key()
     keyed = settings.model_copy(update={"encryption_key": SecretStr(old)})
-    assert await encrypt(keyed, slug) == f"{slug}: step results are sealed from now on"
+    assert await encrypt(keyed, slug) == f"{slug}: payloads are sealed from now on"
     with pytest.raises(CliError, match="no tenant"):
         await encrypt(keyed, "no-such-tenant-here")
     rotated = settings.model_copy(update={"encryption_key": SecretStr(new)})

@@ -12,6 +12,7 @@ from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.jobs.queues import RUNS_QUEUE, create_queue
 from outlive.jobs.run_instances import SaqRunInstances
+from outlive.services import sealing
 from outlive.services.schedules.fires import fire_due
 from tests.support import Api
 
@@ -66,7 +67,7 @@ async def clock(settings: Settings) -> AsyncIterator[Any]:
     instances = SaqRunInstances(queue, settings)
 
     async def fire(sessions: Sessions, batch: int = 200) -> int:
-        return await fire_due(sessions, instances, batch)
+        return await fire_due(sessions, instances, batch, kek=sealing.kek_of(settings))
 
     try:
         yield fire

@@ -78,7 +78,7 @@ async def encrypt(settings: Settings, slug: str) -> str:
     async with open_runtime(settings, "cli") as runtime:
         if not await sealing.enable(runtime.sessions, kek, slug):
             raise CliError(f"no tenant {slug!r}", 2)
-    return f"{slug}: step results are sealed from now on"
+    return f"{slug}: payloads are sealed from now on"
 
 
 async def rewrap(settings: Settings, old_key: str) -> str:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import asyncpg
@@ -39,6 +40,7 @@ from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.jobs.producer import SaqJobProducer
 from outlive.jobs.run_instances import SaqRunInstances
+from outlive.services import sealing
 from outlive.services.relay import CHANNEL, QUEUE_TIMEOUT_S, Relay
 from outlive.services.relay.lead import WakeLead
 from outlive.services.schedules.fires import fire_due
@@ -224,7 +226,7 @@ def build_relay(
         default_jobs_cap=settings.tenant_max_inflight_jobs,
         admission=admission,
         lead=lead,
-        fire=fire_due,
+        fire=partial(fire_due, kek=sealing.kek_of(settings)),  # inputs sealed as startRun's
     )
     listen_url = None if settings.db_pgbouncer else database_url
     return RelayLoop(

@@ -61,7 +61,9 @@ async def delete_budget(info: Info, id: strawberry.ID) -> bool:
 async def pause_run(info: Info, id: strawberry.ID) -> Run:
     ctx = info.context
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
-        return Run.of(await pauses.pause(uow, parse_run_id(id)))
+        paused = await pauses.pause(uow, parse_run_id(id))
+    (shown,) = await ctx.opened([paused])
+    return Run.of(shown)
 
 
 async def resume_run(
@@ -83,7 +85,8 @@ async def resume_run(
         run = await pauses.resume(
             uow, parse_run_id(id), over_budget=over_budget, instances=ctx.services.instances
         )
-    return Run.of(run)
+    (shown,) = await ctx.opened([run])
+    return Run.of(shown)
 
 
 async def pause_agent(info: Info, agent: str) -> AgentState:

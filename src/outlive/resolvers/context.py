@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from outlive.agents.registry import AgentRegistry
@@ -41,6 +41,9 @@ from outlive.services.tenants import Principal
 from outlive.services.tokens import PrincipalCache
 from outlive.services.usage_tokens import RunUsage
 from outlive.services.webhooks import AttemptRecord, DeliveryRecord
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 NOWHERE = TenantId(UUID(int=0))  # no tenant's id: what a run read token reads outside its run
 
@@ -125,8 +128,19 @@ class Context:
                 jobs=self.services.jobs,
                 admission=self.services.admission,
                 kek=sealing.kek_of(self.services.settings),
+                sealing_tenant=lambda: self.require().tenant.id,  # a run reader's too
             )
         return self._loaders
+
+    async def opened(self, runs: list[RunRecord]) -> list[RunRecord]:
+        """The runs as the client gave and gets them: sealed inputs and outputs opened."""
+        return await self.loaders.opened_runs(runs)
+
+    async def write_cipher(self) -> AESGCM | None:
+        """The tenant's data cipher for what this request writes (None: it does not encrypt):
+        looked up afresh, so a tenant that turned encryption on has its next write sealed."""
+        kek = sealing.kek_of(self.services.settings)
+        return await sealing.cipher_of(self.services.sessions, kek, self.tenant_id)
 
     async def endpoint_deliveries(
         self,
@@ -178,7 +192,7 @@ class Context:
         """A page of the run's children, oldest first (the run was read under this tenant)."""
         if not 0 <= first <= MAX_PAGE:
             raise BadUserInput(f"first must be between 0 and {MAX_PAGE}")
-        return await children.read_children_page(
+        page = await children.read_children_page(
             self.services.sessions,
             self.tenant_id,
             run.id,
@@ -186,16 +200,20 @@ class Context:
             after=after,
             statuses=[s.value for s in statuses] if statuses else None,
         )
+        page.runs[:] = await self.opened(page.runs)
+        return page
 
     async def schedule_runs(self, schedule_id: UUID, *, first: int, after: str | None) -> RunPage:
         """A page of the schedule's runs, newest first (`runs(scheduleId:)`)."""
-        return await read_runs(
+        page = await read_runs(
             self.services.sessions,
             self.tenant_id,
             first=first,
             after=after,
             schedule_id=schedule_id,
         )
+        page.runs[:] = await self.opened(page.runs)
+        return page
 
     async def run_child_counts(self, run_id: RunId) -> list[tree.StatusCount]:
         """The run's children per status (one statement per page of runs; tenant-scoped)."""
@@ -205,7 +223,7 @@ class Context:
     async def run_ancestors(self, run_id: RunId) -> list[RunRecord]:
         """The runs above it, root first (one statement per page of runs; tenant-scoped)."""
         self.require()
-        return await self.loaders.ancestors.load(run_id)
+        return await self.opened(await self.loaders.ancestors.load(run_id))
 
     async def run_usage(self, run_id: RunId) -> RunUsage:
         """The run's summed model usage (two statements per page of runs)."""

@@ -10,7 +10,7 @@ import strawberry
 from outlive.resolvers.context import Context
 from outlive.schema.governance import ErasureReceipt, PayloadRange
 from outlive.schema.tenants import Tenant
-from outlive.services import blobs, erasure, retention
+from outlive.services import blobs, erasure, retention, sealing
 from outlive.services.runs import parse_run_id
 
 Info = strawberry.Info[Context, None]
@@ -47,7 +47,13 @@ async def payload(
     of the token's tenant, or one that does not hold it)."""
     ctx = info.context
     run = parse_run_id(run_id)  # a run read token reads its one run's payloads too
-    size, part = await blobs.read_range(
-        ctx.services.sessions, ctx.run_tenant(run), run, ref, offset, length
+    size, part = await sealing.read_range(  # a sealed one: ranges of the value, opened
+        ctx.services.sessions,
+        sealing.kek_of(ctx.services.settings),
+        ctx.run_tenant(run),
+        run,
+        ref,
+        offset,
+        length,
     )
     return PayloadRange(ref=ref, size=size, offset=offset, base64=b64encode(part).decode())

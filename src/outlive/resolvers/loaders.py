@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -72,13 +73,15 @@ class Loaders:
         jobs: JobProducer,
         admission: Admission,
         kek: AESGCM | None = None,
+        sealing_tenant: Callable[[], TenantId] | None = None,
     ) -> None:
         self._sessions = sessions
-        self._kek = kek
+        self.ciphers = sealing.Ciphers(sessions, kek)  # sealed values of tenants that encrypt
         self._jobs = jobs
         self._admission = admission
         self._repair_grace_s = repair_grace_s
         self._tenant_id = tenant_id
+        self._sealing_tenant = sealing_tenant or tenant_id  # whose key opens what it reads
         self.events: DataLoader[EventsKey, list[EventRecord]] = DataLoader(
             self._load_events, cache=False
         )
@@ -133,7 +136,30 @@ class Loaders:
                 self._sessions, ids, after=after, first=first
             )
 
-        return await _by_shape([(run, (after, first)) for run, after, first in keys], load)
+        pages = await _by_shape([(run, (after, first)) for run, after, first in keys], load)
+        return [[await self._opened_event(e) for e in page] for page in pages]
+
+    async def _opened_event(self, event: EventRecord) -> EventRecord:
+        """A `signal` event as it was sent: its payload opened when its tenant encrypts."""
+        payload = event.data.get("payload") if event.type == "signal" else None
+        if not sealing.is_sealed_value(payload):
+            return event
+        opened = await self.ciphers.open(self._sealing_tenant(), payload)
+        return replace(event, data={**event.data, "payload": opened})
+
+    async def opened_runs(self, runs: Sequence[RunRecord]) -> list[RunRecord]:
+        """The runs with their input and output as they were given and returned (sealed ones
+        opened, by each run's tenant's data key; no query for a tenant that does not encrypt)."""
+        return [await self.opened_run(r) for r in runs]
+
+    async def opened_run(self, run: RunRecord) -> RunRecord:
+        if not (sealing.is_sealed_value(run.input) or sealing.is_sealed_value(run.output)):
+            return run
+        return replace(
+            run,
+            input=await self.ciphers.open(run.tenant_id, run.input),
+            output=await self.ciphers.open(run.tenant_id, run.output),
+        )
 
     async def _load_steps(self, keys: Sequence[EventsKey]) -> list[list[StepRecord]]:
         async def load(ids: list[RunId], page: tuple[int, int]) -> dict[RunId, list[StepRecord]]:
@@ -143,7 +169,7 @@ class Loaders:
         return await _by_shape([(run, (after, first)) for run, after, first in keys], load)
 
     async def _load_step_results(self, keys: Sequence[StepKey]) -> list[Any]:
-        cipher = await sealing.cipher_of(self._sessions, self._kek, self._tenant_id())
+        cipher = await self.ciphers.of(self._sealing_tenant())
         found = await step_results(self._sessions, keys, cipher=cipher)
         return [found.get(key) for key in keys]
 

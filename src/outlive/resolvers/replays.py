@@ -49,6 +49,7 @@ async def retry_run(
         start_run_bucket(ctx.tenant_id, ctx.services.settings.rate_start_run),
         message="too many runs started: try again in a moment",
     )
+    cipher = await ctx.write_cipher()  # opens the run's input, seals the new run's
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         started = await replays.retry_run(
             uow,
@@ -57,8 +58,10 @@ async def retry_run(
             instances=ctx.services.instances,
             input=input,
             reuse_steps=bool(reuse_steps),
+            cipher=cipher,
         )
-    return StartRunPayload(run=Run.of(started.run), created=started.created)
+    (shown,) = await ctx.opened([started.run])
+    return StartRunPayload(run=Run.of(shown), created=started.created)
 
 
 def replay_filter(chosen: ReplayRunsFilter | None) -> RunsFilter:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Any, cast
 
 import strawberry
@@ -36,13 +37,14 @@ Info = strawberry.Info[Context, None]
 
 async def _reconciled(ctx: Context, runs: list[RunRecord]) -> list[RunRecord]:
     s = ctx.services
-    return await reconcile_runs(
+    reconciled = await reconcile_runs(
         s.sessions,
         s.instances,
         runs,
         admission=s.admission,
         grace_s=s.settings.reconcile_grace_s,
     )
+    return await ctx.opened(reconciled)  # sealed inputs and outputs, as they were given
 
 
 async def run(info: Info, id: strawberry.ID) -> Run | None:
@@ -182,18 +184,23 @@ async def start_run(info: Info, input: StartRunInput) -> StartRunPayload:
         Bucket("start-run", str(ctx.tenant_id), s.settings.rate_start_run),
         message="too many runs started: try again in a moment",
     )
+    start = partial(
+        starts.start,
+        agent=agent.name,
+        params=params,
+        instances=s.instances,
+        options=options,
+        cipher=await ctx.write_cipher(),  # a tenant that encrypts: its input is sealed
+    )
     if not options.in_a_transaction:
         # One idempotent write (insert, or read the active run): no transaction needed around it.
         async with s.sessions.unit(ctx.tenant_id, single_statement=True) as one:
-            started = await starts.start(
-                one, agent=agent.name, params=params, instances=s.instances, options=options
-            )
+            started = await start(one)
     else:  # a line to join, runs to cancel, a signal to deliver: one transaction
         async with s.sessions.unit(ctx.tenant_id) as uow:
-            started = await starts.start(
-                uow, agent=agent.name, params=params, instances=s.instances, options=options
-            )
-    return StartRunPayload(run=Run.of(started.run), created=started.created)
+            started = await start(uow)
+    (shown,) = await ctx.opened([started.run])
+    return StartRunPayload(run=Run.of(shown), created=started.created)
 
 
 async def cancel_run(
@@ -224,7 +231,8 @@ async def cancel_run(
         record = await runs_service.cancel_run(
             uow, run_id, by=ctx.require().user.email, reason=reason or None
         )
-    return Run.of(record)
+    (shown,) = await ctx.opened([record])
+    return Run.of(shown)
 
 
 async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
@@ -239,12 +247,14 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
         Bucket("signal-run", str(ctx.tenant_id), s.settings.rate_signal_run),
         message="too many signals sent: try again in a moment",
     )
+    cipher = await ctx.write_cipher()  # a tenant that encrypts: its payload is sealed
     async with s.sessions.unit(ctx.tenant_id) as uow:
         result = await waits.signal_run(
             uow,
             run_id,
             name=input.name,
             payload=input.payload,
+            cipher=cipher,
             idempotency_key=input.idempotency_key,
             instances=s.instances,
             mailbox=waits.Mailbox(s.settings.signal_mailbox_max, s.settings.signal_mailbox_bytes),
@@ -252,7 +262,8 @@ async def signal_run(info: Info, input: SignalRunInput) -> SignalRunPayload:
             wait_id=input.wait_id,
             check=s.agents.check_signal,  # what its agent declares (`Agent.signals`)
         )
-    return SignalRunPayload(run=Run.of(result.run), accepted=result.accepted)
+    (shown,) = await ctx.opened([result.run])
+    return SignalRunPayload(run=Run.of(shown), accepted=result.accepted)
 
 
 async def runs_by_id_prefix(info: Info, prefix: str, first: int = 10) -> list[Run]:

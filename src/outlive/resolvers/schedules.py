@@ -3,6 +3,7 @@ pause, resume, trigger, backfill (contract §4.2)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, cast
 
@@ -12,7 +13,7 @@ from outlive.db.models import RunConflict
 from outlive.resolvers.context import Context
 from outlive.schema.runs import Run, StartRunPayload
 from outlive.schema.schedules import Schedule, ScheduleInput
-from outlive.services import schedules
+from outlive.services import schedules, sealing
 from outlive.services.ids import parse_uuid
 from outlive.services.schedules import fires
 
@@ -22,6 +23,18 @@ Info = strawberry.Info[Context, None]
 def _limits(ctx: Context) -> schedules.ScheduleLimits:
     settings = ctx.services.settings
     return schedules.ScheduleLimits(settings.tenant_max_schedules, settings.schedule_min_interval_s)
+
+
+async def _sealed(ctx: Context, spec: schedules.ScheduleSpec) -> schedules.ScheduleSpec:
+    """The spec as it is stored: a tenant that encrypts has its input sealed."""
+    cipher = await ctx.write_cipher()
+    return spec if cipher is None else replace(spec, input=sealing.seal_value(cipher, spec.input))
+
+
+async def _shown(ctx: Context, found: schedules.ScheduleRecord) -> Schedule:
+    """The schedule as the client gave it (a sealed input opened)."""
+    opened = await ctx.loaders.ciphers.open(found.tenant_id, found.input)
+    return Schedule.of(replace(found, input=opened))
 
 
 def _spec(ctx: Context, input: ScheduleInput) -> schedules.ScheduleSpec:
@@ -54,7 +67,7 @@ async def list_schedules(
     found = await schedules.list_schedules(
         ctx.services.sessions, ctx.tenant_id, first=50 if first is None else first, after=after
     )
-    return [Schedule.of(s) for s in found]
+    return [await _shown(ctx, s) for s in found]
 
 
 async def schedule(info: Info, id: strawberry.ID) -> Schedule | None:
@@ -63,22 +76,23 @@ async def schedule(info: Info, id: strawberry.ID) -> Schedule | None:
     found = await schedules.read_schedule(
         ctx.services.sessions, ctx.tenant_id, parse_uuid(id, what="schedule")
     )
-    return None if found is None else Schedule.of(found)
+    return None if found is None else await _shown(ctx, found)
 
 
 async def create_schedule(info: Info, input: ScheduleInput) -> Schedule:
     ctx = info.context
-    spec = _spec(ctx, input)
+    spec = await _sealed(ctx, _spec(ctx, input))
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         created = await schedules.create_schedule(uow, spec, limits=_limits(ctx))
-    return Schedule.of(created)
+    return await _shown(ctx, created)
 
 
 async def update_schedule(info: Info, id: strawberry.ID, input: ScheduleInput) -> Schedule:
     ctx = info.context
-    schedule_id, spec = parse_uuid(id, what="schedule"), _spec(ctx, input)
+    schedule_id, spec = parse_uuid(id, what="schedule"), await _sealed(ctx, _spec(ctx, input))
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
-        return Schedule.of(await schedules.update_schedule(uow, schedule_id, spec))
+        updated = await schedules.update_schedule(uow, schedule_id, spec)
+    return await _shown(ctx, updated)
 
 
 async def delete_schedule(info: Info, id: strawberry.ID) -> bool:
@@ -90,21 +104,27 @@ async def delete_schedule(info: Info, id: strawberry.ID) -> bool:
 async def pause_schedule(info: Info, id: strawberry.ID) -> Schedule:
     ctx = info.context
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
-        return Schedule.of(await schedules.pause_schedule(uow, parse_uuid(id, what="schedule")))
+        paused = await schedules.pause_schedule(uow, parse_uuid(id, what="schedule"))
+    return await _shown(ctx, paused)
 
 
 async def resume_schedule(info: Info, id: strawberry.ID) -> Schedule:
     ctx = info.context
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
-        return Schedule.of(await schedules.resume_schedule(uow, parse_uuid(id, what="schedule")))
+        resumed = await schedules.resume_schedule(uow, parse_uuid(id, what="schedule"))
+    return await _shown(ctx, resumed)
 
 
 async def trigger_schedule(info: Info, id: strawberry.ID) -> StartRunPayload:
     ctx = info.context
     schedule_id = parse_uuid(id, what="schedule")
+    cipher = await ctx.write_cipher()  # a tenant that encrypts: the run's input is sealed
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
-        started = await fires.trigger_schedule(uow, schedule_id, instances=ctx.services.instances)
-    return StartRunPayload(run=Run.of(started.run), created=started.created)
+        started = await fires.trigger_schedule(
+            uow, schedule_id, instances=ctx.services.instances, cipher=cipher
+        )
+    (shown,) = await ctx.opened([started.run])
+    return StartRunPayload(run=Run.of(shown), created=started.created)
 
 
 async def backfill_schedule(
@@ -115,7 +135,8 @@ async def backfill_schedule(
 ) -> int:
     ctx = info.context
     schedule_id = parse_uuid(id, what="schedule")
+    cipher = await ctx.write_cipher()  # a tenant that encrypts: the runs' inputs are sealed
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         return await fires.backfill_schedule(
-            uow, schedule_id, from_, to, instances=ctx.services.instances
+            uow, schedule_id, from_, to, instances=ctx.services.instances, cipher=cipher
         )

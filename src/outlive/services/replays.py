@@ -23,7 +23,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from sqlalchemy import func, select, text, update
@@ -38,9 +38,13 @@ from outlive.db.records import Record
 from outlive.db.tx import Db, UnitOfWork
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import RunId, TenantId
-from outlive.services import runs, starts
+from outlive.services import runs, sealing, starts
 from outlive.services.bulk_filters import RunsFilter, count_matching, next_matching
 from outlive.services.runs.keys import StartOptions
+from outlive.services.sealing import open_value
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 REPLAY_JOB = "run.replay.v1"
 DEFAULT_STATUSES = (RunStatus.FAILED,)
@@ -95,20 +99,22 @@ async def retry_run(
     instances: RunInstances,
     input: Mapping[str, Any] | None = None,
     reuse_steps: bool = False,
+    cipher: AESGCM | None = None,
 ) -> runs.StartedRun:
     """A new run with `run_id`'s agent, input (or `input`, validated as for `startRun`), key,
     tags and strategy (`onConflict`): the key's active run is met as the original start would have
     met it (handed back, queued behind, cancelled, refused with RUN_ACTIVE, or signalled).
     `reuse_steps`: the new run starts with a copy of the old run's journal, so it resumes at the
     first step the old one did not finish (those steps saw the old input); only a settled run's
-    steps are reused."""
+    steps are reused. `cipher`: the tenant's data cipher when it encrypts (the old input is
+    opened to be validated, the new run's is sealed)."""
     tenant_id = TenantId(uow.require_tenant())
     source = await runs.read_run(uow, tenant_id, run_id)
     if source is None:
         raise NotFound(f"run {run_id} not found")
     if reuse_steps and source.is_active:
         raise BadUserInput("only a settled run's steps can be reused: cancel it first")
-    params = validate(source.agent, source.input if input is None else input)
+    params = validate(source.agent, open_value(cipher, source.input) if input is None else input)
     started = await starts.start(
         uow,
         agent=source.agent,
@@ -116,6 +122,7 @@ async def retry_run(
         instances=instances,
         retried_from=source.id,
         options=options_of(source.key, source.on_conflict, source.tags),
+        cipher=cipher,
     )
     if reuse_steps and started.created and source.step_seq:
         await runs.copy_steps(uow, from_run=source.id, to_run=started.run.id)
@@ -259,15 +266,20 @@ async def advance_replay(
     validate: Validate,
     instances: RunInstances,
     admit: Admit | None = None,
+    kek: AESGCM | None = None,
 ) -> ReplayRecord | None:
     """One tick of a replay; None when there was nothing to do (finished, cancelled, or a
-    duplicate delivery of an earlier tick)."""
+    duplicate delivery of an earlier tick). `kek`: the deployment key, for a tenant that
+    encrypts (its runs' inputs are opened to be validated, and the new runs' sealed)."""
     row = await lock_row(uow, replay_id)
     if row is None or row.kind != ReplayKind.REPLAY.value:
         return None
-    return await advance(
-        uow, row, tick, lambda batch: _start_batch(uow, row, batch, validate, instances, admit)
-    )
+
+    async def start(batch: Sequence[Run]) -> None:
+        cipher = await sealing.cipher_of(uow, kek, row.tenant_id) if batch else None
+        await _start_batch(uow, row, batch, validate, instances, admit, cipher)
+
+    return await advance(uow, row, tick, start)
 
 
 async def kind_of(uow: UnitOfWork, replay_id: UUID) -> ReplayKind | None:
@@ -322,13 +334,14 @@ async def _start_batch(
     validate: Validate,
     instances: RunInstances,
     admit: Admit | None = None,
+    cipher: AESGCM | None = None,
 ) -> None:
     """Start each candidate in order; stop (and wait) at one whose agent has an active run, or
     when the tenant's startRun rate is spent."""
     row.waiting_for_run_id = None
     for run in candidates:
         try:
-            params = validate(run.agent, run.input)
+            params = validate(run.agent, open_value(cipher, run.input))
         except BadUserInput as exc:
             row.skipped += 1
             row.last_error = f"run {run.id} skipped: {exc.message}"[:1000]
@@ -342,6 +355,7 @@ async def _start_batch(
                 instances=instances,
                 retried_from=RunId(run.id),
                 options=options_of(run.key, run.on_conflict, run.tags, replay=True),
+                cipher=cipher,
             )
             if not started.created:
                 row.waiting_for_run_id = started.run.id

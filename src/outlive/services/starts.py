@@ -4,7 +4,7 @@ SIGNAL_EXISTING delivers the input to that run as the signal `input` (`services.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outlive.db.models import RunConflict
 from outlive.db.ports import RunInstances
@@ -12,6 +12,9 @@ from outlive.db.tx import Unit
 from outlive.ids import RunId
 from outlive.services import runs, waits
 from outlive.services.runs.keys import DEFAULT_OPTIONS, StartOptions
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 INPUT_SIGNAL = "input"  # SIGNAL_EXISTING: the name the input is delivered under
 
@@ -24,11 +27,13 @@ async def start(
     instances: RunInstances,
     options: StartOptions = DEFAULT_OPTIONS,
     retried_from: RunId | None = None,
+    cipher: AESGCM | None = None,
 ) -> runs.StartedRun:
     """Start a run of `agent` under `options`; see `services.runs.start_run`. With
     SIGNAL_EXISTING, an active run of the key gets the input as the signal `input` (its
     idempotency key, when given, makes a repeated start signal once) and comes back with
-    `created: false`."""
+    `created: false`. `cipher`: the tenant's data cipher when it encrypts (the input, and the
+    signal that carries it, are stored sealed)."""
     for _ in range(20):
         started = await runs.start_run(
             uow,
@@ -37,6 +42,7 @@ async def start(
             instances=instances,
             retried_from=retried_from,
             options=options,
+            cipher=cipher,
         )
         if (
             options.on_conflict is not RunConflict.SIGNAL_EXISTING
@@ -51,6 +57,7 @@ async def start(
             payload=dict(params),
             idempotency_key=options.idempotency_key,
             instances=instances,
+            cipher=cipher,
         )
         if signalled.accepted or signalled.run.is_active:  # active: a repeated idempotency key
             return runs.StartedRun(run=signalled.run, created=False)

@@ -29,6 +29,7 @@ from outlive.services.ratelimits import start_run_bucket
 from outlive.services.runs import RunRecord
 from outlive.services.runs import children as children_service
 from outlive.services.runs.children import ChildSpec, ChildState
+from outlive.services.sealing import Sealer
 from outlive.workflows.deps import WorkflowDeps
 
 SETTLED = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -36,9 +37,9 @@ CHILD_SPAWN_BATCH = 100  # children started in one statement
 MAX_START_WAIT_S = 5.0  # one wait for the startRun bucket; then it is asked again
 
 
-def _outcome(child: ChildState) -> Any:
+def _outcome(child: ChildState, sealer: Sealer) -> Any:
     if child.status == "SUCCEEDED":
-        return child.output
+        return sealer.open(child.output)  # a child of a tenant that encrypts: sealed
     return ChildFailed(child.id, child.status, child.error)
 
 
@@ -68,8 +69,10 @@ class Family:
         run: RunRecord,
         attempt: int,
         pause: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        sealer: Sealer | None = None,
     ) -> None:
         self._deps = deps
+        self._sealer = sealer or Sealer()  # the parent's: its children are of its tenant
         self._pause = pause  # a wait a cancel interrupts (the attempt's)
         self._sessions: Sessions = deps.sessions
         self._run = run
@@ -99,7 +102,7 @@ class Family:
         return ChildSpec(
             step,
             agent,
-            found.validate(input, settings=self._deps.settings),
+            self._sealer.seal(found.validate(input, settings=self._deps.settings)),
             key=key,
             abandon=abandon,
         )
@@ -174,7 +177,7 @@ class Family:
                     if child is not None and child.status in ("FAILED", "CANCELLED"):
                         raise ChildFailed(child.id, child.status, child.error)
             if all(s in known and known[s].status in SETTLED for s in steps):
-                return [_outcome(known[s]) for s in steps]
+                return [_outcome(known[s], self._sealer) for s in steps]
             # Woken when a slot opens for the next child, or when the last one settles.
             unsettled = sum(1 for s in steps if s not in known or known[s].status not in SETTLED)
             target = state.seen + (1 if waiting or timeout is not None else unsettled)

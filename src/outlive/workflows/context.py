@@ -20,6 +20,7 @@ from outlive.ids import RunId, TenantId
 from outlive.services import waits
 from outlive.services.destinations import GuardedTransport
 from outlive.services.runs import RunRecord, append_event, calls, read_run
+from outlive.services.sealing import Sealer
 from outlive.services.usage_tokens import measured
 from outlive.telemetry import genai
 from outlive.workflows.billing import ModelCall
@@ -69,12 +70,19 @@ class AttemptContext:
         self._occurrences: Counter[tuple[str, str]] = Counter()  # sleeps and waits, so far
         self._outputs = deps.outputs
         self._batch_s = deps.settings.stream_batch_ms / 1000
-        self._family = Family(deps, run, run.attempt, self.interrupts.pause)  # its child runs
+        self._family = Family(  # its child runs
+            deps, run, run.attempt, self.interrupts.pause, sealer=self._steps.sealer
+        )
         self._conversation = genai.conversation_id(run.key, run.id)  # its GenAI spans
         self._wake_lead = deps.wake_lead
         self._slots = deps.slots
         self.schedules = RunSchedules(
-            deps, run_id=run.id, tenant_id=run.tenant_id, agent=run.agent, step=self.step
+            deps,
+            run_id=run.id,
+            tenant_id=run.tenant_id,
+            agent=run.agent,
+            step=self.step,
+            sealer=self._steps.sealer,
         )
 
     @property
@@ -95,6 +103,11 @@ class AttemptContext:
 
     def _moved(self, run: RunRecord) -> None:
         self._fresh = run
+
+    @property
+    def sealer(self) -> Sealer:
+        """Seals and opens the run's values (`services.sealing`), once `resume` has loaded it."""
+        return self._steps.sealer
 
     async def resume(self) -> None:
         """Load the run's step journal (one statement; none when it has recorded no step)."""
@@ -309,7 +322,7 @@ class AttemptContext:
         resolved = await self._wait(
             waits.SIGNAL, name, occurrence, seconds=timeout, wait_id=wait_id, show=show
         )
-        return default if resolved.by == "timeout" else resolved.payload
+        return default if resolved.by == "timeout" else self.sealer.open(resolved.payload)
 
     def _next(self, kind: str, name: str) -> int:
         self._occurrences[kind, name] += 1

@@ -222,9 +222,11 @@ async def _execute(
                     expected=(RunParked,),
                 ):
                     await context.resume()
-                    output = await agent.run(context, agent.parse(run.input))
+                    params = agent.parse(context.sealer.open(run.input))  # sealed: opened
+                    output = await agent.run(context, params)
                     await context.ended()
         json.dumps(output)  # a result that is not JSON is the agent's bug, not a retry's
+        output = context.sealer.seal(output)  # a tenant that encrypts: stored sealed
     except RunCancelled as cancelled:  # a budget's cancel says why (`cancelled` has no text)
         await _settle(deps, run, RunStatus.CANCELLED, error=str(cancelled) or None)
     except RunParked as parked:

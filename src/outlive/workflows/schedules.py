@@ -17,6 +17,7 @@ from typing import Any
 
 from outlive.db.models import RunConflict
 from outlive.services import schedules
+from outlive.services.sealing import Sealer
 from outlive.workflows.deps import WorkflowDeps
 
 Step = Callable[[str, Callable[[], Awaitable[str]]], Awaitable[str]]
@@ -26,9 +27,17 @@ class RunSchedules:
     """What `ctx.schedules` is: `create` (one schedule per call, whatever the crashes)."""
 
     def __init__(
-        self, deps: WorkflowDeps, *, run_id: Any, tenant_id: Any, agent: str, step: Step
+        self,
+        deps: WorkflowDeps,
+        *,
+        run_id: Any,
+        tenant_id: Any,
+        agent: str,
+        step: Step,
+        sealer: Sealer | None = None,
     ) -> None:
         self._deps = deps
+        self._sealer = sealer or Sealer()  # the run's: a tenant that encrypts seals the input
         self._run_id = run_id
         self._tenant_id = tenant_id
         self._agent = agent
@@ -59,7 +68,9 @@ class RunSchedules:
             schedules.ScheduleSpec(
                 agent=chosen.name,
                 cron=cron,
-                input=dict(chosen.validate(dict(input or {}), settings=settings)),
+                input=self._sealer.seal(
+                    dict(chosen.validate(dict(input or {}), settings=settings))
+                ),
                 timezone=timezone,
                 key=key,
                 on_conflict=RunConflict(on_conflict),

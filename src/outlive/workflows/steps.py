@@ -126,7 +126,7 @@ class StepJournal:
     ) -> None:
         self._sessions = sessions
         self._kek = kek  # the deployment key: results of a tenant that encrypts are sealed
-        self._cipher: AESGCM | None = None
+        self.sealer = sealing.Sealer()  # its data cipher, once loaded: the attempt's values too
         self.code_version = code_version
         self._blob_threshold = blob_threshold
         self._cursor = Cursor({})
@@ -145,7 +145,8 @@ class StepJournal:
     async def load(self) -> None:
         """The run's journal, in one statement (none when the run has recorded no step), and
         the tenant's data key when it encrypts (one more, only with a deployment key)."""
-        self._cipher = await sealing.cipher_of(self._sessions, self._kek, self._run.tenant_id)
+        cipher = await sealing.cipher_of(self._sessions, self._kek, self._run.tenant_id)
+        self.sealer.cipher = cipher
         if self._run.step_seq:
             versions: set[str | None] = set()
             self._journal, self._bytes = await load_journal(
@@ -233,7 +234,7 @@ class StepJournal:
             metrics.STEP_MEMO_HITS.labels(self._run.agent).inc()
             if blobs.is_ref_text(recorded):  # stored once, apart: read back when asked
                 recorded = await blobs.read_text(self._sessions, self._run.tenant_id, recorded)
-            recorded = sealing.open_text(self._cipher, recorded)
+            recorded = sealing.open_text(self.sealer.cipher, recorded)
             genai.memoized()  # the step's span, when there is one
             try:
                 return adapter.validate_json(recorded)
@@ -296,7 +297,8 @@ class StepJournal:
             spent = None if usage is None else usage.input_tokens + usage.output_tokens
             await self._limits.settle(reservation, spent)  # what it used (unknown: kept)
         result = _encode(adapter, value, name, occurrence)
-        journaled = result if self._cipher is None else sealing.seal(self._cipher, result)
+        cipher = self.sealer.cipher
+        journaled = result if cipher is None else sealing.seal(cipher, result)
         if len(journaled) > self._blob_threshold:  # characters: at most as many as its bytes
             run = self._run
             journaled = await blobs.store_text(self._sessions, run.tenant_id, run.id, journaled)

@@ -15,7 +15,7 @@ from uuid import UUID
 from outlive.db.models import ReplayKind
 from outlive.jobs.deps import JobDeps
 from outlive.jobs.envelopes import ReplayRunsV1
-from outlive.services import bulk_cancels, replays
+from outlive.services import bulk_cancels, replays, sealing
 from outlive.services.ratelimits import start_run_bucket
 
 
@@ -50,6 +50,7 @@ async def handle(deps: JobDeps, payload: ReplayRunsV1) -> None:
             validate=validator(deps),
             instances=deps.instances,
             admit=admitter(deps),
+            kek=sealing.kek_of(deps.settings),
         )
 
 

@@ -6,13 +6,14 @@ their children, in four statements of one READ ONLY transaction: replay writes n
 result or a child's output stored as a blob (a reference, `services.blobs`) is resolved by a fifth
 statement of the same transaction, once per page for every blob the page's runs refer to (a blob
 fifty steps share is read once). The run's own output stays as stored (replay does not read it).
+With the deployment key, what a tenant that encrypts sealed is opened (`services.sealing`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -214,10 +215,23 @@ async def _resolve_blobs(db: Db, runs: Collection[Recorded]) -> None:
 
 
 async def _open_sealed(db: Db, kek: AESGCM, runs: Collection[Recorded]) -> None:
-    """Step results of tenants that encrypt, opened (one statement per tenant of the page)."""
+    """What tenants that encrypt sealed, opened (one statement per tenant of the page): step
+    results, the run's input and output, wait payloads and children's outputs."""
     ciphers = {t: await sealing.cipher_of(db, kek, t) for t in {r.run.tenant_id for r in runs}}
     for recorded in runs:
         cipher = ciphers[recorded.run.tenant_id]
+        if cipher is None:
+            continue
         for key, result in recorded.steps.items():
             if result is not None:
                 recorded.steps[key] = sealing.open_text(cipher, result)
+        run = recorded.run
+        recorded.run = replace(
+            run,
+            input=sealing.open_value(cipher, run.input),
+            output=sealing.open_value(cipher, run.output),
+        )
+        for at, w in recorded.waits.items():
+            recorded.waits[at] = replace(w, payload=sealing.open_value(cipher, w.payload))
+        for step, c in recorded.children.items():
+            recorded.children[step] = replace(c, output=sealing.open_value(cipher, c.output))

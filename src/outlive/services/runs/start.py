@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from outlive.db.models import RunConflict, RunStatus
@@ -22,6 +22,7 @@ from outlive.db.ports import RunInstances
 from outlive.db.tx import StatementUnit, Unit
 from outlive.errors import IdempotencyConflict, QueueUnavailable, RunActive
 from outlive.ids import RunId, TenantId
+from outlive.services import sealing
 from outlive.services.runs import queries
 from outlive.services.runs.admit import dispatch_after_commit
 from outlive.services.runs.keys import DEFAULT_OPTIONS, StartOptions
@@ -29,6 +30,9 @@ from outlive.services.runs.moves import move_run
 from outlive.services.runs.records import RunRecord, StartedRun, json_text, to_record
 from outlive.services.runs.wakes import handoff_failed_runs
 from outlive.telemetry import metrics
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,7 @@ async def start_run(
     instances: RunInstances,
     retried_from: RunId | None = None,
     options: StartOptions = DEFAULT_OPTIONS,
+    cipher: AESGCM | None = None,
 ) -> StartedRun:
     """Insert the run, or meet the active run of its key; the instance starts only after commit.
 
@@ -48,11 +53,14 @@ async def start_run(
     which is a no-op while one is queued, scheduled or executing (the job key is the run id): a
     client that retries after an API died between its commit and its enqueue gets a run that
     will run, not one that can only fail. `retried_from`: the run this one retries (`retryRun`,
-    replays). A run queued behind another of its key starts when the line reaches it."""
+    replays). A run queued behind another of its key starts when the line reaches it. `cipher`:
+    the tenant's data cipher when it encrypts: the input is stored sealed (`services.sealing`)."""
     if options.in_a_transaction and isinstance(uow, StatementUnit):
         raise RuntimeError(f"{options.on_conflict} writes more than once: it needs a transaction")
     tenant_id = TenantId(uow.require_tenant())
-    started = await _insert_or_meet(uow, tenant_id, agent, params, retried_from, options)
+    started = await _insert_or_meet(
+        uow, tenant_id, agent, params, retried_from, options=options, cipher=cipher
+    )
     _after_start(uow, tenant_id, started, instances)
     return started
 
@@ -61,6 +69,8 @@ async def insert_runs(
     uow: Unit,
     starts: Sequence[tuple[str, Mapping[str, Any], StartOptions]],
     instances: RunInstances,
+    *,
+    cipher: AESGCM | None = None,
 ) -> list[StartedRun]:
     """Insert many runs of the unit's tenant in one statement (the schedules' clock: no
     idempotency key, no debounce), each as `start_run` would when its key has no active run. A
@@ -73,7 +83,7 @@ async def insert_runs(
             "key": options.key,
             "on_conflict": options.on_conflict.value,
             "tags": list(options.tags),
-            "input": dict(params),
+            "input": sealing.seal_value(cipher, dict(params)),
             "schedule_id": None if options.schedule_id is None else str(options.schedule_id),
             "scheduled_for": None
             if options.scheduled_for is None
@@ -155,7 +165,9 @@ async def _insert_or_meet(
     agent: str,
     params: Mapping[str, Any],
     retried_from: RunId | None,
+    *,
     options: StartOptions,
+    cipher: AESGCM | None,
 ) -> StartedRun:
     values = {
         "tenant_id": tenant_id,
@@ -164,7 +176,7 @@ async def _insert_or_meet(
         "on_conflict": options.on_conflict.value,
         "tags": list(options.tags),
         "idempotency_key": options.idempotency_key,
-        "input": json_text(dict(params)),
+        "input": json_text(sealing.seal_value(cipher, dict(params))),
         "retried_from_id": retried_from,
         "schedule_id": options.schedule_id,
         "scheduled_for": options.scheduled_for,
@@ -179,7 +191,7 @@ async def _insert_or_meet(
         if options.idempotency_key is not None:
             earlier = await _by_idempotency_key(uow, tenant_id, options.idempotency_key)
             if earlier is not None:
-                _check_same_request(earlier, agent, params, options)
+                _check_same_request(earlier, agent, params, options, cipher)
                 return StartedRun(run=earlier, created=False, idempotent=True)
         if options.debounce is not None:
             held = await _debounce(uow, values)
@@ -242,15 +254,21 @@ async def _meet(
 
 
 def _check_same_request(
-    earlier: RunRecord, agent: str, params: Mapping[str, Any], options: StartOptions
+    earlier: RunRecord,
+    agent: str,
+    params: Mapping[str, Any],
+    options: StartOptions,
+    cipher: AESGCM | None,
 ) -> None:
     """The same idempotency key names the same request, or `IdempotencyConflict`: a client bug
-    that sends another request under a used key is told, not handed someone else's run."""
+    that sends another request under a used key is told, not handed someone else's run. A
+    sealed input is compared opened (two seals of one input differ: each has its own nonce)."""
+    earlier_input = sealing.open_value(cipher, earlier.input)
     differs = [
         what
         for what, same in (
             ("agent", earlier.agent == agent),
-            ("input", earlier.input == json.loads(json_text(dict(params)))),
+            ("input", earlier_input == json.loads(json_text(dict(params)))),
             ("key", earlier.key == options.key),
             ("tags", sorted(earlier.tags) == sorted(options.tags)),
         )

@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from outlive.db.tx import Db, Unit
 from outlive.errors import BadUserInput, NotFound
+from outlive.services import sealing
 from outlive.services.runs import json_text
 from outlive.services.schedules import cron, queries
 from outlive.services.schedules.records import (
@@ -28,6 +30,9 @@ from outlive.services.schedules.records import (
     check_spec,
     to_schedule,
 )
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 __all__ = [
     "ScheduleLimits",
@@ -177,6 +182,7 @@ async def list_schedules(
     return [to_schedule(r) for r in rows]
 
 
-def input_of(schedule: ScheduleRecord) -> dict[str, object]:
-    """A copy of the schedule's input: each run gets its own."""
-    return dict(json.loads(json.dumps(schedule.input)))
+def input_of(schedule: ScheduleRecord, cipher: AESGCM | None = None) -> dict[str, object]:
+    """A copy of the schedule's input: each run gets its own. A tenant that encrypts has it
+    sealed (`services.sealing`): opened with `cipher`, to be sealed again as each run's."""
+    return dict(json.loads(json.dumps(sealing.open_value(cipher, schedule.input))))

@@ -25,17 +25,21 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from outlive.db.models import RunConflict
 from outlive.db.ports import RunInstances
 from outlive.db.tx import Row, Sessions, Unit
 from outlive.errors import BadUserInput, DomainError, NotFound, RunActive
-from outlive.services import runs, starts
+from outlive.services import runs, sealing, starts
 from outlive.services.runs.keys import StartOptions
 from outlive.services.schedules import cron, input_of, queries
 from outlive.services.schedules.records import ScheduleRecord, to_schedule
 from outlive.telemetry import metrics
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +50,12 @@ TENANTS_AT_ONCE = 4  # tenants fired at once by one pass (a connection each)
 _TICK = timedelta(microseconds=1)
 
 
-async def fire_due(sessions: Sessions, instances: RunInstances, batch: int) -> int:
+async def fire_due(
+    sessions: Sessions, instances: RunInstances, batch: int, *, kek: AESGCM | None = None
+) -> int:
     """Fire up to `batch` due schedules (see the module's docstring), `TENANTS_AT_ONCE` tenants'
-    transactions at a time (each waits on PostgreSQL most of its time); how many fired."""
+    transactions at a time (each waits on PostgreSQL most of its time); how many fired. `kek`:
+    the deployment key; the runs of a tenant that encrypts have their inputs sealed."""
     tenants = await sessions.all(queries.DUE, window=batch * queries.WINDOW, batch=batch)
     turns = asyncio.Semaphore(TENANTS_AT_ONCE)
 
@@ -56,7 +63,8 @@ async def fire_due(sessions: Sessions, instances: RunInstances, batch: int) -> i
         async with turns:
             try:
                 async with sessions.unit(row["tenant_id"]) as uow:
-                    return await _fire_tenant(uow, list(row["ids"]), instances)
+                    cipher = await sealing.cipher_of(uow, kek, row["tenant_id"])
+                    return await _fire_tenant(uow, list(row["ids"]), instances, cipher)
             except DomainError as exc:  # the queue is away: its runs go to the relay as ever
                 log.warning("schedules of tenant %s: %s", row["tenant_id"], exc.message)
                 return 0
@@ -73,7 +81,9 @@ class _Plan:
     fired_at: datetime | None
 
 
-async def _fire_tenant(uow: Unit, ids: list[UUID], instances: RunInstances) -> int:
+async def _fire_tenant(
+    uow: Unit, ids: list[UUID], instances: RunInstances, cipher: AESGCM | None
+) -> int:
     """One tenant's due schedules among `ids`, locked: each due occurrence's run started, each
     cursor moved past them, in this transaction. A constant number of statements: the lock, one
     INSERT for every occurrence whose key is free and that has no run yet, one UPDATE for every
@@ -82,10 +92,10 @@ async def _fire_tenant(uow: Unit, ids: list[UUID], instances: RunInstances) -> i
     taken = await uow.all(queries.TAKE, ids=ids, tenant_id=uow.require_tenant())
     plans = [_plan(to_schedule(found), found["db_now"]) for found in taken]
     due = [p for p in plans if p.due]
-    made = await _insert_at_once(uow, due, instances)
+    made = await _insert_at_once(uow, due, instances, cipher)
     for p in due:
         rest = [at for at in p.due if (p.schedule.id, at) not in made]
-        await start_occurrences(uow, p.schedule, rest, instances=instances)
+        await start_occurrences(uow, p.schedule, rest, instances=instances, cipher=cipher)
     if plans:
         await uow.all(
             queries.MOVE_MANY,
@@ -100,7 +110,7 @@ async def _fire_tenant(uow: Unit, ids: list[UUID], instances: RunInstances) -> i
 
 
 async def _insert_at_once(
-    uow: Unit, due: list[_Plan], instances: RunInstances
+    uow: Unit, due: list[_Plan], instances: RunInstances, cipher: AESGCM | None
 ) -> set[tuple[UUID | None, datetime | None]]:
     """The runs of a batch's occurrences, in one statement, but for those whose key has an
     active run or that have a run already (the caller starts or skips them one by one); the
@@ -108,11 +118,12 @@ async def _insert_at_once(
     made = await runs.insert_runs(
         uow,
         [
-            (p.schedule.agent, input_of(p.schedule), _options(p.schedule, at))
+            (p.schedule.agent, input_of(p.schedule, cipher), _options(p.schedule, at))
             for p in due
             for at in p.due
         ],
         instances,
+        cipher=cipher,
     )
     metrics.SCHEDULE_FIRES.labels("started").inc(len(made))
     return {(m.run.schedule_id, m.run.scheduled_for) for m in made}
@@ -166,6 +177,7 @@ async def start_occurrences(
     *,
     instances: RunInstances,
     on_conflict: RunConflict | None = None,
+    cipher: AESGCM | None = None,
 ) -> list[runs.StartedRun]:
     """Start the run of each occurrence that has none yet (the caller holds the schedule's row
     lock), under the schedule's key and `on_conflict` (None: its own). REJECT while the key's
@@ -182,9 +194,10 @@ async def start_occurrences(
             started = await starts.start(
                 uow,
                 agent=schedule.agent,
-                params=input_of(schedule),
+                params=input_of(schedule, cipher),
                 instances=instances,
                 options=_options(schedule, at, on_conflict),
+                cipher=cipher,
             )
         except RunActive:
             metrics.SCHEDULE_FIRES.labels("skipped").inc()
@@ -202,14 +215,19 @@ async def _locked(uow: Unit, schedule_id: UUID) -> tuple[ScheduleRecord, datetim
 
 
 async def trigger_schedule(
-    uow: Unit, schedule_id: UUID, *, instances: RunInstances
+    uow: Unit, schedule_id: UUID, *, instances: RunInstances, cipher: AESGCM | None = None
 ) -> runs.StartedRun:
     """One run now (`scheduledFor` now), under the schedule's key and overlap policy: REJECT
     while its last run is active answers `RUN_ACTIVE`. Paused or not."""
     schedule, now = await _locked(uow, schedule_id)
     options = _options(schedule, now)
     started = await starts.start(
-        uow, agent=schedule.agent, params=input_of(schedule), instances=instances, options=options
+        uow,
+        agent=schedule.agent,
+        params=input_of(schedule, cipher),
+        instances=instances,
+        options=options,
+        cipher=cipher,
     )
     metrics.SCHEDULE_FIRES.labels("started" if started.created else "met").inc()
     uow.nudge("schedule.updated", schedule.id)
@@ -217,7 +235,13 @@ async def trigger_schedule(
 
 
 async def backfill_schedule(
-    uow: Unit, schedule_id: UUID, start: datetime, end: datetime, *, instances: RunInstances
+    uow: Unit,
+    schedule_id: UUID,
+    start: datetime,
+    end: datetime,
+    *,
+    instances: RunInstances,
+    cipher: AESGCM | None = None,
 ) -> int:
     """Give each occurrence in [start, end) that has no run yet a run, queued in the key's line
     (oldest first); occurrences after now are left to the clock. How many runs it made: a
@@ -234,7 +258,7 @@ async def backfill_schedule(
     if len(found) > MAX_BACKFILL:
         raise BadUserInput(f"a backfill makes at most {MAX_BACKFILL} runs: ask for a shorter span")
     started = await start_occurrences(
-        uow, schedule, found, instances=instances, on_conflict=RunConflict.ENQUEUE
+        uow, schedule, found, instances=instances, on_conflict=RunConflict.ENQUEUE, cipher=cipher
     )
     made = sum(1 for s in started if s.created)
     if made:

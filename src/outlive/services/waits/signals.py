@@ -22,15 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outlive.db.models import RunStatus
 from outlive.db.ports import RunInstances
 from outlive.db.tx import Unit
 from outlive.errors import BadUserInput, NotFound
 from outlive.ids import RunId, TenantId
-from outlive.services import relay, runs
-from outlive.services.runs import SETTLED_STATUSES, RunRecord
+from outlive.services import relay, runs, sealing
+from outlive.services.runs import SETTLED_STATUSES, RunRecord, json_text
 from outlive.services.runs import to_record as run_record
 from outlive.services.waits import queries
 from outlive.services.waits.payloads import (
@@ -39,6 +39,9 @@ from outlive.services.waits.payloads import (
     check_name,
     encode_payload,
 )
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 WAIT_ID_PREFIX = "wait-"
 MAX_WAIT_ID = 200
@@ -130,6 +133,7 @@ async def signal_run(
     sender: str | None = None,
     wait_id: str | None = None,
     check: SignalCheck | None = None,
+    cipher: AESGCM | None = None,
 ) -> SignalResult:
     """Deliver signal `name` to the unit's tenant's run: kept in its mailbox, and taken at once
     when the run is WAITING for that name (woken, and handed to the queue after the commit).
@@ -137,9 +141,9 @@ async def signal_run(
     tenant's run (or none): `NotFound`. Bad input, a signal its agent does not take (`check`), an
     unbound signal while the run waits on a wait that takes bound ones only, or a full mailbox
     (`Mailbox`: a signal its run does not wait for now is kept, within bounds): `BadUserInput`,
-    nothing written."""
+    nothing written. `cipher`: a tenant that encrypts has the payload stored sealed."""
     mailbox = mailbox or Mailbox()
-    encoded = _checked_signal(name, payload, idempotency_key)
+    encoded = _checked_signal(name, payload, idempotency_key, cipher)
     tenant_id = TenantId(uow.require_tenant())
     row = await uow.one(queries.LOCK_RUN, run_id=run_id, tenant_id=tenant_id)
     if row is None:
@@ -188,12 +192,16 @@ def _refuse_unbound(run: RunRecord, name: str) -> None:
         )
 
 
-def _checked_signal(name: str, payload: Any, idempotency_key: str | None) -> str:
-    """The payload as JSON, once the signal's name, key and size are known to be acceptable."""
+def _checked_signal(
+    name: str, payload: Any, idempotency_key: str | None, cipher: AESGCM | None
+) -> str:
+    """The payload as JSON to store (sealed for a tenant that encrypts), once the signal's
+    name, key and size (the payload's own, not its seal's) are known to be acceptable."""
     check_name(name)
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
         raise BadUserInput(f"an idempotencyKey is 1 to {MAX_IDEMPOTENCY_KEY} characters")
-    return encode_payload(payload)
+    encoded = encode_payload(payload)
+    return encoded if cipher is None else json_text(sealing.seal_value(cipher, payload))
 
 
 def _hand_after_commit(uow: Unit, woken: RunRecord, instances: RunInstances) -> None:
