@@ -132,7 +132,9 @@ async def test_the_attempt_a_sleep_is_handed_to_reports_its_delay(rig: Rig) -> N
     await ctx.sleep(1.1)  # sleep 0 again: over 1.5 s since its hand-back, not reported
     await ctx.sleep(1.2)  # sleep 1, handed to this attempt: reports a short delay
     slow, quick = lead.delays
-    assert 0.3 <= slow < 1.0
+    # about 0.3 s; a loaded machine adds its own lateness (1.05 s seen under `-n 4` on 2 cores),
+    # still short of the 1.5 s and more since the hand-back that a wrong report would count
+    assert 0.3 <= slow < 1.5
     assert quick < slow
     await rig.finish(run_id)
 
