@@ -27,7 +27,13 @@ from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import (
+    AbstractStrategy,
+    ClusterNode,
+    ClusterPipeline,
+    RedisCluster,
+    TransactionStrategy,
+)
 from redis.commands.core import AsyncScript
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
 from redis.crc import key_slot
@@ -94,6 +100,12 @@ class OutliveCluster(RedisCluster):
     def pubsub(self, **kwargs: Any) -> PubSub:
         return Redis.from_url(self.subscribe_url).pubsub(**kwargs)
 
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        pipe = super().pipeline(transaction, shard_hint)
+        if transaction:
+            pipe._execution_strategy = _KeyedTransaction(pipe)
+        return pipe
+
     def register_script(self, script: Any) -> Any:  # redis-py types it for one Redis
         return _NodeScript(cast(Redis, self), script)
 
@@ -106,6 +118,31 @@ class OutliveCluster(RedisCluster):
         where = urlsplit(self.subscribe_url)
         node = self.get_node(where.hostname, where.port or 6379) or self.get_random_node()
         return int(await self.execute_command("PUBLISH", channel, message, target_nodes=node))
+
+
+# Commands whose first argument is their (first) key: their slot is known without asking.
+_FIRST_KEY = frozenset(
+    b"DEL DELETE EXPIRE GET HDEL HSET INCR INCRBY LPUSH LREM PEXPIRE RPUSH SET SETEX UNLINK ZADD"
+    b" ZREM".split()
+)
+
+
+class _KeyedTransaction(TransactionStrategy):
+    """redis-py's transaction on a cluster (`pipeline(transaction=True)`: MULTI/EXEC on the node
+    of the commands' one slot), without a thread per command. redis-py 7 queues each command of
+    such a pipeline by running its async slot lookup in a new thread with its own event loop
+    (`asyncio.run`), joined at once: saq finishes every job with three of them (LREM, ZREM,
+    SETEX), and a profile of `bench/cluster.py` put about a third of the worker's Redis time in
+    those threads. A command whose first argument is its key has its slot computed here; any
+    other (WATCH, scripts, an unknown command) takes redis-py's path."""
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        name = args[0].encode() if isinstance(args[0], str) else args[0]
+        client = self._pipe.cluster_client
+        if name.upper() not in _FIRST_KEY or self._watching or client._initialize:
+            return super().execute_command(*args, **kwargs)
+        self._pipeline_slots.add(client.keyslot(args[1]))
+        return AbstractStrategy.execute_command(self, *args, **kwargs)
 
 
 class _NodeScript(AsyncScript):
