@@ -134,6 +134,9 @@ async def test_rate_limits_and_named_limits_are_enforced_on_a_cluster(
         assert limited.value.codes == ["RATE_LIMITED"]
     redis = create_redis(cluster.url)
     try:
+        # learned the cluster first, as a process's runtime does at start: a check has 0.25 s
+        # (CHECK_TIMEOUT_S), which the first command's discovery can take on a loaded machine
+        await redis.ping()
         limits = NamedLimits(redis, sessions, settings)
         await limits.acquire(TenantId(tenant.id), "llm")
         with pytest.raises(LimitWait):  # enforced: the script ran (no CROSSSLOT let it through)
