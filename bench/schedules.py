@@ -99,7 +99,7 @@ async def clock(database_url: str, redis_url: str, until: datetime) -> tuple[int
     fired, cpu, wall = 0, 0.0, 0.0
     try:
         while datetime.now(UTC) < until:
-            row = await sessions.one(NEXT_CLOCK)
+            row = await sessions.one(NEXT_CLOCK, ahead_s=0.0)
             wait = 0.0 if row is None or row["in_s"] is None else float(row["in_s"])
             if wait > 0:
                 await asyncio.sleep(min(wait, 1.0) + 0.005)

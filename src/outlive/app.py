@@ -29,6 +29,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 
 from outlive.cells import Cells, open_cells
 from outlive.config import Settings
+from outlive.db.ports import REAL_TIME, TimeSource
 from outlive.errors import ServiceUnavailable
 from outlive.graphql.errors import unavailable_payload
 from outlive.graphql.http import Pipeline
@@ -131,11 +132,8 @@ class OutliveGraphQL(GraphQL[Context, None]):
 
     @staticmethod
     def _is_ide_page(request: Request) -> bool:
-        return (
-            request.method == "GET"
-            and "query" not in request.query_params
-            and "text/html" in request.headers.get("accept", "")
-        )
+        html = "text/html" in request.headers.get("accept", "")
+        return html and request.method == "GET" and "query" not in request.query_params
 
     async def render_graphql_ide(self, request: Request) -> Response:
         return graphiql_response()
@@ -369,10 +367,11 @@ def build_app(
     serve_web: bool = True,
     extra_lifespan: tuple[Hook, Hook] | None = None,
     metrics_listener: bool = True,
+    time: TimeSource = REAL_TIME,
 ) -> Starlette:
     """The app; `extra_lifespan` (start, stop) runs inside its lifespan, as `outlive dev` does
     with the embedded worker (whose runtime serves `OUTLIVE_METRICS_PORT` for the process then:
-    `metrics_listener=False`)."""
+    `metrics_listener=False`). `time`: what the schedules read (a test harness's fake clock)."""
     settings.require_services()
     view = build_view(settings)
 
@@ -394,6 +393,7 @@ def build_app(
                 hub=realtime.hub if settings.realtime else None,
                 outputs=OutputTails(OutputStore.of(queues.redis, settings)),
                 forget=RunForgetter(queues.runs, queues.redis),
+                time=time,
             )
             app.state.runtime = runtime
             view.cells = await open_cells(stack, settings, runtime, view.services)

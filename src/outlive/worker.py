@@ -26,6 +26,7 @@ from outlive.config import Settings
 from outlive.cron.deps import CronDeps
 from outlive.cron.dispatch import cron_jobs
 from outlive.cron.loading import load_table
+from outlive.db.ports import REAL_TIME, TimeSource
 from outlive.jobs.cancels import CancelListener
 from outlive.jobs.consumer import consume
 from outlive.jobs.deps import JobDeps
@@ -62,9 +63,15 @@ class WorkerDeps:
 
 class WorkerHost:
     def __init__(
-        self, settings: Settings, *, concurrency: int = 32, jobs_concurrency: int = 16
+        self,
+        settings: Settings,
+        *,
+        concurrency: int = 32,
+        jobs_concurrency: int = 16,
+        time: TimeSource = REAL_TIME,
     ) -> None:
         self.settings = settings
+        self.time = time  # what its schedules' clock reads (a test harness's fake clock)
         self.concurrency = concurrency
         # One tenant must not hold every job slot (security review round 4, L6): its deliveries
         # and emails in flight are capped at OUTLIVE_TENANT_MAX_INFLIGHT_JOBS across workers, so
@@ -136,6 +143,7 @@ class WorkerHost:
                 wake_lead=self.lead,
                 slots=self.lender,
                 drains=self.drains,
+                time=self.time,
             ),
             jobs=JobDeps(
                 sessions=sessions,
@@ -212,6 +220,7 @@ class WorkerHost:
             admission=runtime.sessions.admission,
             lead=self.lead,
             deaths=None if runtime.liveness is None else runtime.liveness.watch(),
+            time=self.time,
         )
         self.relay.start()
         self._stack.push_async_callback(self.relay.stop)

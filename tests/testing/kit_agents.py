@@ -1,4 +1,5 @@
-"""Agents for the harness's tests: one that sleeps 30 days and then waits for an approval."""
+"""Agents for the harness's tests: one that sleeps 30 days and then waits for an approval, one
+that waits for a reply, one that a schedule starts."""
 
 from __future__ import annotations
 
@@ -47,4 +48,20 @@ REMIND = Agent(
     description="waits `days` for a reply, then gives up",
     input_model=RemindInput,
     run=_remind,
+)
+
+
+class TickInput(BaseModel):
+    pass
+
+
+async def _tick(ctx: RunContext, params: TickInput) -> Any:
+    return {"ticked": True}
+
+
+TICK = Agent(
+    name="tick",
+    description="does nothing, at once: what a schedule starts",
+    input_model=TickInput,
+    run=_tick,
 )

@@ -12,6 +12,7 @@ test) gets the named stand-ins `NO_JOBS` and `NO_INSTANCES` (queuing a job or st
 raises: nothing runs inline) and `NO_ADMISSION` (no tenant is capped, a dispatch admits
 nothing). `PendingNudge` is what a unit
 wants announced, and `NudgeSink` where it goes (`drop_nudges` when realtime is not wired).
+`TimeSource` is the time the schedules' clock reads (`REAL_TIME` but in a test harness).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -196,3 +198,27 @@ class Db(Protocol):
 
     async def execute(self, statement: Statement, /, **params: Any) -> int:
         """Run it for its effect: the number of rows it touched."""
+
+
+class TimeSource(Protocol):
+    """The time the schedules' clock reads (what is due, where a cursor starts, `scheduledFor`
+    of a trigger): PostgreSQL's `now()` in SQL, the process's clock in Python, each `ahead()`
+    of the real time by the same amount. `REAL_TIME` (zero) everywhere but in a test harness,
+    whose fake clock (`outlive.testing.Clock`) is ahead by the time it skipped."""
+
+    def ahead(self) -> timedelta: ...
+
+
+class RealTime:
+    """The real time: nothing skipped."""
+
+    def ahead(self) -> timedelta:
+        return timedelta(0)
+
+
+REAL_TIME: TimeSource = RealTime()
+
+
+def now_of(time: TimeSource) -> datetime:
+    """The time `time` reads, in Python."""
+    return datetime.now(UTC) + time.ahead()

@@ -35,7 +35,7 @@ from saq.queue.redis import RedisQueue
 from outlive.config import Settings
 from outlive.db import primary
 from outlive.db.liveness import DeathWatch
-from outlive.db.ports import Admission
+from outlive.db.ports import REAL_TIME, Admission, TimeSource
 from outlive.db.tx import Sessions
 from outlive.errors import QueueUnavailable
 from outlive.jobs.producer import SaqJobProducer
@@ -206,6 +206,7 @@ def build_relay(
     admission: Admission,
     lead: WakeLead,
     deaths: DeathWatch | None = None,
+    time: TimeSource = REAL_TIME,
 ) -> RelayLoop:
     """The relay a worker runs (started with `start()`, stopped with `stop()`), making up for
     missed dispatches through `admission` (the runtime's), handing sleeps back `lead` early
@@ -226,7 +227,8 @@ def build_relay(
         default_jobs_cap=settings.tenant_max_inflight_jobs,
         admission=admission,
         lead=lead,
-        fire=partial(fire_due, kek=sealing.kek_of(settings)),  # inputs sealed as startRun's
+        fire=partial(fire_due, kek=sealing.kek_of(settings), time=time),  # sealed as startRun's
+        time=time,  # the schedules' (a test harness's fake clock; else the real time)
     )
     listen_url = None if settings.db_pgbouncer else database_url
     return RelayLoop(

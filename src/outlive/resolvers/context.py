@@ -13,7 +13,7 @@ from uuid import UUID
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.models import DeliveryStatus, RunStatus
-from outlive.db.ports import Admission, JobProducer, RunInstances
+from outlive.db.ports import REAL_TIME, Admission, JobProducer, RunInstances, TimeSource
 from outlive.db.tx import Sessions
 from outlive.errors import BadUserInput, Unauthenticated
 from outlive.ids import DeliveryId, EndpointId, RunId, TenantId
@@ -65,6 +65,7 @@ class Services:
     hub: Hub | None = None
     outputs: OutputTails | None = None  # runs' output streams (`runOutput`)
     forget: Forget = forget_nothing  # what Redis keeps of erased runs (`eraseSubject`)
+    time: TimeSource = REAL_TIME  # what schedules read as now (a test harness's fake clock)
 
     # with cells: the cell of an invitation code (`outlive.cells.Cells.for_code`)
     code_cell: Callable[[str], Awaitable[Services]] | None = None

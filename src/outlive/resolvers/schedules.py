@@ -83,7 +83,9 @@ async def create_schedule(info: Info, input: ScheduleInput) -> Schedule:
     ctx = info.context
     spec = await _sealed(ctx, _spec(ctx, input))
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
-        created = await schedules.create_schedule(uow, spec, limits=_limits(ctx))
+        created = await schedules.create_schedule(
+            uow, spec, limits=_limits(ctx), time=ctx.services.time
+        )
     return await _shown(ctx, created)
 
 
@@ -91,7 +93,7 @@ async def update_schedule(info: Info, id: strawberry.ID, input: ScheduleInput) -
     ctx = info.context
     schedule_id, spec = parse_uuid(id, what="schedule"), await _sealed(ctx, _spec(ctx, input))
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
-        updated = await schedules.update_schedule(uow, schedule_id, spec)
+        updated = await schedules.update_schedule(uow, schedule_id, spec, time=ctx.services.time)
     return await _shown(ctx, updated)
 
 
@@ -111,7 +113,8 @@ async def pause_schedule(info: Info, id: strawberry.ID) -> Schedule:
 async def resume_schedule(info: Info, id: strawberry.ID) -> Schedule:
     ctx = info.context
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
-        resumed = await schedules.resume_schedule(uow, parse_uuid(id, what="schedule"))
+        schedule_id = parse_uuid(id, what="schedule")
+        resumed = await schedules.resume_schedule(uow, schedule_id, time=ctx.services.time)
     return await _shown(ctx, resumed)
 
 
@@ -121,7 +124,11 @@ async def trigger_schedule(info: Info, id: strawberry.ID) -> StartRunPayload:
     cipher = await ctx.write_cipher()  # a tenant that encrypts: the run's input is sealed
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         started = await fires.trigger_schedule(
-            uow, schedule_id, instances=ctx.services.instances, cipher=cipher
+            uow,
+            schedule_id,
+            instances=ctx.services.instances,
+            cipher=cipher,
+            time=ctx.services.time,
         )
     (shown,) = await ctx.opened([started.run])
     return StartRunPayload(run=Run.of(shown), created=started.created)
@@ -138,5 +145,11 @@ async def backfill_schedule(
     cipher = await ctx.write_cipher()  # a tenant that encrypts: the runs' inputs are sealed
     async with ctx.services.sessions.unit(ctx.tenant_id) as uow:
         return await fires.backfill_schedule(
-            uow, schedule_id, from_, to, instances=ctx.services.instances, cipher=cipher
+            uow,
+            schedule_id,
+            from_,
+            to,
+            instances=ctx.services.instances,
+            cipher=cipher,
+            time=ctx.services.time,
         )

@@ -16,9 +16,10 @@ test does goes through the public API as the tenant's admin.
 
 The clock (`harness.clock`, `outlive.testing.clock`) moves every stored timer: `drive()` skips
 each durable sleep as soon as the run parks on it, `clock.advance(days=30)` moves time
-for every timer (a wait's timeout too) and every budget's period. Agents are registered as in
-production, by `module:ATTRIBUTE` (`OUTLIVE_AGENT_MODULES`). `cassette`: the model endpoint is a
-recorded-model cassette (`outlive.testing.cassette`).
+for every timer (a wait's timeout too), every budget's period and every schedule: the API's and
+the worker's schedules read the clock, and each occurrence in the span fires, once, in order.
+Agents are registered as in production, by `module:ATTRIBUTE` (`OUTLIVE_AGENT_MODULES`).
+`cassette`: the model endpoint is a recorded-model cassette (`outlive.testing.cassette`).
 """
 
 from __future__ import annotations
@@ -120,21 +121,19 @@ class Harness:
         await upgrade(self.settings)
         slug = f"test-{secrets.token_hex(5)}"
         _, self.token = await create_token(self.settings, slug, f"owner@{slug}.test")
-        app = build_app(self.settings, serve_web=False)
+        connection = await asyncpg.connect(database_url)
+        self._stack.push_async_callback(connection.close)
+        self.tenant_id = await connection.fetchval("SELECT id FROM tenants WHERE slug = $1", slug)
+        self.clock = Clock(connection, self.tenant_id)  # the API's and the worker's schedules' time
+        app = build_app(self.settings, serve_web=False, time=self.clock)
         await self._stack.enter_async_context(app.router.lifespan_context(app))
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {self.token}"}
         self._http = await self._stack.enter_async_context(
             httpx.AsyncClient(transport=transport, base_url="http://outlive.test", headers=headers)
         )
-        self.tenant_id = UUID(
-            (await self.gql("{ viewer { tenant { id } } }"))["viewer"]["tenant"]["id"]
-        )
-        connection = await asyncpg.connect(database_url)
-        self._stack.push_async_callback(connection.close)
-        self.clock = Clock(connection, self.tenant_id)
         await self._stack.enter_async_context(self._nudges(redis_url))
-        host = WorkerHost(self.settings, concurrency=self._concurrency)
+        host = WorkerHost(self.settings, concurrency=self._concurrency, time=self.clock)
         await host.start()
         self._stack.push_async_callback(host.stop)
 

@@ -12,6 +12,7 @@ import httpx
 from outlive.agents.registry import AgentRegistry
 from outlive.config import Settings
 from outlive.db.liveness import Liveness
+from outlive.db.ports import REAL_TIME, TimeSource
 from outlive.db.tx import Sessions
 from outlive.ids import RunId
 from outlive.realtime.outputs import OutputStore
@@ -71,6 +72,7 @@ class WorkflowDeps:
     public_transport: httpx.AsyncBaseTransport = field(default_factory=httpx.AsyncHTTPTransport)
     # a graceful stop lets drainable steps in flight finish (`workflows.drains`); None: never
     drains: Drains | None = None
+    time: TimeSource = REAL_TIME  # what schedules read as now (a test harness's fake clock)
 
     @property
     def worker_id(self) -> int | None:

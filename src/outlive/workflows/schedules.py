@@ -85,7 +85,9 @@ class RunSchedules:
 
         async def make() -> str:
             async with self._deps.sessions.unit(self._tenant_id) as uow:
-                made = await schedules.create_schedule(uow, spec, limits=limits, origin=origin)
+                made = await schedules.create_schedule(
+                    uow, spec, limits=limits, origin=origin, time=self._deps.time
+                )
             return str(made.id)
 
         return await self._step(f"schedules.create:{name}", make)

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from uuid import UUID
 
-from outlive.db.ports import Admission, InstanceState, RunInstances
+from outlive.db.ports import REAL_TIME, Admission, InstanceState, RunInstances, TimeSource
 from outlive.db.tx import JobProducer, Sessions
 from outlive.errors import QueueUnavailable
 from outlive.ids import RunId
@@ -188,9 +188,11 @@ class Relay:
         admission: Admission,
         lead: WakeLead,
         fire: FireSchedules | None = None,
+        time: TimeSource = REAL_TIME,
     ) -> None:
         self._sessions = sessions
-        self._fire = fire
+        self._fire = fire  # given the same `time` by the worker
+        self._time = time  # what the schedules' fire times are read against
         self.lead = lead
         self._admission = admission
         self._instances = instances
@@ -235,7 +237,7 @@ class Relay:
         done.full = done.full or done.woken >= self.batch or done.fired >= self.batch
         row = await self._sessions.one(NEXT_WAKE, lead=lead_s)
         done.next_wake_s = None if row is None or row["in_s"] is None else float(row["in_s"])
-        row = await self._sessions.one(NEXT_CLOCK)
+        row = await self._sessions.one(NEXT_CLOCK, ahead_s=self._time.ahead().total_seconds())
         if row is not None and row["in_s"] is not None:
             in_s = max(0.0, float(row["in_s"]))
             done.next_wake_s = in_s if done.next_wake_s is None else min(done.next_wake_s, in_s)

@@ -197,13 +197,14 @@ NEXT_WAKE = prepare(
 
 # --- the clock: schedules (`services.schedules.fires`) and debounced runs -----------------------
 
-# How long until the clock has something to do: the earliest schedule, or the earliest
+# How long until the clock has something to do: the earliest schedule (its fire time read on the
+# schedules' time, `:ahead_s` ahead of PostgreSQL's: `db.ports.TimeSource`), or the earliest
 # debounced run still held back (one probe of `ix_schedules_due` and one of `ix_runs_not_before`).
 NEXT_CLOCK = prepare(
     text(
         "SELECT extract(epoch FROM least("
-        "(SELECT next_fire_at FROM schedules WHERE next_fire_at IS NOT NULL"
-        "  ORDER BY next_fire_at LIMIT 1),"
+        "(SELECT next_fire_at - make_interval(secs => :ahead_s) FROM schedules"
+        "  WHERE next_fire_at IS NOT NULL ORDER BY next_fire_at LIMIT 1),"
         "(SELECT not_before FROM runs WHERE status = 'QUEUED' AND dispatched_at IS NULL"
         "  AND queued_behind_id IS NULL AND not_before IS NOT NULL AND not_before > now()"
         "  ORDER BY not_before LIMIT 1)) - now()) AS in_s"

@@ -8,16 +8,20 @@ A schedule's runs share its key (default `schedule:<id>`) and meet its last run 
 `onConflict` says (the overlap policy; REJECT by default). Each write sends `schedule.updated`.
 Limits per tenant: at most `OUTLIVE_TENANT_MAX_SCHEDULES` schedules, none firing more often than
 every `OUTLIVE_SCHEDULE_MIN_INTERVAL_S`, so one tenant cannot flood the clock.
+
+"Now" is the time a `TimeSource` reads (`db.ports`): the real time (`REAL_TIME`) but under a test
+harness's fake clock, which the writes here and the clock (`fires`) read alike.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from outlive.db.ports import REAL_TIME, TimeSource, now_of
 from outlive.db.tx import Db, Unit
 from outlive.errors import BadUserInput, NotFound
 from outlive.services import sealing
@@ -81,7 +85,12 @@ def _values(schedule_id: UUID, spec: ScheduleSpec, now: datetime) -> dict[str, o
 
 
 async def create_schedule(
-    uow: Unit, spec: ScheduleSpec, *, limits: ScheduleLimits, origin: str | None = None
+    uow: Unit,
+    spec: ScheduleSpec,
+    *,
+    limits: ScheduleLimits,
+    origin: str | None = None,
+    time: TimeSource = REAL_TIME,
 ) -> ScheduleRecord:
     """Insert a checked spec (`check_spec`); its first occurrence is the first after now.
     `origin`: made by a run's step (`ctx.schedules.create`): a second create of the same origin
@@ -98,7 +107,7 @@ async def create_schedule(
             f"this tenant has {limits.max_schedules} schedules, the most it may have"
             " (OUTLIVE_TENANT_MAX_SCHEDULES): delete one first"
         )
-    values = _values(uuid.uuid4(), spec, datetime.now(UTC))
+    values = _values(uuid.uuid4(), spec, now_of(time))
     created = await uow.one(queries.INSERT, tenant_id=tenant_id, origin=origin, **values)
     assert created is not None  # noqa: S101 (an INSERT … RETURNING returns its row)
     await uow.one(queries.NOTIFY_CLOCK)  # the relay's clock sleeps until its earliest fire
@@ -106,10 +115,12 @@ async def create_schedule(
     return to_schedule(created)
 
 
-async def update_schedule(uow: Unit, schedule_id: UUID, spec: ScheduleSpec) -> ScheduleRecord:
+async def update_schedule(
+    uow: Unit, schedule_id: UUID, spec: ScheduleSpec, *, time: TimeSource = REAL_TIME
+) -> ScheduleRecord:
     """Replace a schedule's definition; its clock goes on from now (nothing missed is caught
     up), and a paused schedule stays paused."""
-    values = _values(schedule_id, spec, datetime.now(UTC))
+    values = _values(schedule_id, spec, now_of(time))
     row = await uow.one(queries.UPDATE, tenant_id=uow.require_tenant(), **values)
     if row is None:
         raise NotFound(f"no schedule {schedule_id}")
@@ -135,11 +146,14 @@ async def pause_schedule(uow: Unit, schedule_id: UUID) -> ScheduleRecord:
     return to_schedule(row)
 
 
-async def resume_schedule(uow: Unit, schedule_id: UUID) -> ScheduleRecord:
+async def resume_schedule(
+    uow: Unit, schedule_id: UUID, *, time: TimeSource = REAL_TIME
+) -> ScheduleRecord:
     """Start its clock again from now: occurrences missed while paused are skipped, never
     caught up (a running schedule comes back unchanged)."""
     tenant_id = uow.require_tenant()
-    found = await uow.one(queries.LOCK, id=schedule_id, tenant_id=tenant_id)
+    ahead_s = time.ahead().total_seconds()
+    found = await uow.one(queries.LOCK, id=schedule_id, tenant_id=tenant_id, ahead_s=ahead_s)
     if found is None:
         raise NotFound(f"no schedule {schedule_id}")
     schedule = to_schedule(found)

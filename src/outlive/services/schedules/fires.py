@@ -8,7 +8,8 @@ The cursor and the runs commit together, and a run carries `(schedule_id, schedu
 unique in PostgreSQL: a worker killed mid-pass, a second worker, a Redis flush or a PostgreSQL
 restart can delay an occurrence but never make it run twice. An occurrence whose fire time is
 further behind than the catch-up window (at least `GRACE_S`) is missed, counted and skipped; the
-others still run, once each, in order.
+others still run, once each, in order. "Now" is what the `TimeSource` given reads (`db.ports`:
+PostgreSQL's `now()`, ahead of it only under a test harness's fake clock).
 
 A run starts under the schedule's key and overlap policy, its input a copy of the schedule's,
 `scheduledFor` its occurrence: REJECT skips the occurrence while the key's last run is active,
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from outlive.db.models import RunConflict
-from outlive.db.ports import RunInstances
+from outlive.db.ports import REAL_TIME, RunInstances, TimeSource
 from outlive.db.tx import Row, Sessions, Unit
 from outlive.errors import BadUserInput, DomainError, NotFound, RunActive
 from outlive.services import runs, sealing, starts
@@ -51,12 +52,21 @@ _TICK = timedelta(microseconds=1)
 
 
 async def fire_due(
-    sessions: Sessions, instances: RunInstances, batch: int, *, kek: AESGCM | None = None
+    sessions: Sessions,
+    instances: RunInstances,
+    batch: int,
+    *,
+    kek: AESGCM | None = None,
+    time: TimeSource = REAL_TIME,
 ) -> int:
     """Fire up to `batch` due schedules (see the module's docstring), `TENANTS_AT_ONCE` tenants'
     transactions at a time (each waits on PostgreSQL most of its time); how many fired. `kek`:
-    the deployment key; the runs of a tenant that encrypts have their inputs sealed."""
-    tenants = await sessions.all(queries.DUE, window=batch * queries.WINDOW, batch=batch)
+    the deployment key; the runs of a tenant that encrypts have their inputs sealed. `time`:
+    what "due" is read against (the real time but in a test harness)."""
+    ahead_s = time.ahead().total_seconds()
+    tenants = await sessions.all(
+        queries.DUE, window=batch * queries.WINDOW, batch=batch, ahead_s=ahead_s
+    )
     turns = asyncio.Semaphore(TENANTS_AT_ONCE)
 
     async def fire_tenant(row: Row) -> int:
@@ -64,7 +74,8 @@ async def fire_due(
             try:
                 async with sessions.unit(row["tenant_id"]) as uow:
                     cipher = await sealing.cipher_of(uow, kek, row["tenant_id"])
-                    return await _fire_tenant(uow, list(row["ids"]), instances, cipher)
+                    ids = list(row["ids"])
+                    return await _fire_tenant(uow, ids, instances, cipher, ahead_s)
             except DomainError as exc:  # the queue is away: its runs go to the relay as ever
                 log.warning("schedules of tenant %s: %s", row["tenant_id"], exc.message)
                 return 0
@@ -82,14 +93,14 @@ class _Plan:
 
 
 async def _fire_tenant(
-    uow: Unit, ids: list[UUID], instances: RunInstances, cipher: AESGCM | None
+    uow: Unit, ids: list[UUID], instances: RunInstances, cipher: AESGCM | None, ahead_s: float
 ) -> int:
     """One tenant's due schedules among `ids`, locked: each due occurrence's run started, each
     cursor moved past them, in this transaction. A constant number of statements: the lock, one
     INSERT for every occurrence whose key is free and that has no run yet, one UPDATE for every
     cursor; only an occurrence the INSERT left out (its key has an active run, or it already has
     a run) takes startRun's own path, under its schedule's policy."""
-    taken = await uow.all(queries.TAKE, ids=ids, tenant_id=uow.require_tenant())
+    taken = await uow.all(queries.TAKE, ids=ids, tenant_id=uow.require_tenant(), ahead_s=ahead_s)
     plans = [_plan(to_schedule(found), found["db_now"]) for found in taken]
     due = [p for p in plans if p.due]
     made = await _insert_at_once(uow, due, instances, cipher)
@@ -207,19 +218,31 @@ async def start_occurrences(
     return done
 
 
-async def _locked(uow: Unit, schedule_id: UUID) -> tuple[ScheduleRecord, datetime]:
-    found = await uow.one(queries.LOCK, id=schedule_id, tenant_id=uow.require_tenant())
+async def _locked(
+    uow: Unit, schedule_id: UUID, time: TimeSource
+) -> tuple[ScheduleRecord, datetime]:
+    found = await uow.one(
+        queries.LOCK,
+        id=schedule_id,
+        tenant_id=uow.require_tenant(),
+        ahead_s=time.ahead().total_seconds(),
+    )
     if found is None:
         raise NotFound(f"no schedule {schedule_id}")
     return to_schedule(found), found["db_now"]
 
 
 async def trigger_schedule(
-    uow: Unit, schedule_id: UUID, *, instances: RunInstances, cipher: AESGCM | None = None
+    uow: Unit,
+    schedule_id: UUID,
+    *,
+    instances: RunInstances,
+    cipher: AESGCM | None = None,
+    time: TimeSource = REAL_TIME,
 ) -> runs.StartedRun:
     """One run now (`scheduledFor` now), under the schedule's key and overlap policy: REJECT
     while its last run is active answers `RUN_ACTIVE`. Paused or not."""
-    schedule, now = await _locked(uow, schedule_id)
+    schedule, now = await _locked(uow, schedule_id, time)
     options = _options(schedule, now)
     started = await starts.start(
         uow,
@@ -242,6 +265,7 @@ async def backfill_schedule(
     *,
     instances: RunInstances,
     cipher: AESGCM | None = None,
+    time: TimeSource = REAL_TIME,
 ) -> int:
     """Give each occurrence in [start, end) that has no run yet a run, queued in the key's line
     (oldest first); occurrences after now are left to the clock. How many runs it made: a
@@ -252,7 +276,7 @@ async def backfill_schedule(
         raise BadUserInput("to must be after from")
     if start.year < 2000 or end - start > timedelta(days=366):
         raise BadUserInput("a backfill spans at most 366 days, from 2000 on")
-    schedule, now = await _locked(uow, schedule_id)
+    schedule, now = await _locked(uow, schedule_id, time)
     expression, zone = cron.check_cron(schedule.cron), cron.check_timezone(schedule.timezone)
     found = cron.between(expression, zone, start, min(end, now + _TICK), limit=MAX_BACKFILL)
     if len(found) > MAX_BACKFILL:

@@ -9,6 +9,9 @@ from outlive.db.raw import prepare
 
 COLUMNS = tuple(Schedule.__table__.c)
 WINDOW = 4  # the clock looks at this many times its batch of the earliest due schedules
+# The time the clock reads: PostgreSQL's, `:ahead_s` ahead (0 but in a test harness: its fake
+# clock, `db.ports.TimeSource`).
+NOW = "(now() + make_interval(secs => :ahead_s))"
 
 # Creates of one tenant take turns, so its cap holds however many arrive at once.
 LOCK_TENANT = prepare(
@@ -67,10 +70,11 @@ MOVE = prepare(
 GET = prepare(
     text("SELECT * FROM schedules WHERE id = :id AND tenant_id = :tenant_id").columns(*COLUMNS)
 )
-# One schedule, its row locked: a trigger or a backfill takes turns with its clock.
+# One schedule, its row locked: a trigger or a backfill takes turns with its clock. `db_now`:
+# the time the clock reads, `:ahead_s` ahead of PostgreSQL's (`db.ports.TimeSource`).
 LOCK = prepare(
     text(
-        "SELECT *, now() AS db_now FROM schedules WHERE id = :id AND tenant_id = :tenant_id"
+        f"SELECT *, {NOW} AS db_now FROM schedules WHERE id = :id AND tenant_id = :tenant_id"
         " FOR UPDATE"
     ).columns(*COLUMNS, column("db_now"))
 )
@@ -106,8 +110,8 @@ MOVE_MANY = prepare(
 # The earliest due schedules, each tenant's first before anyone's second, grouped by tenant.
 DUE = prepare(
     text(
-        """WITH due AS (SELECT id, tenant_id, next_fire_at FROM schedules
-                         WHERE next_fire_at <= now() ORDER BY next_fire_at LIMIT :window),
+        f"""WITH due AS (SELECT id, tenant_id, next_fire_at FROM schedules
+                         WHERE next_fire_at <= {NOW} ORDER BY next_fire_at LIMIT :window),
         fair AS (SELECT id, tenant_id, next_fire_at FROM (
                    SELECT id, tenant_id, next_fire_at, row_number() OVER (
                           PARTITION BY tenant_id ORDER BY next_fire_at) AS turn FROM due) d
@@ -118,8 +122,9 @@ DUE = prepare(
 # A tenant's due schedules among `:ids`, locked; another relay firing them skips them.
 TAKE = prepare(
     text(
-        "SELECT *, now() AS db_now FROM schedules WHERE id = ANY(:ids) AND tenant_id = :tenant_id"
-        " AND next_fire_at <= now() ORDER BY next_fire_at FOR UPDATE SKIP LOCKED"
+        f"SELECT *, {NOW} AS db_now FROM schedules WHERE id = ANY(:ids)"
+        f" AND tenant_id = :tenant_id AND next_fire_at <= {NOW}"
+        " ORDER BY next_fire_at FOR UPDATE SKIP LOCKED"
     ).columns(*COLUMNS, column("db_now"))
 )
 NOTIFY_CLOCK = prepare(text("SELECT 1 AS n FROM pg_notify('outlive_relay', 'schedules')"))
