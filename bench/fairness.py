@@ -2,10 +2,14 @@
 
     uv run python bench/fairness.py [--quick] [--flood N]
 
-One `outlive api` and 2 `outlive worker --concurrency 32` processes (agents: `demo`, and 5,000
-copies of it from `tests/many_agents.py`, since a tenant has at most one active run per agent).
+One `outlive api` and 2 `outlive worker --concurrency 32` processes, agent `demo`: the flood's
+runs each have a key of their own (`flood-<i>`, one conversation each), since a key has at most
+one active run. (Until 2026-12-06 the flood used 5,000 copies of `demo`, from before keys: each
+agent's Prometheus children, about 46 objects the garbage collector tracks, made every full
+collection of the workers walk 230,000 more objects, 25 ms more: a tail of the bench's shape,
+not of a tenant's flood; docs/measurements.md. `--many-agents` floods that way again.)
 A quiet tenant starts one `demo` run (1 turn, 0 delay) through the API every 200 ms; the noisy
-tenant floods 5,000 runs (one per agent, 1 turn of `--noisy-delay-ms`, 100 by default: an
+tenant floods 5,000 runs (one per key, 1 turn of `--noisy-delay-ms`, 100 by default: an
 agent's turn mostly waits on I/O, such as a model's answer; 0 makes the flood pure CPU), written
 at once and admitted by the dispatch function (so the flood is in the queue, not in the API).
 The quiet tenant's first runs warm the processes up and are not counted. Five phases:
@@ -52,11 +56,14 @@ from outlive.config import Settings
 from outlive.jobs.queues import RUNS_QUEUE, create_queue
 from outlive.jobs.run_instances import SaqRunInstances
 
-MANY = "tests.many_agents:AGENTS"
 QUIET_EVERY_S = 0.2
 QUIET_ALONE_S = 60.0  # 300 runs: p99 is not the largest of a few
 WARM_UP_RUNS = 10  # the quiet tenant's first runs on fresh processes, before phase 1 counts
 CAP = ("--max-running-runs",)
+# The flood's runs: one key each of `demo`, or one agent each when `--many-agents` loads them.
+MANY = "tests.many_agents:AGENTS"
+AGENT_MODULES: dict[str, str] = {}
+
 PER_TURN = {"inputTokens": 6, "outputTokens": 4}  # phase 4's flood: 10 tokens a run
 SET_BUDGET = """mutation($l: Int!) { setBudget(input: {scope: TENANT, period: DAY,
     limitTokens: $l}) { id } }"""
@@ -122,14 +129,17 @@ async def flood(
     same dispatch function the API calls (the rest is admitted by the workers' settles). Written
     directly, so that the flood is in the queue, not in the API's event loop."""
     await conn.execute(
-        """INSERT INTO runs (tenant_id, agent, input)
-           SELECT $1, 'many-' || i, jsonb_strip_nulls(jsonb_build_object(
+        """INSERT INTO runs (tenant_id, agent, key, input)
+           SELECT $1, CASE WHEN $5 THEN 'many-' || i ELSE 'demo' END,
+                  CASE WHEN $5 THEN '' ELSE 'flood-' || i END,
+                  jsonb_strip_nulls(jsonb_build_object(
                       'turns', 1, 'delayMs', $3::int, 'usagePerTurn', $4::jsonb))
              FROM generate_series(0, $2 - 1) i""",
         noisy,
         count,
         delay_ms,
         None if usage is None else json.dumps(usage),
+        bool(AGENT_MODULES),
     )
     queue = create_queue(env.redis_url, RUNS_QUEUE)
     instances = SaqRunInstances(
@@ -233,7 +243,7 @@ async def warm_up(conn: asyncpg.Connection, quiet: Tenant) -> list[float]:
 def set_cap(env: Env, slug: str, cap: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "outlive.cli", "tenant", "set-limits", "--tenant", slug, *CAP, cap],
-        env={**os.environ, **env.vars(OUTLIVE_AGENT_MODULES=MANY)},
+        env={**os.environ, **env.vars(**AGENT_MODULES)},
         capture_output=True,
         check=False,
     )
@@ -297,14 +307,21 @@ async def main() -> None:
         help="each flood run's turn waits this long (I/O, as an agent's call to a model does);"
         " 0 makes the flood pure CPU",
     )
+    parser.add_argument(
+        "--many-agents",
+        action="store_true",
+        help="flood with one run of each of 5,000 copies of demo (the shape before 2026-12-06)",
+    )
     args = parser.parse_args()
+    if args.many_agents:
+        AGENT_MODULES["OUTLIVE_AGENT_MODULES"] = MANY
     flood_n = 1000 if args.quick else args.flood
     async with bench_env() as env:
         conn = await asyncpg.connect(env.database_url)
         (quiet_id, quiet_token), (noisy_id, noisy_token) = await make_tenants(conn, 2)
         slugs = {r["id"]: r["slug"] for r in await conn.fetch("SELECT id, slug FROM tenants")}
         port = free_port()
-        vars = env.vars(OUTLIVE_AGENT_MODULES=MANY)
+        vars = env.vars(**AGENT_MODULES)
         lag = Lag([free_port(), free_port()])
         with ExitStack() as stack:
             stack.enter_context(outlive("api", "--port", str(port), env=vars))
