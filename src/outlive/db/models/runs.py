@@ -105,7 +105,7 @@ class Run(Base):
             text("id DESC"),
             postgresql_where=text("key <> ''"),
         ),
-        Index(  # runs(tags:): one tenant's runs carrying all of them (migration 0021)
+        Index(  # runs(tags:), eraseSubject: a tenant's runs carrying all (migrations 0021, 0048)
             "ix_runs_tenant_tags",
             text("outlive_tenant_tags(tenant_id, tags)"),
             postgresql_using="gin",
