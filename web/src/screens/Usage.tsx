@@ -13,7 +13,10 @@ interface DayRow {
 }
 
 /** Per-day totals, newest first, with the split by status. */
-export function summarize(usage: readonly UsageDay[]): { days: DayRow[]; agents: [string, number][] } {
+export function summarize(usage: readonly UsageDay[]): {
+  days: DayRow[];
+  agents: [string, number][];
+} {
   const days = new Map<string, DayRow>();
   const agents = new Map<string, number>();
   for (const u of usage) {
@@ -45,7 +48,10 @@ export function Usage() {
         <h1 id="usage-heading">Usage</h1>
         <label className="inline">
           Period
-          <select value={days} onChange={(e) => setDays(Number(e.target.value))}>
+          <select
+            value={days}
+            onChange={(e) => setDays(Number(e.target.value))}
+          >
             <option value={7}>7 days</option>
             <option value={30}>30 days</option>
             <option value={90}>90 days</option>
@@ -54,42 +60,56 @@ export function Usage() {
       </div>
       {error && <ErrorNote error={error} what="usage figures" />}
       {!data && loading && <Loading />}
-      {data && summary.days.length === 0 && <p className="empty">No runs in this period.</p>}
+      {data && summary.days.length === 0 && (
+        <p className="empty">No runs in this period.</p>
+      )}
       {data && summary.days.length > 0 && (
         <>
           <p>
             <strong>{total}</strong> runs in the last {days} days
             {summary.agents.length > 0 && (
-              <span className="muted"> · {summary.agents.map(([a, n]) => `${a}: ${n}`).join(", ")}</span>
+              <span className="muted">
+                {" "}
+                · {summary.agents.map(([a, n]) => `${a}: ${n}`).join(", ")}
+              </span>
             )}
           </p>
           <RunsChart usage={data.usage} days={days} />
-          <table className="table usage" aria-label="Runs per day">
-            <thead>
-              <tr>
-                <th scope="col">Day (UTC)</th>
-                <th scope="col">Runs</th>
-                {RUN_STATUSES.map((s) => (
-                  <th scope="col" key={s}>
-                    {s.charAt(0) + s.slice(1).toLowerCase()}
-                  </th>
-                ))}
-              </tr>
-            </thead>
-            <tbody>
-              {summary.days.map((d) => (
-                <tr key={d.day}>
-                  <td className="mono">{d.day}</td>
-                  <td>
-                    <span className="bar" style={{ width: `${(d.total / peak) * 8}em` }} aria-hidden="true" /> {d.total}
-                  </td>
+          <div className="table-wrap">
+            <table className="table usage" aria-label="Runs per day">
+              <thead>
+                <tr>
+                  <th scope="col">Day (UTC)</th>
+                  <th scope="col">Runs</th>
                   {RUN_STATUSES.map((s) => (
-                    <td key={s}>{d.byStatus[s] ?? 0}</td>
+                    <th scope="col" key={s} className="col-status">
+                      {s.charAt(0) + s.slice(1).toLowerCase()}
+                    </th>
                   ))}
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {summary.days.map((d) => (
+                  <tr key={d.day}>
+                    <td className="mono">{d.day}</td>
+                    <td>
+                      <span
+                        className="bar"
+                        style={{ width: `${(d.total / peak) * 8}em` }}
+                        aria-hidden="true"
+                      />{" "}
+                      {d.total}
+                    </td>
+                    {RUN_STATUSES.map((s) => (
+                      <td key={s} className="col-status">
+                        {d.byStatus[s] ?? 0}
+                      </td>
+                    ))}
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
         </>
       )}
       <UsageTokens days={days} />
