@@ -13,10 +13,7 @@ interface DayRow {
 }
 
 /** Per-day totals, newest first, with the split by status. */
-export function summarize(usage: readonly UsageDay[]): {
-  days: DayRow[];
-  agents: [string, number][];
-} {
+export function summarize(usage: readonly UsageDay[]): { days: DayRow[]; agents: [string, number][] } {
   const days = new Map<string, DayRow>();
   const agents = new Map<string, number>();
   for (const u of usage) {
@@ -48,10 +45,7 @@ export function Usage() {
         <h1 id="usage-heading">Usage</h1>
         <label className="inline">
           Period
-          <select
-            value={days}
-            onChange={(e) => setDays(Number(e.target.value))}
-          >
+          <select value={days} onChange={(e) => setDays(Number(e.target.value))}>
             <option value={7}>7 days</option>
             <option value={30}>30 days</option>
             <option value={90}>90 days</option>
@@ -60,18 +54,13 @@ export function Usage() {
       </div>
       {error && <ErrorNote error={error} what="usage figures" />}
       {!data && loading && <Loading />}
-      {data && summary.days.length === 0 && (
-        <p className="empty">No runs in this period.</p>
-      )}
+      {data && summary.days.length === 0 && <p className="empty">No runs in this period.</p>}
       {data && summary.days.length > 0 && (
         <>
           <p>
             <strong>{total}</strong> runs in the last {days} days
             {summary.agents.length > 0 && (
-              <span className="muted">
-                {" "}
-                · {summary.agents.map(([a, n]) => `${a}: ${n}`).join(", ")}
-              </span>
+              <span className="muted"> · {summary.agents.map(([a, n]) => `${a}: ${n}`).join(", ")}</span>
             )}
           </p>
           <RunsChart usage={data.usage} days={days} />
@@ -93,11 +82,7 @@ export function Usage() {
                   <tr key={d.day}>
                     <td className="mono">{d.day}</td>
                     <td>
-                      <span
-                        className="bar"
-                        style={{ width: `${(d.total / peak) * 8}em` }}
-                        aria-hidden="true"
-                      />{" "}
+                      <span className="bar" style={{ width: `${(d.total / peak) * 8}em` }} aria-hidden="true" />{" "}
                       {d.total}
                     </td>
                     {RUN_STATUSES.map((s) => (

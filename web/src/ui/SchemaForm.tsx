@@ -15,13 +15,7 @@ interface Props {
  * fields the agent marks advanced are folded under "More options (N)", closed until asked for or
  * until one of them has an error.
  */
-export function SchemaForm({
-  idPrefix,
-  fields,
-  values,
-  errors,
-  onChange,
-}: Props) {
+export function SchemaForm({ idPrefix, fields, values, errors, onChange }: Props) {
   const main = fields.filter((f) => !f.advanced);
   const more = fields.filter((f) => f.advanced);
   const moreInError = more.some((f) => errors[f.name]);
@@ -46,11 +40,7 @@ export function SchemaForm({
     <div className="fields fields-grid">
       {main.map(draw)}
       {more.length > 0 && (
-        <details
-          className="more-options"
-          open={open}
-          onToggle={(e) => setOpen(e.currentTarget.open)}
-        >
+        <details className="more-options" open={open} onToggle={(e) => setOpen(e.currentTarget.open)}>
           <summary>More options ({more.length})</summary>
           <div className="fields-grid">{more.map(draw)}</div>
         </details>
@@ -72,12 +62,7 @@ function FieldInput({
   error: string | undefined;
   onChange: Props["onChange"];
 }) {
-  const describedBy = [
-    f.description ? `${id}-hint` : "",
-    error ? `${id}-error` : "",
-  ]
-    .filter(Boolean)
-    .join(" ");
+  const describedBy = [f.description ? `${id}-hint` : "", error ? `${id}-error` : ""].filter(Boolean).join(" ");
   const common = {
     id,
     name: f.name,
@@ -97,11 +82,7 @@ function FieldInput({
     );
   } else if (f.kind === "enum") {
     input = (
-      <select
-        {...common}
-        value={String(value ?? "")}
-        onChange={(e) => onChange(f.name, e.target.value)}
-      >
+      <select {...common} value={String(value ?? "")} onChange={(e) => onChange(f.name, e.target.value)}>
         {!f.required && <option value="">(default)</option>}
         {f.options?.map((o) => (
           <option key={o} value={o}>
@@ -150,9 +131,7 @@ function FieldInput({
       {f.description && (
         <p id={`${id}-hint`} className="hint">
           <Words text={f.description} />
-          {f.minimum !== undefined &&
-            f.maximum !== undefined &&
-            ` (${f.minimum}–${f.maximum})`}
+          {f.minimum !== undefined && f.maximum !== undefined && ` (${f.minimum}–${f.maximum})`}
         </p>
       )}
       {error && (
