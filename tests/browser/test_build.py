@@ -3,6 +3,7 @@ how it fails without Node.js. No browser here, and no npm: these look at files o
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -69,6 +70,41 @@ def test_a_changed_lock_file_installs_again(web: Path, tmp_path: Path) -> None:
     steps = plan(web, tmp_path / "dist")
     assert (steps.install, steps.build) == (True, True)
     assert steps.reason == "package-lock.json changed since the last install"
+
+
+LOCK = {
+    "lockfileVersion": 3,
+    "packages": {
+        "": {"name": "web"},
+        "node_modules/vite": {"version": "7.0.0"},
+        "node_modules/@rolldown/binding-darwin-arm64": {"version": "1.0.0", "optional": True},
+    },
+}
+
+
+def npm_ci_by_hand(web: Path, packages: dict[str, object]) -> None:
+    """What `npm ci` leaves: node_modules and npm's record of it, no stamp of ours."""
+    (web / "node_modules").mkdir(exist_ok=True)
+    hidden = {"lockfileVersion": 3, "packages": packages}
+    (web / "node_modules" / ".package-lock.json").write_text(json.dumps(hidden))
+
+
+def test_an_npm_ci_run_by_hand_is_not_run_again(web: Path, tmp_path: Path) -> None:
+    """Issue 45: `npm --prefix web ci`, then `outlive dev`, ran `npm ci` a second time."""
+    (web / "package-lock.json").write_text(json.dumps(LOCK))
+    built(tmp_path / "dist")
+    npm_ci_by_hand(web, {"node_modules/vite": {"version": "7.0.0"}})  # the optional one left out
+    steps = plan(web, tmp_path / "dist")
+    assert (steps.install, steps.build) == (False, False)
+
+
+def test_an_install_of_another_lock_installs_again(web: Path, tmp_path: Path) -> None:
+    (web / "package-lock.json").write_text(json.dumps(LOCK))
+    built(tmp_path / "dist")
+    npm_ci_by_hand(web, {"node_modules/vite": {"version": "6.3.0"}})
+    assert plan(web, tmp_path / "dist").install is True
+    npm_ci_by_hand(web, {})  # vite missing
+    assert plan(web, tmp_path / "dist").install is True
 
 
 def test_node_missing_or_too_old_is_one_clear_line(tmp_path: Path) -> None:

@@ -429,17 +429,53 @@ def test_360_px_wide_without_sideways_scrolling(
     assert_accessible(page, f"{path} at 360px")
 
 
+DESKTOP_SHOTS = {
+    "run": "run-overview",
+    "run-steps": "run-steps",
+    "run-events": "run-events",
+    "queue": "queue",
+    "agents": "agents",
+}
+
+
+def fits(page: Page, screen: str) -> None:
+    """The document is no wider than the viewport: nothing scrolls sideways."""
+    overflow = page.evaluate(
+        "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+    width = page.viewport_size["width"] if page.viewport_size else 0
+    assert overflow <= 0, f"{screen} scrolls sideways by {overflow}px at {width} px"
+
+
 def test_every_screen_has_no_serious_accessibility_violation(
-    page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack, tmp_path: Path
+    contexts: Contexts,
+    tenant: Tenant,
+    sign_in: SignIn,
+    stack: Stack,
+    receiver: Receiver,
+    tmp_path: Path,
 ) -> None:
     """axe-core on every screen, in light and dark, at 1440 px and at 390 px (a phone: the
-    filters fold, the lists become cards); at 390 x 844 each screen is also photographed (kept
-    only with OUTLIVE_SCREENSHOTS)."""
+    filters fold, the lists become cards), and none is wider than the viewport (issue 45: a
+    test measures every screen, with data in it: a run with a child and model usage, a
+    webhook delivery); at 390 x 844 each screen is also photographed (kept only with
+    OUTLIVE_SCREENSHOTS). At 1200 px the nav is one line."""
+    page = contexts.page()
     page.goto("/")
     expect(page.get_by_role("button", name="Sign in")).to_be_visible()
     assert_accessible(page, "sign in")
-    done = stack.start_run(tenant, turns=2, delayMs=0)
+    page.set_viewport_size({"width": 390, "height": 844})
+    fits(page, "sign in")
+    page.set_viewport_size({"width": 1280, "height": 860})
+    stack.gql(
+        tenant,
+        "mutation($url: String!) { createWebhookEndpoint(url: $url) { endpoint { id } } }",
+        {"url": receiver.url},
+    )
+    usage = {"inputTokens": 1200, "outputTokens": 345}  # model "demo": no price
+    done = stack.start_run(tenant, turns=2, delayMs=0, children=1, usagePerTurn=usage)
     stack.wait_settled(tenant, done)
+    receiver.wait_for(1)
     sign_in(page, tenant, "/runs")
     screens = (
         ("/runs", "Runs", "runs"),
@@ -447,6 +483,7 @@ def test_every_screen_has_no_serious_accessibility_violation(
         (f"/runs/{done}?tab=steps", None, "run-steps"),
         (f"/runs/{done}?tab=waterfall", None, "run-waterfall-tab"),
         (f"/runs/{done}?tab=events", None, "run-events"),
+        (f"/runs/{done}?tab=tree", None, "run-tree-tab"),
         ("/runs/new", "Start a run", "start-run"),
         ("/awaiting", "Awaiting input", "awaiting"),
         ("/replays", "Replays", "replays"),
@@ -469,13 +506,54 @@ def test_every_screen_has_no_serious_accessibility_violation(
                 expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
             else:
                 expect(page.get_by_role("tabpanel")).to_be_visible()
+            if name == "webhooks":
+                expect(page.locator("[data-delivery-id]").first).to_be_visible()
+            if name == "usage":
+                expect(page.get_by_role("table", name="Tokens and cost per agent")).to_be_visible()
             for theme in ("light", "dark"):
                 page.emulate_media(color_scheme=theme)
                 assert_accessible(page, f"{path} ({theme}, {width} px)")
+            if width == 1440 and name in DESKTOP_SHOTS:  # the screens no other test photographs
+                page.emulate_media(color_scheme="light")
+                shoot(page, DESKTOP_SHOTS[name], tmp_path)
+            fits(page, path)
             if width == 390:
                 page.emulate_media(color_scheme="light")
                 shoot(page, f"mobile-{name}", tmp_path)
+
+    # the nav is one line at 1200 px (its count of runs awaiting a person shown): no link
+    # wraps, nothing is pushed out of the viewport
+    stack.start_run(tenant, turns=1, delayMs=0, awaitSignal="approval")
+    page.set_viewport_size({"width": 1200, "height": 900})
     page.goto("/runs")
+    expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()
+    expect(page.get_by_test_id("awaiting-count")).to_be_visible()
+    nav = page.get_by_role("navigation", name="Main")
+    link = nav.get_by_role("link", name="Runs", exact=True).bounding_box()
+    box = nav.locator("ul").bounding_box()
+    assert link is not None
+    assert box is not None
+    assert box["height"] <= link["height"] + 1, f"the nav wraps at 1200 px: {box}, a link {link}"
+    fits(page, "the header at 1200 px")
+
+    # a link with another tenant's token asks first; the question fits 390 px too
+    page.set_viewport_size({"width": 390, "height": 844})
+    other = stack.new_tenant()
+    page.goto(f"/runs#token={other.token}")
+    expect(page.get_by_role("dialog", name="Switch tenants?")).to_be_visible()
+    assert_accessible(page, "switch tenants (390 px)")
+    fits(page, "switch tenants")
+    shoot(page, "switch-tenant", tmp_path)
+    page.get_by_role("button", name="Stay signed in").click()
+    expect(page.get_by_test_id("tenant")).to_have_text(tenant.slug)
+
+    # GraphiQL, served beside the app
+    page.goto("/graphql")
+    expect(page.locator(".graphiql-query-editor")).to_be_visible()
+    fits(page, "GraphiQL")
+    shoot(page, "mobile-graphiql", tmp_path)
+    page.goto("/runs")
+    expect(page.locator(f'tr[data-run-id="{done}"]')).to_have_count(1)  # drawn, then asked
     # at 390 px the filters are folded away and the rows are cards
     expect(page.get_by_role("group", name="Status")).to_be_hidden()
     page.locator(".filters-fold > summary").click()
@@ -483,10 +561,10 @@ def test_every_screen_has_no_serious_accessibility_violation(
     row = page.locator(f'tr[data-run-id="{done}"]')
     assert row.evaluate("(tr) => getComputedStyle(tr).display") == "block"
     page.set_viewport_size({"width": 1440, "height": 900})
-    # the agents screen counts the run above: one run in 24 h, all succeeded
+    # the agents screen counts the runs above: three in 24 h (one waiting), all that ended succeeded
     page.goto("/agents")
     demo = page.get_by_role("article", name="Agent demo")
-    expect(demo.get_by_test_id("stat-runs").first).to_have_text("1")
+    expect(demo.get_by_test_id("stat-runs").first).to_have_text("3")
     expect(demo.get_by_test_id("stat-success").first).to_have_text("100%")
     expect(demo.get_by_test_id("stat-p50").first).to_have_text(re.compile(r"\d+(\.\d)? (ms|s)"))
     # the OS's choice is followed, and the theme toggle overrides it and is kept

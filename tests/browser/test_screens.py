@@ -73,13 +73,35 @@ def test_every_screen_renders_with_named_controls(
 
     page.get_by_role("navigation", name="Main").get_by_role("link", name="New run").click()
     expect(page.get_by_role("heading", name="Start a run")).to_be_visible()
-    for label in ("Agent", "Turns", "Delay ms", "Fail at turn", "Flaky attempts"):
+    for label in ("Agent", "Turns", "Delay ms", "Pause ms", "Await signal"):
         expect(page.get_by_label(label, exact=True)).to_be_visible()
     expect(page.get_by_role("button", name="Start run")).to_be_enabled()
+    # the agent's description sets its `names` as code, not raw backticks (issue 45)
+    description = page.get_by_test_id("agent-description")
+    expect(description.locator("code").first).to_have_text("turns")
+    expect(description).not_to_contain_text("`")
+    # the demo's test knobs (x-advanced) are folded away: the form is short (it was 2,097 px)
+    more = page.locator("details.more-options")
+    expect(more.locator("summary")).to_have_text("More options (7)")
+    for label in ("Fail at turn", "Flaky attempts", "Child index", "Usage per turn"):
+        expect(page.get_by_label(label, exact=True)).to_be_hidden()
+    page.set_viewport_size({"width": 1440, "height": 900})
+    form = page.get_by_role("form", name="Start a run").bounding_box()
+    assert form is not None
+    assert form["height"] < 1_100, f"the Start form is {form['height']} px tall at 1440 px"
+    page.set_viewport_size({"width": 1280, "height": 860})
+    more.locator("summary").click()
+    page.get_by_label("Fail at turn", exact=True).fill("0")
+    more.locator("summary").click()  # closed again: a field with an error opens the fold
+    expect(page.get_by_label("Fail at turn", exact=True)).to_be_hidden()
     page.get_by_label("Turns", exact=True).fill("0")
     page.get_by_role("button", name="Start run").click()
     expect(page.get_by_text("Turns must be at least 1")).to_be_visible()
+    expect(page.get_by_text("Fail at turn must be at least 1")).to_be_visible()
+    page.get_by_label("Fail at turn", exact=True).fill("")
     page.get_by_label("Turns", exact=True).fill("3")
+    more.locator("summary").click()
+    expect(page.get_by_label("Fail at turn", exact=True)).to_be_hidden()
     shoot(page, "start-run", tmp_path)
 
     for name, heading in (

@@ -1,10 +1,12 @@
 """The usage page's tokens and cost per agent and day (issue 29): the figures are the usage the
-runs' steps recorded, rolled up by `usageTokens`, and they follow new runs without a reload."""
+runs' steps recorded, rolled up by `usageTokens`, and they follow new runs without a reload; a
+cost with no price names the model and where prices come from; the page fits 390 px."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -13,6 +15,8 @@ from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.conftest import assert_accessible
 from tests.browser.stack import Stack, Tenant, _asyncpg_dsn, run_async
+from tests.browser.test_budgets import check_screen
+from tests.browser.test_screens import shoot
 
 pytestmark = pytest.mark.browser
 
@@ -51,7 +55,7 @@ def expect_figures(row: Locator, inputs: int, outputs: int, cost: str | re.Patte
 
 
 def test_usage_shows_the_tokens_and_cost_the_steps_recorded(
-    page: Page, tenant: Tenant, sign_in: Callable[..., None], stack: Stack
+    page: Page, tenant: Tenant, sign_in: Callable[..., None], stack: Stack, tmp_path: Path
 ) -> None:
     priced = demo_with_usage(stack, tenant, turns=2, inputs=1200, outputs=345)
     older = demo_with_usage(stack, tenant, turns=1, inputs=1000, outputs=5)
@@ -76,7 +80,7 @@ def test_usage_shows_the_tokens_and_cost_the_steps_recorded(
     today_row = by_day.locator(f'tr[data-day="{today}"][data-agent="demo"]')
     old_row = by_day.locator(f'tr[data-day="{yesterday}"][data-agent="llm"]')
     expect_figures(today_row, 2400, 690, re.compile(r"^\$0[.,]025$"))  # 2 steps at $0.0125
-    expect_figures(old_row, 1000, 5, "unknown")
+    expect_figures(old_row, 1000, 5, "no price for demo")  # the model named, not "unknown"
 
     by_agent = page.get_by_role("table", name="Tokens and cost per agent")
     expect(by_agent.locator("tbody tr")).to_have_count(2)
@@ -85,7 +89,14 @@ def test_usage_shows_the_tokens_and_cost_the_steps_recorded(
     # the priced part is summed and the unpriced model named (issue 40): not "unknown" for all
     partial = re.compile(r"^\$0[.,]025 \(demo unpriced\)$")
     expect_figures(total, 3400, 695, partial)
+    note = page.get_by_test_id("prices-note")  # where prices come from, and what has none
+    expect(note).to_contain_text("No price for demo")
+    expect(note).to_contain_text("genai-prices and OUTLIVE_MODEL_PRICES")
     assert_accessible(page, "usage")
+    check_screen(page, "usage with tokens")  # both themes, 1440 and 390 px: it fits at 390
+    page.get_by_role("heading", name="Tokens and cost").scroll_into_view_if_needed()
+    shoot(page, "usage-tokens", tmp_path)
+    page.evaluate("() => window.scrollTo(0, 0)")
 
     # a new run's usage shows without a reload: its settle nudges the page to ask again
     page.evaluate("() => { window.__noReload = true; }")

@@ -18,6 +18,8 @@ from outlive.agents.policy import Expected
 from outlive.agents.registry import Agent, RunContext
 from outlive.errors import RetryableFault
 
+ADVANCED: dict[str, Any] = {"x-advanced": True}  # a test knob: the console folds it away
+
 
 class TurnUsage(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
@@ -31,9 +33,14 @@ class DemoInput(BaseModel):
 
     turns: int = Field(3, ge=1, le=1000, description="how many turns to run")
     delay_ms: int = Field(200, ge=0, le=600_000, description="sleep before each turn's event")
-    fail_at_turn: int | None = Field(None, ge=1, description="a non-retryable error at this turn")
+    fail_at_turn: int | None = Field(
+        None, ge=1, description="a non-retryable error at this turn", json_schema_extra=ADVANCED
+    )
     flaky_attempts: int | None = Field(
-        None, ge=0, description="a retryable fault at turn 1 while attempt <= this"
+        None,
+        ge=0,
+        description="a retryable fault at turn 1 while attempt <= this",
+        json_schema_extra=ADVANCED,
     )
     pause_ms: int | None = Field(
         None, ge=0, le=86_400_000, description="after turn 1, a durable sleep this long (WAITING)"
@@ -45,22 +52,36 @@ class DemoInput(BaseModel):
         description="after the last turn, wait (WAITING) for a signal of this name",
     )
     signal_timeout_s: int = Field(
-        3600, ge=1, le=2_592_000, description="how long to wait for the signal at most"
+        3600,
+        ge=1,
+        le=2_592_000,
+        description="how long to wait for the signal at most",
+        json_schema_extra=ADVANCED,
     )
     stream_chars: int = Field(
         0, ge=0, le=100_000, description="each turn writes this many characters to `answer`"
     )
     stream_delay_ms: int = Field(
-        20, ge=0, le=10_000, description="between two chunks (10 characters) of the stream"
+        20,
+        ge=0,
+        le=10_000,
+        description="between two chunks (10 characters) of the stream",
+        json_schema_extra=ADVANCED,
     )
     children: int = Field(
         0, ge=0, le=1000, description="after its turns, start this many child runs of demo"
     )
     child_turns: int = Field(1, ge=1, le=100, description="turns of each child run")
-    max_parallel: int = Field(10, ge=1, le=100, description="child runs live at once")
-    child_index: int | None = Field(None, ge=0, description="echoed in the output")
+    max_parallel: int = Field(
+        10, ge=1, le=100, description="child runs live at once", json_schema_extra=ADVANCED
+    )
+    child_index: int | None = Field(
+        None, ge=0, description="echoed in the output", json_schema_extra=ADVANCED
+    )
     usage_per_turn: TurnUsage | None = Field(
-        None, description="each turn records this model usage (for tests of Run.usage)"
+        None,
+        description="each turn records this model usage (for tests of Run.usage)",
+        json_schema_extra=ADVANCED,
     )
 
 

@@ -1,7 +1,8 @@
 """Building the web app for `outlive dev`: `web/` (TypeScript, Vite) into `outlive/web/dist`.
 
 `ensure_built()` runs `npm ci` when `web/node_modules` is missing or `package-lock.json` changed
-since the last install, then `npm run build` when the build is missing or older than its sources.
+since the last install (its own, recorded in a stamp, or one run by hand: npm's record of what it
+installed, `node_modules/.package-lock.json`, agrees with the lock file), then `npm run build` when the build is missing or older than its sources.
 It prints one line saying what it does. Without Node.js (>= 20) it says so in one line and
 carries on: an older build is served if there is one, else the API and GraphQL run without the app
 (a bare machine with only Python and uv still gets `outlive dev`). A build that fails is a one-line
@@ -12,6 +13,7 @@ without the `web/` sources it does nothing: the wheel carries its build.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -69,6 +71,28 @@ def _installed_digest(web_dir: Path) -> str | None:
     return stamp.read_text().strip() if stamp.is_file() else None
 
 
+def _npm_installed_lock(web_dir: Path) -> bool:
+    """Whether `node_modules` holds what `package-lock.json` pins, by npm's own record of what it
+    installed (`node_modules/.package-lock.json`): every package at the lock's version, bar the
+    optional ones it left out (other platforms' binaries). So an `npm ci` run by hand counts."""
+    try:
+        lock = json.loads((web_dir / "package-lock.json").read_text())
+        hidden = json.loads((web_dir / "node_modules" / ".package-lock.json").read_text())
+        wanted, found = lock["packages"], hidden["packages"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    for path, entry in wanted.items():
+        if not path:
+            continue  # the project itself
+        have = found.get(path)
+        if have is None:
+            if not entry.get("optional"):
+                return False
+        elif have.get("version") != entry.get("version"):
+            return False
+    return all(path in wanted for path in found)
+
+
 def stale_reason(web_dir: Path = WEB_DIR, dist: Path = DIST) -> str | None:
     """Why the build in `dist` does not match the sources in `web_dir`; None when it does."""
     pages = [dist / name for name in PAGES]
@@ -85,7 +109,9 @@ def stale_reason(web_dir: Path = WEB_DIR, dist: Path = DIST) -> str | None:
 def plan(web_dir: Path = WEB_DIR, dist: Path = DIST) -> Plan:
     """What `ensure_built` would do, and why."""
     installed = (web_dir / "node_modules").is_dir()
-    install = not installed or _installed_digest(web_dir) != _lock_digest(web_dir)
+    install = not installed or (
+        _installed_digest(web_dir) != _lock_digest(web_dir) and not _npm_installed_lock(web_dir)
+    )
     reason = stale_reason(web_dir, dist)
     if install and reason is None:
         reason = "package-lock.json changed since the last install"

@@ -6,7 +6,7 @@ import { describeError } from "../api/errors";
 import { Link } from "../app/router";
 import { ErrorNote, JsonDetails, Loading, When } from "../ui/common";
 import { formatMs } from "../ui/waterfall";
-import { Words } from "./run/Words";
+import { Words } from "../ui/Words";
 
 /** Succeeded out of the runs that ended (running ones do not count yet); null with none. */
 export function successRate(s: AgentStats | undefined): number | null {

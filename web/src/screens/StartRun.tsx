@@ -6,6 +6,7 @@ import { activeRunOf, describeError } from "../api/errors";
 import type { Agent } from "../api/types";
 import { Link, navigate, useLocation } from "../app/router";
 import { ErrorNote, Loading } from "../ui/common";
+import { Words } from "../ui/Words";
 import { fieldsOf, toInput, type Values } from "../ui/schemaForm";
 import { forgetDraft, lastStartAgent, useStartDraft } from "./start/draft";
 import { InputFields, useInputEditor } from "./start/InputFields";
@@ -87,7 +88,9 @@ function StartForm({ agent, agents, onAgent }: { agent: Agent; agents: readonly 
             </option>
           ))}
         </select>
-        <p className="hint">{agent.description}</p>
+        <p className="hint" data-testid="agent-description">
+          <Words text={agent.description} />
+        </p>
       </div>
       <KeyFields agent={agent} draft={draft} update={update} />
       <InputFields agent={agent.name} fields={fields} values={draft.values} errors={errors} editor={editor} />

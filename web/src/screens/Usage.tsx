@@ -64,32 +64,37 @@ export function Usage() {
             )}
           </p>
           <RunsChart usage={data.usage} days={days} />
-          <table className="table usage" aria-label="Runs per day">
-            <thead>
-              <tr>
-                <th scope="col">Day (UTC)</th>
-                <th scope="col">Runs</th>
-                {RUN_STATUSES.map((s) => (
-                  <th scope="col" key={s}>
-                    {s.charAt(0) + s.slice(1).toLowerCase()}
-                  </th>
-                ))}
-              </tr>
-            </thead>
-            <tbody>
-              {summary.days.map((d) => (
-                <tr key={d.day}>
-                  <td className="mono">{d.day}</td>
-                  <td>
-                    <span className="bar" style={{ width: `${(d.total / peak) * 8}em` }} aria-hidden="true" /> {d.total}
-                  </td>
+          <div className="table-wrap">
+            <table className="table usage" aria-label="Runs per day">
+              <thead>
+                <tr>
+                  <th scope="col">Day (UTC)</th>
+                  <th scope="col">Runs</th>
                   {RUN_STATUSES.map((s) => (
-                    <td key={s}>{d.byStatus[s] ?? 0}</td>
+                    <th scope="col" key={s} className="col-status">
+                      {s.charAt(0) + s.slice(1).toLowerCase()}
+                    </th>
                   ))}
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {summary.days.map((d) => (
+                  <tr key={d.day}>
+                    <td className="mono">{d.day}</td>
+                    <td>
+                      <span className="bar" style={{ width: `${(d.total / peak) * 8}em` }} aria-hidden="true" />{" "}
+                      {d.total}
+                    </td>
+                    {RUN_STATUSES.map((s) => (
+                      <td key={s} className="col-status">
+                        {d.byStatus[s] ?? 0}
+                      </td>
+                    ))}
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
         </>
       )}
       <UsageTokens days={days} />

@@ -4,8 +4,8 @@ import { USAGE_TOKENS } from "../api/documents/usage";
 import { ErrorNote, Loading } from "../ui/common";
 import { formatCost, formatTokens, type TokensRow, summarizeTokens } from "./usageTokens";
 
-const UNKNOWN_COST = "No model these steps called is in the price table";
-const PARTIAL_COST = "Priced models only: the models named are not in the price table";
+const UNKNOWN_COST = "No model these steps called is in the price table (genai-prices and OUTLIVE_MODEL_PRICES)";
+const PARTIAL_COST = "Priced models only: the models named are not in the price table (genai-prices and OUTLIVE_MODEL_PRICES)";
 
 function Figures({ row }: { row: TokensRow }) {
   return (
@@ -19,6 +19,19 @@ function Figures({ row }: { row: TokensRow }) {
       <td className="num" data-testid="cost" title={costNote(row)}>
         {formatCost(row)}
       </td>
+    </>
+  );
+}
+
+function Models({ names }: { names: readonly string[] }) {
+  return (
+    <>
+      {names.map((name, i) => (
+        <span key={name}>
+          {i > 0 && ", "}
+          <code>{name}</code>
+        </span>
+      ))}
     </>
   );
 }
@@ -95,9 +108,16 @@ export function UsageTokens({ days }: { days: number }) {
               </tbody>
             </table>
           </div>
-          <p className="muted small">
+          <p className="muted small" data-testid="prices-note">
             Counted when each step completed, from the usage it recorded; a cost adds what the price
-            table prices and names the models it does not (unknown when it prices none).
+            table prices and names the models it does not.
+            {summary.total.unpricedModels.length > 0 && (
+              <>
+                {" "}
+                No price for <Models names={summary.total.unpricedModels} />: prices come from genai-prices and{" "}
+                <code>OUTLIVE_MODEL_PRICES</code> (see Budgets in the docs).
+              </>
+            )}
           </p>
         </>
       )}

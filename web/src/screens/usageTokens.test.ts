@@ -36,7 +36,7 @@ describe("tokens and cost per agent and day", () => {
     ]);
     const llm = summary.agents.find((a) => a.agent === "llm");
     expect(llm?.costUsd).toBeNull();
-    expect(formatCost(llm!, "en-US")).toBe("unknown");
+    expect(formatCost(llm!, "en-US")).toBe("no price for tiny"); // the model named, not "unknown"
     expect(summary.total.costUsd).toBe(0.1);
     expect(summary.total.unpricedModels).toEqual(["demo", "tiny"]);
     expect(formatCost(summary.total, "en-US")).toBe("$0.10 (demo, tiny unpriced)");

@@ -68,8 +68,12 @@ export function formatTokens(n: number, locale?: string): string {
   return new Intl.NumberFormat(locale).format(n);
 }
 
-/** A row's cost: its dollars, and the models it could not price ("$0.025 (demo unpriced)"). */
+/**
+ * A row's cost: its dollars, and the models it could not price ("$0.025 (demo unpriced)"); with
+ * nothing priced, the models that have no price ("no price for demo").
+ */
 export function formatCost(row: TokensRow, locale?: string): string {
+  if (row.costUsd === null && row.unpricedModels.length > 0) return `no price for ${row.unpricedModels.join(", ")}`;
   const priced = formatUsd(row.costUsd, locale);
   if (row.costUsd === null || row.unpricedModels.length === 0) return priced;
   return `${priced} (${row.unpricedModels.join(", ")} unpriced)`;

@@ -7,8 +7,18 @@ const DEMO = {
   properties: {
     turns: { default: 3, description: "how many turns to run", maximum: 1000, minimum: 1, title: "Turns", type: "integer" },
     delayMs: { default: 200, maximum: 600000, minimum: 0, title: "Delayms", type: "integer" },
-    failAtTurn: { anyOf: [{ minimum: 1, type: "integer" }, { type: "null" }], default: null, title: "Failatturn" },
-    flakyAttempts: { anyOf: [{ minimum: 0, type: "integer" }, { type: "null" }], default: null, title: "Flakyattempts" },
+    failAtTurn: {
+      anyOf: [{ minimum: 1, type: "integer" }, { type: "null" }],
+      default: null,
+      title: "Failatturn",
+      "x-advanced": true,
+    },
+    flakyAttempts: {
+      anyOf: [{ minimum: 0, type: "integer" }, { type: "null" }],
+      default: null,
+      title: "Flakyattempts",
+      "x-advanced": true,
+    },
   },
   title: "DemoInput",
   type: "object",
@@ -33,6 +43,12 @@ describe("fieldsOf", () => {
     ]);
     expect(fields[0]).toMatchObject({ minimum: 1, maximum: 1000, default: 3, description: "how many turns to run" });
     expect(fields[2]).toMatchObject({ minimum: 1, default: null });
+  });
+
+  it("marks the optional fields the agent calls advanced (x-advanced), never a required one", () => {
+    expect(fieldsOf(DEMO).map((f) => f.advanced ?? false)).toEqual([false, false, true, true]);
+    const [prompt] = fieldsOf({ properties: { prompt: { type: "string", "x-advanced": true } }, required: ["prompt"] });
+    expect(prompt?.advanced).toBeUndefined();
   });
 
   it("marks required fields and long strings", () => {

@@ -2,7 +2,9 @@
  * A form from an agent's `inputSchema` (JSON Schema, as pydantic writes it): one field per
  * property. Integers, numbers, strings, booleans and enums get their own inputs with the schema's
  * bounds; `anyOf [T, null]` is an optional T; anything else (objects, arrays) is edited as JSON.
- * The server validates again (BAD_USER_INPUT): the form only saves a round trip.
+ * The server validates again (BAD_USER_INPUT): the form only saves a round trip. An optional
+ * property marked `"x-advanced": true` (pydantic: `json_schema_extra={"x-advanced": True}`) is
+ * `advanced`: the form folds it away under "More options".
  */
 
 export type FieldKind = "integer" | "number" | "string" | "boolean" | "enum" | "json";
@@ -20,6 +22,8 @@ export interface Field {
   maxLength?: number;
   options?: string[];
   multiline?: boolean;
+  /** an optional knob the agent marks `x-advanced`: folded away until asked for */
+  advanced?: boolean;
 }
 
 type Schema = Record<string, unknown>;
@@ -94,6 +98,7 @@ export function fieldsOf(inputSchema: unknown): Field[] {
       maxLength: num(schema["maxLength"]),
     };
     for (const [k, v] of Object.entries(bounds)) if (v !== undefined) Object.assign(field, { [k]: v });
+    if (schema["x-advanced"] === true && !field.required) field.advanced = true;
     if (kind === "enum") field.options = (schema["enum"] as string[]).slice();
     if (kind === "string" && (field.maxLength === undefined || field.maxLength > 200)) {
       field.multiline = true;

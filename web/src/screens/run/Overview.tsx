@@ -8,7 +8,7 @@ import { SignalPanel } from "./Signal";
 import type { DetailRun } from "./types";
 import { RetriedAs } from "./RetriedAs";
 import { whyLines } from "./why";
-import { Words } from "./Words";
+import { Words } from "../../ui/Words";
 
 export function WhyPanel({ run, waterfall, now }: { run: DetailRun; waterfall: Waterfall | null; now: number }) {
   const lines = whyLines(run, waterfall, now);

@@ -41,7 +41,7 @@ export function StepPanel({ runId, row, close }: { runId: string; row: StepRow; 
         <Fact term="Started">{step.startedAt ? formatTime(step.startedAt) : "not recorded"}</Fact>
         <Fact term="Completed">{formatTime(step.completedAt)}</Fact>
         <Fact term="Took">{row.durationMs === null ? "—" : formatMs(row.durationMs)}</Fact>
-        <Fact term="Model usage" testId="step-usage">
+        <Fact term="Model usage" testId="step-usage" wide>
           {usageText(step.usage)}
         </Fact>
         <Fact term="Events while it ran">
@@ -93,7 +93,9 @@ function Fact({
 function usageText(usage: StepRow["step"]["usage"]): string {
   if (!usage) return "none recorded";
   const cost =
-    usage.costUsd === null || usage.costUsd === undefined ? "no price for its model" : `${usage.costUsd.toFixed(4)} USD`;
+    usage.costUsd === null || usage.costUsd === undefined
+      ? `no price for ${usage.model ?? "its model"} (prices: genai-prices, OUTLIVE_MODEL_PRICES)`
+      : `${usage.costUsd.toFixed(4)} USD`;
   const model = usage.model ? ` on ${usage.model}` : "";
   return `${usage.requests} request(s)${model}: ${usage.inputTokens} in, ${usage.outputTokens} out; ${cost}`;
 }

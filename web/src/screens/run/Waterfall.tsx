@@ -5,7 +5,7 @@ import { JsonDetails, StatusBadge } from "../../ui/common";
 import { formatTime } from "../../ui/format";
 import { type Band, END_WORDS, formatMs, RESUMED_WORDS, type TimelineEvent, type WaitBand, type Waterfall } from "../../ui/waterfall";
 import { childLabel } from "./tree";
-import { Words } from "./Words";
+import { Words } from "../../ui/Words";
 
 /** A page of the run's children (oldest first) and how many it has in all. */
 export interface Kids {

@@ -7,7 +7,7 @@ import { ACTIVE_STATUSES } from "../../api/types";
 import { Link } from "../../app/router";
 import { StatusBadge } from "../../ui/common";
 import { shortId } from "../../ui/format";
-import { Words } from "../run/Words";
+import { Words } from "../../ui/Words";
 import { holderOf, whatStartDoes } from "./startOptions";
 
 /**
