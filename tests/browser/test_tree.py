@@ -113,3 +113,8 @@ def test_a_parents_waterfall_draws_its_children_as_bars_under_the_attempt_that_s
     check_screen(page, "a parent's waterfall with its children")
     under.get_by_role("link", name=f"child 2 of 3, run {kids[1]}").click()
     expect(page).to_have_url(re.compile(rf"/runs/{kids[1]}\?tab=waterfall$"))
+
+    sign_in(page, tenant, f"/runs/{parent}")  # its Overview says the wait as what it was
+    why = page.get_by_role("list", name="Why it is here")
+    expect(why).to_contain_text("It waited for its child runs for")
+    expect(why).to_contain_text("then went on once they had settled.")

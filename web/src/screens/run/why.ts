@@ -66,9 +66,7 @@ function whyFromTimeline(run: DetailRun, waterfall: Waterfall, now: number, know
       lines.push(`Its status is ${run.status}.`);
   }
   for (const wait of waterfall.waits) {
-    if (wait.by === null) continue; // the current wait: said above
-    const what = wait.for ? `waited for the signal \`${wait.for}\`` : "slept";
-    lines.push(`It ${what} for ${formatMs(wait.duration)}, then was ${RESUMED_WORDS[wait.by] ?? wait.by}.`);
+    if (wait.by !== null) lines.push(pastWait(wait)); // the current wait is said above
   }
   for (const band of waterfall.bands) {
     if (band.end === "lost") {
@@ -102,4 +100,24 @@ export function queuedLine(run: Pick<DetailRun, "createdAt" | "key" | "queuedBeh
   return run.waitingReason
     ? `Waiting for a slot: ${run.waitingReason}.`
     : `Queued ${formatRelative(run.createdAt, now)}, waiting for a worker to claim it.`;
+}
+
+/** Waits that are not a signal's, by their `for`: what the run did, then how it went on. */
+const HELD_FOR: Record<string, [string, string]> = {
+  children: ["waited for its child runs", "went on once they had settled"],
+  budget: ["was held by a budget", "was let go"],
+  pause: ["was paused", "was resumed"],
+  version: ["was held on its code version", "was resumed"],
+};
+
+const ENDED_WHILE = new Set(["timeout", "cancelled", "failed", "succeeded"]);
+
+/** One finished wait in a sentence: "It slept for 2.0 s, then was woken by its timer." */
+export function pastWait(wait: { for: string | null; by: string | null; duration: number }): string {
+  const held = wait.for === null ? null : HELD_FOR[wait.for];
+  const what = wait.for === null ? "slept" : held ? held[0] : `waited for the signal \`${wait.for}\``;
+  const by = wait.by ?? "resumed";
+  // a hold ends its own way, unless the run timed out or settled while held
+  const after = held && !ENDED_WHILE.has(by) ? held[1] : `was ${RESUMED_WORDS[by] ?? by}`;
+  return `It ${what} for ${formatMs(wait.duration)}, then ${after}.`;
 }
