@@ -14,6 +14,7 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import Contexts, assert_accessible
 from tests.browser.stack import Stack, Tenant
+from tests.browser.test_budgets import check_screen, start_keyed
 
 pytestmark = pytest.mark.browser
 
@@ -236,11 +237,17 @@ def test_each_row_says_what_its_run_cost(
     with no model usage says "—", and a run settling while the list is open gets its cost then."""
     sign_in(page, tenant, "/runs")
     expect(page.get_by_text("No runs yet.")).to_be_visible()
-    plain = stack.start_run(tenant, turns=1, delayMs=0)
-    used = stack.start_run(
-        tenant, turns=2, delayMs=300, usagePerTurn={"inputTokens": 100, "outputTokens": 20}
+    # keys of their own: under the agent's default key the second start would be the first run
+    plain = start_keyed(stack, tenant, "cost-plain", turns=1, delayMs=0)
+    used = start_keyed(
+        stack,
+        tenant,
+        "cost-used",
+        turns=2,
+        delayMs=300,
+        usagePerTurn={"inputTokens": 100, "outputTokens": 20},
     )
     cost = page.locator(f'tr[data-run-id="{used}"]').get_by_test_id("run-cost")
     expect(cost).to_have_text("240 tokens, no price for demo", timeout=30_000)
     expect(page.locator(f'tr[data-run-id="{plain}"]').get_by_test_id("run-cost")).to_have_text("—")
-    assert_accessible(page, "runs list with costs")
+    check_screen(page, "runs list with costs")  # both themes, 1440 and 390 px

@@ -14,9 +14,7 @@ export interface RunCost {
  * variables), so the list is drawn first and its costs follow; refreshed by the same nudges.
  */
 export function useRunCosts(filters: RunFilters): ReadonlyMap<string, RunCost> {
-  // Not cached: its `runs` field has the page's arguments, and written to the cache it would
-  // stand for the page's own (Runs) without its fields, which would then be asked for again.
-  const { data } = useQuery(RUNS_COST, { variables: runsVariables(filters), fetchPolicy: "no-cache" });
+  const { data } = useQuery(RUNS_COST, { variables: runsVariables(filters) });
   return new Map((data?.runs.edges ?? []).map((e) => [e.node.id, e.node.usage]));
 }
 
