@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,7 @@ class Figures:
     label: str
     latencies: list[float]
     elapsed: float
+    due: list[float] = field(default_factory=list)  # `paced`: when each call was due (s in)
 
     @property
     def p50_ms(self) -> float:
@@ -222,6 +223,34 @@ async def load(label: str, call: object, count: int, concurrency: int) -> Figure
     began = time.perf_counter()
     await asyncio.gather(*(lane() for _ in range(concurrency)))
     return Figures(label, latencies, time.perf_counter() - began)
+
+
+async def paced(
+    label: str, call: object, rate: float, *, count: int | None = None, until: object = None
+) -> Figures:
+    """Start `call(i)` `rate` times a second, whatever the answers' pace (an open loop, as
+    independent clients are), `count` times or until the future `until` is done; each call's
+    latency from when it was due, so a late start counts against the system (no coordinated
+    omission)."""
+    latencies: list[float] = []
+    dues: list[float] = []
+    running: set[asyncio.Task[None]] = set()
+
+    async def one(i: int, due: float) -> None:
+        await call(i)  # type: ignore[operator]
+        latencies.append(time.perf_counter() - due)
+        dues.append(due - began)
+
+    began, i = time.perf_counter(), 0
+    while (count is None or i < count) and not (until is not None and until.done()):  # type: ignore[attr-defined]
+        due = began + i / rate
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        task = asyncio.create_task(one(i, due))
+        running.add(task)
+        task.add_done_callback(running.discard)
+        i += 1
+    await asyncio.gather(*running)
+    return Figures(label, latencies, time.perf_counter() - began, dues)
 
 
 def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:

@@ -2,6 +2,7 @@
 
     uv run python bench/erasure.py [--tenants 1000] [--runs 1000] [--steps 1]
                                    [--subject-runs 10000] [--retained 100000] [--starts 400]
+                                   [--rate 100]
 
 A fresh migrated database is seeded in PostgreSQL itself: `--tenants` tenants with `--runs`
 settled runs each, `--steps` steps per run (with model usage) and two events per step. Tenant 1
@@ -9,9 +10,13 @@ also has `--subject-runs` runs tagged `user:subject` carrying a marker string in
 steps and events; tenant 2 has `--retained` runs settled 10 days ago (its retention is then set
 to 1 day). Then, through the services the API and the cron task run:
 
-1. `startRun` latency of other tenants alone (p50/p99, `--starts` calls, 8 at once);
-2. `eraseSubject("user:subject")` while the same `startRun` load runs: its time, the receipt,
-   the longest single statement it issued, and the startRun p99 meanwhile (ratio to 1.);
+1. `startRun` latency of other tenants alone (p50/p99, `--starts` calls, `--rate` a second in
+   an open loop: each call's latency from when it was due);
+2. `eraseSubject("user:subject")` while the same `startRun` load runs, from its start to its
+   end: its time, the receipt, the longest single statement it issued, and the startRun p99
+   meanwhile (ratio to 1.). (Until 2026-12-06 both loads were `--starts` calls 8 at once, as
+   fast as they went: a closed loop that saturated the two cores by itself, so any other work
+   queued behind it, and that ended after the erasure's first statements.)
 3. the retention task (`prune_runs`) over tenant 2: its time, the longest statement, and that
    no other tenant lost a row;
 4. usage totals (`usage` runs and `usageTokens` tokens) of tenants 1 and 2 before and after, and a
@@ -30,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_env, load, table
+from _common import bench_env, load, paced, table
 
 from outlive.db.engine import create_engine, create_sessions
 from outlive.db.tx import Sessions
@@ -167,14 +172,14 @@ async def main(args: argparse.Namespace) -> None:
             await explain(env.database_url, subject)
         call = starter(sessions, tenants)
         await load("warm-up", call, 50, 8)
-        alone = await load("startRun alone", call, args.starts, 8)
+        alone = await paced("startRun alone", call, args.rate, count=args.starts)
 
         timed = Timed(sessions)
         erase = asyncio.ensure_future(
             erasure.erase_subject(timed, subject, "user:subject", by="bench")  # type: ignore[arg-type]
         )
         began = time.perf_counter()
-        during = await load("startRun during erasure", call, args.starts, 8)
+        during = await paced("startRun during erasure", call, args.rate, until=erase)
         receipt = await erase
         erase_s = time.perf_counter() - began
 
@@ -192,6 +197,11 @@ async def main(args: argparse.Namespace) -> None:
             ["startRun of other tenants", "p50 ms", "p99 ms"],
         ))  # fmt: skip
         print(f"p99 during / alone: {during.p99_ms / alone.p99_ms:.2f}x")
+        slowest = sorted(zip(during.latencies, during.due, strict=True), reverse=True)[:6]
+        print(
+            "slowest during (ms, due at s):",
+            ", ".join(f"{x * 1000:.1f} @{d:.2f}" for x, d in slowest),
+        )
         print(
             f"eraseSubject: {erase_s:.1f}s, {receipt.runs} runs, {receipt.steps} steps,"
             f" {receipt.events} events; {timed.statements} statements, longest"
@@ -222,7 +232,8 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=1, help="steps per run")
     parser.add_argument("--subject-runs", type=int, default=10_000)
     parser.add_argument("--retained", type=int, default=100_000, help="tenant 2's old runs")
-    parser.add_argument("--starts", type=int, default=400)
+    parser.add_argument("--starts", type=int, default=400, help="startRun calls alone")
+    parser.add_argument("--rate", type=float, default=100.0, help="startRun calls a second")
     parser.add_argument(
         "--explain", action="store_true", help="print the plans of the tag's lookups first"
     )
