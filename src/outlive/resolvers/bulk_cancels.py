@@ -11,7 +11,7 @@ import strawberry
 from outlive.resolvers.context import Context
 from outlive.schema.replays import CancelRunsFilter, RunReplay
 from outlive.services import bulk_cancels
-from outlive.services.bulk_filters import RunsFilter, runs_filter
+from outlive.services.bulk_filters import RunsFilter
 from outlive.services.ratelimits import Bucket
 
 Info = strawberry.Info[Context, None]
@@ -32,16 +32,7 @@ Rate = Annotated[
 
 
 def cancel_filter(chosen: CancelRunsFilter | None) -> RunsFilter:
-    f = chosen or CancelRunsFilter()
-    return runs_filter(
-        bulk_cancels.cancel_statuses(f.status),
-        agent=f.agent,
-        since=f.since,
-        before=f.before,
-        key=f.key,
-        tags=f.tags,
-        top_level=f.top_level,
-    )
+    return (chosen or CancelRunsFilter()).runs_filter(bulk_cancels.cancel_statuses)
 
 
 async def cancel_runs(

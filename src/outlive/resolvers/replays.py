@@ -16,7 +16,7 @@ from outlive.schema.replays import ReplayRunsFilter, RunReplay
 from outlive.schema.runs import Run, StartRunPayload
 from outlive.services import replays
 from outlive.services import runs as runs_service
-from outlive.services.bulk_filters import RunsFilter, runs_filter
+from outlive.services.bulk_filters import RunsFilter
 from outlive.services.ids import parse_uuid
 from outlive.services.ratelimits import Bucket, start_run_bucket
 
@@ -65,16 +65,7 @@ async def retry_run(
 
 
 def replay_filter(chosen: ReplayRunsFilter | None) -> RunsFilter:
-    f = chosen or ReplayRunsFilter()
-    return runs_filter(
-        replays.replay_statuses(f.status),
-        agent=f.agent,
-        since=f.since,
-        before=f.before,
-        key=f.key,
-        tags=f.tags,
-        top_level=f.top_level,
-    )
+    return (chosen or ReplayRunsFilter()).runs_filter(replays.replay_statuses)
 
 
 async def replay_runs(

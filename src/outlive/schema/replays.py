@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import strawberry
@@ -11,9 +12,13 @@ from outlive.db.models import ReplayKind as DbReplayKind
 from outlive.db.models import ReplayStatus as DbReplayStatus
 from outlive.db.models import RunStatus as DbRunStatus
 from outlive.schema.runs import RunStatus
+from outlive.services.bulk_filters import RunsFilter, runs_filter
 from outlive.services.replays import ReplayRecord
 
 ReplayStatus = strawberry.enum(DbReplayStatus, name="ReplayStatus")
+# Which statuses a bulk operation takes, from those asked (services.replays.replay_statuses,
+# services.bulk_cancels.cancel_statuses).
+Statuses = Callable[[Sequence[DbRunStatus] | None], list[DbRunStatus]]
 RunReplayKind = strawberry.enum(
     DbReplayKind,
     name="RunReplayKind",
@@ -22,13 +27,9 @@ RunReplayKind = strawberry.enum(
 )
 
 
-@strawberry.input(
-    description="Which settled runs to replay; runs created after the replay never are."
-)
-class ReplayRunsFilter:
-    status: list[RunStatus] | None = strawberry.field(  # type: ignore[valid-type]
-        default=None, description="Settled statuses only; omitted means [FAILED]."
-    )
+@strawberry.input(description="The runs list's filters, as a bulk replay or cancel takes them.")
+class BulkRunsFilter:
+    status: list[RunStatus] | None = None  # type: ignore[valid-type]
     agent: str | None = None
     since: datetime | None = strawberry.field(default=None, description="createdAt >= since")
     before: datetime | None = strawberry.field(default=None, description="createdAt < before")
@@ -36,6 +37,27 @@ class ReplayRunsFilter:
     tags: list[str] | None = strawberry.field(default=None, description="Carrying all of them.")
     top_level: bool | None = strawberry.field(
         default=False, description="Only runs with no parent."
+    )
+
+    def runs_filter(self, statuses: Statuses) -> RunsFilter:
+        """The filter, with `statuses` choosing from `status` (BAD_USER_INPUT for one it refuses)."""
+        return runs_filter(
+            statuses(self.status),
+            agent=self.agent,
+            since=self.since,
+            before=self.before,
+            key=self.key,
+            tags=self.tags,
+            top_level=self.top_level,
+        )
+
+
+@strawberry.input(
+    description="Which settled runs to replay; runs created after the replay never are."
+)
+class ReplayRunsFilter(BulkRunsFilter):
+    status: list[RunStatus] | None = strawberry.field(  # type: ignore[valid-type]
+        default=None, description="Settled statuses only; omitted means [FAILED]."
     )
 
 
@@ -43,17 +65,9 @@ class ReplayRunsFilter:
     description="Which active runs to cancel (the runs list's filters); runs created after the "
     "bulk cancel never are."
 )
-class CancelRunsFilter:
+class CancelRunsFilter(BulkRunsFilter):
     status: list[RunStatus] | None = strawberry.field(  # type: ignore[valid-type]
         default=None, description="Active statuses only; omitted means QUEUED, RUNNING, WAITING."
-    )
-    agent: str | None = None
-    since: datetime | None = strawberry.field(default=None, description="createdAt >= since")
-    before: datetime | None = strawberry.field(default=None, description="createdAt < before")
-    key: str | None = strawberry.field(default=None, description='Exact ("": the default key).')
-    tags: list[str] | None = strawberry.field(default=None, description="Carrying all of them.")
-    top_level: bool | None = strawberry.field(
-        default=False, description="Only runs with no parent."
     )
 
 
