@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -91,19 +92,27 @@ class World:
             headers={"Authorization": f"Bearer {tenant.token}"},
         )
 
-    async def read(self, tenant: Tenant) -> int:
+    async def read(self, tenant: Tenant) -> tuple[int, float]:
+        """The answer's status, and its time (s) from when the gate let it through."""
         async with self.gate:
+            sent = time.monotonic()
             response = await self.client.post(
                 "/graphql",
                 json={"query": READ},
                 headers={"Authorization": f"Bearer {tenant.token}"},
             )
+            took = time.monotonic() - sent
         if response.status_code == 200 and response.json().get("errors"):
-            return 500  # an error in a 200: counted as one
-        return response.status_code
+            return 500, took  # an error in a 200: counted as one
+        return response.status_code, took
 
     async def settled(self, tenants: list[Tenant], turns: int | None = None) -> bool:
         """Every run of `tenants` SUCCEEDED on its cell, once (and, with `turns`, each turn)."""
+        return not await self.unsettled(tenants, turns)
+
+    async def unsettled(self, tenants: list[Tenant], turns: int | None = None) -> list[str]:
+        """What keeps `settled` false: each tenant's missing, extra or unfinished runs."""
+        wrong = []
         for tenant in tenants:
             rows = await self.sessions[tenant.cell].all(
                 text(
@@ -113,13 +122,51 @@ class World:
                 ),
                 t=tenant.id,
             )
-            if sorted(str(r["id"]) for r in rows) != sorted(tenant.runs):
-                return False
-            if any(r["status"] != "SUCCEEDED" for r in rows):
-                return False
-            if turns is not None and any(r["turns"] != turns for r in rows):
-                return False
-        return True
+            found = {str(r["id"]) for r in rows}
+            missing, extra = set(tenant.runs) - found, found - set(tenant.runs)
+            doubled = len(tenant.runs) - len(set(tenant.runs))
+            active = [(str(r["id"]), r["status"]) for r in rows if r["status"] != "SUCCEEDED"]
+            short = [str(r["id"]) for r in rows if turns is not None and r["turns"] != turns]
+            if missing or extra or doubled or active or short:
+                wrong.append(
+                    f"{tenant.slug} on {tenant.cell}: missing {sorted(missing)}, extra"
+                    f" {sorted(extra)}, doubled {doubled}, not SUCCEEDED {active}, turns {short}"
+                )
+        return wrong
+
+    async def settle(self, tenants: list[Tenant], turns: int | None = None) -> None:
+        """Wait until `settled`; else fail saying which runs and where they are."""
+        try:
+            await until(lambda: self.settled(tenants, turns), timeout_s=SETTLE_S)
+        except TimeoutError:
+            wrong = await self.unsettled(tenants, turns)
+            where = await self.whereabouts([run for line in wrong for run in _ids(line)])
+            raise AssertionError(f"not settled: {wrong}; the runs' rows: {where}") from None
+
+    async def whereabouts(self, run_ids: list[str]) -> dict[str, list[str]]:
+        """Each run's row and last events on every cell that has it."""
+        found: dict[str, list[str]] = {}
+        for cell, sessions in self.sessions.items():
+            if not run_ids:
+                break
+            rows = await sessions.all(
+                text(
+                    "SELECT r.id, r.status, r.attempt, r.waiting_for, (SELECT string_agg("
+                    " e.seq || ':' || e.type, ' ' ORDER BY e.seq) FROM run_events e"
+                    " WHERE e.run_id = r.id) AS events FROM runs r WHERE r.id::text = ANY(:ids)"
+                ),
+                ids=run_ids,
+            )
+            for r in rows:
+                found.setdefault(str(r["id"]), []).append(
+                    f"{cell}: {r['status']} attempt {r['attempt']} waiting {r['waiting_for']}"
+                    f" events {r['events']}"
+                )
+        return found
+
+
+def _ids(line: str) -> list[str]:
+    return re.findall(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", line)
 
 
 @pytest.mark.timeout(400 if TENANTS <= 30 and MOVES <= 3 else 1800)
@@ -182,7 +229,7 @@ async def _isolation(world: World) -> None:
     marks = {name: len(c.output) for name, c in world.clusters.items()}
     answers = await asyncio.gather(*(world.start(t, {"turns": 2}) for t in world.tenants))
     assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
-    await until(lambda: world.settled(world.tenants, turns=2), timeout_s=SETTLE_S)
+    await world.settle(world.tenants, turns=2)
     for name, cluster in world.clusters.items():
         log = bytes(cluster.output[marks[name] :]).decode(errors="replace")
         own = [t for t in world.tenants if t.cell == name]
@@ -198,7 +245,8 @@ async def _outage(world: World) -> None:
     alive = [t for t in world.tenants if t.cell != "c2"]
     for tenant in dead:  # runs in flight when it dies
         assert (await world.start(tenant, {"turns": 3, "delayMs": 200})).status_code == 200
-    before = await _reads(world, alive, 1.0)
+    before = await _reads(world, world.tenants, 1.0)  # the same load before and during
+    assert set(before["dead"]) == {200}
     await world.clusters["c2"].kill()
     during = await _reads(world, world.tenants, 2.0)
     assert set(during["alive"]) == {200}, during["alive"]  # 0 errors on the other cells
@@ -211,25 +259,25 @@ async def _outage(world: World) -> None:
     back = time.monotonic()
 
     async def recovered() -> bool:
-        return {await world.read(t) for t in dead} == {200}
+        return {(await world.read(t))[0] for t in dead} == {200}
 
     await until(recovered, timeout_s=30)
     print(f"cells: c2 back, its tenants answered after {time.monotonic() - back:.2f} s")  # noqa: T201
-    await until(lambda: world.settled(dead + alive), timeout_s=SETTLE_S)  # none lost or doubled
+    await world.settle(dead + alive)  # none lost or doubled
 
 
 async def _reads(world: World, tenants: list[Tenant], seconds: float) -> dict[str, list[Any]]:
     """Every tenant reads, round after round, for `seconds`: statuses by side, and the live
-    cells' latencies."""
+    cells' latencies (each from when the load's gate let it through: the time waiting for one of
+    the 32 lanes is the load generator's queue, not the server's answer)."""
     answers: dict[str, list[Any]] = {"alive": [], "dead": [], "seconds": []}
     deadline = time.monotonic() + seconds
 
     async def read(tenant: Tenant) -> None:
-        started = time.monotonic()
-        status = await world.read(tenant)
+        status, took = await world.read(tenant)
         answers["dead" if tenant.cell == "c2" else "alive"].append(status)
         if tenant.cell != "c2":
-            answers["seconds"].append(time.monotonic() - started)
+            answers["seconds"].append(took)
 
     while time.monotonic() < deadline:
         await asyncio.gather(*(read(t) for t in tenants))
@@ -257,13 +305,13 @@ async def _moves(world: World) -> None:
             for _ in range(3):
                 await world.start(tenant, {"turns": 4, "delayMs": 150})
         holds, latencies = await _move_under_load(world, movers, closes)
-    await until(lambda: world.settled(movers), timeout_s=SETTLE_S)
+    await world.settle(movers)
     for tenant in movers:  # a reconnected client's subscription: the new cell's nudges
         async with Socket.open(world.url, token=tenant.token) as again:
             await again.subscribe(PLAIN)
             await world.start(tenant, {"turns": 1, "delayMs": 0})
             await again.nudge_where(type="run.updated", id=tenant.runs[-1])
-    await until(lambda: world.settled(movers), timeout_s=SETTLE_S)
+    await world.settle(movers)
     for tenant in movers:
         stale = await world.sessions["default"].one(
             text("SELECT count(*) AS n FROM runs WHERE tenant_id = :t"), t=tenant.id

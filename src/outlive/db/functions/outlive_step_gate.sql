@@ -34,6 +34,24 @@ BEGIN
                                   WHERE a.tenant_id = r.tenant_id AND a.agent = r.agent)
                     THEN 'agent' END
           INTO by_whom FROM tenants t WHERE t.id = r.tenant_id;
+        -- A pause seen is confirmed under a lock: a resume (its update of the tenant, or its
+        -- delete of the agent's pause, then its wake of the held runs, in one transaction)
+        -- either committed first, and is seen here (the run goes on), or waits for this
+        -- transaction, and its wake then sees this run held. Read unlocked, the resume could
+        -- wake the tenant's held runs between this read and this park: a run held on a
+        -- resumed tenant, for good (found moving tenants between cells, issue 48).
+        IF by_whom IS NOT NULL THEN
+            by_whom := NULL;
+            PERFORM 1 FROM tenants t WHERE t.id = r.tenant_id AND t.paused_at IS NOT NULL
+               FOR SHARE;
+            IF FOUND THEN
+                by_whom := 'tenant';
+            ELSE
+                PERFORM 1 FROM agent_pauses a WHERE a.tenant_id = r.tenant_id
+                   AND a.agent = r.agent FOR SHARE;
+                IF FOUND THEN by_whom := 'agent'; END IF;
+            END IF;
+        END IF;
     END IF;
     IF r.paused_at IS NOT NULL OR by_whom IS NOT NULL THEN  -- RUNNING -> WAITING (pause)
         UPDATE runs SET status = 'WAITING', waiting_for = 'pause', wake_at = NULL,
