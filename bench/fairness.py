@@ -1,6 +1,6 @@
 """Benchmark: the noisy neighbour. A quiet tenant's runs while another tenant floods the queue.
 
-    uv run python bench/fairness.py [--quick] [--flood N]
+    uv run python bench/fairness.py [--quick] [--flood N] [--schedules N] [--schedule-jitter S]
 
 One `outlive api` and 2 `outlive worker --concurrency 32` processes, agent `demo`: the flood's
 runs each have a key of their own (`flood-<i>`, one conversation each), since a key has at most
@@ -12,7 +12,7 @@ A quiet tenant starts one `demo` run (1 turn, 0 delay) through the API every 200
 tenant floods 5,000 runs (one per key, 1 turn of `--noisy-delay-ms`, 100 by default: an
 agent's turn mostly waits on I/O, such as a model's answer; 0 makes the flood pure CPU), written
 at once and admitted by the dispatch function (so the flood is in the queue, not in the API).
-The quiet tenant's first runs warm the processes up and are not counted. Five phases:
+The quiet tenant's first runs warm the processes up and are not counted. Six phases:
 
 1. quiet alone: the quiet tenant's start-to-claim (its `claimed` event minus `createdAt`);
 2. noisy alone: the flood's throughput (runs from its first claim to its last settle, per s);
@@ -22,7 +22,10 @@ The quiet tenant's first runs warm the processes up and are not counted. Five ph
    it (issue 42): half its runs pile up held WAITING `budget`, and the quiet tenant's p99 must
    stay within the same 2x;
 5. both, with the noisy tenant's cap lifted (`outlive tenant set-limits --max-running-runs
-   100000`): what arrival order alone gives, for comparison.
+   100000`): what arrival order alone gives, for comparison;
+6. both, the cap back at 10, while 5,000 schedules of the noisy tenant (`--schedules`) all fire
+   at the same minute (issue 44: a tenant cannot flood the clock): the quiet tenant's p99 within
+   the same 2x, and how late the scheduled runs started (bench/_fairness_schedules.py).
 
 Targets: in phase 3 the quiet tenant's p99 at most 2x its idle p99 (phase 1), and the noisy
 tenant's throughput at least 80% of phase 2's.
@@ -42,12 +45,14 @@ import time
 import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _fairness_schedules as schedules
 from _common import Env, KeepAlive, bench_env, free_port, outlive, table, wait_http
 from _fairness_probe import SEGMENTS, Lag, pct, segments
 from runs import START, make_tenants
@@ -63,6 +68,7 @@ CAP = ("--max-running-runs",)
 # The flood's runs: one key each of `demo`, or one agent each when `--many-agents` loads them.
 MANY = "tests.many_agents:AGENTS"
 AGENT_MODULES: dict[str, str] = {}
+LATENESS: list[float] = []  # phase 6: each scheduled run's start minus its fire time (ms)
 
 PER_TURN = {"inputTokens": 6, "outputTokens": 4}  # phase 4's flood: 10 tokens a run
 SET_BUDGET = """mutation($l: Int!) { setBudget(input: {scope: TENANT, period: DAY,
@@ -202,13 +208,19 @@ async def phase(
     noisy_delay_ms: int = 0,
     lag: Lag | None = None,
     usage: dict[str, int] | None = None,
+    scheduled: tuple[datetime, int] | None = None,
 ) -> Phase:
+    """The quiet tenant's runs while the noisy tenant's load runs: a flood of `flood_n` runs,
+    or, with `scheduled` (occurrence, count), that occurrence of its schedules firing."""
     if lag is not None:
         await lag.since_last()
     since = time.time()
     stop = asyncio.Event()
     quieting = asyncio.create_task(quiet_runs(quiet, stop)) if quiet else None
-    if noisy is not None:
+    if noisy is not None and scheduled is not None:
+        await schedules.fired(conn, noisy, *scheduled)
+        await settled(conn, noisy)
+    elif noisy is not None:
         await flood(conn, env, noisy, flood_n, noisy_delay_ms, usage)
         await settled(conn, noisy)  # settled, or held WAITING by its budget
     else:
@@ -225,6 +237,21 @@ async def phase(
         await lag.since_last() if lag is not None else (None, None, 0.0),
         lag.gc2 if lag is not None else (0.0, 0.0),
     )
+
+
+async def scheduled_phase(
+    conn: asyncpg.Connection, env: Env, quiet: Tenant, noisy: uuid.UUID, args: Any, lag: Lag
+) -> Phase:
+    """Phase 6: one minute's occurrence of the noisy tenant's `args.schedules` schedules fires
+    (capped at the default 10), the quiet tenant's runs starting 2 s before it."""
+    count, delay = args.schedules, args.noisy_delay_ms
+    first = await schedules.seed(conn, noisy, count, delay, args.schedule_jitter)
+    await schedules.until(conn, first - timedelta(seconds=2))
+    name = f"6. both, {count:,} schedules of noisy firing"
+    done = await phase(conn, env, name, quiet, noisy, 0, delay, lag, scheduled=(first, count))
+    late = await schedules.lateness_ms(conn, noisy, first)
+    LATENESS.extend(late)
+    return done
 
 
 async def warm_up(conn: asyncpg.Connection, quiet: Tenant) -> list[float]:
@@ -312,6 +339,15 @@ async def main() -> None:
         action="store_true",
         help="flood with one run of each of 5,000 copies of demo (the shape before 2026-12-06)",
     )
+    parser.add_argument(
+        "--schedules",
+        type=int,
+        default=5000,
+        help="phase 6: this many schedules of the noisy tenant fire at once (0: no phase 6)",
+    )
+    parser.add_argument(
+        "--schedule-jitter", type=int, default=0, help="phase 6's schedules' jitter (s)"
+    )
     args = parser.parse_args()
     if args.many_agents:
         AGENT_MODULES["OUTLIVE_AGENT_MODULES"] = MANY
@@ -356,6 +392,9 @@ async def main() -> None:
             phases.append(
                 await phase(conn, env, "5. both, no cap", quiet, noisy_id, flood_n, delay, lag)
             )
+            if args.schedules:
+                set_cap(env, slugs[noisy_id], "10")  # the default again
+                phases.append(await scheduled_phase(conn, env, quiet, noisy_id, args, lag))
         await conn.close()
     print(
         f"noisy neighbour: a flood of {flood_n} runs (1 turn of {args.noisy_delay_ms} ms),"
@@ -372,6 +411,15 @@ async def main() -> None:
     budget_ratio = (phases[3].quiet(0.99) or 0) / (idle.quiet(0.99) or 1)
     print(f"phase 4: {held} of the flood's {flood_n} runs held WAITING by the noisy tenant's")
     print(f"budget; quiet p99 <= 2x idle while they pile up: {budget_ratio:.2f}x")
+    if args.schedules:
+        ratio = (phases[-1].quiet(0.99) or 0) / (idle.quiet(0.99) or 1)
+        print(
+            f"phase 6: quiet p99 <= 2x idle while {args.schedules:,} schedules fire: {ratio:.2f}x;"
+        )
+        print(
+            f"their {len(LATENESS):,} runs started {pct(LATENESS, 0.5):.0f} ms (p50),"
+            f" {pct(LATENESS, 0.99):.0f} ms (p99), {max(LATENESS):.0f} ms (max) after fire time"
+        )
 
 
 if __name__ == "__main__":
