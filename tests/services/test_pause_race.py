@@ -30,7 +30,7 @@ WAITING_ON_A_LOCK = (
 
 async def resumed_or_blocked(admin: asyncpg.Connection, resume: asyncio.Task[object]) -> None:
     """Until the resume finished or waits on a lock (a poll: PostgreSQL announces neither)."""
-    while not resume.done() and not await admin.fetchval(WAITING_ON_A_LOCK):
+    while not resume.done() and not await admin.fetchval(WAITING_ON_A_LOCK):  # noqa: ASYNC110
         await asyncio.sleep(0.01)
 
 

@@ -40,7 +40,7 @@ class BulkRunsFilter:
     )
 
     def runs_filter(self, statuses: Statuses) -> RunsFilter:
-        """The filter, with `statuses` choosing from `status` (BAD_USER_INPUT for one it refuses)."""
+        """The filter, `statuses` choosing from `status` (BAD_USER_INPUT for one it refuses)."""
         return runs_filter(
             statuses(self.status),
             agent=self.agent,

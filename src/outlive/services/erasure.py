@@ -10,8 +10,8 @@ runs (their waits, calls and read tokens with them), then the blobs only they he
 Redis keeps of them (`Forget`: their queued jobs and stream buffers). Every statement is short
 and commits on its own, so no lock is held long and an erasure that stops half way is finished
 by calling it again; the batches are paced (`PACE`), so an erasure leaves the database to the
-other tenants six sevenths of the time. The statements that delete steps and runs fold what they counted into the
-kept usage (`outlive.services.kept_usage`): usage totals are unchanged.
+other tenants six sevenths of the time. The statements that delete steps and runs fold what
+they counted into the kept usage (`outlive.services.kept_usage`): usage totals are unchanged.
 
 The erasure covers the runs carrying the tag that were started before it began: one started
 while it goes on is a new request of the subject's, neither cancelled nor deleted by it (call it
