@@ -226,7 +226,12 @@ async def load(label: str, call: object, count: int, concurrency: int) -> Figure
 
 
 async def paced(
-    label: str, call: object, rate: float, *, count: int | None = None, until: object = None
+    label: str,
+    call: object,
+    rate: float,
+    *,
+    count: int | None = None,
+    until: asyncio.Future[Any] | None = None,
 ) -> Figures:
     """Start `call(i)` `rate` times a second, whatever the answers' pace (an open loop, as
     independent clients are), `count` times or until the future `until` is done; each call's
@@ -242,7 +247,7 @@ async def paced(
         dues.append(due - began)
 
     began, i = time.perf_counter(), 0
-    while (count is None or i < count) and not (until is not None and until.done()):  # type: ignore[attr-defined]
+    while (count is None or i < count) and not (until is not None and until.done()):
         due = began + i / rate
         await asyncio.sleep(max(0.0, due - time.perf_counter()))
         task = asyncio.create_task(one(i, due))

@@ -68,7 +68,6 @@ CAP = ("--max-running-runs",)
 # The flood's runs: one key each of `demo`, or one agent each when `--many-agents` loads them.
 MANY = "tests.many_agents:AGENTS"
 AGENT_MODULES: dict[str, str] = {}
-LATENESS: list[float] = []  # phase 6: each scheduled run's start minus its fire time (ms)
 
 PER_TURN = {"inputTokens": 6, "outputTokens": 4}  # phase 4's flood: 10 tokens a run
 SET_BUDGET = """mutation($l: Int!) { setBudget(input: {scope: TENANT, period: DAY,
@@ -217,11 +216,11 @@ async def phase(
     since = time.time()
     stop = asyncio.Event()
     quieting = asyncio.create_task(quiet_runs(quiet, stop)) if quiet else None
-    if noisy is not None and scheduled is not None:
-        await schedules.fired(conn, noisy, *scheduled)
-        await settled(conn, noisy)
-    elif noisy is not None:
-        await flood(conn, env, noisy, flood_n, noisy_delay_ms, usage)
+    if noisy is not None:
+        if scheduled is not None:
+            await schedules.fired(conn, noisy, *scheduled)
+        else:
+            await flood(conn, env, noisy, flood_n, noisy_delay_ms, usage)
         await settled(conn, noisy)  # settled, or held WAITING by its budget
     else:
         await asyncio.sleep(QUIET_ALONE_S)  # the quiet tenant alone, for as long
@@ -241,17 +240,16 @@ async def phase(
 
 async def scheduled_phase(
     conn: asyncpg.Connection, env: Env, quiet: Tenant, noisy: uuid.UUID, args: Any, lag: Lag
-) -> Phase:
+) -> tuple[Phase, list[float]]:
     """Phase 6: one minute's occurrence of the noisy tenant's `args.schedules` schedules fires
-    (capped at the default 10), the quiet tenant's runs starting 2 s before it."""
+    (capped at the default 10), the quiet tenant's runs starting 2 s before it. The phase, and
+    each scheduled run's start minus its fire time (ms)."""
     count, delay = args.schedules, args.noisy_delay_ms
     first = await schedules.seed(conn, noisy, count, delay, args.schedule_jitter)
     await schedules.until(conn, first - timedelta(seconds=2))
     name = f"6. both, {count:,} schedules of noisy firing"
     done = await phase(conn, env, name, quiet, noisy, 0, delay, lag, scheduled=(first, count))
-    late = await schedules.lateness_ms(conn, noisy, first)
-    LATENESS.extend(late)
-    return done
+    return done, await schedules.lateness_ms(conn, noisy, first)
 
 
 async def warm_up(conn: asyncpg.Connection, quiet: Tenant) -> list[float]:
@@ -392,9 +390,11 @@ async def main() -> None:
             phases.append(
                 await phase(conn, env, "5. both, no cap", quiet, noisy_id, flood_n, delay, lag)
             )
+            late: list[float] = []  # phase 6's runs: start minus fire time (ms)
             if args.schedules:
                 set_cap(env, slugs[noisy_id], "10")  # the default again
-                phases.append(await scheduled_phase(conn, env, quiet, noisy_id, args, lag))
+                fired, late = await scheduled_phase(conn, env, quiet, noisy_id, args, lag)
+                phases.append(fired)
         await conn.close()
     print(
         f"noisy neighbour: a flood of {flood_n} runs (1 turn of {args.noisy_delay_ms} ms),"
@@ -417,8 +417,8 @@ async def main() -> None:
             f"phase 6: quiet p99 <= 2x idle while {args.schedules:,} schedules fire: {ratio:.2f}x;"
         )
         print(
-            f"their {len(LATENESS):,} runs started {pct(LATENESS, 0.5):.0f} ms (p50),"
-            f" {pct(LATENESS, 0.99):.0f} ms (p99), {max(LATENESS):.0f} ms (max) after fire time"
+            f"their {len(late):,} runs started {pct(late, 0.5):.0f} ms (p50),"
+            f" {pct(late, 0.99):.0f} ms (p99), {max(late):.0f} ms (max) after fire time"
         )
 
 

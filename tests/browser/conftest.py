@@ -235,3 +235,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+def check_screen(page: Page, screen: str) -> None:
+    """axe in both themes at 1440 and 390 px; at 390 px the page fits the viewport."""
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        for theme in ("light", "dark"):
+            page.emulate_media(color_scheme=theme)
+            assert_accessible(page, f"{screen} ({theme}, {width} px)")
+        if width == 390:
+            overflow = page.evaluate(
+                "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 0, f"{screen} scrolls sideways by {overflow}px at 390 px"
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.emulate_media(color_scheme="light")

@@ -329,6 +329,17 @@ class Stack:
         run_id: str = data["startRun"]["run"]["id"]
         return run_id
 
+    def start_keyed(self, tenant: Tenant, key: str, **input: object) -> str:
+        """A demo run of its own key (one run of a key is active at a time)."""
+        data = self.gql(
+            tenant,
+            "mutation($input: StartRunInput!) { startRun(input: $input) { created run { id } } }",
+            {"input": {"agent": "demo", "key": key, "input": input}},
+        )
+        assert data["startRun"]["created"] is True
+        run_id: str = data["startRun"]["run"]["id"]
+        return run_id
+
     def run_status(self, run_id: str) -> str:
         return self.run_row(run_id)[0]
 

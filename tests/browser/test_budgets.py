@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import Contexts, assert_accessible
+from tests.browser.conftest import Contexts, check_screen
 from tests.browser.stack import Stack, Tenant
 from tests.browser.test_screens import shoot
 
@@ -21,34 +21,6 @@ pytestmark = pytest.mark.browser
 
 SignIn = Callable[..., None]
 PER_TURN = {"inputTokens": 30, "outputTokens": 30}  # 60 tokens a turn, reserved before it starts
-
-
-def check_screen(page: Page, screen: str) -> None:
-    """axe in both themes at 1440 and 390 px; at 390 px the page fits the viewport."""
-    for width, height in ((1440, 900), (390, 844)):
-        page.set_viewport_size({"width": width, "height": height})
-        for theme in ("light", "dark"):
-            page.emulate_media(color_scheme=theme)
-            assert_accessible(page, f"{screen} ({theme}, {width} px)")
-        if width == 390:
-            overflow = page.evaluate(
-                "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
-            )
-            assert overflow <= 0, f"{screen} scrolls sideways by {overflow}px at 390 px"
-    page.set_viewport_size({"width": 1440, "height": 900})
-    page.emulate_media(color_scheme="light")
-
-
-def start_keyed(stack: Stack, tenant: Tenant, key: str, **input: object) -> str:
-    """A demo run of its own key (one run of a key is active at a time)."""
-    data = stack.gql(
-        tenant,
-        "mutation($input: StartRunInput!) { startRun(input: $input) { created run { id } } }",
-        {"input": {"agent": "demo", "key": key, "input": input}},
-    )
-    assert data["startRun"]["created"] is True
-    run_id: str = data["startRun"]["run"]["id"]
-    return run_id
 
 
 def run_field(stack: Stack, tenant: Tenant, run_id: str, field: str) -> object:
@@ -156,7 +128,7 @@ def test_pause_and_resume_a_run_and_an_agent(
     expect(demo.get_by_test_id("agent-state")).to_have_text("PAUSED")
     states = stack.gql(tenant, "{ agentStates { agent paused } }")["agentStates"]
     assert {"agent": "demo", "paused": True} in states
-    fresh = start_keyed(stack, tenant, "fresh", turns=1, delayMs=0)
+    fresh = stack.start_keyed(tenant, "fresh", turns=1, delayMs=0)
     check_screen(page, "agents with a paused agent")
     shoot(page, "agents-paused", tmp_path)
     page.goto("/awaiting")

@@ -12,9 +12,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import Contexts, assert_accessible
+from tests.browser.conftest import Contexts, assert_accessible, check_screen
 from tests.browser.stack import Stack, Tenant
-from tests.browser.test_budgets import check_screen, start_keyed
 
 pytestmark = pytest.mark.browser
 
@@ -238,9 +237,8 @@ def test_each_row_says_what_its_run_cost(
     sign_in(page, tenant, "/runs")
     expect(page.get_by_text("No runs yet.")).to_be_visible()
     # keys of their own: under the agent's default key the second start would be the first run
-    plain = start_keyed(stack, tenant, "cost-plain", turns=1, delayMs=0)
-    used = start_keyed(
-        stack,
+    plain = stack.start_keyed(tenant, "cost-plain", turns=1, delayMs=0)
+    used = stack.start_keyed(
         tenant,
         "cost-used",
         turns=2,

@@ -13,9 +13,8 @@ import asyncpg
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from tests.browser.conftest import assert_accessible
+from tests.browser.conftest import assert_accessible, check_screen
 from tests.browser.stack import Stack, Tenant, _asyncpg_dsn, run_async
-from tests.browser.test_budgets import check_screen
 from tests.browser.test_screens import shoot
 
 pytestmark = pytest.mark.browser

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.conftest import check_screen
 from tests.browser.stack import Stack, Tenant
-from tests.browser.test_budgets import check_screen
 from tests.browser.test_screens import shoot
 
 pytestmark = pytest.mark.browser

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import assert_accessible
+from tests.browser.conftest import assert_accessible, check_screen
 from tests.browser.stack import Stack, Tenant
 from tests.browser.test_console import Receiver, receiver
 from tests.browser.test_screens import shoot
@@ -145,7 +145,6 @@ def test_retry_now_sends_a_failing_delivery_before_its_next_attempt_is_due(
 def test_retry_all_pending_now_sends_every_waiting_delivery_and_clears_their_last_error(
     page: Page, tenant: Tenant, sign_in: SignIn, stack: Stack, receiver: Receiver
 ) -> None:
-    from tests.browser.test_budgets import check_screen
 
     receiver.status = 500  # each first attempt fails; each next one is due after the backoff
     sign_in(page, tenant, "/webhooks")

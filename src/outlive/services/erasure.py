@@ -143,10 +143,9 @@ async def erase_subject(
     by: str,
     forget: Forget = forget_nothing,
     settle_s: float = SETTLE_S,
-    pace: float = PACE,
 ) -> ErasureReceipt:
     """Erase the tenant's runs carrying `tag` (see the module) and record it; the receipt.
-    After each batch it waits `pace` times as long as the batch took."""
+    After each batch it waits `PACE` times as long as the batch took."""
     tag = check_tag(tag)
     now = await sessions.one(_NOW)
     began = now["began"] if now is not None else None
@@ -157,7 +156,7 @@ async def erase_subject(
         for start in range(0, len(page), BATCH):
             began_batch = time.perf_counter()
             done = await _erase_batch(sessions, tenant_id, page[start : start + BATCH], forget)
-            await asyncio.sleep(pace * (time.perf_counter() - began_batch))
+            await asyncio.sleep(PACE * (time.perf_counter() - began_batch))
             for name, got in done.items():
                 counts[name] += got
     recorded = await sessions.one(_RECORD, tenant_id=tenant_id, tag=tag, by=by, **counts)
