@@ -40,11 +40,11 @@ from _common import ADMIN_PG, bench_env, table
 
 from outlive.app import build_app
 from outlive.cells import cell_settings
+from outlive.cli.serve import cell_hosts
 from outlive.config import Settings
 from outlive.db.directory import Cell, Directory
 from outlive.db.engine import create_engine, create_sessions
 from outlive.services.tenants import create_token
-from outlive.worker import WorkerHost
 
 IDLE_S = 3.0
 # The bench's own count of settled runs, per cell: three cells count three times as often, which
@@ -95,7 +95,8 @@ async def tokens_on(url: str, count: int, prefix: str) -> list[str]:
 @contextlib.asynccontextmanager
 async def serving(settings: Settings, cells: list[Cell]) -> AsyncIterator[httpx.AsyncClient]:
     each = 18 // len(cells)  # the same worker concurrency in all: 18, or 6 per cell
-    hosts = [WorkerHost(cell_settings(settings, c), concurrency=each) for c in cells]
+    # as `outlive worker` with OUTLIVE_CELLS: the first host is the process's, the others cells'
+    hosts = cell_hosts([cell_settings(settings, c) for c in cells], concurrency=each)
     for host in hosts:
         await host.start()
     app = build_app(settings, serve_web=False)

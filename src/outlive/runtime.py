@@ -19,6 +19,12 @@ Roles:
 - `api-cell`: one more cell of an API process (`outlive.cells`): the database and the queues of
   that cell, as the `api` role has them, and nothing else (the hub, the principal cache and the
   sampler are the process's, shared by its cells).
+- `worker-cell`: one more cell of a worker process (`OUTLIVE_CELLS`): the `worker` role's
+  database, queues, HTTP clients and liveness for that cell, and nothing of the process's own
+  (tracing, the event-loop lag probe, the sampler, the metrics server, the heap's freeze): one
+  set per process, not one per cell it serves. Each host's timers wake the process (the lag
+  probe alone ten times a second), and on a VM a wake-up costs CPU whether or not it finds work
+  (docs/cells.md, "CPU per run").
 
 Every connection honours `OUTLIVE_DB_PGBOUNCER` (no named prepared statements; reads in a
 transaction), whatever the role.
@@ -71,7 +77,7 @@ from outlive.telemetry import genai, heap, metrics, tracing
 
 log = logging.getLogger(__name__)
 
-Role = Literal["api", "worker", "cli", "cli-queues", "api-cell"]
+Role = Literal["api", "worker", "cli", "cli-queues", "api-cell", "worker-cell"]
 
 CLI_POOL_SIZE = 2  # a CLI command's engine: what a cron tick or a redrive uses at most
 
@@ -115,9 +121,9 @@ class Runtime:
     agents: AgentRegistry
     queues: Queues | None = None  # every role but `cli`
     realtime: Realtime | None = None  # `api`
-    http: HttpClients | None = None  # `worker`
+    http: HttpClients | None = None  # `worker`, `worker-cell`
     sampler: Sampler | None = None  # `api`, `worker`
-    liveness: Liveness | None = None  # `worker`, unless no direct connection (PgBouncer)
+    liveness: Liveness | None = None  # `worker(-cell)`, unless no direct connection (PgBouncer)
 
     def require_queues(self) -> Queues:
         if self.queues is None:
@@ -133,7 +139,8 @@ class Runtime:
 @asynccontextmanager
 async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]:
     """Everything `role` needs, closed in reverse on exit (or on a failure while opening)."""
-    server = role in ("api", "worker")
+    server = role in ("api", "worker")  # the process's own: tracing, the sampler, the heap
+    worker = role in ("worker", "worker-cell")
     database_url, redis_url = _urls(settings, role)
     agents = AgentRegistry([])  # a command that starts no run validates no input
     configure_prices(settings.model_prices)  # what a model costs: usage, budgets
@@ -164,8 +171,8 @@ async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]
             agents=agents,
             queues=queues,
             realtime=realtime,
-            http=await _open_http(stack) if role == "worker" else None,
-            liveness=await _open_liveness(stack, settings) if role == "worker" else None,
+            http=await _open_http(stack) if worker else None,
+            liveness=await _open_liveness(stack, settings) if worker else None,
             sampler=await _open_sampler(stack, settings, role, engine, sessions, queues, realtime)
             if server
             else None,
@@ -246,7 +253,7 @@ async def _open_db(
 ) -> tuple[AsyncEngine, Sessions]:
     """The engine, the raw pool (servers only; a CLI command goes through SQLAlchemy alone) and
     the sessions, wired to the queues and to admission when there are queues."""
-    server = role in ("api", "worker", "api-cell")
+    server = role in ("api", "worker", "api-cell", "worker-cell")
     size = None if server else CLI_POOL_SIZE
     # The API's statements answer tenants: each one is bounded in time (`QueryTimeout` past it).
     timeout = settings.api_statement_timeout_s if role in ("api", "api-cell") else None

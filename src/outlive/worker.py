@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
-from typing import Any, cast
+from datetime import datetime
+from typing import Any, Literal, cast
 
+from croniter import croniter
 from saq import Worker
 from saq.types import PartialTimersDict
 
@@ -49,6 +52,7 @@ from outlive.workflows.slots import LEND_FACTOR, OVERDRAFT_FACTOR, SlotLender
 log = logging.getLogger(__name__)
 
 RELEASE_DEADLINE_S = 10.0  # how long a cancelled attempt may take to release its run
+CRON_RENEW_S = 60.0  # a cron job not yet due is enqueued again this often (`GracefulWorker`)
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,12 @@ class WorkerHost:
         concurrency: int = 32,
         jobs_concurrency: int = 16,
         time: TimeSource = REAL_TIME,
+        role: Literal["worker", "worker-cell"] = "worker",
     ) -> None:
         self.settings = settings
+        # "worker-cell": a further cell of a process whose first host has the process's own
+        # timers and resources (`outlive.runtime`); one host per cell served
+        self.role = role
         self.time = time  # what its schedules' clock reads (a test harness's fake clock)
         self.concurrency = concurrency
         # One tenant must not hold every job slot (security review round 4, L6): its deliveries
@@ -98,10 +106,10 @@ class WorkerHost:
         self._stack = AsyncExitStack()
 
     async def start(self) -> None:
-        """Enter the "worker" runtime, then start the saq workers on it; on a failure, close
-        what was opened."""
+        """Enter the "worker" (or "worker-cell") runtime, then start the saq workers on it; on a
+        failure, close what was opened."""
         try:
-            runtime = await self._stack.enter_async_context(open_runtime(self.settings, "worker"))
+            runtime = await self._stack.enter_async_context(open_runtime(self.settings, self.role))
             await self._start_cancels()
             self.deps = self.deps_for(runtime)
             await self._start_workers(runtime.require_queues(), self.deps)
@@ -117,15 +125,16 @@ class WorkerHost:
         and a run that needs them before they are in awaits them off the loop. Then what they
         made is frozen too (`telemetry.heap`): the runtime froze before they came, and every
         full collection walked them, 87 to 256 ms a pause on the noisy-neighbour bench."""
+        freeze = self.settings.gc_freeze and self.role == "worker"  # once a process
         warming = asyncio.create_task(
-            _warm_then_freeze(runtime, freeze=self.settings.gc_freeze), name="outlive-warm-up"
+            _warm_then_freeze(runtime, freeze=freeze), name="outlive-warm-up"
         )
         self._stack.push_async_callback(_cancel_warm_up, warming)
 
     def deps_for(self, runtime: Runtime) -> WorkerDeps:
         """What the tasks read under the saq context's `outlive` key, from the runtime."""
         queues, http = runtime.require_queues(), runtime.http
-        assert http is not None  # noqa: S101 (the "worker" runtime has its clients)
+        assert http is not None  # noqa: S101 (a worker's runtime has its clients)
         settings, sessions = self.settings, runtime.sessions
         limiter = RateLimiter(queues.redis)  # replays' starts and children's: startRun's bucket
         return WorkerDeps(
@@ -292,6 +301,7 @@ class GracefulWorker(Worker[Any]):
         self._dequeuing: set[asyncio.Task[Any]] = set()  # process loops that hold no job
         self._upkeep: set[asyncio.Task[Any]] = set()
         self._lender = lender  # its attempts lend their slots while they wait (`workflows.slots`)
+        self._cron_again: dict[Any, float] = {}  # a cron job's function: when it is enqueued again
         if lender is not None:
             lender.bind(self)
 
@@ -311,6 +321,27 @@ class GracefulWorker(Worker[Any]):
             self.tasks.discard(previous_task)
             return
         super()._process(previous_task)
+
+    async def schedule(self, lock: int = 1) -> None:
+        """saq's, with each cron job enqueued once per fire time, not every second.
+
+        saq enqueues every cron job on every `schedule` pass (each second): a Redis round trip
+        per job a second, each a no-op but the first of its period (the job's key), for jobs
+        that fire every five minutes at most. Here a cron job is enqueued when its next fire
+        time has come (the one enqueued is due or gone) and again every `CRON_RENEW_S`, which
+        puts it back within that long if Redis lost it (Redis holds no truth). The queue's own
+        pass (scheduled jobs due: retries, deliveries later) still runs every second."""
+        every = self.cron_jobs
+        now = time.time()
+        due = [c for c in every if self._cron_again.get(c.function, 0.0) <= now]
+        self.cron_jobs = due
+        try:
+            await super().schedule(lock)
+        finally:
+            self.cron_jobs = every
+        for cron_job in due:  # enqueued: again when that fire time came, or for a renewal
+            fires = croniter(cron_job.cron, datetime.now(self.cron_tz)).get_next()
+            self._cron_again[cron_job.function] = min(fires, now + CRON_RENEW_S)
 
     async def upkeep(self) -> list[asyncio.Task[None]]:
         tasks = await super().upkeep()

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from outlive.cli.common import CliError
-from outlive.cli.serve import worker_cells
+from outlive.cli.serve import cell_hosts, worker_cells
 from outlive.cli.tokens import create_token as cli_create_token
 from outlive.db.directory_view import DirectoryView
 from outlive.errors import ServiceUnavailable
@@ -57,6 +57,29 @@ async def test_a_stale_view_refuses_and_a_read_makes_it_fresh(two_cells: TwoCell
         view.cell_of(tenant)
     await view.poll()
     assert view.cell_of(tenant) == "b"
+
+
+async def test_an_unchanged_view_acknowledges_once_a_fifth_of_the_staleness_bound(
+    two_cells: TwoCells,
+) -> None:
+    """Not on every poll (an upsert each): again only once stale_s / 5 passed since the last."""
+    now = [100.0]
+    directory = two_cells.directory
+    view = DirectoryView(directory, poll_s=0.2, stale_s=2.0, clock=lambda: now[0])
+    seen = "SELECT seen_at FROM viewers WHERE id = $1"
+    await view.poll()
+    first = await directory.pool.fetchval(seen, view.viewer)
+    now[0] += 0.3  # within a fifth of stale_s: nothing new, no upsert
+    await view.poll()
+    assert await directory.pool.fetchval(seen, view.viewer) == first
+    now[0] += 0.2  # 0.5 s, past 0.4: due
+    await view.poll()
+    assert await directory.pool.fetchval(seen, view.viewer) > first
+    tenant = TenantId(uuid4())
+    version = await directory.place(tenant, f"s-{tenant.hex[:8]}", "b")
+    now[0] += 0.01  # a change is acknowledged at once
+    await view.poll()
+    assert await directory.lagging(version, live_s=2.0) == []
 
 
 async def test_a_change_is_seen_within_a_poll(two_cells: TwoCells) -> None:
@@ -154,11 +177,12 @@ async def test_token_create_finds_the_tenants_cell(two_cells: TwoCells) -> None:
 
 async def test_a_worker_serves_the_cells_it_is_given(two_cells: TwoCells) -> None:
     """`outlive worker`: a host per cell of OUTLIVE_CELLS (all without it), each with its
-    cell's database and queue names; the first one serves the metrics port."""
+    cell's database and queue names; the first one is the process's own (the metrics port)."""
     settings = two_cells.settings.model_copy(update={"metrics_port": 9464})
     every = await worker_cells(settings)
     assert [(s.cell, s.database_url) for s in every] == sorted(two_cells.urls.items())
-    assert [s.metrics_port for s in every] == [9464, None]
+    hosts = cell_hosts(every, concurrency=2)  # the first the process's: its probe, its port
+    assert [h.role for h in hosts] == ["worker", "worker-cell"]
     assert [s.of_cell("outlive-runs") for s in every] == ["outlive-runs@b", "outlive-runs"]
     only_b = await worker_cells(settings.model_copy(update={"cells": ["b"]}))
     assert [s.cell for s in only_b] == ["b"]

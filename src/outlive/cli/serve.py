@@ -6,10 +6,13 @@ import argparse
 import asyncio
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outlive.cli.common import CliError, load_settings, run
 from outlive.config import Settings
+
+if TYPE_CHECKING:  # the CLI imports no worker until a worker starts (cold start)
+    from outlive.worker import WorkerHost
 
 
 def cmd_api(args: argparse.Namespace) -> None:
@@ -93,14 +96,25 @@ def cmd_worker(args: argparse.Namespace) -> None:
         host = WorkerHost(settings, concurrency=args.concurrency)
         run_with_signals(lambda stop: run_until_stopped(host, stop))
         return
-    hosts = [WorkerHost(s, concurrency=args.concurrency) for s in run(worker_cells(settings))]
+    hosts = cell_hosts(run(worker_cells(settings)), concurrency=args.concurrency)
     run_with_signals(lambda stop: run_until_stopped(hosts, stop))
+
+
+def cell_hosts(cells: list[Settings], *, concurrency: int) -> list[WorkerHost]:
+    """A host per cell: the first the process's own (the `worker` runtime: the lag probe, the
+    sampler, `OUTLIVE_METRICS_PORT`), the others `worker-cell` runtimes (`outlive.runtime`)."""
+    from outlive.worker import WorkerHost
+
+    return [
+        WorkerHost(cell, concurrency=concurrency, role="worker-cell" if n else "worker")
+        for n, cell in enumerate(cells)
+    ]
 
 
 async def worker_cells(settings: Settings) -> list[Settings]:
     """The settings of each cell a worker serves (`OUTLIVE_CELLS`, else every cell of the
     directory): one `WorkerHost` each, so that leases, fencing and the relay stay transactions
-    of one database. The first serves `OUTLIVE_METRICS_PORT`."""
+    of one database (`cell_hosts`)."""
     from outlive.cells import cell_settings, served_cells
     from outlive.db.directory import Directory
 
@@ -112,5 +126,4 @@ async def worker_cells(settings: Settings) -> list[Settings]:
         raise CliError(str(exc), 2) from None
     finally:
         await directory.close()
-    served = [cell_settings(settings, cell) for cell in cells]
-    return [served[0], *(s.model_copy(update={"metrics_port": None}) for s in served[1:])]
+    return [cell_settings(settings, cell) for cell in cells]

@@ -4,10 +4,16 @@ Loaded whole at start, then every `OUTLIVE_DIRECTORY_POLL_S` (0.2 s) only the ro
 the last version seen. The staleness is bounded: a view that has not read the directory for
 `OUTLIVE_DIRECTORY_STALE_S` (5 s) answers nothing (`ServiceUnavailable`, HTTP 503) instead of a
 cell that may be wrong, so a tenant's writes never reach a cell it left, whatever happened to
-this process or to the directory. Each poll then acknowledges the version it applied (the
-`viewers` table), after `drain` (the requests this process had in flight for a tenant that is
-now held) returned: a move copies the tail only once every live viewer acknowledged its hold,
+this process or to the directory. A poll that applied a change then acknowledges the version
+(the `viewers` table), after `drain` (the requests this process had in flight for a tenant that
+is now held) returned: a move copies the tail only once every live viewer acknowledged its hold,
 so no write of the held tenant is still on its way to the old cell.
+
+A poll that found nothing new acknowledges only every `ACKS_PER_STALE`-th of the staleness
+bound (1 s), not on every poll: the acknowledgement is an upsert, and five a second were half
+of an idle API process's statements (bench/cells.py). The view counts as fresh from its last
+acknowledged read only, so the two bounds stay one: a view whose acknowledgement is older than
+`OUTLIVE_DIRECTORY_STALE_S` refuses to route, and a move waits for no viewer silent that long.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from outlive.ids import TenantId
 log = logging.getLogger(__name__)
 
 Drain = Callable[[set[TenantId]], Awaitable[None]]
+
+ACKS_PER_STALE = 5  # an unchanged view acknowledges this many times per staleness bound
 
 
 async def _nothing_to_drain(_: set[TenantId]) -> None:
@@ -59,7 +67,7 @@ class DirectoryView:
         self.viewer = viewer or viewer_id()
         self.clock = clock
         self.version = 0
-        self.fresh_at = float("-inf")  # when the last successful read started (monotonic)
+        self.fresh_at = float("-inf")  # when the last acknowledged read started (monotonic)
         self._placements: dict[TenantId, Placement] = {}
         self._old_tokens: dict[bytes, TenantId] = {}  # a token made before tokens named tenants
         self._released: dict[TenantId, asyncio.Event] = {}
@@ -84,8 +92,9 @@ class DirectoryView:
                 self.on_moved(placement.tenant_id)
         if held:
             await self.drain(held)  # their requests in flight finish on the old cell first
-        await self.directory.ack(self.viewer, self.version)
-        self.fresh_at = started
+        if changes or started - self.fresh_at >= self.stale_s / ACKS_PER_STALE:
+            await self.directory.ack(self.viewer, self.version)
+            self.fresh_at = started  # fresh from an acknowledged read only (see above)
         if changes:
             self._changed.set()
             self._changed = asyncio.Event()
