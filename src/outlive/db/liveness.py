@@ -225,8 +225,8 @@ class DeathWatch:
         try:
             if self._wait is not None and loop.time() - self._chosen_at > self.RECHOOSE_S:
                 await self.stop()
-            if self._wait is None:
-                self._wait = await self._watch_next()
+            if self._wait is None and loop.time() - self._chosen_at >= self.ALONE_S:
+                self._wait = await self._watch_next()  # not on every look when alone
                 self._chosen_at = loop.time()
             if self._wait is None:
                 await asyncio.sleep(min(within, self.ALONE_S))
