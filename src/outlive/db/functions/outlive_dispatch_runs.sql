@@ -7,6 +7,15 @@ BEGIN
     SELECT coalesce(t.max_running_runs, p_default) INTO cap
       FROM tenants t WHERE t.id = p_tenant FOR NO KEY UPDATE;
     IF NOT FOUND THEN RETURN; END IF;
+    -- A tenant-wide budget that holds one of the tenant's runs would hold every run that
+    -- records usage at its first step: admitting `cap` at once only spins workers claiming and
+    -- parking them (issue 42). One at a time until it has room again (its runs wake).
+    IF cap > 1 AND EXISTS (SELECT 1 FROM budgets b
+                            WHERE b.tenant_id = p_tenant AND b.scope = 'TENANT'
+                              AND EXISTS (SELECT 1 FROM runs h WHERE h.held_by_budget_id = b.id
+                                             AND h.status = 'WAITING')) THEN
+        cap := 1;
+    END IF;
     SELECT count(*) INTO held FROM runs r
      WHERE r.tenant_id = p_tenant AND r.status IN ('QUEUED', 'RUNNING')
        AND r.dispatched_at IS NOT NULL;
