@@ -122,8 +122,7 @@ async def cpu_per_run(
 ) -> tuple[float, float]:
     """Start `runs` runs through the API, then wait for them in the databases (one count per
     cell every `POLL_S`, not a poll per run: a figure that does not depend on how fast runs
-    finish). This
-    process's CPU seconds per run, and the phase's wall seconds."""
+    finish). This process's CPU seconds per run, and the phase's wall seconds."""
     lanes = asyncio.Semaphore(16)
 
     async def one(n: int) -> None:

@@ -79,6 +79,7 @@ log = logging.getLogger(__name__)
 
 Role = Literal["api", "worker", "cli", "cli-queues", "api-cell", "worker-cell"]
 
+PROCESS_ROLES = ("api", "worker")  # a process's first runtime: tracing, the sampler, the heap
 CLI_POOL_SIZE = 2  # a CLI command's engine: what a cron tick or a redrive uses at most
 
 
@@ -125,6 +126,12 @@ class Runtime:
     sampler: Sampler | None = None  # `api`, `worker`
     liveness: Liveness | None = None  # `worker(-cell)`, unless no direct connection (PgBouncer)
 
+    @property
+    def owns_process(self) -> bool:
+        """The process's first runtime (`api`, `worker`), not one more cell's: what is once a
+        process (tracing, the sampler, the heap's freeze) is its."""
+        return self.role in PROCESS_ROLES
+
     def require_queues(self) -> Queues:
         if self.queues is None:
             raise RuntimeError(f"the {self.role!r} runtime has no queues")
@@ -139,13 +146,13 @@ class Runtime:
 @asynccontextmanager
 async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]:
     """Everything `role` needs, closed in reverse on exit (or on a failure while opening)."""
-    server = role in ("api", "worker")  # the process's own: tracing, the sampler, the heap
+    owns_process = role in PROCESS_ROLES  # `Runtime.owns_process`
     worker = role in ("worker", "worker-cell")
     database_url, redis_url = _urls(settings, role)
     agents = AgentRegistry([])  # a command that starts no run validates no input
     configure_prices(settings.model_prices)  # what a model costs: usage, budgets
     async with AsyncExitStack() as stack:
-        if server:
+        if owns_process:
             tracing.setup(
                 endpoint_set=bool(settings.otel_endpoint),
                 disabled=settings.otel_sdk_disabled,
@@ -174,12 +181,12 @@ async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]
             http=await _open_http(stack) if worker else None,
             liveness=await _open_liveness(stack, settings) if worker else None,
             sampler=await _open_sampler(stack, settings, role, engine, sessions, queues, realtime)
-            if server
+            if owns_process
             else None,
         )
         if role == "worker":
             _serve_metrics(stack, settings)
-        if server:
+        if owns_process:
             heap.watch()
             if settings.gc_freeze:  # last: everything startup made (see `telemetry.heap`)
                 heap.freeze()

@@ -125,7 +125,7 @@ class WorkerHost:
         and a run that needs them before they are in awaits them off the loop. Then what they
         made is frozen too (`telemetry.heap`): the runtime froze before they came, and every
         full collection walked them, 87 to 256 ms a pause on the noisy-neighbour bench."""
-        freeze = self.settings.gc_freeze and self.role == "worker"  # once a process
+        freeze = self.settings.gc_freeze and runtime.owns_process
         warming = asyncio.create_task(
             _warm_then_freeze(runtime, freeze=freeze), name="outlive-warm-up"
         )

@@ -321,22 +321,20 @@ class Stack:
         return body["data"]
 
     def start_run(self, tenant: Tenant, **input: Any) -> str:
-        data = self.gql(
-            tenant,
-            "mutation($input: StartRunInput!) { startRun(input: $input) { run { id } } }",
-            {"input": {"agent": "demo", "input": input}},
-        )
-        run_id: str = data["startRun"]["run"]["id"]
-        return run_id
+        return self._start(tenant, {"agent": "demo", "input": input})
 
     def start_keyed(self, tenant: Tenant, key: str, **input: object) -> str:
         """A demo run of its own key (one run of a key is active at a time)."""
+        return self._start(tenant, {"agent": "demo", "key": key, "input": input}, created=True)
+
+    def _start(self, tenant: Tenant, start: dict[str, Any], *, created: bool = False) -> str:
         data = self.gql(
             tenant,
             "mutation($input: StartRunInput!) { startRun(input: $input) { created run { id } } }",
-            {"input": {"agent": "demo", "key": key, "input": input}},
+            {"input": start},
         )
-        assert data["startRun"]["created"] is True
+        if created:
+            assert data["startRun"]["created"] is True
         run_id: str = data["startRun"]["run"]["id"]
         return run_id
 
