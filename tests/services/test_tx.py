@@ -96,6 +96,37 @@ _ROWS = prepare(
 _TOUCH = prepare(text("UPDATE tenants SET name = name WHERE id = :tenant_id"))
 
 
+async def test_a_cancellation_as_the_connection_goes_back_still_announces(
+    sessions: Sessions, settings: Settings, tenant: TenantHandle
+) -> None:
+    """Giving the raw connection back is a round trip (asyncpg resets it): a cancellation that
+    lands there, after the statement committed, still lets the unit's nudge go out (a worker
+    stopped mid-step lost a recorded step's nudges so, in CI)."""
+    assert settings.database_url is not None
+    sent: list[PendingNudge] = []
+
+    async def sink(nudges: Sequence[PendingNudge]) -> None:
+        sent.extend(nudges)
+
+    raw = await create_pool(settings.database_url, max_size=2)
+    wired = Sessions(sessions.maker, sink, autocommit_maker=sessions.autocommit_maker, raw=raw)
+
+    async def step() -> None:
+        async with wired.unit(tenant.id, single_statement=True) as uow:
+            await uow.execute(_TOUCH, tenant_id=tenant.id)
+            uow.nudge("run.event", tenant.id)
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()  # delivered at the block's next suspension: the connection's release
+
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.create_task(step())
+    finally:
+        await raw.close()
+    assert [n.type for n in sent] == ["run.event"]
+
+
 async def _answers(db: Db, tenant: TenantHandle) -> tuple[object, ...]:
     one = await db.one(_ROWS, tag="x")
     none = await db.one(prepare(text("SELECT 1 AS n WHERE false")))

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
 from typing import Any
 
 import asyncpg
@@ -231,7 +231,7 @@ async def _statement(
                 with reaching(connection):
                     result = await call(connection)
             finally:
-                await _release(on, connection)
+                await release(on, connection)
         finally:
             if gate is not None:
                 gate.release()
@@ -241,17 +241,7 @@ async def _statement(
     return result
 
 
-@asynccontextmanager
-async def held(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
-    """A connection of `pool` for the block, given back after it (`_release`)."""
-    connection = await pool.acquire()
-    try:
-        yield connection
-    finally:
-        await _release(pool, connection)
-
-
-async def _release(pool: asyncpg.Pool, connection: asyncpg.Connection) -> None:
+async def release(pool: asyncpg.Pool, connection: asyncpg.Connection) -> None:
     """Give `connection` back to `pool`. When the server closed it meanwhile, asyncpg may
     already have taken its holder back, and `release` then fails ("called on a free connection
     holder") although the block's statements committed: that is no failure of the block."""

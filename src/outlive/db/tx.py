@@ -234,9 +234,11 @@ class StatementUnit(Unit):
         self._raw = raw
         self._session = session
 
-    async def _committed(self, running: asyncio.Future[T]) -> T:
-        """The statement commits itself: once sent, it finishes, and a cancellation that arrives
-        meanwhile waits for the end of the unit, after its nudges and jobs went out."""
+    async def _finish(self, running: asyncio.Future[T]) -> T:
+        """A statement commits itself: once sent, it finishes, and a cancellation that arrives
+        meanwhile waits for the end of the unit, after its nudges and jobs went out. So does one
+        that arrives while the unit gives its connection back (a round trip: asyncpg resets it),
+        after its statements committed."""
         try:
             return await asyncio.shield(running)
         except asyncio.CancelledError:
@@ -249,7 +251,7 @@ class StatementUnit(Unit):
 
     async def one(self, statement: Statement, /, **params: Any) -> Row | None:
         if self._raw is not None:
-            return await self._committed(
+            return await self._finish(
                 asyncio.ensure_future(drivers.raw_one(self._raw, statement, params))
             )
         assert self._session is not None  # noqa: S101 (one of the two is always set)
@@ -257,7 +259,7 @@ class StatementUnit(Unit):
 
     async def all(self, statement: Statement, /, **params: Any) -> list[Row]:
         if self._raw is not None:
-            return await self._committed(
+            return await self._finish(
                 asyncio.ensure_future(drivers.raw_all(self._raw, statement, params))
             )
         assert self._session is not None  # noqa: S101 (one of the two is always set)
@@ -265,7 +267,7 @@ class StatementUnit(Unit):
 
     async def execute(self, statement: Statement, /, **params: Any) -> int:
         if self._raw is not None:
-            return await self._committed(
+            return await self._finish(
                 asyncio.ensure_future(drivers.raw_execute(self._raw, statement, params))
             )
         assert self._session is not None  # noqa: S101 (one of the two is always set)
@@ -409,9 +411,12 @@ class Sessions:
     async def _statements(self, tenant_id: UUID | None) -> AsyncIterator[StatementUnit]:
         with drivers.reaching():  # the pool's connect too: ServiceUnavailable when unreachable
             if self.raw is not None:
-                async with drivers.held(self.raw) as connection:
-                    unit = StatementUnit(tenant_id, self, raw=connection)
+                connection = await self.raw.acquire()
+                unit = StatementUnit(tenant_id, self, raw=connection)
+                try:
                     yield unit  # each statement committed itself; an exception drops the rest
+                finally:  # a cancellation here must not drop what the statements announced
+                    await unit._finish(asyncio.ensure_future(drivers.release(self.raw, connection)))
             else:
                 async with self.autocommit_maker() as session:
                     unit = StatementUnit(tenant_id, self, session=session)
