@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, cast
 
+from croniter import croniter
 from saq import Worker
 from saq.types import PartialTimersDict
 
@@ -49,6 +53,11 @@ from outlive.workflows.slots import LEND_FACTOR, OVERDRAFT_FACTOR, SlotLender
 log = logging.getLogger(__name__)
 
 RELEASE_DEADLINE_S = 10.0  # how long a cancelled attempt may take to release its run
+CRON_RENEW_S = 60.0  # a cron job not yet due is enqueued again this often (`GracefulWorker`)
+# saq's schedule pass sleeps its period after each pass and locks the queue's pass for the same
+# period, in whole seconds (SETEX): at exactly 1 s a pass could find its own lock still held and
+# skip, a retry then moving a second late. A period a little longer than the lock never does.
+SCHEDULE_S = 1.02
 
 
 @dataclass(frozen=True)
@@ -174,7 +183,8 @@ class WorkerHost:
         """The runs worker and the jobs worker (with cron), not started: `start` runs them as
         tasks; a test that counts one run's cost calls their `process()` itself."""
         timers = cast(
-            PartialTimersDict, {"sweep": self.settings.run_sweep_s, "schedule": 1, "abort": 1}
+            PartialTimersDict,
+            {"sweep": self.settings.run_sweep_s, "schedule": SCHEDULE_S, "abort": 1},
         )
         runs_worker: Worker[Any] = GracefulWorker(
             queues.runs,
@@ -297,6 +307,7 @@ class GracefulWorker(Worker[Any]):
         self._dequeuing: set[asyncio.Task[Any]] = set()  # process loops that hold no job
         self._upkeep: set[asyncio.Task[Any]] = set()
         self._lender = lender  # its attempts lend their slots while they wait (`workflows.slots`)
+        self._cron_next: dict[Any, tuple[float, float]] = {}  # a cron job: (fires, renewed) at
         if lender is not None:
             lender.bind(self)
 
@@ -316,6 +327,35 @@ class GracefulWorker(Worker[Any]):
             self.tasks.discard(previous_task)
             return
         super()._process(previous_task)
+
+    async def schedule(self, lock: float = 1) -> None:
+        """saq's, with each cron job enqueued once per fire time, not on every pass, and the
+        queue's lock in whole seconds below the pass's period (`SCHEDULE_S`, given as `lock`).
+
+        saq enqueues every cron job on every `schedule` pass (each second): a Redis round trip
+        per job a second, a no-op but for the first of its period (the job's key), for jobs
+        that fire every five minutes at most. Here a cron job is enqueued once its last fire
+        time has come, on every pass until that takes (the key is free once the fired job
+        finished, as with saq), and besides every `CRON_RENEW_S`, which puts a job Redis lost
+        back within that long (Redis holds no truth). The queue's own pass (scheduled jobs now
+        due: retries, deliveries later) still runs every second."""
+        now = time.time()
+        for cron_job in self.cron_jobs:
+            fires, renew = self._cron_next.get(cron_job.function, (0.0, 0.0))
+            if now < fires and now < renew:
+                continue
+            kwargs = dict(cron_job.__dict__)
+            function = kwargs.pop("function").__qualname__
+            kwargs["key"] = f"cron:{function}" if kwargs.pop("unique") else None
+            at = croniter(kwargs.pop("cron"), datetime.now(self.cron_tz)).get_next()
+            options = {k: v for k, v in kwargs.items() if v is not None}
+            if await self.queue.enqueue(function, scheduled=int(at), **options) is not None:
+                self._cron_next[cron_job.function] = (at, now + CRON_RENEW_S)
+            elif now < fires:  # a renewal: the job was there
+                self._cron_next[cron_job.function] = (fires, now + CRON_RENEW_S)
+            # else the fired job still holds its key: again on the next pass
+        if job_ids := await self.queue.schedule(max(1, math.floor(lock))):
+            log.info("Scheduled %s", job_ids)
 
     async def upkeep(self) -> list[asyncio.Task[None]]:
         tasks = await super().upkeep()

@@ -102,6 +102,26 @@ async def test_a_change_is_seen_within_a_poll(two_cells: TwoCells) -> None:
             await task
 
 
+async def test_a_change_is_read_when_the_directory_announces_it(two_cells: TwoCells) -> None:
+    """The view listens for the directory's changes (a trigger NOTIFYs them): with a poll and an
+    acknowledgement a minute and 12 s apart, a change is still read and acknowledged at once."""
+    directory = two_cells.directory
+    view = DirectoryView(directory, poll_s=60.0, stale_s=60.0)
+    tenant = TenantId(uuid4())
+    await directory.place(tenant, f"s-{tenant.hex[:8]}", "default")
+    task = asyncio.create_task(view.run())
+    try:
+        await until(lambda: _true(view.listening and view.cell_of(tenant) == "default"))
+        version = await directory.place(tenant, f"s-{tenant.hex[:8]}", "b")
+        # within 5 s: far below the 12 s acknowledgement and the 60 s poll
+        await until(lambda: _none(directory.lagging(version, live_s=60.0)), timeout_s=5)
+        assert view.cell_of(tenant) == "b"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def test_a_hold_is_acknowledged_once_the_requests_in_flight_finished(
     two_cells: TwoCells,
 ) -> None:

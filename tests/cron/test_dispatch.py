@@ -25,6 +25,7 @@ from outlive.cron.dispatch import cron_jobs, function_name, run_tick
 from outlive.cron.table import CRON
 from outlive.db.tx import Sessions
 from outlive.jobs.queues import create_queue
+from outlive.worker import CRON_RENEW_S, GracefulWorker
 from tests.support import service_env, spawn_outlive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +47,27 @@ async def test_scheduling_enqueues_one_job_per_expression(settings: Settings) ->
     jobs = [await queue.job(f"cron:{function_name(e)}") for e in CRON]
     assert all(job is not None for job in jobs)
     assert await queue.count("incomplete") == len(CRON)
+    await queue.disconnect()
+
+
+async def test_a_cron_job_is_enqueued_once_per_fire_time_and_renewed(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`GracefulWorker.schedule`: not every second (saq's), but when its fire time came or
+    `CRON_RENEW_S` passed, which puts back a job that Redis lost."""
+    queue = create_queue(settings.redis_url or "", "cron-renew-test")
+    worker = GracefulWorker(queue, functions=[], cron_jobs=cron_jobs(CRON))
+    key = f"cron:{function_name(next(iter(CRON)))}"
+    await worker.schedule()
+    assert await queue.job(key) is not None
+    await queue.redis.delete(queue.job_id(key))  # Redis lost it
+    await queue.redis.zrem(queue._incomplete, queue.job_id(key))  # saq's incomplete set
+    await worker.schedule()  # a second later: nothing enqueued, the queue's pass alone
+    assert await queue.job(key) is None
+    later = time.time() + CRON_RENEW_S
+    monkeypatch.setattr("outlive.worker.time.time", lambda: later)
+    await worker.schedule()
+    assert await queue.job(key) is not None  # renewed
     await queue.disconnect()
 
 

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from outlive.db.engine import create_engine, create_sessions
-from outlive.db.liveness import Liveness, worker_gone
+from outlive.db.liveness import DeathWatch, Liveness, worker_gone
 from outlive.db.tx import Sessions
 from outlive.ids import RunId
 from outlive.services.relay.queries import ORPHANED
@@ -132,3 +132,23 @@ async def test_taking_a_lock_prunes_the_records_that_decide_nothing(
         assert [r["id"] for r in await sessions.all(ORPHANED, batch=10)] == [holding]
     finally:
         await worker.stop()
+
+
+async def test_a_worker_alone_looks_for_a_gone_worker_s_runs_once_a_neighbour_look(
+    database: str,
+) -> None:
+    """Alone in its database, a worker's death watch lets the relay look for a gone worker's
+    runs once per look for a neighbour (`DeathWatch.ALONE_S`), not on every shorter `within`:
+    those looks are the only ones that can find anything (bench/cells.py paid them per cell)."""
+    liveness = Liveness(database)
+    await liveness.start()
+    watch = liveness.watch()
+    try:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        for _ in range(3):  # as the relay's look loop, with OUTLIVE_LIVENESS_CHECK_S = 0.05
+            assert not await watch.death(within=0.05)
+        assert loop.time() - began >= 2 * DeathWatch.ALONE_S  # the first looks at once
+    finally:
+        await watch.stop()
+        await liveness.stop()

@@ -3,7 +3,7 @@
 A small PostgreSQL database of its own (`OUTLIVE_DIRECTORY_URL`; unset: one cell, DATABASE_URL,
 exactly the deployment before cells). It maps each tenant to one of `SLOTS` virtual slots and
 each slot to a cell. Its schema is its own, made by `outlive directory init` (`ensure_schema`,
-idempotent; `directory_meta.revision` says which, "0048"), not by the cells' Alembic chain: a
+idempotent; `directory_meta.revision` says which, "0051"), not by the cells' Alembic chain: a
 cell's database never holds the directory and the directory never holds a tenant's rows.
 
 - `cells(name, database_url)`: the cells; `default` is the one whose queues keep their names.
@@ -17,12 +17,14 @@ cell's database never holds the directory and the directory never holds a tenant
 - `moves(tenant_id, …, phase)`: a move in progress, so an interrupted one resumes.
 
 Every change takes a new `version` from one sequence: a process reads only the rows changed
-since the last version it saw (`DirectoryView` in `outlive.cells`).
+since the last version it saw (`DirectoryView` in `outlive.db.directory_view`), and NOTIFYs
+`CHANNEL` (revision 0051: run `outlive directory init` again on a directory made before it), so
+a process reads a change when it is made instead of on its next poll.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -34,7 +36,7 @@ from outlive.config import DEFAULT_CELL
 from outlive.db import primary
 from outlive.ids import SLOTS, TenantId, home_slot
 
-REVISION = "0048"
+REVISION = "0051"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS directory_meta (revision text PRIMARY KEY);
@@ -72,7 +74,20 @@ CREATE TABLE IF NOT EXISTS moves (
     started_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now());
 INSERT INTO directory_meta (revision) VALUES ('0048') ON CONFLICT DO NOTHING;
+CREATE OR REPLACE FUNCTION directory_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('outlive_directory', '');
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS directory_changed ON tenants;
+CREATE TRIGGER directory_changed AFTER INSERT OR UPDATE OR DELETE ON tenants
+    FOR EACH STATEMENT EXECUTE FUNCTION directory_changed();
+DROP TRIGGER IF EXISTS directory_changed ON slots;
+CREATE TRIGGER directory_changed AFTER INSERT OR UPDATE OR DELETE ON slots
+    FOR EACH STATEMENT EXECUTE FUNCTION directory_changed();
+INSERT INTO directory_meta (revision) VALUES ('0051') ON CONFLICT DO NOTHING;
 """
+CHANNEL = "outlive_directory"  # NOTIFYed by every change of `tenants` or `slots` (a trigger)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,15 +117,29 @@ class Directory:
     """The directory database, on a small pool (one or two connections: a few statements a
     second per process)."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, url: str) -> None:
         self.pool = pool
+        self.url = url
 
     @classmethod
     async def open(cls, url: str, *, max_size: int = 2) -> Directory:
         pool = await asyncpg.create_pool(
             url, connect=primary.connect, min_size=0, max_size=max_size
         )
-        return cls(pool)
+        return cls(pool, url)
+
+    async def listen(self, changed: Callable[[], object]) -> asyncpg.Connection:
+        """A connection of its own (outside the pool) that calls `changed` on every change of
+        the directory's placements (`CHANNEL`); the caller closes it."""
+        conn = await primary.connect(
+            self.url, server_settings={"application_name": "outlive-directory"}
+        )
+        try:
+            await conn.add_listener(CHANNEL, lambda *_: changed())
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
 
     async def close(self) -> None:
         await self.pool.close()

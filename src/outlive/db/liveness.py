@@ -208,7 +208,13 @@ class DeathWatch:
     let go at once (held, it would make the dead worker look alive to `worker_gone`), and the
     next key is watched. The ring is chosen again every `RECHOOSE_S`, so a worker that joined is
     watched too; until then, and while the liveness session is down, the periodic look alone
-    finds a gone worker's runs, as before."""
+    finds a gone worker's runs, as before.
+
+    Alone (no other live worker's lock at the last look for one), `death` returns only when
+    the next look for a neighbour is due, every `ALONE_S`, not every `within`: the relay's look
+    for a gone worker's runs that follows it is then the only one that can find any (a worker
+    that joined after the last look and died before this one). An alone worker's looks cost one
+    statement a second, not two (bench/cells.py: every cell with one worker paid it)."""
 
     RECHOOSE_S = 10.0
     ALONE_S = 1.0  # with no other worker to watch, how often to look for one
@@ -228,8 +234,8 @@ class DeathWatch:
             if self._wait is None and loop.time() - self._chosen_at >= self.ALONE_S:
                 self._wait = await self._watch_next()  # not on every look when alone
                 self._chosen_at = loop.time()
-            if self._wait is None:
-                await asyncio.sleep(min(within, self.ALONE_S))
+            if self._wait is None:  # alone: until the next look for a neighbour
+                await asyncio.sleep(max(0.0, self._chosen_at + self.ALONE_S - loop.time()))
                 return False
             done, _ = await asyncio.wait({self._wait}, timeout=within)
             if not done:
