@@ -110,6 +110,7 @@ class Liveness:
         self._key: int | None = None
         self._held = False
         self.watchable = False  # the session can wait for another worker's lock (`DeathWatch`)
+        self._gone = asyncio.Event()  # the connection was lost: `_keep` opens it again
         self._daemon = Daemon("outlive-liveness", self._keep)
 
     @property
@@ -167,20 +168,24 @@ class Liveness:
             raise
         conn.add_termination_listener(self._lost)
         self._conn, self._key, self._held = conn, key, True
+        self._gone.clear()
         log.info("liveness: this worker holds its lock (worker id %d)", key)
 
-    def _lost(self, *_: Any) -> None:
+    def _lost(self, conn: asyncpg.Connection, *_: Any) -> None:
+        if conn is not self._conn:  # one lost before, already replaced
+            return
         if self._held:
             log.warning("liveness: the connection was lost; the lease alone decides until back")
         self._held = False
+        self._gone.set()
 
     async def _keep(self) -> None:
+        """Once the connection is lost (its termination listener: an event, not a look every
+        second, which woke every cell's worker for nothing), open it again every `REOPEN_S`."""
         while True:
+            await self._gone.wait()
             await asyncio.sleep(REOPEN_S)
-            if self._conn is not None and not self._conn.is_closed():
-                continue
-            self._held = False
-            try:
+            try:  # clears `_gone` once open
                 await self._open()
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.debug("liveness: cannot reopen yet (%r)", exc)

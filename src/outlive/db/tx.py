@@ -237,8 +237,8 @@ class StatementUnit(Unit):
     async def _finish(self, running: asyncio.Future[T]) -> T:
         """A statement commits itself: once sent, it finishes, and a cancellation that arrives
         meanwhile waits for the end of the unit, after its nudges and jobs went out. So does one
-        that arrives while the unit gives its connection back (a round trip: asyncpg resets it),
-        after its statements committed."""
+        that arrives while the unit gives its connection back (asyncpg's release runs in a task of
+        its own, shielded: the caller waits on it), after its statements committed."""
         try:
             return await asyncio.shield(running)
         except asyncio.CancelledError:
