@@ -100,8 +100,8 @@ async def test_a_cancellation_as_the_connection_goes_back_still_announces(
     sessions: Sessions, settings: Settings, tenant: TenantHandle
 ) -> None:
     """Giving the raw connection back suspends the caller (asyncpg shields its release in a task
-    of its own): a cancellation that lands there, after the statement committed, still lets the unit's nudge go out (a worker
-    stopped mid-step lost a recorded step's nudges so, in CI)."""
+    of its own): a cancellation that lands there, after the statement committed, still lets the
+    unit's nudge go out (a worker stopped mid-step lost a recorded step's nudges so, in CI)."""
     assert settings.database_url is not None
     sent: list[PendingNudge] = []
 
