@@ -83,8 +83,7 @@ from outlive.services.relay.queries import (
     MAX_TENANTS,
     MISSED_JOB_DISPATCHES,
     MISSED_RUN_DISPATCHES,
-    NEXT_CLOCK,
-    NEXT_WAKE,
+    NEXT,
     ORPHANED,
     QUEUE_TIMEOUT_S,
     RETRY_LATER,
@@ -235,12 +234,14 @@ class Relay:
         if done.taken:
             await self._hand(done.taken)
         done.full = done.full or done.woken >= self.batch or done.fired >= self.batch
-        row = await self._sessions.one(NEXT_WAKE, lead=lead_s)
-        done.next_wake_s = None if row is None or row["in_s"] is None else float(row["in_s"])
-        row = await self._sessions.one(NEXT_CLOCK, ahead_s=self._time.ahead().total_seconds())
-        if row is not None and row["in_s"] is not None:
-            in_s = max(0.0, float(row["in_s"]))
-            done.next_wake_s = in_s if done.next_wake_s is None else min(done.next_wake_s, in_s)
+        row = await self._sessions.one(
+            NEXT, lead=lead_s, ahead_s=self._time.ahead().total_seconds()
+        )
+        assert row is not None  # noqa: S101 (a SELECT of two values: always one row)
+        found = [] if row["wake_s"] is None else [float(row["wake_s"])]
+        if row["clock_s"] is not None:
+            found.append(max(0.0, float(row["clock_s"])))
+        done.next_wake_s = min(found) if found else None
         return done
 
     async def _end_holds(self) -> None:

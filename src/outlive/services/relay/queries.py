@@ -186,12 +186,10 @@ MISSED_JOB_DISPATCHES = prepare(
 # timeout is handed back with that timeout's pass: ahead still, by less than the lead. Looking
 # for the earliest sleep and the earliest timeout apart scanned the whole index when there was
 # no timeout at all, on every pass.)
-NEXT_WAKE = prepare(
-    text(
-        "SELECT extract(epoch FROM wake_at - now() - CASE WHEN waiting_for IS NULL"
-        " THEN make_interval(secs => :lead) ELSE interval '0' END) AS in_s"
-        " FROM runs WHERE status = 'WAITING' ORDER BY wake_at LIMIT 1"
-    )
+_NEXT_WAKE = (
+    "SELECT extract(epoch FROM wake_at - now() - CASE WHEN waiting_for IS NULL"
+    " THEN make_interval(secs => :lead) ELSE interval '0' END)"
+    " FROM runs WHERE status = 'WAITING' ORDER BY wake_at LIMIT 1"
 )
 
 
@@ -200,16 +198,17 @@ NEXT_WAKE = prepare(
 # How long until the clock has something to do: the earliest schedule (its fire time read on the
 # schedules' time, `:ahead_s` ahead of PostgreSQL's: `db.ports.TimeSource`), or the earliest
 # debounced run still held back (one probe of `ix_schedules_due` and one of `ix_runs_not_before`).
-NEXT_CLOCK = prepare(
-    text(
-        "SELECT extract(epoch FROM least("
-        "(SELECT next_fire_at - make_interval(secs => :ahead_s) FROM schedules"
-        "  WHERE next_fire_at IS NOT NULL ORDER BY next_fire_at LIMIT 1),"
-        "(SELECT not_before FROM runs WHERE status = 'QUEUED' AND dispatched_at IS NULL"
-        "  AND queued_behind_id IS NULL AND not_before IS NOT NULL AND not_before > now()"
-        "  ORDER BY not_before LIMIT 1)) - now()) AS in_s"
-    )
+_NEXT_CLOCK = (
+    "extract(epoch FROM least("
+    "(SELECT next_fire_at - make_interval(secs => :ahead_s) FROM schedules"
+    "  WHERE next_fire_at IS NOT NULL ORDER BY next_fire_at LIMIT 1),"
+    "(SELECT not_before FROM runs WHERE status = 'QUEUED' AND dispatched_at IS NULL"
+    "  AND queued_behind_id IS NULL AND not_before IS NOT NULL AND not_before > now()"
+    "  ORDER BY not_before LIMIT 1)) - now())"
 )
+# Both in one round trip, at the end of every pass (NULL: nothing to wait for).
+NEXT = prepare(text(f"SELECT ({_NEXT_WAKE}) AS wake_s, {_NEXT_CLOCK} AS clock_s"))
+
 # Tenants with a debounced run whose hold ended, while a slot of their cap is free (a full one
 # is dispatched by the settle that frees a slot).
 HOLDS_ENDED = prepare(
