@@ -14,8 +14,11 @@ HEAVY = ("pydantic", "sqlalchemy", "redis", "httpx", "pydantic_ai", "openai", "o
 
 
 def _loaded(code: str) -> list[str]:
-    """The modules a fresh interpreter holds after running `code`."""
-    tail = "\nimport sys\nprint('\\n'.join(sorted(sys.modules)), file=sys.stderr)"
+    """The modules a fresh interpreter holds after running `code` (not those marked absent)."""
+    tail = (
+        "\nimport sys\nprint('\\n'.join(sorted(m for m, v in sys.modules.items()"
+        " if v is not None)), file=sys.stderr)"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code + tail], capture_output=True, text=True, check=True
     )
@@ -56,3 +59,11 @@ def test_a_worker_warms_what_its_agents_need() -> None:
         )
     )
     assert {"pydantic_ai", "openai", "outlive.agents.llm_chat"} <= modules
+
+
+def test_a_worker_imports_no_command_line_client_of_httpx() -> None:
+    """httpx loads its CLI (click, rich, pygments) when they are installed; `outlive` marks it
+    absent before httpx is imported (`outlive/__init__.py`)."""
+    modules = set(_loaded("import outlive.worker\nimport httpx\nassert httpx.main is not None"))
+    assert "httpx" in modules
+    assert not {"httpx._main", "rich", "pygments"} & modules
