@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from outlive.config import Settings
 from outlive.telemetry import tracing
+from outlive.telemetry.tracing_sdk import EdgeSampler
 from tests.support import Api, TenantHandle, loopback_server, service_env, spawn_outlive
 from tests.telemetry.test_metrics import free_port, wait_ready
 
@@ -38,7 +39,7 @@ VIEWER = "query Traced { viewer { user { id } } }"
 
 def _provider(ratio: float) -> tuple[TracerProvider, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=tracing.EdgeSampler(ParentBasedTraceIdRatio(ratio)))
+    provider = TracerProvider(sampler=EdgeSampler(ParentBasedTraceIdRatio(ratio)))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider, exporter
 

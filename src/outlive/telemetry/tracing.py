@@ -19,19 +19,19 @@ ids that a ratio sampler always keeps). `EdgeSampler` wraps the configured sampl
 (`OTEL_TRACES_SAMPLER`): a server span under a remote parent is decided as a new root would be,
 on a random id, and keeps the caller's trace id; every other span (a job's or a run attempt's,
 whose parent is Outlive's own enqueue) follows the configured sampler as it is.
+
+The SDK (and `tracing_sdk`, which subclasses it) is imported by `setup` only, when tracing is on:
+its resource detection imports psutil, and the SDK was 75 ms of every process's start.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -41,36 +41,6 @@ TRACER_NAME = "outlive"
 _PROPAGATOR = TraceContextTextMapPropagator()
 _tracer: Tracer | None = None
 _provider: Any = None
-
-
-class EdgeSampler(Sampler):
-    """A sampler that never lets a caller's sampled flag decide (see the module's doc)."""
-
-    def __init__(self, configured: Sampler) -> None:
-        self._configured = configured
-
-    def should_sample(
-        self,
-        parent_context: otel_context.Context | None,
-        trace_id: int,
-        name: str,
-        kind: SpanKind | None = None,
-        attributes: Any = None,
-        links: Sequence[Link] | None = None,
-        trace_state: Any = None,
-    ) -> SamplingResult:
-        parent = trace.get_current_span(parent_context).get_span_context()
-        if kind is SpanKind.SERVER and parent.is_valid and parent.is_remote:
-            as_root = self._configured.should_sample(
-                otel_context.Context(), secrets.randbits(128) or 1, name, kind, attributes, links
-            )
-            return SamplingResult(as_root.decision, as_root.attributes, parent.trace_state)
-        return self._configured.should_sample(
-            parent_context, trace_id, name, kind, attributes, links, trace_state
-        )
-
-    def get_description(self) -> str:
-        return f"EdgeSampler{{{self._configured.get_description()}}}"
 
 
 def is_enabled() -> bool:
@@ -99,6 +69,8 @@ def setup(*, endpoint_set: bool, disabled: bool = False, file: str | None = None
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
+    from outlive.telemetry.tracing_sdk import EdgeSampler, JsonLinesExporter
+
     resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "outlive"}))
@@ -111,23 +83,6 @@ def setup(*, endpoint_set: bool, disabled: bool = False, file: str | None = None
     trace.set_tracer_provider(provider)
     configure(provider)
     return True
-
-
-class JsonLinesExporter(SpanExporter):
-    """Spans appended to a file, one JSON object a line (`ReadableSpan.to_json`), each in one
-    write: workers sharing the file interleave whole lines."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-
-    def export(self, spans: Sequence[Any]) -> SpanExportResult:
-        lines = "".join(s.to_json(indent=None) + "\n" for s in spans)
-        with open(self._path, "a", encoding="utf-8") as out:
-            out.write(lines)
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        return None
 
 
 def shutdown() -> None:
