@@ -122,6 +122,33 @@ async def test_a_change_is_read_when_the_directory_announces_it(two_cells: TwoCe
             await task
 
 
+async def test_a_failed_read_is_tried_again_every_poll_not_at_once(
+    two_cells: TwoCells, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listening, the view reads again when its acknowledgement is due; a read that failed is
+    not an acknowledgement, and is tried again every `poll_s`, not in a loop."""
+    directory = two_cells.directory
+    view = DirectoryView(directory, poll_s=0.2, stale_s=60.0)
+    await view.poll()
+    failures: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def unreadable(_: int = 0) -> list[object]:
+        failures.append(loop.time())
+        raise OSError("the directory is away")
+
+    monkeypatch.setattr(directory, "placements", unreadable)
+    view.fresh_at = float("-inf")  # its acknowledgement is due: the next read is now
+    task = asyncio.create_task(view.run())
+    try:
+        await until(lambda: _true(len(failures) >= 3), timeout_s=5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert failures[2] - failures[0] >= 2 * 0.2 * 0.9, failures
+
+
 async def test_a_hold_is_acknowledged_once_the_requests_in_flight_finished(
     two_cells: TwoCells,
 ) -> None:

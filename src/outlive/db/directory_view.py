@@ -132,12 +132,14 @@ class DirectoryView:
         try:
             while True:
                 self._notified.clear()  # a change announced during the read: read again at once
+                read = False
                 try:
                     await self.poll()
+                    read = True
                 except Exception as exc:  # noqa: BLE001 (the view ages; past stale_s it refuses)
                     log.warning("the directory could not be read: %r", exc)
-                wait_s = self.poll_s
-                if await self._listening():  # until the next acknowledgement is due
+                wait_s = self.poll_s  # after a failed read too: tried again every poll_s
+                if read and await self._listening():  # until the next acknowledgement is due
                     ack_at = self.fresh_at + self.stale_s / ACKS_PER_STALE
                     wait_s = max(0.0, ack_at - self.clock()) + ACK_SLACK_S
                 with contextlib.suppress(TimeoutError):
