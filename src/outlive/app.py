@@ -44,6 +44,7 @@ from outlive.graphql.refusals import (
 from outlive.graphql.schema import served
 from outlive.jobs.forget import RunForgetter
 from outlive.jobs.telemetry import serve_metrics
+from outlive.realtime.admission import CountedSockets, refuse_socket
 from outlive.realtime.outputs import OutputStore, OutputTails
 from outlive.realtime.pending import Unauthenticated
 from outlive.realtime.revocations import Announcer
@@ -169,8 +170,15 @@ class OutliveGraphQL(GraphQL[Context, None]):
         return None
 
 
-CLOSE_TRY_AGAIN = 1013
 _BUSY = ServiceUnavailable("too many requests in flight in this process; retry", retry_after=1)
+
+
+# A socket goes from `OutliveApp.__call__` straight to strawberry's view: not through the router
+# and the middleware stack, whose closures stayed alive per open socket (~3 KiB of the ~32
+# measured with tracemalloc), nor through a coroutine of ours per layer (each frame lives as long
+# as its socket: with `pending.Unauthenticated`'s, ~0.7 KiB of 10,000 idle subscribers' 25.8 KiB
+# each, issue 47).
+_DIRECT = "/graphql"
 
 
 class OutliveApp(Starlette):
@@ -184,7 +192,6 @@ class OutliveApp(Starlette):
     cap is accepted and closed with 1013, and the client backs off). 0: no cap."""
 
     graphql: OutliveGraphQL | None = None
-    sockets: _CountedSockets | None = None
     max_requests = 0
     max_sockets = 0
     max_unauthenticated = 0
@@ -206,13 +213,22 @@ class OutliveApp(Starlette):
                 self.requests_in_flight -= 1
         elif kind == "websocket":
             if self.max_sockets and self.sockets_open >= self.max_sockets:
-                await _refuse_socket(scope, receive, send)
+                await refuse_socket(scope, receive, send)
                 return
             self.sockets_open += 1
             pending = self._admit_unauthenticated(scope, receive, send)
+            view = self.graphql if scope["path"] == _DIRECT else None
+            if view is not None:
+                metrics.SOCKETS.inc()
             try:
-                await self._serve(scope, pending.receive, pending.send)
+                if view is not None:  # straight to strawberry's view (`_DIRECT`)
+                    scope["app"] = self
+                    await GraphQL.__call__(view, scope, pending.receive, pending.send)
+                else:
+                    await super().__call__(scope, pending.receive, pending.send)
             finally:
+                if view is not None:
+                    metrics.SOCKETS.dec()
                 self.sockets_open -= 1
                 self.authenticated(scope)
         else:
@@ -241,16 +257,6 @@ class OutliveApp(Starlette):
                 pending.sign_in()
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self.sockets is not None
-            and scope["type"] == "websocket"
-            and scope["path"] == "/graphql"
-        ):
-            # Straight to the view too: the router and the middleware stack each kept a few
-            # closures alive per open socket (~3 KiB of the ~32 measured with tracemalloc).
-            scope["app"] = self
-            await self.sockets(scope, receive, send)
-            return
         if self.graphql is not None and scope["type"] == "http" and scope["path"] == "/graphql":
             if scope["method"] not in ("GET", "POST"):  # the contract's shape, not Starlette's text
                 refused = error_response(
@@ -264,36 +270,8 @@ class OutliveApp(Starlette):
         await super().__call__(scope, receive, send)
 
 
-async def _refuse_socket(scope: Scope, receive: Receive, send: Send) -> None:
-    """Accept (with the protocol asked for: a browser fails a handshake without it, and would see
-    1006 instead of the code) and close with 1013: try again later."""
-    if (await receive())["type"] != "websocket.connect":
-        return
-    accept: dict[str, Any] = {"type": "websocket.accept"}
-    if GRAPHQL_TRANSPORT_WS_PROTOCOL in scope.get("subprotocols", ()):
-        accept["subprotocol"] = GRAPHQL_TRANSPORT_WS_PROTOCOL
-    await send(accept)
-    reason = "too many sockets in this process: retry later"
-    await send({"type": "websocket.close", "code": CLOSE_TRY_AGAIN, "reason": reason})
-
-
 async def _healthz(_: Request) -> Response:
     return JSONResponse({"ok": True})
-
-
-class _CountedSockets:
-    """The view for WebSocket routes, keeping `outlive_websocket_connections` (a class, not a
-    function: Starlette would take a function for a `WebSocket` endpoint)."""
-
-    def __init__(self, app: Any) -> None:
-        self._app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        metrics.SOCKETS.inc()
-        try:
-            await self._app(scope, receive, send)
-        finally:
-            metrics.SOCKETS.dec()
 
 
 Hook = Callable[[], Awaitable[None]]
@@ -414,7 +392,6 @@ def build_app(
 
     app = OutliveApp(routes=_routes(view, settings, serve_web=serve_web), lifespan=lifespan)
     app.graphql = view
-    app.sockets = _CountedSockets(view)
     app.max_requests = settings.api_limit_concurrency
     app.max_sockets = settings.ws_max_sockets
     app.max_unauthenticated = settings.ws_max_unauthenticated
@@ -441,7 +418,7 @@ def _routes(view: OutliveGraphQL, settings: Settings, *, serve_web: bool) -> lis
         Route("/healthz", _healthz),
         Route("/readyz", _readyz),
         Route("/graphql", view, methods=["GET", "POST"]),
-        WebSocketRoute("/graphql", _CountedSockets(view)),
+        WebSocketRoute("/graphql", CountedSockets(view)),
     ]
     if settings.metrics and settings.metrics_token is not None:  # else off the public port
         routes.append(Route("/metrics", _metrics))

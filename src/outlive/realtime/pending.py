@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
 from typing import cast
 
 from starlette.types import Message, Receive, Send
@@ -20,7 +21,13 @@ CLOSE_INIT_TIMEOUT = 4408  # graphql-transport-ws: no connection_init in time
 
 class Unauthenticated:
     """A socket's receive and send while it has not signed in: `evict` makes its next (or
-    current) receive close it with 4408 and hand the app a disconnect."""
+    current) receive close it with 4408 and hand the app a disconnect.
+
+    Signed in, `receive` hands back the server's own receive (a plain function returning its
+    awaitable, no coroutine of its own): an idle socket waits in a receive for its whole life,
+    and a frame of ours there was kept per socket (issue 47)."""
+
+    __slots__ = ("_closed", "_evicted", "_receive", "_send", "signed_in")
 
     def __init__(self, receive: Receive, send: Send) -> None:
         self._receive, self._send = receive, send
@@ -37,9 +44,13 @@ class Unauthenticated:
         if self._evicted is not None and not self._evicted.done():
             self._evicted.set_result(None)
 
-    async def receive(self) -> Message:
+    def receive(self) -> Awaitable[Message]:
         if self.signed_in or self._evicted is None:
-            return await self._receive()
+            return self._receive()
+        return self._receive_unless_evicted()
+
+    async def _receive_unless_evicted(self) -> Message:
+        assert self._evicted is not None  # noqa: S101 (checked by `receive`)
         if self._closed:
             return {"type": "websocket.disconnect", "code": CLOSE_INIT_TIMEOUT}
         getting: asyncio.Future[object] = asyncio.ensure_future(self._receive())
