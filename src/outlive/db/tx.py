@@ -415,8 +415,11 @@ class Sessions:
                 unit = StatementUnit(tenant_id, self, raw=connection)
                 try:
                     yield unit  # each statement committed itself; an exception drops the rest
-                finally:  # a cancellation here must not drop what the statements announced
-                    await unit._finish(asyncio.ensure_future(drivers.release(self.raw, connection)))
+                except BaseException:
+                    await drivers.release(self.raw, connection)
+                    raise
+                # a cancellation while it goes back must not drop what the statements announced
+                await unit._finish(asyncio.ensure_future(drivers.release(self.raw, connection)))
             else:
                 async with self.autocommit_maker() as session:
                     unit = StatementUnit(tenant_id, self, session=session)
