@@ -36,8 +36,10 @@ def watch() -> None:
 
 def freeze() -> None:
     """What startup made is never collected again: the young generations collected, then the
-    heap frozen. Not a full collection first: at this point one walked some 150,000 objects of a
-    worker's (128 ms of its start, 89 ms of an API's) to find about 20 unreachable ones; what
-    garbage has reached the oldest generation by now is frozen with the rest, a few objects."""
+    heap frozen. Not a full collection first: at this point one walked 90,000 to 150,000 objects
+    (89 to 128 ms, in a process holding the API's modules) to find about 20 unreachable ones, and
+    an `outlive api` was ready about 60 ms later for it (`bench/cold_start.py`; a worker alone,
+    with fewer objects, showed no difference). What garbage has reached the oldest generation by
+    now is frozen with the rest: a few objects."""
     gc.collect(1)
     gc.freeze()
