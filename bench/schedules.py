@@ -5,7 +5,7 @@
 N schedules (`* * * * *`, ENQUEUE, a 59 s jitter, so their fire times spread over each minute)
 over T tenants, written by SQL with the cursor the service computes (`createSchedule`'s path is
 one INSERT; what is measured is the clock). The clock runs in this process exactly as a
-worker's relay runs it: sleep until the earliest fire (`NEXT_CLOCK`), then `fire_due` with the
+worker's relay runs it: sleep until the earliest fire (`NEXT`'s clock), then `fire_due` with the
 relay's batch (200), tenant by tenant. For `--minutes` minutes of fires:
 
 - clock CPU per fire: this process's CPU time (`time.process_time`) spent in `fire_due`,
@@ -39,7 +39,7 @@ from outlive.config import Settings
 from outlive.db.engine import create_engine, create_sessions
 from outlive.jobs.queues import RUNS_QUEUE, create_queue
 from outlive.jobs.run_instances import SaqRunInstances
-from outlive.services.relay.queries import NEXT_CLOCK
+from outlive.services.relay.queries import NEXT
 from outlive.services.schedules import cron
 from outlive.services.schedules.fires import fire_due
 
@@ -99,8 +99,8 @@ async def clock(database_url: str, redis_url: str, until: datetime) -> tuple[int
     fired, cpu, wall = 0, 0.0, 0.0
     try:
         while datetime.now(UTC) < until:
-            row = await sessions.one(NEXT_CLOCK, ahead_s=0.0)
-            wait = 0.0 if row is None or row["in_s"] is None else float(row["in_s"])
+            row = await sessions.one(NEXT, lead=0.0, ahead_s=0.0)
+            wait = 0.0 if row is None or row["clock_s"] is None else float(row["clock_s"])
             if wait > 0:
                 await asyncio.sleep(min(wait, 1.0) + 0.005)
                 continue
