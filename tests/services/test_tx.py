@@ -44,19 +44,26 @@ async def test_a_cancelled_caller_still_sends_what_its_commit_promised(
     assert [n.type for n in sent] == ["run.updated"]
 
 
-async def test_a_statement_cancelled_in_flight_finishes_and_still_announces(
-    sessions: Sessions, settings: Settings, tenant: TenantHandle
-) -> None:
-    """On the raw pool a statement commits itself: a cancellation that lands while it runs waits
-    for it, the unit's nudge goes out, and only then does the caller see the cancellation."""
+async def _on_a_raw_pool(
+    sessions: Sessions, settings: Settings, sent: list[PendingNudge]
+) -> tuple[Sessions, asyncpg.Pool]:
+    """`sessions` on a raw pool of their own (closed by the caller), their nudges into `sent`."""
     assert settings.database_url is not None
-    sent: list[PendingNudge] = []
 
     async def sink(nudges: Sequence[PendingNudge]) -> None:
         sent.extend(nudges)
 
     raw = await create_pool(settings.database_url, max_size=2)
-    wired = Sessions(sessions.maker, sink, autocommit_maker=sessions.autocommit_maker, raw=raw)
+    return Sessions(sessions.maker, sink, autocommit_maker=sessions.autocommit_maker, raw=raw), raw
+
+
+async def test_a_statement_cancelled_in_flight_finishes_and_still_announces(
+    sessions: Sessions, settings: Settings, tenant: TenantHandle
+) -> None:
+    """On the raw pool a statement commits itself: a cancellation that lands while it runs waits
+    for it, the unit's nudge goes out, and only then does the caller see the cancellation."""
+    sent: list[PendingNudge] = []
+    wired, raw = await _on_a_raw_pool(sessions, settings, sent)
     slow = prepare(text("SELECT pg_sleep(0.5), 'outlive-tx-test' AS marker"))
     finished: list[str] = []
 
@@ -102,14 +109,8 @@ async def test_a_cancellation_as_the_connection_goes_back_still_announces(
     """Giving the raw connection back suspends the caller (asyncpg shields its release in a task
     of its own): a cancellation that lands there, after the statement committed, still lets the
     unit's nudge go out (a worker stopped mid-step lost a recorded step's nudges so, in CI)."""
-    assert settings.database_url is not None
     sent: list[PendingNudge] = []
-
-    async def sink(nudges: Sequence[PendingNudge]) -> None:
-        sent.extend(nudges)
-
-    raw = await create_pool(settings.database_url, max_size=2)
-    wired = Sessions(sessions.maker, sink, autocommit_maker=sessions.autocommit_maker, raw=raw)
+    wired, raw = await _on_a_raw_pool(sessions, settings, sent)
 
     async def step() -> None:
         async with wired.unit(tenant.id, single_statement=True) as uow:
