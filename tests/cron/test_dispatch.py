@@ -71,6 +71,29 @@ async def test_a_cron_job_is_enqueued_once_per_fire_time_and_renewed(
     await queue.disconnect()
 
 
+async def test_a_worker_finding_the_fire_enqueued_by_another_does_not_enqueue_again(
+    settings: Settings,
+) -> None:
+    """Two workers of one queue: the second finds the job the first enqueued for the same fire
+    time and leaves it until then, instead of an enqueue round trip on every pass."""
+    queue = create_queue(settings.redis_url or "", "cron-second-worker-test")
+    first, second = (GracefulWorker(queue, functions=[], cron_jobs=cron_jobs(CRON)) for _ in "ab")
+    await first.schedule()
+    enqueues: list[str] = []
+    real = queue.enqueue
+
+    async def counted(function: Any, **kwargs: Any) -> Any:
+        enqueues.append(str(function))
+        return await real(function, **kwargs)
+
+    queue.enqueue = counted  # type: ignore[assignment]
+    await second.schedule()
+    assert len(enqueues) == len(CRON)  # one look each, finding the first worker's job
+    await second.schedule()  # a second later
+    assert len(enqueues) == len(CRON)  # nothing more until the fire time
+    await queue.disconnect()
+
+
 @pytest.fixture
 async def cron_deps(settings: Settings, sessions: Sessions) -> Any:
     redis = Redis.from_url(settings.redis_url or "")
