@@ -89,6 +89,10 @@ async def jobs_world(servers: Servers) -> AsyncIterator[Callable[..., Any]]:
         await host.start()
         hosts.append(host)
         assert host.deps is not None
+        # The host imports its agents' modules in a thread once started; the first time in a
+        # process that held its loop for 0.2-0.6 s, past an enqueue's 0.5 s deadline. A test of
+        # the jobs times them from a warm host.
+        await host.deps.workflows.agents.warm_up()
         types = ENVELOPES
         for name, (payload, handler) in (extra or {}).items():
             types = types.with_type(name, payload)

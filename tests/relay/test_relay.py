@@ -11,6 +11,7 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, cast
 from uuid import UUID
 
 import pytest
@@ -279,3 +280,76 @@ async def test_work_whose_dispatch_was_missed_is_admitted_and_sent_by_the_worker
         assert done.status == "SUCCEEDED", done.error
     finally:
         await host.stop()
+
+
+class _Counted:
+    """The relay's sessions, counting the round trips it asks for (a unit counts one)."""
+
+    def __init__(self, inner: Sessions) -> None:
+        self.inner, self.count = inner, 0
+
+    async def one(self, statement: Any, /, **params: Any) -> Any:
+        self.count += 1
+        return await self.inner.one(statement, **params)
+
+    async def all(self, statement: Any, /, **params: Any) -> Any:
+        self.count += 1
+        return await self.inner.all(statement, **params)
+
+    def unit(self) -> Any:
+        self.count += 1
+        return self.inner.unit()
+
+
+async def test_an_idle_pass_is_one_look_and_a_due_timer_still_wakes(servers: Servers) -> None:
+    """`LOOK`: a pass with nothing to do makes one statement, and still says when the next timer
+    is due; a part with work to do (here a sleep whose timer passed) still runs."""
+    database_url = await servers.clone()  # nothing else is due there
+    settings = make_settings(servers, database_url=database_url)
+    assert settings.redis_url is not None
+    engine = create_engine(database_url)
+    pool = await create_pool(database_url, max_size=2)
+    sessions = create_sessions(engine, raw=pool)
+    counted = _Counted(sessions)
+    tenant = await new_tenant(sessions, "look")
+    redis = Redis.from_url(settings.redis_url)
+    await redis.set(MARKER_KEY, "1")  # the queue has its data
+    runs_queue = create_queue(settings.redis_url, RUNS_QUEUE)
+    relay = Relay(
+        cast(Sessions, counted),
+        SaqRunInstances(runs_queue, settings),
+        SaqJobProducer(runs_queue, settings),
+        RedisQueueMarker(redis, timeout_s=1),
+        batch=10,
+        recheck_s=60,
+        default_runs_cap=10,
+        default_jobs_cap=20,
+        admission=NO_ADMISSION,
+        lead=WakeLead(most_s=0.0, slots=4),
+    )
+    try:
+        done = await relay.run_pass(scan=True)
+        assert counted.count == 1
+        assert done.next_wake_s is None
+        async with sessions.unit() as uow:
+            await uow.session.execute(
+                text(
+                    "INSERT INTO runs (tenant_id, agent, input, status, wake_at) VALUES"
+                    " (:t, 'demo', '{}'::jsonb, 'WAITING', now() + interval '1 hour')"
+                ),
+                {"t": tenant.id},
+            )
+        counted.count = 0
+        done = await relay.run_pass(scan=True)
+        assert counted.count == 1  # still idle: the timer is ahead, and the look says when
+        assert done.next_wake_s is not None
+        assert 3500 < done.next_wake_s <= 3600
+        async with sessions.unit() as uow:
+            await uow.session.execute(text("UPDATE runs SET wake_at = now() - interval '1 s'"))
+        done = await relay.run_pass(scan=True)
+        assert done.woken == 1
+    finally:
+        await runs_queue.disconnect()
+        await redis.aclose()
+        await pool.close()
+        await engine.dispose()

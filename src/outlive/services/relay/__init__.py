@@ -9,7 +9,9 @@ every `OUTLIVE_RELAY_RECHECK_S` while the row stays QUEUED or PENDING, and `now(
 hand-off failed (`handoff_failed_runs`, `handoff_failed_jobs`: the queue was unreachable or did
 not answer within `OUTLIVE_QUEUE_TIMEOUT_S`).
 
-A relay runs in every worker (`outlive.jobs.relay` drives it). One pass:
+A relay runs in every worker (`outlive.jobs.relay` drives it). A pass first looks, in one
+statement (`LOOK`), at which of the steps below have anything to do, and runs only those (all of
+them after a queue that lost its data): an idle pass costs one statement. One pass:
 
 1. renews a marker key in the queue's Redis; a missing marker means the queue lost its data (a
    FLUSHDB, a restart without persistence, a failover) or is new, and every row the relay may
@@ -79,6 +81,7 @@ from outlive.services.relay.queries import (
     HOLDS_ENDED,
     JOBS_HANDOFF_FAILED,
     KINDS,
+    LOOK,
     MARK_ALL_DUE,
     MAX_TENANTS,
     MISSED_JOB_DISPATCHES,
@@ -133,6 +136,41 @@ class Pass:
     woken: int = 0  # WAITING runs whose timer fired
     fired: int = 0  # schedules fired (`services.schedules.fires`)
     next_wake_s: float | None = None  # seconds until the earliest timer still ahead
+
+
+def _earliest(wake_s: Any, clock_s: Any) -> float | None:
+    """Seconds until the earliest timer or clock event (a clock event already due: 0)."""
+    found = [] if wake_s is None else [float(wake_s)]
+    if clock_s is not None:
+        found.append(max(0.0, float(clock_s)))
+    return min(found) if found else None
+
+
+class Look:
+    """A pass's first look (`LOOK`), or none (`row` None: every part runs)."""
+
+    def __init__(self, row: Mapping[str, Any] | None) -> None:
+        self._row = row
+        self.ran = False  # a part was run: the next timer is read again at the end
+
+    def due(self, figure: str) -> bool:
+        """Whether the part whose seconds-until-due is `figure` has anything to do now."""
+        seconds = None if self._row is None else self._row[figure]
+        run = self._row is None or (seconds is not None and seconds <= 0)
+        self.ran |= run
+        return run
+
+    def waiting(self) -> bool:
+        """Whether any row waits for admission (the missed-dispatch scan looks among those)."""
+        run = self._row is None or bool(self._row["waiting"])
+        self.ran |= run
+        return run
+
+    def next_wake_s(self) -> float | None:
+        """`NEXT`'s figure from the look, when no part ran (so the earliest hold is ahead)."""
+        assert self._row is not None  # noqa: S101 (a pass without a look ran every part)
+        clock = [s for s in (self._row["fire_s"], self._row["hold_s"]) if s is not None]
+        return _earliest(self._row["wake_s"], min(clock) if clock else None)
 
 
 async def hand_woken(
@@ -204,7 +242,11 @@ class Relay:
     async def run_pass(self, *, scan: bool = True) -> Pass:
         """One pass (see the module's docstring). `scan`: also make up for missed dispatches.
         Raises `QueueUnavailable` when the queue cannot be reached (nothing is lost: the rows it
-        took are due again a second later)."""
+        took are due again a second later).
+
+        It starts with one look (`LOOK`) that says which parts have anything to do, and runs
+        only those: an idle pass is one statement. After a queue that lost its data, every part
+        runs."""
         done = Pass()
         if await self._marker.renew():
             done.lost_queue = True
@@ -217,13 +259,33 @@ class Relay:
                 handed,
             )
             await self._hand_running()
-        if scan:
+        lead_s, ahead_s = self.lead.seconds, self._time.ahead().total_seconds()
+        look = Look(
+            None
+            if done.lost_queue
+            else await self._sessions.one(LOOK, lead=lead_s, ahead_s=ahead_s)
+        )
+        if scan and look.waiting():
             done.dispatched = await self._make_up_missed_dispatches()
-        lead_s = self.lead.seconds
-        done.woken = await self._wake_due(lead_s)
-        if self._fire is not None:
+        if look.due("wake_s"):
+            done.woken = await self._wake_due(lead_s)
+        if self._fire is not None and look.due("fire_s"):
             done.fired = await self._fire(self._sessions, self._instances, self.batch)
-        await self._end_holds()
+        if look.due("hold_s"):
+            await self._end_holds()
+        if look.due("due_s"):
+            await self._take(done)
+        done.full = done.full or done.woken >= self.batch or done.fired >= self.batch
+        if look.ran:  # what it did may have moved the next timer: read it again
+            row = await self._sessions.one(NEXT, lead=lead_s, ahead_s=ahead_s)
+            assert row is not None  # noqa: S101 (a SELECT of two values: always one row)
+            done.next_wake_s = _earliest(row["wake_s"], row["clock_s"])
+        else:
+            done.next_wake_s = look.next_wake_s()
+        return done
+
+    async def _take(self, done: Pass) -> None:
+        """Take up to a batch of due rows of each kind and hand them to the queue."""
         rows = await self._sessions.all(
             TAKE, window=self.batch * WINDOW, batch=self.batch, recheck=self.recheck_s
         )
@@ -233,16 +295,6 @@ class Relay:
         )
         if done.taken:
             await self._hand(done.taken)
-        done.full = done.full or done.woken >= self.batch or done.fired >= self.batch
-        row = await self._sessions.one(
-            NEXT, lead=lead_s, ahead_s=self._time.ahead().total_seconds()
-        )
-        assert row is not None  # noqa: S101 (a SELECT of two values: always one row)
-        found = [] if row["wake_s"] is None else [float(row["wake_s"])]
-        if row["clock_s"] is not None:
-            found.append(max(0.0, float(row["clock_s"])))
-        done.next_wake_s = min(found) if found else None
-        return done
 
     async def _end_holds(self) -> None:
         """Dispatch the tenants whose debounced runs' hold ended while a slot is free."""

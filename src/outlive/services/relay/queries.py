@@ -198,16 +198,55 @@ _NEXT_WAKE = (
 # How long until the clock has something to do: the earliest schedule (its fire time read on the
 # schedules' time, `:ahead_s` ahead of PostgreSQL's: `db.ports.TimeSource`), or the earliest
 # debounced run still held back (one probe of `ix_schedules_due` and one of `ix_runs_not_before`).
-_NEXT_CLOCK = (
-    "extract(epoch FROM least("
+_NEXT_FIRE = (
     "(SELECT next_fire_at - make_interval(secs => :ahead_s) FROM schedules"
-    "  WHERE next_fire_at IS NOT NULL ORDER BY next_fire_at LIMIT 1),"
-    "(SELECT not_before FROM runs WHERE status = 'QUEUED' AND dispatched_at IS NULL"
-    "  AND queued_behind_id IS NULL AND not_before IS NOT NULL AND not_before > now()"
-    "  ORDER BY not_before LIMIT 1)) - now())"
+    " WHERE next_fire_at IS NOT NULL ORDER BY next_fire_at LIMIT 1)"
 )
-# Both in one round trip, at the end of every pass (NULL: nothing to wait for).
+
+
+def _next_hold(ahead: str = "") -> str:
+    """The earliest `not_before` of a debounced run not yet let in (`ix_runs_not_before`)."""
+    waiting = "status = 'QUEUED' AND dispatched_at IS NULL AND queued_behind_id IS NULL"
+    return (
+        f"(SELECT not_before FROM runs WHERE {waiting} AND not_before IS NOT NULL{ahead}"
+        " ORDER BY not_before LIMIT 1)"
+    )
+
+
+_NEXT_CLOCK = (
+    f"extract(epoch FROM least({_NEXT_FIRE}, {_next_hold(' AND not_before > now()')}) - now())"
+)
+# Both in one round trip, at the end of a pass that did anything (NULL: nothing to wait for).
 NEXT = prepare(text(f"SELECT ({_NEXT_WAKE}) AS wake_s, {_NEXT_CLOCK} AS clock_s"))
+
+# --- the pass's first look: which of its parts have anything to do ------------------------------
+
+# One round trip, one index probe per part, at the start of every pass (`Relay.run_pass`): the
+# seconds until the earliest handed row is due again (`ix_*_relay`), whether any row waits for
+# admission at all (the missed-dispatch scan's tenants are among those), the next timer and
+# fire time as `NEXT` reads them, and the earliest hold, ended or not. A part whose figure is
+# not yet due is skipped: an idle pass is this statement, not nine round trips (bench/cells.py:
+# every cell's relay paid them every 2 s). Conservative by construction: each figure is the
+# minimum over the rows its part's own statement would consider.
+_WAITING_ANY = " OR ".join(
+    f"EXISTS (SELECT 1 FROM {table} WHERE status = '{status}' AND dispatched_at IS NULL"
+    + _IN_LINE.get(table, "")
+    + ")"
+    for _, table, status in KINDS
+)
+_NEXT_DUE = ", ".join(
+    f"(SELECT relay_after FROM {table} WHERE status = '{status}' AND dispatched_at IS NOT NULL"
+    " ORDER BY relay_after LIMIT 1)"
+    for _, table, status in KINDS
+)
+LOOK = prepare(
+    text(
+        f"SELECT extract(epoch FROM least({_NEXT_DUE}) - now()) AS due_s,"
+        f" ({_WAITING_ANY}) AS waiting, ({_NEXT_WAKE}) AS wake_s,"
+        f" extract(epoch FROM {_NEXT_FIRE} - now()) AS fire_s,"
+        f" extract(epoch FROM {_next_hold()} - now()) AS hold_s"
+    )
+)
 
 # Tenants with a debounced run whose hold ended, while a slot of their cap is free (a full one
 # is dispatched by the settle that frees a slot).
