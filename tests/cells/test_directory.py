@@ -59,6 +59,21 @@ async def test_a_stale_view_refuses_and_a_read_makes_it_fresh(two_cells: TwoCell
     assert view.cell_of(tenant) == "b"
 
 
+async def test_the_directory_pool_gives_a_connection_back_without_a_reset(
+    two_cells: TwoCells,
+) -> None:
+    """asyncpg's default reset is a round trip (`RESET ALL` and co.) after every statement of
+    the pool; the directory's statements leave no session state, so none is made: a setting
+    made on the connection is still there when it is taken again."""
+    pool = two_cells.directory.pool
+    async with pool.acquire() as conn:
+        await conn.execute("SET application_name = 'kept'")
+        pid = conn.get_server_pid()
+    async with pool.acquire() as conn:
+        assert conn.get_server_pid() == pid
+        assert await conn.fetchval("SHOW application_name") == "kept"
+
+
 async def test_an_unchanged_view_acknowledges_once_a_fifth_of_the_staleness_bound(
     two_cells: TwoCells,
 ) -> None:

@@ -34,6 +34,7 @@ import asyncpg
 
 from outlive.config import DEFAULT_CELL
 from outlive.db import primary
+from outlive.db.raw import keep_session
 from outlive.ids import SLOTS, TenantId, home_slot
 
 REVISION = "0051"
@@ -123,8 +124,8 @@ class Directory:
 
     @classmethod
     async def open(cls, url: str, *, max_size: int = 2) -> Directory:
-        pool = await asyncpg.create_pool(
-            url, connect=primary.connect, min_size=0, max_size=max_size
+        pool = await asyncpg.create_pool(  # no session state: its locks are transactions'
+            url, connect=primary.connect, min_size=0, max_size=max_size, reset=keep_session
         )
         return cls(pool, url)
 

@@ -47,10 +47,12 @@ async def _setup(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec(kind, encoder=str, decoder=json.loads, schema="pg_catalog")
 
 
-async def _keep_session(_: asyncpg.Connection) -> None:
+async def keep_session(_: asyncpg.Connection) -> None:
     """Nothing to reset: these connections only ever run prepared single statements (no SET, no
     LISTEN, no advisory lock), and asyncpg's default reset is a round trip (`RESET ALL` and co.)
-    on every release: it doubled the statements PostgreSQL ran for each authenticated request."""
+    on every release: it doubled the statements PostgreSQL ran for each authenticated request.
+    The directory's pool (`db.directory`) is such a pool too: its reads and acknowledgements,
+    two a second per API process, each had a reset after it."""
 
 
 def server_settings(statement_timeout_s: float | None) -> dict[str, str]:
@@ -78,7 +80,7 @@ async def create_pool(
         min_size=1,
         max_size=max_size,
         init=_setup,
-        reset=_keep_session,  # asyncpg still rolls back a transaction left open, locally checked
+        reset=keep_session,  # asyncpg still rolls back a transaction left open, locally checked
         server_settings=server_settings(statement_timeout_s),
         **({} if statement_cache else {"statement_cache_size": 0}),
     )
