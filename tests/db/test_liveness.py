@@ -152,3 +152,21 @@ async def test_a_worker_alone_looks_for_a_gone_worker_s_runs_once_a_neighbour_lo
     finally:
         await watch.stop()
         await liveness.stop()
+
+
+async def test_the_liveness_session_prepares_its_look_once(database: str) -> None:
+    """The look for a neighbour is a statement prepared once on the liveness session: not a
+    parse and then an execute on every look (two round trips each, twice a second per cell)."""
+    liveness = Liveness(database)
+    await liveness.start()
+    watch = liveness.watch()
+    try:
+        for _ in range(2):
+            await watch.death(within=0.01)
+        conn = liveness.connection
+        assert conn is not None
+        prepared = await conn.fetch("SELECT statement FROM pg_prepared_statements")
+        assert any("pg_locks" in r["statement"] for r in prepared)
+    finally:
+        await watch.stop()
+        await liveness.stop()
