@@ -58,6 +58,12 @@ CRON_RENEW_S = 60.0  # a cron job not yet due is enqueued again this often (`Gra
 # period, in whole seconds (SETEX): at exactly 1 s a pass could find its own lock still held and
 # skip, a retry then moving a second late. A period a little longer than the lock never does.
 SCHEDULE_S = 1.02
+# saq's poll for jobs set `aborting` (by saq's `Queue.abort`), each second by default: nothing in
+# Outlive aborts a saq job (a run is cancelled in PostgreSQL and told over LISTEN, `jobs.cancels`;
+# a dead worker's job is repaired by the sweep's script, `jobs.queues`), so the poll only woke
+# every worker of every cell once a second, and read every job running over a second. A job
+# aborted by saq's own tooling is still seen, within this long.
+ABORT_S = 60
 
 
 @dataclass(frozen=True)
@@ -184,7 +190,7 @@ class WorkerHost:
         tasks; a test that counts one run's cost calls their `process()` itself."""
         timers = cast(
             PartialTimersDict,
-            {"sweep": self.settings.run_sweep_s, "schedule": SCHEDULE_S, "abort": 1},
+            {"sweep": self.settings.run_sweep_s, "schedule": SCHEDULE_S, "abort": ABORT_S},
         )
         runs_worker: Worker[Any] = GracefulWorker(
             queues.runs,

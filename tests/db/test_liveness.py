@@ -170,3 +170,28 @@ async def test_the_liveness_session_prepares_its_look_once(database: str) -> Non
     finally:
         await watch.stop()
         await liveness.stop()
+
+
+async def test_a_worker_alone_is_told_by_its_own_look_whether_a_gone_worker_left_runs(
+    database: str, own: tuple[Sessions, asyncpg.Connection]
+) -> None:
+    """A worker alone in its cell asks, in its one look a second for a neighbour, whether a gone
+    worker left a RUNNING run: the relay then makes its own look (and hands them) only when one
+    did, not a second statement every second."""
+    sessions, conn = own
+    alone, other = Liveness(database), Liveness(database)
+    await alone.start()
+    await other.start()
+    assert other.worker_id is not None
+    run_id = await held_by(sessions, conn, other.worker_id)
+    await other.stop()  # its process is gone: its run is left RUNNING
+    watch = alone.watch()
+    try:
+        assert not await watch.death(within=0.05)
+        assert watch.may_have_orphans()
+        await conn.execute("UPDATE runs SET status = 'SUCCEEDED' WHERE id = $1", run_id)
+        assert not await watch.death(within=0.05)
+        assert not watch.may_have_orphans()  # the look saw none: the relay need not look
+    finally:
+        await watch.stop()
+        await alone.stop()

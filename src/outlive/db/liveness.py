@@ -80,6 +80,19 @@ def taken_here(column: str) -> str:
     )
 
 
+# A RUNNING run whose worker process is gone: its liveness lock is free, on the server where it
+# took it (`taken_here`). One probe of `ix_runs_running` and one read of pg_locks (a hashed
+# subplan), whatever the number of runs; `liveness_locks` is read only for a run whose lock is
+# free. The relay's look (`services.relay.queries.ORPHANED`) and a lone worker's (`DeathWatch`).
+ORPHANED_RUNS = (
+    "status = 'RUNNING' AND worker_id IS NOT NULL"  # noqa: S608 (constants)
+    " AND worker_id NOT IN (SELECT CAST(l.objid AS bigint) FROM pg_locks l"
+    f" WHERE l.locktype = 'advisory' AND l.classid = {LOCK_CLASS} AND l.objsubid = 2"
+    " AND l.granted AND l.database = (SELECT oid FROM pg_database"
+    f" WHERE datname = current_database())) AND {taken_here('runs.worker_id')}"
+)
+
+
 # Taking the lock is recorded with the server's start time (`taken_here`), and the records that
 # can no longer decide anything go: those of another server life, and those of gone workers that
 # hold no RUNNING run. One statement, when a worker takes its lock (at start, after a reconnect).
@@ -194,10 +207,12 @@ def _new_key() -> int:
     return secrets.randbelow(2**31 - 2) + 1  # a positive int4: `runs.worker_id`, an oid in pg_locks
 
 
-_LIVE_KEYS = (  # the other live workers' keys
-    "SELECT CAST(objid AS bigint) AS key FROM pg_locks WHERE locktype = 'advisory'"  # noqa: S608 (constants)
+# The other live workers' keys, and whether a gone worker left a RUNNING run: one look.
+_LOOK = (
+    "SELECT ARRAY(SELECT CAST(objid AS bigint) FROM pg_locks WHERE locktype = 'advisory'"  # noqa: S608 (constants)
     f" AND classid = {LOCK_CLASS} AND objsubid = 2 AND granted AND pid <> pg_backend_pid()"
-    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+    f" AS keys, EXISTS (SELECT 1 FROM runs WHERE {ORPHANED_RUNS}) AS orphaned"
 )
 
 
@@ -214,11 +229,12 @@ class DeathWatch:
     watched too; until then, and while the liveness session is down, the periodic look alone
     finds a gone worker's runs, as before.
 
-    Alone (no other live worker's lock at the last look for one), `death` returns only when
-    the next look for a neighbour is due, every `ALONE_S`, not every `within`: the relay's look
-    for a gone worker's runs that follows it is then the only one that can find any (a worker
-    that joined after the last look and died before this one). An alone worker's looks cost one
-    statement a second, not two (bench/cells.py: every cell with one worker paid it)."""
+    Alone (no other live worker's lock at the last look for one), `death` returns only once the
+    next look for a neighbour was made, every `ALONE_S`, not every `within`. That look also asks
+    whether a gone worker left a RUNNING run (one that joined after the last look and died
+    before this one): when none did, `may_have_orphans` says so, and the relay makes no look of
+    its own. An alone worker's looks cost one statement a second, not two or three
+    (bench/cells.py: every cell with one worker paid them)."""
 
     RECHOOSE_S = 10.0
     ALONE_S = 1.0  # with no other worker to watch, how often to look for one
@@ -228,18 +244,25 @@ class DeathWatch:
         self._wait: asyncio.Task[int] | None = None
         self._watched: int | None = None
         self._chosen_at = 0.0
+        self._none_gone = False  # the look `death` just made, alone, saw no gone worker's run
+
+    def may_have_orphans(self) -> bool:
+        """Whether a gone worker may have left a RUNNING run: False only right after `death`
+        returned on a look, alone, that saw none (the relay's own look would find none)."""
+        return not self._none_gone
 
     async def death(self, within: float) -> bool:
         """Wait up to `within` seconds for a watched worker to die: True when one did."""
         loop = asyncio.get_running_loop()
+        self._none_gone = False
         try:
             if self._wait is not None and loop.time() - self._chosen_at > self.RECHOOSE_S:
                 await self.stop()
             if self._wait is None and loop.time() - self._chosen_at >= self.ALONE_S:
-                self._wait = await self._watch_next()  # not on every look when alone
-                self._chosen_at = loop.time()
-            if self._wait is None:  # alone: until the next look for a neighbour
+                await self._look()  # not on every look when alone
+            if self._wait is None:  # alone: the next look for a neighbour, when it is due
                 await asyncio.sleep(max(0.0, self._chosen_at + self.ALONE_S - loop.time()))
+                await self._look()
                 return False
             done, _ = await asyncio.wait({self._wait}, timeout=within)
             if not done:
@@ -265,14 +288,23 @@ class DeathWatch:
             with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 await self._let_go(wait.result())
 
-    async def _watch_next(self) -> asyncio.Task[int] | None:
-        """Start waiting for the live key after this worker's own; None: no other worker."""
+    async def _look(self) -> None:
+        """Look for a neighbour to watch, and for a gone worker's runs (`_LOOK`)."""
+        self._wait, orphaned = await self._watch_next()
+        self._chosen_at = asyncio.get_running_loop().time()
+        self._none_gone = self._wait is None and orphaned is False
+
+    async def _watch_next(self) -> tuple[asyncio.Task[int] | None, bool | None]:
+        """Start waiting for the live key after this worker's own (None: no other worker), and
+        whether a gone worker left a RUNNING run (None: no look was made)."""
         own, conn = self._own.worker_id, self._own.connection
         if own is None or conn is None:
-            return None
-        keys = sorted({int(r["key"]) for r in await conn.fetch(_LIVE_KEYS)} - {own})
+            return None, None
+        row = await conn.fetchrow(_LOOK)
+        assert row is not None  # noqa: S101 (a SELECT of two values: always one row)
+        keys = sorted({int(k) for k in row["keys"]} - {own})
         if not keys:
-            return None
+            return None, bool(row["orphaned"])
         key = next((k for k in keys if k > own), keys[0])
         if key != self._watched:
             log.info("liveness: watching worker %d", key)
@@ -282,7 +314,7 @@ class DeathWatch:
             await conn.execute("SELECT pg_advisory_lock($1, $2)", LOCK_CLASS, key)
             return key
 
-        return asyncio.create_task(taken(), name="outlive-liveness-watch")
+        return asyncio.create_task(taken(), name="outlive-liveness-watch"), bool(row["orphaned"])
 
     async def _let_go(self, key: int) -> None:
         conn = self._own.connection

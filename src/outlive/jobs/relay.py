@@ -162,12 +162,14 @@ class RelayLoop:
     async def watch_orphans(self) -> None:
         """Hand again the runs whose worker process is gone (`Relay.hand_orphans`: one statement
         when there are none): as soon as a watched worker dies (`DeathWatch`), and at the latest
-        every `OUTLIVE_LIVENESS_CHECK_S`. The first look is at once: a worker restarted in place
-        (one process, SIGKILLed) finds its predecessor's runs as soon as it is up."""
+        every `OUTLIVE_LIVENESS_CHECK_S` (a worker alone, once per its watch's look, which says
+        whether there is anything to find). The first look is at once: a worker restarted in
+        place (one process, SIGKILLed) finds its predecessor's runs as soon as it is up."""
         assert self._orphans_s is not None  # noqa: S101 (started only with a period)
         while True:
             try:
-                await self.relay.hand_orphans()
+                if self._deaths is None or self._deaths.may_have_orphans():
+                    await self.relay.hand_orphans()
             except Exception as exc:  # noqa: BLE001 (PostgreSQL or the queue away: next time)
                 log.debug("relay: cannot look for a gone worker's runs (%r)", exc)
             if self._deaths is None:

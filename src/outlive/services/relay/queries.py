@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from outlive.db.liveness import LOCK_CLASS, taken_here
+from outlive.db.liveness import ORPHANED_RUNS
 from outlive.db.raw import prepare
 from outlive.services import outbox
 
@@ -94,19 +94,8 @@ RETRY_LATER = {
     for kind, table, status in KINDS
 }
 RUNNING_RUNS = prepare(text("SELECT id FROM runs WHERE status = 'RUNNING'"))
-# RUNNING runs whose worker process is gone (its liveness lock is free, on the server where it
-# took it: `taken_here`): one probe of `ix_runs_running` and one read of pg_locks (a hashed
-# subplan), whatever the number of runs; `liveness_locks` is read only for a run whose lock is free.
-ORPHANED = prepare(
-    text(
-        "SELECT id FROM runs WHERE status = 'RUNNING' AND worker_id IS NOT NULL"
-        " AND worker_id NOT IN (SELECT CAST(l.objid AS bigint) FROM pg_locks l"
-        f" WHERE l.locktype = 'advisory' AND l.classid = {LOCK_CLASS} AND l.objsubid = 2"
-        " AND l.granted AND l.database = (SELECT oid FROM pg_database"
-        f" WHERE datname = current_database())) AND {taken_here('runs.worker_id')}"
-        " ORDER BY id LIMIT :batch"
-    )
-)
+# RUNNING runs whose worker process is gone (`db.liveness.ORPHANED_RUNS`).
+ORPHANED = prepare(text(f"SELECT id FROM runs WHERE {ORPHANED_RUNS} ORDER BY id LIMIT :batch"))
 
 
 # A run QUEUED behind another run of its key waits for its turn, not for a slot (`ix_runs_waiting`).
