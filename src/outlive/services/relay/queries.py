@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from outlive.db.liveness import ORPHANED_RUNS
+from outlive.db.models import WAITING_SQL
 from outlive.db.raw import prepare
 from outlive.services import outbox
 
@@ -195,9 +196,8 @@ _NEXT_FIRE = (
 
 def _next_hold(ahead: str = "") -> str:
     """The earliest `not_before` of a debounced run not yet let in (`ix_runs_not_before`)."""
-    waiting = "status = 'QUEUED' AND dispatched_at IS NULL AND queued_behind_id IS NULL"
     return (
-        f"(SELECT not_before FROM runs WHERE {waiting} AND not_before IS NOT NULL{ahead}"
+        f"(SELECT not_before FROM runs WHERE {WAITING_SQL} AND not_before IS NOT NULL{ahead}"
         " ORDER BY not_before LIMIT 1)"
     )
 
