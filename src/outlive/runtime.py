@@ -53,7 +53,13 @@ from outlive.db.tx import Sessions
 from outlive.ids import TokenId
 from outlive.jobs.handlers.webhook_deliver_v1 import create_client as webhook_client
 from outlive.jobs.producer import SaqJobProducer
-from outlive.jobs.queues import JOBS_QUEUE, RUNS_QUEUE, create_queue, create_redis
+from outlive.jobs.queues import (
+    JOBS_QUEUE,
+    RUNS_QUEUE,
+    OutliveRedisQueue,
+    create_queue,
+    create_redis,
+)
 from outlive.jobs.redis import is_cluster_url, node_url, ready
 from outlive.jobs.run_instances import SaqRunInstances
 from outlive.jobs.telemetry import (
@@ -88,8 +94,8 @@ class Queues:
     """Redis, the saq queues and what writes to them (every role but `cli`)."""
 
     redis: Redis
-    runs: RedisQueue
-    jobs: RedisQueue
+    runs: OutliveRedisQueue
+    jobs: OutliveRedisQueue
     publisher: Publisher
     instances: SaqRunInstances
 

@@ -39,6 +39,7 @@ from outlive.jobs.mailer import create_mailer
 from outlive.jobs.producer import CONSUME_TASK
 from outlive.jobs.relay import RelayLoop, build_relay
 from outlive.jobs.run_instances import after_parking, run_workflow
+from outlive.jobs.schedule_pass import SchedulePass
 from outlive.jobs.telemetry import instrumented_run_task
 from outlive.realtime.outputs import OutputStore
 from outlive.runtime import Queues, Runtime, open_runtime
@@ -199,6 +200,7 @@ class WorkerHost:
             concurrency=self.concurrency,
             lender=self.lender,
             timers=timers,
+            passes=SchedulePass([]),  # the jobs worker's pass covers this queue too
             shutdown_grace_period_s=None,  # release at once; the run goes on elsewhere
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
             drains=(self.drains, self.settings.shutdown_step_grace_s),  # model steps finish
@@ -209,6 +211,7 @@ class WorkerHost:
             cron_jobs=cron_jobs(load_table(self.settings.cron_table)),
             concurrency=self.jobs_concurrency,
             timers=timers,
+            passes=SchedulePass([queues.runs, queues.jobs]),  # one round trip for both
             shutdown_grace_period_s=int(self.settings.shutdown_grace_s),  # short jobs finish
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
         )
@@ -306,9 +309,11 @@ class GracefulWorker(Worker[Any]):
         *args: Any,
         lender: SlotLender | None = None,
         drains: tuple[Drains, float] | None = None,
+        passes: SchedulePass | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self._passes = self.queue.schedule if passes is None else passes
         self._drains = drains  # the runs worker: its drainable steps, and their grace
         self._dequeuing: set[asyncio.Task[Any]] = set()  # process loops that hold no job
         self._upkeep: set[asyncio.Task[Any]] = set()
@@ -343,8 +348,9 @@ class GracefulWorker(Worker[Any]):
         that fire every five minutes at most. Here a cron job is enqueued once its last fire
         time has come, on every pass until that takes (the key is free once the fired job
         finished, as with saq), and besides every `CRON_RENEW_S`, which puts a job Redis lost
-        back within that long (Redis holds no truth). The queue's own pass (scheduled jobs now
-        due: retries, deliveries later) still runs every second."""
+        back within that long (Redis holds no truth). Then the queues' pass (scheduled jobs now
+        due: retries, deliveries later), every second: `passes`, the worker's own queue's
+        unless given (`outlive.jobs.schedule_pass`: the jobs worker's covers both queues)."""
         now = time.time()
         for cron_job in self.cron_jobs:
             fires, renew = self._cron_next.get(cron_job.function, (0.0, 0.0))
@@ -362,7 +368,7 @@ class GracefulWorker(Worker[Any]):
             elif await self._holds_fire(kwargs["key"], at):  # another worker enqueued it
                 self._cron_next[cron_job.function] = (at, now + CRON_RENEW_S)
             # else the fired job still holds its key: again on the next pass
-        if job_ids := await self.queue.schedule(max(1, math.floor(lock))):
+        if job_ids := await self._passes(max(1, math.floor(lock))):
             log.info("Scheduled %s", job_ids)
 
     async def _holds_fire(self, key: str | None, at: float) -> bool:

@@ -90,6 +90,16 @@ class OutliveRedisQueue(RedisQueue):
         """The saq queue that holds the job keyed `key`: this one (see `PartitionedQueue`)."""
         return self
 
+    @property
+    def consumed(self) -> Sequence[OutliveRedisQueue]:
+        """The saq queues this process's worker takes jobs from: this one."""
+        return (self,)
+
+    def schedule_keys(self) -> list[str]:
+        """saq's schedule script's keys: the pass's lock, the incomplete set, the queued list
+        (`outlive.jobs.schedule_pass`)."""
+        return [self._schedule, self._incomplete, self._queued]
+
     def abort_key(self, job: Job) -> str:
         return self.namespace(f"abort:{job.key}")
 
@@ -295,7 +305,7 @@ class PartitionedQueue(OutliveRedisQueue):
         super().__init__(first.redis, name=first.name, max_concurrent_ops=MAX_CONCURRENT_OPS)
         self._parts = tuple(parts)
         chosen = consume if consume else range(len(parts))
-        self.consumed = tuple(parts[i % len(parts)] for i in chosen)
+        self._consumed = tuple(parts[i % len(parts)] for i in chosen)
         self._waiting = [0] * len(self.consumed)  # dequeue loops blocked on each partition
         self._turn = 0  # where the next look for work starts: the partitions in turn
 
@@ -305,6 +315,10 @@ class PartitionedQueue(OutliveRedisQueue):
 
     def partition(self, key: str) -> OutliveRedisQueue:
         return self._parts[zlib.crc32(key.encode()) % len(self._parts)]
+
+    @property
+    def consumed(self) -> Sequence[OutliveRedisQueue]:
+        return self._consumed
 
     def job_id(self, job_key: str) -> str:
         return self.partition(job_key).job_id(job_key)
