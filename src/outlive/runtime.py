@@ -196,6 +196,7 @@ async def open_runtime(settings: Settings, role: Role) -> AsyncIterator[Runtime]
             heap.watch()
             if settings.gc_freeze:  # last: everything startup made (see `telemetry.heap`)
                 heap.freeze()
+            heap.release()  # held since the command's first import (`outlive.cli.serve`)
         yield runtime
 
 

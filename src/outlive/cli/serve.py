@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the CLI imports no worker until a worker starts (cold start
 
 
 def cmd_api(args: argparse.Namespace) -> None:
+    _hold_collection()
     import uvicorn
 
     from outlive.app import app_from_environment
@@ -37,6 +38,14 @@ def cmd_api(args: argparse.Namespace) -> None:
     server.run()
     if not server.started:
         raise CliError("the API did not start (see the log above)", 1)
+
+
+def _hold_collection() -> None:
+    """No garbage collection until the runtime is up (`telemetry.heap.hold`; its `open_runtime`
+    releases it): the process's imports are nearly all objects that live as long as it does."""
+    from outlive.telemetry import heap
+
+    heap.hold()
 
 
 def _serve_processes(settings: Settings, args: argparse.Namespace) -> None:
@@ -88,6 +97,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
+    _hold_collection()
     from outlive.worker import WorkerHost, run_until_stopped
 
     settings = load_settings()
