@@ -16,7 +16,8 @@ if TYPE_CHECKING:  # the CLI imports no worker until a worker starts (cold start
 
 
 def cmd_api(args: argparse.Namespace) -> None:
-    _hold_collection()
+    if args.workers == 1:  # a supervisor opens no runtime: nothing would release it
+        _hold_collection()
     import uvicorn
 
     from outlive.app import app_from_environment
