@@ -58,12 +58,17 @@ from outlive.realtime.registry import (
     TooManySockets,
     close_reason,
 )
-from outlive.realtime.subscribers import CLOSE_GONE, Delivery, Subscriber, SubscriberClosed
+from outlive.realtime.subscribers import (
+    CLOSE_GONE,
+    CLOSE_TRY_AGAIN,
+    Delivery,
+    Subscriber,
+    SubscriberClosed,
+)
 
 log = logging.getLogger(__name__)
 
 CLOSE_BAD_MESSAGE = 4400
-CLOSE_TRY_AGAIN = 1013  # over the tenant's socket cap, or PostgreSQL unreachable: back off, retry
 
 MAX_PLAIN_FIELDS = 8
 MAX_PLAIN_QUERY = 2000

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 MAX_PENDING = 256
 CLOSE_GONE = 1001  # the peer is gone (a send failed): nothing to tell it
 CLOSE_RESTART = 1012  # service restart: reconnect and refetch
-CLOSE_TRY_AGAIN = 1013  # try again later: this socket fell behind
+CLOSE_TRY_AGAIN = 1013  # try again later: fell behind, over a cap, or PostgreSQL unreachable
 
 Sink = Callable[["Delivery"], Coroutine[Any, Any, None]]
 
