@@ -153,24 +153,17 @@ async def cpu_per_run(
 def _wait_settled(urls: list[str], settled: int) -> float:
     """Block until `settled` runs have succeeded over the cells; the CPU this thread spent."""
     began = time.thread_time()
-    asyncio.run(_until_settled(urls, settled))
+    asyncio.run(_settled(urls, until=settled))
     return time.thread_time() - began
 
 
-async def _until_settled(urls: list[str], settled: int) -> None:
+async def _settled(urls: list[str], *, until: int = 0) -> int:
+    """The runs succeeded over the cells, counted every `POLL_S` until there are `until`."""
     conns = [await asyncpg.connect(url) for url in urls]
     try:
-        while await _count(conns) < settled:
+        while (count := await _count(conns)) < until:
             await asyncio.sleep(POLL_S)
-    finally:
-        for conn in conns:
-            await conn.close()
-
-
-async def _settled(urls: list[str]) -> int:
-    conns = [await asyncpg.connect(url) for url in urls]
-    try:
-        return await _count(conns)
+        return count
     finally:
         for conn in conns:
             await conn.close()

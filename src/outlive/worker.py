@@ -199,8 +199,10 @@ class WorkerHost:
             after_process=after_parking(queues.instances, deps.workflows.sessions),
             concurrency=self.concurrency,
             lender=self.lender,
-            timers=timers,
-            passes=SchedulePass([]),  # the jobs worker's pass covers this queue too
+            # the jobs worker's pass covers this queue too: this one's has nothing to do, and
+            # its timer wakes the loop once a minute, not every second
+            timers=cast(PartialTimersDict, {**timers, "schedule": ABORT_S}),
+            passes=SchedulePass([]),
             shutdown_grace_period_s=None,  # release at once; the run goes on elsewhere
             cancellation_hard_deadline_s=RELEASE_DEADLINE_S,
             drains=(self.drains, self.settings.shutdown_step_grace_s),  # model steps finish

@@ -46,6 +46,7 @@ class SchedulePass:
     """One pass over the consumed partitions of `queues` (none: a pass with nothing to do)."""
 
     def __init__(self, queues: Sequence[OutliveRedisQueue]) -> None:
+        self._queues = queues
         self._parts = [part for queue in queues for part in queue.consumed]
         self._script = None
         if self._parts and not is_cluster(self._parts[0].redis):
@@ -53,8 +54,8 @@ class SchedulePass:
 
     async def __call__(self, lock: int) -> list[str]:
         """The ids of the jobs moved to their queued lists."""
-        if self._script is None:  # a cluster (or nothing): each partition on its own
-            done = await asyncio.gather(*(part.schedule(lock) for part in self._parts))
+        if self._script is None:  # a cluster (or nothing): each queue's own pass
+            done = await asyncio.gather(*(queue.schedule(lock) for queue in self._queues))
             return [job_id for ids in done for job_id in ids]
         moved = await self._pipelined(lock, evalsha=True)
         return [job_id.decode() for ids in moved for job_id in ids or ()]
