@@ -129,6 +129,7 @@ async def flood(
     count: int,
     delay_ms: int = 0,
     usage: dict[str, int] | None = None,
+    jitter_ms: int = 0,
 ) -> None:
     """The noisy tenant's `count` runs, written waiting in one statement, then admitted by the
     same dispatch function the API calls (the rest is admitted by the workers' settles). Written
@@ -138,13 +139,16 @@ async def flood(
            SELECT $1, CASE WHEN $5 THEN 'many-' || i ELSE 'demo' END,
                   CASE WHEN $5 THEN '' ELSE 'flood-' || i END,
                   jsonb_strip_nulls(jsonb_build_object(
-                      'turns', 1, 'delayMs', $3::int, 'usagePerTurn', $4::jsonb))
+                      'turns', 1,
+                      'delayMs', $3::int - $6::int + floor(random() * (2 * $6 + 1))::int,
+                      'usagePerTurn', $4::jsonb))
              FROM generate_series(0, $2 - 1) i""",
         noisy,
         count,
         delay_ms,
         None if usage is None else json.dumps(usage),
         bool(AGENT_MODULES),
+        jitter_ms,
     )
     queue = create_queue(env.redis_url, RUNS_QUEUE)
     instances = SaqRunInstances(
@@ -208,6 +212,7 @@ async def phase(
     lag: Lag | None = None,
     usage: dict[str, int] | None = None,
     scheduled: tuple[datetime, int] | None = None,
+    jitter_ms: int = 0,
 ) -> Phase:
     """The quiet tenant's runs while the noisy tenant's load runs: a flood of `flood_n` runs,
     or, with `scheduled` (occurrence, count), that occurrence of its schedules firing."""
@@ -220,7 +225,7 @@ async def phase(
         if scheduled is not None:
             await schedules.fired(conn, noisy, *scheduled)
         else:
-            await flood(conn, env, noisy, flood_n, noisy_delay_ms, usage)
+            await flood(conn, env, noisy, flood_n, noisy_delay_ms, usage, jitter_ms)
         await settled(conn, noisy)  # settled, or held WAITING by its budget
     else:
         await asyncio.sleep(QUIET_ALONE_S)  # the quiet tenant alone, for as long
@@ -333,6 +338,13 @@ async def main() -> None:
         " 0 makes the flood pure CPU",
     )
     parser.add_argument(
+        "--noisy-jitter-ms",
+        type=int,
+        default=0,
+        help="each flood run's turn waits the delay plus or minus up to this much, uniformly"
+        " (0: every run's the same, and the capped flood moves in lockstep waves)",
+    )
+    parser.add_argument(
         "--many-agents",
         action="store_true",
         help="flood with one run of each of 5,000 copies of demo (the shape before 2026-12-06)",
@@ -369,16 +381,21 @@ async def main() -> None:
             quiet = Tenant(quiet_id, quiet_token, KeepAlive("127.0.0.1", port))
             cold = await warm_up(conn, quiet)
             delay = args.noisy_delay_ms
+            shape: dict[str, Any] = {
+                "noisy_delay_ms": delay,
+                "lag": lag,
+                "jitter_ms": args.noisy_jitter_ms,
+            }
             phases = [
                 await phase(conn, env, "1. quiet alone", quiet, None, flood_n, lag=lag),
-                await phase(conn, env, "2. noisy alone", None, noisy_id, flood_n, delay, lag),
-                await phase(conn, env, "3. both, capped", quiet, noisy_id, flood_n, delay, lag),
+                await phase(conn, env, "2. noisy alone", None, noisy_id, flood_n, **shape),
+                await phase(conn, env, "3. both, capped", quiet, noisy_id, flood_n, **shape),
             ]
             noisy = Tenant(noisy_id, noisy_token, KeepAlive("127.0.0.1", port))
             made = await noisy.gql(SET_BUDGET, {"l": flood_n * 10 // 2})  # half its spend
             name = "4. both, noisy held by a budget"
             phases.append(
-                await phase(conn, env, name, quiet, noisy_id, flood_n, delay, lag, PER_TURN)
+                await phase(conn, env, name, quiet, noisy_id, flood_n, **shape, usage=PER_TURN)
             )
             held = await conn.fetchval(
                 "SELECT count(*) FROM runs WHERE tenant_id = $1 AND waiting_for = 'budget'",
@@ -388,7 +405,7 @@ async def main() -> None:
             await settled_all(conn, noisy_id)
             set_cap(env, slugs[noisy_id], "100000")
             phases.append(
-                await phase(conn, env, "5. both, no cap", quiet, noisy_id, flood_n, delay, lag)
+                await phase(conn, env, "5. both, no cap", quiet, noisy_id, flood_n, **shape)
             )
             late: list[float] = []  # phase 6's runs: start minus fire time (ms)
             if args.schedules:
@@ -397,7 +414,8 @@ async def main() -> None:
                 phases.append(fired)
         await conn.close()
     print(
-        f"noisy neighbour: a flood of {flood_n} runs (1 turn of {args.noisy_delay_ms} ms),"
+        f"noisy neighbour: a flood of {flood_n} runs (1 turn of {args.noisy_delay_ms} ms"
+        f" +/- {args.noisy_jitter_ms} ms),"
         " 2 workers x 32, default cap 10"
     )
     print("warm-up runs (not counted), start-to-claim ms:", " ".join(f"{c:.1f}" for c in cold))

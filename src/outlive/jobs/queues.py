@@ -46,7 +46,7 @@ from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-from saq.job import Job, Status
+from saq.job import TERMINAL_STATUSES, Job, Status
 from saq.queue.redis import RedisQueue
 from saq.types import CountKind, VersionTuple
 from saq.utils import now
@@ -133,9 +133,12 @@ class OutliveRedisQueue(RedisQueue):
         return await super().version()
 
     async def notify(self, job: Job) -> None:
-        """saq publishes each change of a job for `Job.refresh` and `Queue.listen`, which Outlive
-        never uses; on a cluster a PUBLISH goes to every node, so there it is not sent."""
-        if not is_cluster(self.redis):
+        """saq publishes each change of a job for `Job.refresh` and `Queue.listen`. Outlive's
+        code never listens, and saq's own waits (`refresh(until_complete=...)`, `apply`) wait
+        for a terminal status only: so only a job's end is published, not its start or its
+        heartbeats (one PUBLISH round trip less for every run and every heartbeat). On a cluster
+        a PUBLISH goes to every node, so there none is sent."""
+        if job.status in TERMINAL_STATUSES and not is_cluster(self.redis):
             await super().notify(job)
 
     async def disconnect(self) -> None:
@@ -183,7 +186,7 @@ class OutliveRedisQueue(RedisQueue):
         job = self.deserialize(seen)
         assert job is not None  # noqa: S101 (the caller read a record)
         error = self.swept_error_message
-        if job.status in _TERMINAL:
+        if job.status in TERMINAL_STATUSES:
             mode, ttl = "drop", 0
         elif job.retryable:
             mode, ttl = "queue", 0
@@ -212,8 +215,6 @@ class OutliveRedisQueue(RedisQueue):
             )
         )
 
-
-_TERMINAL = (Status.COMPLETE, Status.FAILED, Status.ABORTED)
 
 # saq's own script: the active jobs, at most once per `lock` seconds across all workers.
 _ACTIVE_JOBS_UNDER_LOCK = """
