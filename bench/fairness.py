@@ -30,6 +30,15 @@ The quiet tenant's first runs warm the processes up and are not counted. Six pha
 Targets: in phase 3 the quiet tenant's p99 at most 2x its idle p99 (phase 1), and the noisy
 tenant's throughput at least 80% of phase 2's.
 
+The flood's turns all last `--noisy-delay-ms` unless `--noisy-jitter-ms J` spreads them
+uniformly over the delay +/- J. Identical turns under a cap move in lockstep: the 10 runs in
+flight end together, their settles admit the next 10 together, and the flood's work comes in
+waves (9-10 claims in one 10 ms window, then about 120 ms of none); a quiet run that arrives in
+a wave waits for two cores that the wave holds. The last column of the second table says how
+much: how many other claims of the flood came within 10 ms of each (the median; about 2 when 85
+runs a second come evenly, 9 in lockstep). The processes are
+measured warm: phase 1 starts once each worker has logged `worker warm` (`warm`).
+
 Needs PostgreSQL and Redis (BENCH_DATABASE_URL, BENCH_REDIS_URL; default the local ones).
 """
 
@@ -47,6 +56,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from tempfile import TemporaryDirectory
 from typing import Any
 
 import asyncpg
@@ -83,6 +93,7 @@ class Phase:
     parts: dict[str, list[float]] | None = None  # where the quiet runs' time went (ms)
     lag_ms: tuple[float | None, float | None, float] = (None, None, 0.0)  # workers' p50, p99
     gc2: tuple[float, float] = (0.0, 0.0)  # the workers' full collections: count, seconds
+    waves: float | None = None  # the flood's claims within 10 ms of each, median (`in_waves`)
 
     def quiet(self, q: float) -> float | None:
         if not self.quiet_ms:
@@ -191,6 +202,27 @@ async def start_to_claim_ms(
     return [float(r["ms"]) for r in rows]
 
 
+async def in_waves(conn: asyncpg.Connection, tenant: uuid.UUID, since: float) -> float | None:
+    """How many other claims of the tenant's runs came within 10 ms of each of them (the
+    median): about 2 for 85 runs a second spread evenly, 9 when a capped flood of identical
+    turns moves in lockstep (its 10 runs end together, and the next 10 start together); a
+    quiet run that arrives in such a wave waits for it."""
+    near = await conn.fetchval(
+        """WITH claims AS (
+               SELECT min(e.at) AS at FROM runs r
+                 JOIN run_events e ON e.run_id = r.id AND e.type = 'claimed'
+                WHERE r.tenant_id = $1 AND r.created_at >= to_timestamp($2) GROUP BY r.id),
+           near AS (
+               SELECT count(*) OVER (ORDER BY at RANGE BETWEEN interval '10 ms' PRECEDING
+                                                  AND interval '10 ms' FOLLOWING) - 1 AS n
+                 FROM claims)
+           SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY n) FROM near""",
+        tenant,
+        since,
+    )
+    return None if near is None else float(near)
+
+
 async def throughput(conn: asyncpg.Connection, tenant: uuid.UUID, since: float) -> float:
     first, last, count = await conn.fetchrow(
         """SELECT min(started_at), max(finished_at), count(*) FROM runs
@@ -240,6 +272,7 @@ async def phase(
         await segments(conn, env.redis_url, quiet.id, since) if quiet else None,
         await lag.since_last() if lag is not None else (None, None, 0.0),
         lag.gc2 if lag is not None else (0.0, 0.0),
+        await in_waves(conn, noisy, since) if noisy and scheduled is None else None,
     )
 
 
@@ -268,6 +301,16 @@ async def warm_up(conn: asyncpg.Connection, quiet: Tenant) -> list[float]:
         await quiet.start("demo")
         await settled(conn, quiet.id)
     return await start_to_claim_ms(conn, quiet.id, since)
+
+
+async def warm(logs: list[Path], timeout: float = 300) -> None:
+    """Each worker's start-up over (its log's `worker warm`): until then a thread importing
+    its agents' modules, and the full collection after it, share the process with its loop.
+    Before 2026-12-07 phase 1 could begin while they ran, and then its p99 (the idle figure
+    every ratio divides by) was that of the start-up's stalls, not of a quiet machine."""
+    async with asyncio.timeout(timeout):
+        while not all(b"worker warm" in log.read_bytes() for log in logs):
+            await asyncio.sleep(0.05)  # a log file: nothing to await
 
 
 def set_cap(env: Env, slug: str, cap: str) -> None:
@@ -316,12 +359,14 @@ def breakdown(phases: list[Phase]) -> str:
         cells.append("" if lag99 is None else f"<={lag50:g} / <={lag99:g} ({ticks:.0f} ticks)")
         count, seconds = p.gc2
         cells.append(f"{count:.0f}, {seconds * 1000 / count:.0f} ms each" if count else "0")
+        cells.append("" if p.waves is None else f"{p.waves:.0f}")
         rows.append(cells)
     header = [
         "phase",
         *(f"{s} p50/p99 ms" for s in SEGMENTS),
         "worker loop lag p50/p99 ms",
         "workers' full GCs",
+        "flood's claims within 10 ms of each (median)",
     ]
     return table(rows, header)
 
@@ -371,13 +416,15 @@ async def main() -> None:
         lag = Lag([free_port(), free_port()])
         with ExitStack() as stack:
             stack.enter_context(outlive("api", "--port", str(port), env=vars))
-            for metrics_port in lag.ports:
+            logs = [Path(stack.enter_context(TemporaryDirectory())) / f"w{i}.log" for i in (0, 1)]
+            for metrics_port, log in zip(lag.ports, logs, strict=True):
                 own = {**vars, "OUTLIVE_METRICS_PORT": str(metrics_port)}
                 own["OUTLIVE_METRICS_HOST"] = "127.0.0.1"
-                stack.enter_context(outlive("worker", "--concurrency", "32", env=own))
+                stack.enter_context(outlive("worker", "--concurrency", "32", env=own, log=log))
             await wait_http(f"http://127.0.0.1:{port}/healthz", timeout=300)  # a loaded machine
             for metrics_port in lag.ports:
                 await wait_http(f"http://127.0.0.1:{metrics_port}/metrics", timeout=300)
+            await warm(logs)
             quiet = Tenant(quiet_id, quiet_token, KeepAlive("127.0.0.1", port))
             cold = await warm_up(conn, quiet)
             delay = args.noisy_delay_ms
