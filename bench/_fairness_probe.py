@@ -6,6 +6,8 @@
   dequeue) and the worker (`started` to `claimed`: the run task up to its claim statement).
 - **Event-loop lag** of each worker (`outlive_event_loop_lag_seconds`, from its own metrics
   port), as a histogram delta over the phase.
+- **Waves** of the flood (`in_waves`): how many of its claims come within 10 ms of each.
+- **Warm** processes (`warm`): each worker's start-up over before anything is measured.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import asyncpg
 from prometheus_client.parser import text_string_to_metric_families
@@ -60,6 +63,37 @@ async def segments(
     finally:
         await queue.disconnect()
     return found
+
+
+async def in_waves(conn: asyncpg.Connection, tenant: uuid.UUID, since: float) -> float | None:
+    """How many other claims of the tenant's runs came within 10 ms of each of them (the
+    median): about 2 for 85 runs a second spread evenly, 9 when a capped flood of identical
+    turns moves in lockstep (its 10 runs end together, and the next 10 start together); a
+    quiet run that arrives in such a wave waits for it."""
+    near = await conn.fetchval(
+        """WITH claims AS (
+               SELECT min(e.at) AS at FROM runs r
+                 JOIN run_events e ON e.run_id = r.id AND e.type = 'claimed'
+                WHERE r.tenant_id = $1 AND r.created_at >= to_timestamp($2) GROUP BY r.id),
+           near AS (
+               SELECT count(*) OVER (ORDER BY at RANGE BETWEEN interval '10 ms' PRECEDING
+                                                  AND interval '10 ms' FOLLOWING) - 1 AS n
+                 FROM claims)
+           SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY n) FROM near""",
+        tenant,
+        since,
+    )
+    return None if near is None else float(near)
+
+
+async def warm(logs: list[Path], timeout: float = 300) -> None:
+    """Each worker's start-up over (its log's `worker warm`): until then a thread importing
+    its agents' modules, and the full collection after it, share the process with its loop.
+    Before 2026-12-07 phase 1 could begin while they ran, and then its p99 (the idle figure
+    every ratio divides by) was that of the start-up's stalls, not of a quiet machine."""
+    async with asyncio.timeout(timeout):
+        while not all(b"worker warm" in log.read_bytes() for log in logs):
+            await asyncio.sleep(0.05)  # a log file: nothing to await
 
 
 @dataclass

@@ -4,10 +4,8 @@
 
 One `outlive api` and 2 `outlive worker --concurrency 32` processes, agent `demo`: the flood's
 runs each have a key of their own (`flood-<i>`, one conversation each), since a key has at most
-one active run. (Until 2026-12-06 the flood used 5,000 copies of `demo`, from before keys: each
-agent's Prometheus children, about 46 objects the garbage collector tracks, made every full
-collection of the workers walk 230,000 more objects, 25 ms more: a tail of the bench's shape,
-not of a tenant's flood; docs/measurements.md. `--many-agents` floods that way again.)
+one active run (`--many-agents`: one run of each of 5,000 copies of `demo`, the shape before
+2026-12-06, whose agents' metrics every full collection walked: docs/measurements.md).
 A quiet tenant starts one `demo` run (1 turn, 0 delay) through the API every 200 ms; the noisy
 tenant floods 5,000 runs (one per key, 1 turn of `--noisy-delay-ms`, 100 by default: an
 agent's turn mostly waits on I/O, such as a model's answer; 0 makes the flood pure CPU), written
@@ -30,14 +28,12 @@ The quiet tenant's first runs warm the processes up and are not counted. Six pha
 Targets: in phase 3 the quiet tenant's p99 at most 2x its idle p99 (phase 1), and the noisy
 tenant's throughput at least 80% of phase 2's.
 
-The flood's turns all last `--noisy-delay-ms` unless `--noisy-jitter-ms J` spreads them
-uniformly over the delay +/- J. Identical turns under a cap move in lockstep: the 10 runs in
-flight end together, their settles admit the next 10 together, and the flood's work comes in
-waves (9-10 claims in one 10 ms window, then about 120 ms of none); a quiet run that arrives in
-a wave waits for two cores that the wave holds. The last column of the second table says how
-much: how many other claims of the flood came within 10 ms of each (the median; about 2 when 85
-runs a second come evenly, 9 in lockstep). The processes are
-measured warm: phase 1 starts once each worker has logged `worker warm` (`warm`).
+The flood's turns all last `--noisy-delay-ms` unless `--noisy-jitter-ms J` spreads them over
+the delay +/- J. Identical turns under a cap can move in lockstep (10 runs end together and the
+next 10 are admitted together; one worker showed 9-10 claims in one 10 ms window, then 120 ms of
+none): the second table's last column says how much, the median count of the flood's other
+claims within 10 ms of each. The processes are measured warm: phase 1 starts once each worker
+has logged `worker warm`.
 
 Needs PostgreSQL and Redis (BENCH_DATABASE_URL, BENCH_REDIS_URL; default the local ones).
 """
@@ -53,7 +49,6 @@ import sys
 import time
 import uuid
 from contextlib import ExitStack
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -63,8 +58,9 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _fairness_schedules as schedules
-from _common import Env, KeepAlive, bench_env, free_port, outlive, table, wait_http
-from _fairness_probe import SEGMENTS, Lag, pct, segments
+from _common import Env, KeepAlive, bench_env, free_port, outlive, wait_http
+from _fairness_probe import Lag, in_waves, pct, segments, warm
+from _fairness_report import Phase, breakdown, report
 from runs import START, make_tenants
 
 from outlive.config import Settings
@@ -83,23 +79,6 @@ PER_TURN = {"inputTokens": 6, "outputTokens": 4}  # phase 4's flood: 10 tokens a
 SET_BUDGET = """mutation($l: Int!) { setBudget(input: {scope: TENANT, period: DAY,
     limitTokens: $l}) { id } }"""
 DELETE_BUDGET = "mutation($id: ID!) { deleteBudget(id: $id) }"
-
-
-@dataclass
-class Phase:
-    name: str
-    quiet_ms: list[float]  # start-to-claim of each quiet run
-    noisy_per_s: float | None
-    parts: dict[str, list[float]] | None = None  # where the quiet runs' time went (ms)
-    lag_ms: tuple[float | None, float | None, float] = (None, None, 0.0)  # workers' p50, p99
-    gc2: tuple[float, float] = (0.0, 0.0)  # the workers' full collections: count, seconds
-    waves: float | None = None  # the flood's claims within 10 ms of each, median (`in_waves`)
-
-    def quiet(self, q: float) -> float | None:
-        if not self.quiet_ms:
-            return None
-        ordered = sorted(self.quiet_ms)
-        return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 class Tenant:
@@ -170,20 +149,14 @@ async def flood(
     await queue.disconnect()
 
 
-async def settled(conn: asyncpg.Connection, tenant: uuid.UUID) -> None:
+async def settled(conn: asyncpg.Connection, tenant: uuid.UUID, held_too: bool = False) -> None:
+    """Every run of the tenant settled, or held WAITING by its budget (`held_too`: those too,
+    once it is deleted)."""
+    active = ["QUEUED", "RUNNING", *(["WAITING"] if held_too else [])]
     while await conn.fetchval(
-        "SELECT count(*) FROM runs WHERE tenant_id = $1 AND status IN ('QUEUED', 'RUNNING')",
+        "SELECT count(*) FROM runs WHERE tenant_id = $1 AND status = ANY($2::text[])",
         tenant,
-    ):
-        await asyncio.sleep(0.1)  # a poll of the database: the benchmark has no socket
-
-
-async def settled_all(conn: asyncpg.Connection, tenant: uuid.UUID) -> None:
-    """Every run of the tenant settled: the runs a budget held too (once it is deleted)."""
-    while await conn.fetchval(
-        "SELECT count(*) FROM runs WHERE tenant_id = $1"
-        " AND status IN ('QUEUED', 'RUNNING', 'WAITING')",
-        tenant,
+        active,
     ):
         await asyncio.sleep(0.1)  # a poll of the database: the benchmark has no socket
 
@@ -200,27 +173,6 @@ async def start_to_claim_ms(
         since,
     )
     return [float(r["ms"]) for r in rows]
-
-
-async def in_waves(conn: asyncpg.Connection, tenant: uuid.UUID, since: float) -> float | None:
-    """How many other claims of the tenant's runs came within 10 ms of each of them (the
-    median): about 2 for 85 runs a second spread evenly, 9 when a capped flood of identical
-    turns moves in lockstep (its 10 runs end together, and the next 10 start together); a
-    quiet run that arrives in such a wave waits for it."""
-    near = await conn.fetchval(
-        """WITH claims AS (
-               SELECT min(e.at) AS at FROM runs r
-                 JOIN run_events e ON e.run_id = r.id AND e.type = 'claimed'
-                WHERE r.tenant_id = $1 AND r.created_at >= to_timestamp($2) GROUP BY r.id),
-           near AS (
-               SELECT count(*) OVER (ORDER BY at RANGE BETWEEN interval '10 ms' PRECEDING
-                                                  AND interval '10 ms' FOLLOWING) - 1 AS n
-                 FROM claims)
-           SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY n) FROM near""",
-        tenant,
-        since,
-    )
-    return None if near is None else float(near)
 
 
 async def throughput(conn: asyncpg.Connection, tenant: uuid.UUID, since: float) -> float:
@@ -303,16 +255,6 @@ async def warm_up(conn: asyncpg.Connection, quiet: Tenant) -> list[float]:
     return await start_to_claim_ms(conn, quiet.id, since)
 
 
-async def warm(logs: list[Path], timeout: float = 300) -> None:
-    """Each worker's start-up over (its log's `worker warm`): until then a thread importing
-    its agents' modules, and the full collection after it, share the process with its loop.
-    Before 2026-12-07 phase 1 could begin while they ran, and then its p99 (the idle figure
-    every ratio divides by) was that of the start-up's stalls, not of a quiet machine."""
-    async with asyncio.timeout(timeout):
-        while not all(b"worker warm" in log.read_bytes() for log in logs):
-            await asyncio.sleep(0.05)  # a log file: nothing to await
-
-
 def set_cap(env: Env, slug: str, cap: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "outlive.cli", "tenant", "set-limits", "--tenant", slug, *CAP, cap],
@@ -324,54 +266,7 @@ def set_cap(env: Env, slug: str, cap: str) -> None:
         raise RuntimeError(done.stderr.decode())
 
 
-def report(phases: list[Phase]) -> str:
-    idle, alone = phases[0], phases[1]
-    rows = []
-    for p in phases:
-        p50, p99 = p.quiet(0.5), p.quiet(0.99)
-        rows.append(
-            [
-                p.name,
-                len(p.quiet_ms) or "",
-                "" if p50 is None else f"{p50:.1f}",
-                "" if p99 is None else f"{p99:.1f}",
-                "" if p99 is None or p is idle else f"{p99 / (idle.quiet(0.99) or 1):.2f}x",
-                "" if p.noisy_per_s is None else f"{p.noisy_per_s:.0f}",
-                ""
-                if p.noisy_per_s is None or p is alone or alone.noisy_per_s is None
-                else f"{p.noisy_per_s / alone.noisy_per_s:.0%}",
-            ]
-        )
-    header = ["phase", "quiet runs", "p50 ms", "p99 ms", "p99 vs idle", "noisy runs/s", "vs alone"]
-    return table(rows, header)
-
-
-def breakdown(phases: list[Phase]) -> str:
-    """Where the quiet runs' start-to-claim went (p50 / p99 of each segment), and the workers'
-    event-loop lag over the phase."""
-    rows = []
-    for p in phases:
-        lag50, lag99, ticks = p.lag_ms
-        cells: list[object] = [p.name]
-        for name in SEGMENTS:
-            got = (p.parts or {}).get(name, [])
-            cells.append("" if not got else f"{pct(got, 0.5):.1f} / {pct(got, 0.99):.1f}")
-        cells.append("" if lag99 is None else f"<={lag50:g} / <={lag99:g} ({ticks:.0f} ticks)")
-        count, seconds = p.gc2
-        cells.append(f"{count:.0f}, {seconds * 1000 / count:.0f} ms each" if count else "0")
-        cells.append("" if p.waves is None else f"{p.waves:.0f}")
-        rows.append(cells)
-    header = [
-        "phase",
-        *(f"{s} p50/p99 ms" for s in SEGMENTS),
-        "worker loop lag p50/p99 ms",
-        "workers' full GCs",
-        "flood's claims within 10 ms of each (median)",
-    ]
-    return table(rows, header)
-
-
-async def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a flood of 1,000")
     parser.add_argument("--flood", type=int, default=5000)
@@ -403,7 +298,11 @@ async def main() -> None:
     parser.add_argument(
         "--schedule-jitter", type=int, default=0, help="phase 6's schedules' jitter (s)"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+async def main() -> None:
+    args = arguments()
     if args.many_agents:
         AGENT_MODULES["OUTLIVE_AGENT_MODULES"] = MANY
     flood_n = 1000 if args.quick else args.flood
@@ -449,7 +348,7 @@ async def main() -> None:
                 noisy_id,
             )
             await noisy.gql(DELETE_BUDGET, {"id": made["setBudget"]["id"]})  # lets them go
-            await settled_all(conn, noisy_id)
+            await settled(conn, noisy_id, held_too=True)
             set_cap(env, slugs[noisy_id], "100000")
             phases.append(
                 await phase(conn, env, "5. both, no cap", quiet, noisy_id, flood_n, **shape)
