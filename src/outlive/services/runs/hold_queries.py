@@ -27,9 +27,11 @@ GATE = prepare(
 _HOLDABLE = "((status = 'QUEUED' AND queued_behind_id IS NULL) OR status = 'WAITING')"
 # Who paused it: the first pause names it, but a pause of the run itself outranks the agent's
 # and the tenant's (resuming those leaves it held).
-# `paused_at` is clock_timestamp(), taken once the run's row is locked: after any step gate that
-# held the row committed, so every step that started has `started_at` before it (now() is the
-# transaction's start, which a gate in flight can follow: tests/resolvers/test_pause_many.py).
+# `paused_at` is clock_timestamp(), taken once the run's row is locked (locked first, in a CTE:
+# an UPDATE computes its new row before it waits on a lock-only holder such as a step gate, then
+# writes what it computed): after any step gate that held the row committed, so every step that
+# started has `started_at` before it (tests/resolvers/test_pause_many.py; now() is the
+# transaction's start, which a gate in flight can follow too).
 _PAUSED_SETS = (
     "paused_by = CASE WHEN paused_at IS NULL OR CAST(:by AS text) = 'run' THEN CAST(:by AS text)"
     " ELSE paused_by END, paused_at = coalesce(paused_at, clock_timestamp()),"
@@ -49,15 +51,21 @@ PAUSE = move(
     event_type=_PAUSE_EVENT[0],
     event_data=_PAUSE_EVENT[1],
     returns_cap=True,
+    lock_first=True,
 )
 # pauseAgent / `outlive tenant pause`: every active run of the agent (or of the tenant) at once.
 PAUSE_ALL = prepare(
     text(
-        f"""WITH moved AS (
-            UPDATE runs SET {_PAUSED_SETS}, {bump()}, updated_at = now()
+        f"""WITH locked AS (
+            SELECT id AS locked_id FROM runs
              WHERE tenant_id = :tenant_id AND {ACTIVE} AND paused_at IS NULL
                AND (CAST(:agent AS text) IS NULL OR agent = :agent)
-            RETURNING *),
+             FOR UPDATE),
+        moved AS (
+            UPDATE runs SET {_PAUSED_SETS}, {bump()}, updated_at = now()
+              FROM locked
+             WHERE runs.id = locked.locked_id AND {ACTIVE} AND paused_at IS NULL
+            RETURNING runs.*),
         appended AS ({appended(_PAUSE_EVENT)})
         SELECT id, status FROM moved"""
     )

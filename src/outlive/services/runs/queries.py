@@ -209,10 +209,14 @@ def move(
     changes_run: bool = True,
     may_settle: bool = False,
     returns_cap: bool = False,
+    lock_first: bool = False,
 ) -> Move:
     """`sets` and `where` are SQL over `runs`; `event_type` and `event_data` SQL over the updated
     row; `returns_cap`: it also returns `tenant_max_running`. The statement always carries
-    `id = :run_id AND status IN ('QUEUED', 'RUNNING', 'WAITING')`."""
+    `id = :run_id AND status IN ('QUEUED', 'RUNNING', 'WAITING')`. `lock_first`: the row is
+    locked before `sets` is computed, so a `clock_timestamp()` there follows any transaction
+    that held the row (an UPDATE computes its new row, then waits on a lock-only holder and
+    writes what it computed)."""
     sets = ", ".join(p for p in (sets, f"{bump()}, updated_at = now()") if p)
     where = f"id = :run_id AND {ACTIVE}" + (f" AND {where}" if where else "")
     deliveries, delivery_ids, columns = "", "", RUN_COLUMNS
@@ -238,7 +242,14 @@ def move(
             " AS tenant_max_running"
         )
         columns = (*RUN_COLUMNS, column("tenant_max_running"))
-    sql = f"""WITH moved AS (UPDATE runs SET {sets} WHERE {where} RETURNING *),
+    update = f"UPDATE runs SET {sets} WHERE {where} RETURNING *"
+    if lock_first:
+        update = (
+            "WITH locked AS (SELECT id AS locked_id FROM runs WHERE id = :run_id FOR UPDATE)"
+            f" UPDATE runs SET {sets} FROM locked WHERE runs.id = locked.locked_id AND {where}"
+            " RETURNING runs.*"
+        )
+    sql = f"""WITH moved AS ({update}),
         appended AS ({appended((event_type, event_data))})
         {deliveries}
         SELECT moved.*{delivery_ids} FROM moved"""
