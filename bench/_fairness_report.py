@@ -19,10 +19,7 @@ class Phase:
     waves: float | None = None  # the flood's claims within 10 ms of each, median (`in_waves`)
 
     def quiet(self, q: float) -> float | None:
-        if not self.quiet_ms:
-            return None
-        ordered = sorted(self.quiet_ms)
-        return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+        return pct(self.quiet_ms, q)
 
 
 def report(phases: list[Phase]) -> str:

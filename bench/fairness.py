@@ -326,9 +326,8 @@ async def main() -> None:
             await warm(logs)
             quiet = Tenant(quiet_id, quiet_token, KeepAlive("127.0.0.1", port))
             cold = await warm_up(conn, quiet)
-            delay = args.noisy_delay_ms
             shape: dict[str, Any] = {
-                "noisy_delay_ms": delay,
+                "noisy_delay_ms": args.noisy_delay_ms,
                 "lag": lag,
                 "jitter_ms": args.noisy_jitter_ms,
             }

@@ -12,7 +12,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from outlive.db.raw import prepare
-from outlive.services.runs.queries import ACTIVE, RUN_COLUMNS, move
+from outlive.services.runs.queries import ACTIVE, RUN_COLUMNS, locked_first, move
 from outlive.services.runs.timeline import appended, bump
 from outlive.services.runs.wake_queries import WOKEN_SETS
 
@@ -54,13 +54,13 @@ PAUSE = move(
     lock_first=True,
 )
 # pauseAgent / `outlive tenant pause`: every active run of the agent (or of the tenant) at once.
+_PAUSABLE = (
+    f"tenant_id = :tenant_id AND {ACTIVE} AND paused_at IS NULL"
+    " AND (CAST(:agent AS text) IS NULL OR agent = :agent)"
+)
 PAUSE_ALL = prepare(
     text(
-        f"""WITH locked AS (
-            SELECT id AS locked_id FROM runs
-             WHERE tenant_id = :tenant_id AND {ACTIVE} AND paused_at IS NULL
-               AND (CAST(:agent AS text) IS NULL OR agent = :agent)
-             FOR UPDATE),
+        f"""WITH {locked_first(_PAUSABLE)},
         moved AS (
             UPDATE runs SET {_PAUSED_SETS}, {bump()}, updated_at = now()
               FROM locked

@@ -187,6 +187,14 @@ _MAY_ADMIT = (
 )
 
 
+def locked_first(where: str) -> str:
+    """The CTE `locked` (`locked_id`): the runs `where` picks, locked before the statement
+    computes what it writes; an UPDATE joins it (`FROM locked WHERE runs.id = locked.locked_id`),
+    so a `clock_timestamp()` in its SET follows any transaction that held the row (alone, an
+    UPDATE computes its new row, then waits on a lock-only holder and writes what it computed)."""
+    return f"locked AS (SELECT id AS locked_id FROM runs WHERE {where} FOR UPDATE)"
+
+
 @dataclass(frozen=True)
 class Move:
     """A conditional UPDATE of one run and its timeline event, as one prepared statement (built
@@ -214,9 +222,7 @@ def move(
     """`sets` and `where` are SQL over `runs`; `event_type` and `event_data` SQL over the updated
     row; `returns_cap`: it also returns `tenant_max_running`. The statement always carries
     `id = :run_id AND status IN ('QUEUED', 'RUNNING', 'WAITING')`. `lock_first`: the row is
-    locked before `sets` is computed, so a `clock_timestamp()` there follows any transaction
-    that held the row (an UPDATE computes its new row, then waits on a lock-only holder and
-    writes what it computed)."""
+    locked before `sets` is computed (`locked_first`)."""
     sets = ", ".join(p for p in (sets, f"{bump()}, updated_at = now()") if p)
     where = f"id = :run_id AND {ACTIVE}" + (f" AND {where}" if where else "")
     deliveries, delivery_ids, columns = "", "", RUN_COLUMNS
@@ -245,9 +251,8 @@ def move(
     update = f"UPDATE runs SET {sets} WHERE {where} RETURNING *"
     if lock_first:
         update = (
-            "WITH locked AS (SELECT id AS locked_id FROM runs WHERE id = :run_id FOR UPDATE)"
-            f" UPDATE runs SET {sets} FROM locked WHERE runs.id = locked.locked_id AND {where}"
-            " RETURNING runs.*"
+            f"WITH {locked_first('id = :run_id')} UPDATE runs SET {sets} FROM locked"
+            f" WHERE runs.id = locked.locked_id AND {where} RETURNING runs.*"
         )
     sql = f"""WITH moved AS ({update}),
         appended AS ({appended((event_type, event_data))})
