@@ -6,14 +6,13 @@ event, reading a run) are compiled once for asyncpg here and, in units that are 
 statement, executed on a plain asyncpg pool: no session, no greenlet hop, no BEGIN/COMMIT. In a
 transactional unit the same statement runs through the SQLAlchemy session, so results are the
 same either way (the tests run both). Which one runs it is `outlive.db.tx`'s choice (the `Db`
-interface); a `Statement` is only the SQL, compiled once.
+interface); a `Statement` is only the SQL, compiled once, when it first runs.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -26,19 +25,40 @@ from outlive.db import primary
 _DIALECT = asyncpg_dialect()  # type: ignore[no-untyped-call]  # untyped in SQLAlchemy
 
 
-@dataclass(frozen=True)
 class Statement:
-    clause: TextClause | TextualSelect
-    sql: str
-    names: tuple[str, ...]
+    """A `text()` constant, compiled for asyncpg the first time it runs (`sql`, `names`).
+
+    Compiled lazily: a process runs a few of the 230-odd statements its modules declare (a
+    worker none of the API's pages, the API none of the worker's steps), and compiling every one
+    at import was a tenth of a worker's start. Compiling twice, should two tasks race to it, gives
+    the same text: no lock."""
+
+    __slots__ = ("_compiled", "clause")
+
+    def __init__(self, clause: TextClause | TextualSelect) -> None:
+        self.clause = clause
+        self._compiled: tuple[str, tuple[str, ...]] | None = None
+
+    def _compile(self) -> tuple[str, tuple[str, ...]]:
+        if self._compiled is None:
+            compiled = self.clause.compile(dialect=_DIALECT)
+            self._compiled = (compiled.string, tuple(compiled.positiontup or ()))
+        return self._compiled
+
+    @property
+    def sql(self) -> str:
+        return self._compile()[0]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self._compile()[1]
 
     def args(self, params: Mapping[str, Any]) -> list[Any]:
         return [params[name] for name in self.names]
 
 
 def prepare(clause: TextClause | TextualSelect) -> Statement:
-    compiled = clause.compile(dialect=_DIALECT)
-    return Statement(clause=clause, sql=compiled.string, names=tuple(compiled.positiontup or ()))
+    return Statement(clause)
 
 
 async def _setup(conn: asyncpg.Connection) -> None:

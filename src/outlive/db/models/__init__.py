@@ -1,4 +1,10 @@
-"""Table models, one module per noun. Importing this package registers every table."""
+"""Table models, one module per noun. Importing this package registers every table.
+
+The model modules do without `from __future__ import annotations`: SQLAlchemy then reads each
+`Mapped[...]` as the object it is instead of parsing and evaluating its text, about a quarter of
+the models' import time (every process imports them; a worker's start is mostly imports). A
+model that names its own class in an annotation quotes it (`Role` in `tenants`).
+"""
 
 from outlive.db.models.base import Base
 from outlive.db.models.budgets import (

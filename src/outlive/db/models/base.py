@@ -1,7 +1,5 @@
 """The declarative base, with a naming convention that keeps constraint names stable."""
 
-from __future__ import annotations
-
 from datetime import datetime
 from typing import Any
 from uuid import UUID

@@ -9,8 +9,6 @@ reservation into what it recorded. A reservation counts only while the attempt t
 still holds its run RUNNING: a lost attempt's reservations are released by that alone.
 """
 
-from __future__ import annotations
-
 import enum
 from datetime import datetime
 from decimal import Decimal

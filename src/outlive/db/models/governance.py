@@ -11,8 +11,6 @@ record of each erasure, and large payloads stored once.
   blob nobody holds any more is deleted (`outlive.services.blobs.sweep`).
 """
 
-from __future__ import annotations
-
 from datetime import date, datetime
 from decimal import Decimal
 from uuid import UUID

@@ -1,7 +1,5 @@
 """Invitations: a row per invite, sent by the `email.invitation.v1` job."""
 
-from __future__ import annotations
-
 import enum
 from datetime import datetime
 from uuid import UUID

@@ -1,8 +1,6 @@
 """`rejected_jobs`: every envelope the consumer could not parse, so nothing is silently lost;
 `outlive jobs redrive` re-validates and re-sends them."""
 
-from __future__ import annotations
-
 from datetime import datetime
 from uuid import UUID
 

@@ -10,8 +10,6 @@ standby has none of it (it is not replicated, and it is reset when a standby is 
 record can only be of this server; the start time covers a clean restart, which keeps it.
 """
 
-from __future__ import annotations
-
 from datetime import datetime
 
 from sqlalchemy.orm import Mapped, mapped_column

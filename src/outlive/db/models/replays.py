@@ -7,8 +7,6 @@ got (a keyset cursor over `(created_at, id)`), its counters, and whether it wait
 run of an agent to settle (one active run per agent still holds).
 """
 
-from __future__ import annotations
-
 import enum
 from datetime import datetime
 from uuid import UUID

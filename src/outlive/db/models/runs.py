@@ -13,8 +13,6 @@ statement that inserts the event, under the row lock, and rolls back with it. `s
 the same for the durable-step journal (`run_steps`): the completion order of its steps.
 """
 
-from __future__ import annotations
-
 import enum
 from datetime import datetime
 from decimal import Decimal

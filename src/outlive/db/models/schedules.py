@@ -8,8 +8,6 @@ one transaction, and a run carries `(schedule_id, scheduled_for)`, unique
 however often (`outlive.services.schedules`).
 """
 
-from __future__ import annotations
-
 from datetime import datetime
 from typing import Any
 from uuid import UUID

@@ -1,7 +1,5 @@
 """Tenants, their users (members) and API tokens (only a SHA-256 of a token is stored)."""
 
-from __future__ import annotations
-
 import enum
 from datetime import datetime
 from uuid import UUID
@@ -34,12 +32,12 @@ class Role(enum.StrEnum):
     def rank(self) -> int:
         return _RANKS[self]
 
-    def allows(self, needed: Role) -> bool:
+    def allows(self, needed: "Role") -> bool:
         """This role may do what `needed` may."""
         return self.rank >= needed.rank
 
     @staticmethod
-    def effective(token: Role, member: Role) -> Role:
+    def effective(token: "Role", member: "Role") -> "Role":
         return token if token.rank <= member.rank else member
 
 

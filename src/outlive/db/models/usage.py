@@ -1,7 +1,5 @@
 """Daily usage: runs per tenant, UTC day, agent and status, rolled up by cron."""
 
-from __future__ import annotations
-
 from datetime import date, datetime
 from uuid import UUID
 

@@ -1,7 +1,5 @@
 """Webhook endpoints (Standard Webhooks) and one delivery row per (settled run, endpoint)."""
 
-from __future__ import annotations
-
 import enum
 from datetime import datetime
 from typing import Any
