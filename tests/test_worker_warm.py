@@ -1,6 +1,7 @@
 """A worker says when its start-up is over: the agents' modules imported (`Agent.warm`) and what
 they made frozen. Until then a thread of its start-up shares the process with its loop, which a
-latency measurement waits out (`bench/fairness.py` waits for this line)."""
+latency measurement waits out (`bench/fairness.py` waits for this line). It imports them only
+once it has held no job for a while (`WARM_WHEN_QUIET_S`): not under the runs it was given."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import logging
 import pytest
 
 from outlive.config import Settings
-from outlive.worker import WorkerHost
+from outlive.db.tx import Sessions
+from outlive.worker import WARM_WHEN_QUIET_S, WorkerHost
+from tests.support import Api, NudgeWatch, TenantHandle, settled
 
 
 async def test_a_worker_logs_once_it_is_warm(
@@ -28,3 +31,27 @@ async def test_a_worker_logs_once_it_is_warm(
         assert "agents' modules imported in" in warm[0]
     finally:
         await host.stop()
+
+
+async def test_a_worker_warms_once_its_runs_are_over(
+    settings: Settings,
+    api: Api,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A run is waiting when the worker starts (a restart under load): no warm-up meanwhile."""
+    caplog.set_level(logging.INFO, logger="outlive.worker")
+    run_id = (await api.start_run(tenant.token, input={"turns": 1, "delayMs": 1500}))["run"]["id"]
+    host = WorkerHost(settings, concurrency=1, jobs_concurrency=1)
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:  # type: ignore[arg-type]
+        await host.start()
+        try:
+            warming = next(t for t in asyncio.all_tasks() if t.get_name() == "outlive-warm-up")
+            await watch.until(run_id, settled)
+            over = asyncio.get_running_loop().time()
+            assert not warming.done()  # not while the run went on
+            await warming
+            assert asyncio.get_running_loop().time() - over >= WARM_WHEN_QUIET_S
+        finally:
+            await host.stop()

@@ -24,8 +24,8 @@ from outlive.cron.deps import CronDeps
 from outlive.cron.dispatch import cron_jobs, function_name, run_tick
 from outlive.cron.table import CRON
 from outlive.db.tx import Sessions
+from outlive.jobs.graceful import CRON_RENEW_S, GracefulWorker
 from outlive.jobs.queues import create_queue
-from outlive.worker import CRON_RENEW_S, GracefulWorker
 from tests.support import service_env, spawn_outlive
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,7 @@
 """An attempt waiting in-process lends its worker slot (`outlive.workflows.slots`): the worker's
 own saq loops (`GracefulWorker`) on a real Redis queue, at concurrency 1, so one job holding its
-slot would stop every other."""
+slot would stop every other. And the worker's `idle` event, which `quiet` (the host's warm-up)
+waits on: set only while no job is in progress, a lent slot's included."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from uuid import uuid4
 
 import pytest
 
+from outlive.jobs.graceful import GracefulWorker, quiet
 from outlive.jobs.queues import create_queue
-from outlive.worker import GracefulWorker
 from outlive.workflows.slots import SlotLender
 from tests.support import Servers
 
@@ -191,3 +192,35 @@ async def test_a_worker_lends_at_most_its_count(rig: Rig) -> None:
     stage.let("other ends")
     await stage.reached("other done")
     assert rig.lender.lent_now == 0
+
+
+async def test_the_worker_is_idle_only_while_no_job_is_in_progress(rig: Rig) -> None:
+    stage, idle = rig.stage, rig.worker.idle
+    assert idle.is_set()  # started, polling, nothing to do
+    await rig.lent_beside("other")  # the sleeper lent its slot: two jobs in progress
+    assert not idle.is_set()
+    stage.let("other ends")
+    await stage.reached("other done")
+    assert not idle.is_set()  # the sleeper still holds a job
+    stage.let("sleeper wakes")
+    stage.let("sleeper ends")
+    await stage.reached("sleeper done")
+    async with asyncio.timeout(WAIT_S):
+        await idle.wait()
+    assert rig.worker.jobs_begun == 2
+
+
+async def test_quiet_waits_out_a_job_then_a_quiet_period(rig: Rig) -> None:
+    stage, loop = rig.stage, asyncio.get_running_loop()
+    await rig.enqueue("held")
+    await stage.reached("held started")
+    waiting = asyncio.create_task(quiet([rig.worker], 0.3))
+    with pytest.raises(TimeoutError):  # half a second on, the job still in progress
+        async with asyncio.timeout(0.5):
+            await asyncio.shield(waiting)
+    stage.let("held ends")
+    await stage.reached("held done")
+    ended = loop.time()
+    async with asyncio.timeout(WAIT_S):
+        await waiting
+    assert loop.time() - ended >= 0.3  # then quiet for the whole period

@@ -14,12 +14,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from saq import Worker
 
 from outlive.config import Settings
 from outlive.db.models import RunStatus
 from outlive.db.tx import Sessions
 from outlive.ids import RunId
+from outlive.jobs.graceful import GracefulWorker
 from outlive.jobs.run_instances import RUN_TASK
 from outlive.runtime import Queues
 from outlive.services import runs as runs_service
@@ -39,7 +39,7 @@ class WakeBeforeTheDeliveryEnds(WorkerHost):
         self.parked = asyncio.Event()
         self.release = asyncio.Event()
 
-    def saq_workers(self, queues: Queues, deps: WorkerDeps) -> list[Worker[Any]]:
+    def saq_workers(self, queues: Queues, deps: WorkerDeps) -> list[GracefulWorker]:
         workers = super().saq_workers(queues, deps)
         task = workers[0].functions[RUN_TASK]
 

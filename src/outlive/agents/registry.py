@@ -99,7 +99,8 @@ class Agent(Generic[P]):
     # 64 characters: "2026-12-06", a release tag), else a hash of its code, taken when first asked.
     version: str | None = field(default=None, compare=False)
     # Modules its runs need that the definition does not import (heavy ones: a model SDK): a
-    # worker imports them in a thread once it is up (`AgentRegistry.warm_up`), the API never;
+    # worker imports them in a thread once it is up and quiet (`AgentRegistry.warm_up`, called
+    # by `outlive.worker` once it has held no job for a second), the API never;
     # `run` gets them with `await imported(name)`, at once when warm, never on the event loop.
     warm: tuple[str, ...] = ()
     input_schema: dict[str, Any] = field(init=False, compare=False)
