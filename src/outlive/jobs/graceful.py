@@ -176,11 +176,12 @@ class GracefulWorker(Worker[Any]):
 
 async def quiet(workers: Sequence[GracefulWorker], seconds: float) -> None:
     """Returns once none of `workers` has had a job in progress for `seconds`: each idle, and no
-    job begun meanwhile. (The wait itself is a timer: quiet is the absence of an event.)"""
+    job begun meanwhile (then each is idle still). (The wait itself is a timer: quiet is the
+    absence of an event.)"""
     while True:
         for worker in workers:
             await worker.idle.wait()
         begun = sum(w.jobs_begun for w in workers)
         await asyncio.sleep(seconds)
-        if all(w.idle.is_set() for w in workers) and sum(w.jobs_begun for w in workers) == begun:
+        if sum(w.jobs_begun for w in workers) == begun:
             return

@@ -86,18 +86,18 @@ _LET_GO = (
 )
 _BY = "jsonb_build_object('by', CAST(:which AS text), 'overBudget', CAST(:over_budget AS boolean))"
 # The held ones wake: QUEUED again, as any wake (`WOKEN_SETS`).
+_HELD = (
+    f"tenant_id = :tenant_id AND status = 'WAITING' AND ({_LET_GO})"
+    " AND (waiting_for IN ('pause', 'version') OR (waiting_for = 'budget'"
+    " AND (CAST(:which AS text) = 'budget' OR :over_budget)))"
+)
 WAKE_HELD = prepare(
     text(
-        f"""WITH picked AS (
-            SELECT id FROM runs
-             WHERE tenant_id = :tenant_id AND status = 'WAITING' AND ({_LET_GO})
-               AND (waiting_for IN ('pause', 'version') OR (waiting_for = 'budget'
-                    AND (CAST(:which AS text) = 'budget' OR :over_budget)))
-             FOR UPDATE),
+        f"""WITH {locked_first(_HELD)},
         moved AS (
             UPDATE runs SET {WOKEN_SETS}, {bump()}, paused_at = NULL, paused_by = NULL,
                    budget_override = budget_override OR CAST(:over_budget AS boolean)
-              FROM picked WHERE runs.id = picked.id AND runs.status = 'WAITING'
+              FROM locked WHERE runs.id = locked.locked_id AND runs.status = 'WAITING'
             RETURNING runs.*),
         appended AS ({appended(("'resumed'", _BY))})
         SELECT * FROM moved"""
