@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from croniter import croniter
 from redis.asyncio import Redis
-from saq import Worker
+from saq import Status, Worker
 
 from outlive.config import Settings
 from outlive.cron.deps import CronDeps
@@ -26,6 +26,7 @@ from outlive.cron.table import CRON
 from outlive.db.tx import Sessions
 from outlive.jobs.graceful import CRON_RENEW_S, GracefulWorker
 from outlive.jobs.queues import create_queue
+from tests.cron import fast_table
 from tests.support import service_env, spawn_outlive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,6 +92,40 @@ async def test_a_worker_finding_the_fire_enqueued_by_another_does_not_enqueue_ag
     assert len(enqueues) == len(CRON)  # one look each, finding the first worker's job
     await second.schedule()  # a second later
     assert len(enqueues) == len(CRON)  # nothing more until the fire time
+    await queue.disconnect()
+
+
+async def test_a_fire_time_passed_while_the_last_tick_held_the_key_runs_late_not_never(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """saq keeps one job per cron key: a tick still queued or at work when the next fire time
+    comes holds it. The next enqueue after it finished is that fire time, late, not the one
+    after (what a fresh-clone CI run on a loaded machine met: ticks 276, 278, 280, 284), and a
+    worker that learned the last fire time from the key (not its own enqueue) does it too."""
+    queue = create_queue(settings.redis_url or "", "cron-late-test")
+    first, second = (
+        GracefulWorker(queue, functions=[], cron_jobs=cron_jobs(fast_table.CRON)) for _ in "ab"
+    )
+    key = f"cron:{function_name(next(iter(fast_table.CRON)))}"
+    await first.schedule()
+    job = await queue.job(key)
+    assert job is not None
+    fired = job.scheduled  # an even second; the next fire is 2 s later
+    clock = {"now": fired + 2.5}  # the tick of `fired` still holds the key past the next
+    monkeypatch.setattr("outlive.jobs.graceful.time.time", lambda: clock["now"])
+    await second.schedule()  # learns `fired` from the job that holds the key
+    assert (await queue.job(key)).scheduled == fired  # type: ignore[union-attr]
+    await queue.finish(job, Status.COMPLETE)  # the tick of `fired` ends
+    clock["now"] = fired + 2.6
+    await second.schedule()
+    late = await queue.job(key)
+    assert late is not None
+    assert late.status == Status.QUEUED
+    assert late.scheduled == fired + 2  # late, not fired + 4
+    await queue.finish(late, Status.COMPLETE)
+    clock["now"] = fired + 2.7
+    await second.schedule()
+    assert (await queue.job(key)).scheduled == fired + 4  # type: ignore[union-attr]
     await queue.disconnect()
 
 

@@ -89,9 +89,10 @@ class GracefulWorker(Worker[Any]):
         that fire every five minutes at most. Here a cron job is enqueued once its last fire
         time has come, on every pass until that takes (the key is free once the fired job
         finished, as with saq), and besides every `CRON_RENEW_S`, which puts a job Redis lost
-        back within that long (Redis holds no truth). Then the queues' pass (scheduled jobs now
-        due: retries, deliveries later), every second: `passes`, the worker's own queue's
-        unless given (`outlive.jobs.schedule_pass`: the jobs worker's covers both queues)."""
+        back within that long (Redis holds no truth). Which fire time: `_fire_time`. Then the
+        queues' pass (scheduled jobs now due: retries, deliveries later), every second:
+        `passes`, the worker's own queue's unless given (`outlive.jobs.schedule_pass`: the jobs
+        worker's covers both queues)."""
         now = time.time()
         for cron_job in self.cron_jobs:
             fires, renew = self._cron_next.get(cron_job.function, (0.0, 0.0))
@@ -99,27 +100,42 @@ class GracefulWorker(Worker[Any]):
                 continue
             kwargs = dict(cron_job.__dict__)
             function = kwargs.pop("function").__qualname__
-            kwargs["key"] = f"cron:{function}" if kwargs.pop("unique") else None
-            at = croniter(kwargs.pop("cron"), datetime.now(self.cron_tz)).get_next()
+            key = kwargs["key"] = f"cron:{function}" if kwargs.pop("unique") else None
+            cron = kwargs.pop("cron")
+            at = fires if now < fires else self._fire_time(cron, fires, now)  # or a renewal
             options = {k: v for k, v in kwargs.items() if v is not None}
             if await self.queue.enqueue(function, scheduled=int(at), **options) is not None:
                 self._cron_next[cron_job.function] = (at, now + CRON_RENEW_S)
-            elif now < fires:  # a renewal: the job was there
-                self._cron_next[cron_job.function] = (fires, now + CRON_RENEW_S)
-            elif await self._holds_fire(kwargs["key"], at):  # another worker enqueued it
-                self._cron_next[cron_job.function] = (at, now + CRON_RENEW_S)
-            # else the fired job still holds its key: again on the next pass
+            elif held := await self._held_fire(key):
+                self._cron_next[cron_job.function] = (held, now + CRON_RENEW_S)
+            # else the key was freed meanwhile: again on the next pass
         if job_ids := await self._passes(max(1, math.floor(lock))):
             log.info("Scheduled %s", job_ids)
 
-    async def _holds_fire(self, key: str | None, at: float) -> bool:
-        """Whether the job under `key` waits for the fire time `at`: enqueued by another worker
-        of the queue (or by this process before it restarted). Without this look each further
-        worker retried the enqueue on every pass until the fire time, a Redis round trip a
-        second per cron job (bench/cells.py counted 1.3 a second per cell). A job of a past fire
-        time, still running, holds the key too: then the next fire is enqueued once it ended."""
+    def _fire_time(self, cron: str, fired: float, now: float) -> float:
+        """The fire time to enqueue once `fired` (the last known, 0 if none) has come: the next
+        one after now, unless one passed since `fired`: that one, late. A fire time passes
+        unenqueued when the job before it still held the key then (saq keeps one job per cron
+        key): it moves to the queue on a schedule pass up to a second after its time, and the
+        next is enqueued on a pass once it finished, so a tick that fires every few seconds, or
+        a task that overruns its period, met that. Before, the next one after now was enqueued
+        and the passed one skipped. Only the last passed one runs: a tick's tasks are sweeps,
+        and one run does the work of those it stands for."""
+        start = datetime.fromtimestamp(now, self.cron_tz)
+        if fired and (passed := croniter(cron, start).get_prev()) > fired:
+            return float(passed)
+        return float(croniter(cron, start).get_next())
+
+    async def _held_fire(self, key: str | None) -> float:
+        """The fire time of the job that holds `key`, 0 if none does: enqueued by another worker
+        of the queue (or by this process before it restarted), or the fired job still at work.
+        Without this look each further worker retried the enqueue on every pass until the fire
+        time, a Redis round trip a second per cron job (bench/cells.py counted 1.3 a second per
+        cell); and a worker that knows the last fire time can enqueue one that passed."""
         job = None if key is None else await self.queue.job(key)
-        return job is not None and job.status == Status.QUEUED and job.scheduled == int(at)
+        if job is None or job.status not in (Status.QUEUED, Status.ACTIVE):
+            return 0.0
+        return float(job.scheduled)
 
     async def upkeep(self) -> list[asyncio.Task[None]]:
         tasks = await super().upkeep()
