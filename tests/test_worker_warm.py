@@ -1,7 +1,12 @@
 """A worker says when its start-up is over: the agents' modules imported (`Agent.warm`) and what
 they made frozen. Until then a thread of its start-up shares the process with its loop, which a
 latency measurement waits out (`bench/fairness.py` waits for this line). It imports them only
-once it has held no job for a while (`WARM_WHEN_QUIET_S`): not under the runs it was given."""
+once it has held no job for a while (`WARM_WHEN_QUIET_S`): not under the runs it was given; a
+worker never that quiet does after `WARM_AT_LATEST_S`.
+
+Each test has a database of its own: whatever another test left due in a shared one (a schedule
+firing, say) hands this worker jobs, and a fast-tier run on four processes once kept it from
+ever being quiet for a second (the first test timed out, 180 s)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,13 @@ import pytest
 from outlive.config import Settings
 from outlive.db.tx import Sessions
 from outlive.worker import WARM_WHEN_QUIET_S, WorkerHost
-from tests.support import Api, NudgeWatch, TenantHandle, settled
+from tests.conftest import with_own_database
+from tests.support import Api, NudgeWatch, Servers, TenantHandle, settled
+
+
+@pytest.fixture
+async def servers(servers: Servers) -> Servers:
+    return await with_own_database(servers)
 
 
 async def test_a_worker_logs_once_it_is_warm(
@@ -53,5 +64,30 @@ async def test_a_worker_warms_once_its_runs_are_over(
             assert not warming.done()  # not while the run went on
             await warming
             assert asyncio.get_running_loop().time() - over >= WARM_WHEN_QUIET_S
+        finally:
+            await host.stop()
+
+
+async def test_a_worker_that_is_never_quiet_warms_up_at_the_latest_after_a_while(
+    settings: Settings,
+    api: Api,
+    sessions: Sessions,
+    tenant: TenantHandle,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A steady stream of jobs never leaves a second's quiet: the warm-up (and the freeze of
+    the start-up heap after it) comes anyway, here while the one long run is still at work."""
+    monkeypatch.setattr("outlive.worker.WARM_AT_LATEST_S", 0.5)
+    run_id = (await api.start_run(tenant.token, input={"turns": 1, "delayMs": 10_000}))["run"]["id"]
+    host = WorkerHost(settings, concurrency=1, jobs_concurrency=1)
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:  # type: ignore[arg-type]
+        await host.start()
+        try:
+            warming = next(t for t in asyncio.all_tasks() if t.get_name() == "outlive-warm-up")
+            await watch.until(run_id, lambda run: run.status == "RUNNING")
+            async with asyncio.timeout(30):
+                await warming
+            run = await watch.until(run_id, lambda run: True)
+            assert run.status == "RUNNING"  # warm while it went on
         finally:
             await host.stop()

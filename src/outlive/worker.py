@@ -64,7 +64,10 @@ ABORT_S = 60
 # The agents' modules are imported once the worker has held no job for this long (`_warm_up`):
 # a worker that has just started is about to be handed what a dead process held (the relay's
 # first pass, within about half a second here), and a run needing them imports them itself.
+# A worker that is never quiet that long (a steady stream of jobs) warms up after
+# `WARM_AT_LATEST_S` anyway: else it would never freeze its start-up heap (`telemetry.heap`).
 WARM_WHEN_QUIET_S = 1.0
+WARM_AT_LATEST_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -133,9 +136,10 @@ class WorkerHost:
 
     def _warm_up(self, runtime: Runtime, workers: list[GracefulWorker]) -> None:
         """The agents' heavy modules (`Agent.warm`: pydantic-ai, a model SDK), imported in a
-        thread once the worker polls and has held no job for `WARM_WHEN_QUIET_S`: a worker is
-        ready in about a second (bench/cold_start.py), and a run that needs them before they are
-        in awaits them off the loop. Not while jobs run: an import holds the GIL for most of its
+        thread once the worker polls and has held no job for `WARM_WHEN_QUIET_S` (at the latest
+        after `WARM_AT_LATEST_S`, a worker that is never quiet): a worker is ready in about a
+        second (bench/cold_start.py), and a run that needs them before they are in awaits them
+        off the loop. Not while jobs run: an import holds the GIL for most of its
         0.6 to 2.8 s, and a worker restarted under 20 runs took them back and finished them
         about a second later for it (bench/peers.py --only restart). Then what they made is
         frozen too (`telemetry.heap`): the runtime froze before they came, and every full
@@ -263,7 +267,9 @@ class WorkerHost:
 async def _warm_then_freeze(
     runtime: Runtime, workers: list[GracefulWorker], *, freeze: bool
 ) -> None:
-    await quiet(workers, WARM_WHEN_QUIET_S)
+    with suppress(TimeoutError):
+        async with asyncio.timeout(WARM_AT_LATEST_S):
+            await quiet(workers, WARM_WHEN_QUIET_S)
     began = time.perf_counter()
     await runtime.agents.warm_up()
     if freeze:
