@@ -6,8 +6,15 @@ them."""
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import sys
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+
+from outlive.runtime import _open_http
 
 HELP_MODULES = 110  # 93 measured (Python 3.11): the interpreter's own, argparse, outlive.cli
 HEAVY = ("pydantic", "sqlalchemy", "redis", "httpx", "pydantic_ai", "openai", "outlive.config")
@@ -67,3 +74,21 @@ def test_a_worker_imports_no_command_line_client_of_httpx() -> None:
     modules = set(_loaded("import outlive.worker\nimport httpx\nassert httpx.main is not None"))
     assert "httpx" in modules
     assert not {"httpx._main", "rich", "pygments"} & modules
+
+
+async def test_the_worker_s_http_pools_load_the_ca_bundle_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpx makes a TLS context per transport unless given one, loading the CA bundle each
+    time (about 40 ms); the worker's three pools share one (`runtime._open_http`)."""
+    loads: list[object] = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args or kwargs)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    async with AsyncExitStack() as stack:
+        await _open_http(stack)
+    assert len(loads) == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
@@ -169,8 +170,12 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def metered_http_client(max_connections: int = 100) -> httpx.AsyncClient:
-    transport = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=max_connections))
+def metered_http_client(
+    max_connections: int = 100, *, verify: ssl.SSLContext | bool = True
+) -> httpx.AsyncClient:
+    transport = httpx.AsyncHTTPTransport(
+        verify=verify, limits=httpx.Limits(max_connections=max_connections)
+    )
     return httpx.AsyncClient(transport=MeteredTransport(transport))
 
 

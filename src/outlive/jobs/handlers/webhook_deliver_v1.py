@@ -16,6 +16,7 @@ its status, body excerpt, error, when it started and how long it took.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,12 +40,14 @@ def create_client(
     max_connections: int = 100,
     *,
     wrap: Callable[[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport] | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> httpx.AsyncClient:
     """The deliveries' client: no keep-alive (one connection per attempt, closed after it), no
     redirects (a 3xx is an answer, not an invitation to go elsewhere). `wrap`: around its
-    transport (the worker's metrics)."""
+    transport (the worker's metrics); `verify`: the process's TLS context (`runtime`)."""
     transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(
-        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0)
+        verify=verify,
+        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0),
     )
     return httpx.AsyncClient(
         transport=wrap(transport) if wrap is not None else transport,
