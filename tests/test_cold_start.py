@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from outlive.runtime import _open_http
+from outlive.runtime import _load_tls, _open_http
 
 HELP_MODULES = 110  # 93 measured (Python 3.11): the interpreter's own, argparse, outlive.cli
 HEAVY = ("pydantic", "sqlalchemy", "redis", "httpx", "pydantic_ai", "openai", "outlive.config")
@@ -80,7 +80,7 @@ async def test_the_worker_s_http_pools_load_the_ca_bundle_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """httpx makes a TLS context per transport unless given one, loading the CA bundle each
-    time (about 40 ms); the worker's three pools share one (`runtime._open_http`)."""
+    time (30 to 60 ms); the worker's three pools share one (`runtime._open_http`)."""
     loads: list[object] = []
     real = ssl.SSLContext.load_verify_locations
 
@@ -90,5 +90,5 @@ async def test_the_worker_s_http_pools_load_the_ca_bundle_once(
 
     monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
     async with AsyncExitStack() as stack:
-        await _open_http(stack)
+        await _open_http(stack, await _load_tls(stack))
     assert len(loads) == 1
