@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -44,28 +46,41 @@ async def test_a_worker_logs_once_it_is_warm(
         await host.stop()
 
 
+@asynccontextmanager
+async def _started_under_a_run(
+    settings: Settings, api: Api, sessions: Sessions, tenant: TenantHandle, delay_ms: int
+) -> AsyncIterator[tuple[str, NudgeWatch, asyncio.Task[None]]]:
+    """A run of one turn of `delay_ms` started, then a worker: the run, a watch on its tenant's
+    nudges, and the worker's warm-up task."""
+    started = await api.start_run(tenant.token, input={"turns": 1, "delayMs": delay_ms})
+    run_id = started["run"]["id"]
+    host = WorkerHost(settings, concurrency=1, jobs_concurrency=1)
+    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:
+        await host.start()
+        try:
+            warming = next(t for t in asyncio.all_tasks() if t.get_name() == "outlive-warm-up")
+            yield run_id, watch, warming
+        finally:
+            await host.stop()
+
+
 async def test_a_worker_warms_once_its_runs_are_over(
     settings: Settings,
     api: Api,
     sessions: Sessions,
     tenant: TenantHandle,
-    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A run is waiting when the worker starts (a restart under load): no warm-up meanwhile."""
-    caplog.set_level(logging.INFO, logger="outlive.worker")
-    run_id = (await api.start_run(tenant.token, input={"turns": 1, "delayMs": 1500}))["run"]["id"]
-    host = WorkerHost(settings, concurrency=1, jobs_concurrency=1)
-    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:  # type: ignore[arg-type]
-        await host.start()
-        try:
-            warming = next(t for t in asyncio.all_tasks() if t.get_name() == "outlive-warm-up")
-            await watch.until(run_id, settled)
-            over = asyncio.get_running_loop().time()
-            assert not warming.done()  # not while the run went on
-            await warming
-            assert asyncio.get_running_loop().time() - over >= WARM_WHEN_QUIET_S
-        finally:
-            await host.stop()
+    async with _started_under_a_run(settings, api, sessions, tenant, 1500) as (
+        run_id,
+        watch,
+        warming,
+    ):
+        await watch.until(run_id, settled)
+        over = asyncio.get_running_loop().time()
+        assert not warming.done()  # not while the run went on
+        await warming
+        assert asyncio.get_running_loop().time() - over >= WARM_WHEN_QUIET_S
 
 
 async def test_a_worker_that_is_never_quiet_warms_up_at_the_latest_after_a_while(
@@ -78,16 +93,13 @@ async def test_a_worker_that_is_never_quiet_warms_up_at_the_latest_after_a_while
     """A steady stream of jobs never leaves a second's quiet: the warm-up (and the freeze of
     the start-up heap after it) comes anyway, here while the one long run is still at work."""
     monkeypatch.setattr("outlive.worker.WARM_AT_LATEST_S", 0.5)
-    run_id = (await api.start_run(tenant.token, input={"turns": 1, "delayMs": 10_000}))["run"]["id"]
-    host = WorkerHost(settings, concurrency=1, jobs_concurrency=1)
-    async with NudgeWatch(settings.redis_url, sessions, tenant.id) as watch:  # type: ignore[arg-type]
-        await host.start()
-        try:
-            warming = next(t for t in asyncio.all_tasks() if t.get_name() == "outlive-warm-up")
-            await watch.until(run_id, lambda run: run.status == "RUNNING")
-            async with asyncio.timeout(30):
-                await warming
-            run = await watch.until(run_id, lambda run: True)
-            assert run.status == "RUNNING"  # warm while it went on
-        finally:
-            await host.stop()
+    async with _started_under_a_run(settings, api, sessions, tenant, 10_000) as (
+        run_id,
+        watch,
+        warming,
+    ):
+        await watch.until(run_id, lambda run: run.status == "RUNNING")
+        async with asyncio.timeout(30):
+            await warming
+        run = await watch.until(run_id, lambda run: True)
+        assert run.status == "RUNNING"  # warm while it went on
