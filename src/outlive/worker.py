@@ -139,11 +139,11 @@ class WorkerHost:
         thread once the worker polls and has held no job for `WARM_WHEN_QUIET_S` (at the latest
         after `WARM_AT_LATEST_S`, a worker that is never quiet): a worker is ready in about a
         second (bench/cold_start.py), and a run that needs them before they are in awaits them
-        off the loop. Not while jobs run: an import holds the GIL for most of its
-        0.6 to 2.8 s, and a worker restarted under 20 runs took them back and finished them
-        about a second later for it (bench/peers.py --only restart). Then what they made is
-        frozen too (`telemetry.heap`): the runtime froze before they came, and every full
-        collection walked them, 87 to 256 ms a pause on the noisy-neighbour bench."""
+        off the loop. Not while jobs run: an import holds the GIL for most of its 0.6 to 2.8 s,
+        and a worker restarted under 20 runs took them back and finished them about a second
+        later for it (bench/peers.py --only restart). Then what they made is frozen too
+        (`telemetry.heap`): the runtime froze before they came, and every full collection
+        walked them, 87 to 256 ms a pause on the noisy-neighbour bench."""
         freeze = self.settings.gc_freeze and runtime.owns_process
         warming = asyncio.create_task(
             _warm_then_freeze(runtime, workers, freeze=freeze), name="outlive-warm-up"
