@@ -7,11 +7,11 @@ API's lifespan, `WorkerHost`, every CLI command that touches PostgreSQL or Redis
 nothing else builds an engine, a pool, a Redis client or a queue.
 
 Roles:
-- `api`: the database (engine and raw pool), Redis, both queues, the publisher (nudges deferred
-  off the response path), the control hub (nudges, revocations) with its socket registry and
-  principal cache, the sampler.
-- `worker`: the database, Redis, both queues, the publisher (nudges awaited), the HTTP clients
-  (agents, webhook deliveries), the liveness connection (`outlive.db.liveness`), the sampler and,
+- `api`: the database (engine and raw pool), Redis, both queues, the publisher (nudges queued
+  after each commit, sent by one task: `outlive.realtime.nudges`), the control hub (nudges,
+  revocations) with its socket registry and principal cache, the sampler.
+- `worker`: the database, Redis, both queues, the publisher, the HTTP clients (agents, webhook
+  deliveries), the liveness connection (`outlive.db.liveness`), the sampler and,
   with `OUTLIVE_METRICS_PORT`, the metrics server.
 - `cli`: the database only, on a pool of one or two connections.
 - `cli-queues`: that, plus Redis, the queues, the publisher and admission (commands that
@@ -285,15 +285,13 @@ async def _open_db(
         stack.push_async_callback(raw.close)
     if queues is None:
         return engine, create_sessions(engine, autocommit=not settings.db_pgbouncer)
-    # The API never awaits a publish on the response path; a worker or a command does.
-    sink = queues.publisher.defer if role in ("api", "api-cell") else queues.publisher.publish
     limits = Limits.of(settings, len(agents))
     jobs = SaqJobProducer(queues.jobs, settings)
     sessions = create_sessions(
         engine,
         autocommit=not settings.db_pgbouncer,
         raw=raw,
-        nudge_sink=sink,
+        nudge_sink=queues.publisher.defer,
         jobs=jobs,
         admission=lambda s: TenantAdmission(s, queues.instances, jobs, limits),
     )

@@ -193,7 +193,7 @@ async def test_invitations_older_than_a_week_expire_and_nudge(
     redis = Redis.from_url(settings.redis_url or "")
     publisher = Publisher(redis, prefix=channel_prefix(settings.redis_url or ""))
     deps = CronDeps(
-        sessions=sessions.wired(nudge_sink=publisher.publish), settings=settings, redis=redis
+        sessions=sessions.wired(nudge_sink=publisher.defer), settings=settings, redis=redis
     )
     async with NudgeWatch(settings.redis_url or "", sessions, tenant.id) as watch:
         assert await expire_invitations(deps) >= 3

@@ -322,17 +322,19 @@ class Channel:
 
 @contextlib.asynccontextmanager
 async def publisher(settings: Settings) -> AsyncIterator[Publisher]:
-    """A publisher of the test's own, as a worker has one (awaited `send`): on a Redis Cluster
-    its nudges are sharded, as the runtime's always are there."""
+    """A publisher of the test's own, as every process has one: on a Redis Cluster its nudges
+    are sharded, as the runtime's always are there. What it queued is sent before it closes."""
     assert settings.redis_url is not None
     redis = create_redis(settings.redis_url)
     sharded = None
     if is_cluster_url(settings.redis_url):
         sharded = Sharded(node_url(settings.redis_url), create_redis)
         await sharded.discover()
+    ours = Publisher(redis, prefix=channel_prefix(settings.redis_url), sharded=sharded)
     try:
-        yield Publisher(redis, prefix=channel_prefix(settings.redis_url), sharded=sharded)
+        yield ours
     finally:
+        await ours.drain()
         if sharded is not None:
             await sharded.aclose()
         await redis.aclose()

@@ -272,7 +272,7 @@ async def invitation_expired_by_cron(w: World) -> Counter[Pair]:
     assert w.settings.redis_url is not None
     redis = Redis.from_url(w.settings.redis_url)
     async with publisher(w.settings) as pub:
-        deps = CronDeps(w.sessions.wired(nudge_sink=pub.publish), w.settings, redis)
+        deps = CronDeps(w.sessions.wired(nudge_sink=pub.defer), w.settings, redis)
         assert await expire_invitations(deps) >= 1
     await redis.aclose()
     assert (await w.invitations())[0]["status"] == "EXPIRED"

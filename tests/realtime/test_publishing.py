@@ -3,10 +3,11 @@ succeeds and the failure is logged; on the request path a nudge is never awaited
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 
 import httpx
@@ -16,7 +17,7 @@ from sqlalchemy import text
 
 from outlive.config import Settings
 from outlive.db.tx import Sessions
-from outlive.realtime.nudges import NUDGE_TYPES, Nudge, Publisher
+from outlive.realtime.nudges import NUDGE_TYPES, Nudge, Publisher, channel_prefix
 from tests.conftest import make_settings
 from tests.realtime.clients import (
     NUDGE_KEYS,
@@ -99,7 +100,7 @@ async def test_a_request_never_waits_for_its_nudge(servers: Servers, tenant: Ten
             try:
                 cancelled = await http.cancel(tenant.token, run["id"])
                 assert cancelled["status"] == "CANCELLED"
-                assert publisher.pending == 1  # answered while its nudges wait on Redis
+                assert publisher.pending == 2  # answered while its two nudges wait on Redis
             finally:
                 await admin.execute_command("CLIENT", "UNPAUSE")
             await publisher.drain()
@@ -107,6 +108,43 @@ async def test_a_request_never_waits_for_its_nudge(servers: Servers, tenant: Ten
         await admin.aclose()
     assert sorted(n["type"] for n in heard) == ["run.event", "run.updated"]
     assert {n["id"] for n in heard} == {run["id"]}
+
+
+async def test_what_commits_while_a_send_is_on_the_wire_goes_in_one_pipeline_in_order(
+    tenant: TenantHandle,
+) -> None:
+    """A unit of work never waits for Redis (a worker's step neither): its nudges join the
+    process's queue, and what queues up behind a send in flight leaves in the next pipeline,
+    in the order it was committed."""
+    async with private_redis() as redis:
+        admin, client = Redis.from_url(redis.url), Redis.from_url(redis.url)
+        ours = Publisher(client, prefix=channel_prefix(redis.url))
+        sends: list[int] = []
+        send = ours.send
+
+        async def counted(nudges: Sequence[Nudge]) -> None:
+            sends.append(len(nudges))
+            await send(nudges)
+
+        ours.send = counted  # type: ignore[method-assign]
+        units = [sentinel(tenant) for _ in range(50)]
+        async with Channel(redis.url, tenant.id) as channel:
+            await admin.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")  # PUBLISH waits
+            try:
+                async with asyncio.timeout(1):  # 50 units commit, a nudge each; none waits
+                    await ours.defer(units[:1])
+                    await asyncio.sleep(0)  # the sender takes the first onto the wire
+                    for unit in units[1:]:
+                        await ours.defer([unit])
+                assert ours.pending == 50
+            finally:
+                await admin.execute_command("CLIENT", "UNPAUSE")
+            await ours.drain()
+            heard = [await channel.next() for _ in units]
+        await admin.aclose()
+        await client.aclose()
+    assert heard == [u.to_graphql() for u in units]
+    assert sends == [1, 49]  # the first alone (nothing else was queued yet), the rest together
 
 
 def test_a_nudge_is_its_four_fields_and_a_known_type() -> None:
@@ -140,7 +178,7 @@ async def test_an_unknown_nudge_type_is_logged_and_the_change_stands(
 ) -> None:
     renamed = f"renamed {uuid.uuid4()}"
     async with publisher(settings) as pub:
-        wired = sessions.wired(nudge_sink=pub.publish)
+        wired = sessions.wired(nudge_sink=pub.defer)
         with caplog.at_level(logging.ERROR):
             async with wired.unit(tenant.id) as uow:
                 await uow.session.execute(
