@@ -69,7 +69,8 @@ class OutliveSystem(System):
             "DATABASE_URL": self.database_url,
             "REDIS_URL": self.redis_url,
             "OUTLIVE_AGENT_MODULES": "peers_work:AGENT",
-            "PYTHONPATH": str(HERE),
+            # this checkout's Outlive, not the one the venv has installed (a worktree's bench)
+            "PYTHONPATH": os.pathsep.join((str(HERE), str(HERE.parent / "src"))),
             "OUTLIVE_LOG_FORMAT": "text",
         }
         args = [sys.executable, "-m", "outlive.cli", "worker", "--concurrency", str(CONCURRENCY)]
