@@ -58,6 +58,23 @@ def process_cpu_s(pids: Sequence[int]) -> dict[int, float]:
     return {pid: s for pid in pids if (s := _cpu_s(str(pid))) is not None}
 
 
+def tree_cpu_s(pids: Sequence[int]) -> dict[int, float]:
+    """CPU seconds of each of these processes and of every descendant (a worker that forks its
+    own workers is counted whole)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError, PermissionError):
+                stat = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+                parents[int(entry)] = int(stat[1])
+    tree, grew = set(pids), True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return {pid: s for pid in tree if (s := _cpu_s(str(pid))) is not None}
+
+
 class CpuMeter:
     """The server CPU that `sample`'s processes used between `start` and `stop`, sampled every
     0.5 s so that a process that ends meanwhile still counts up to its last sample."""

@@ -70,7 +70,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import table
-from _peers import CRASH, System, pct
+from _peers import CRASH, CpuMeter, System, pct, tree_cpu_s
 
 SYSTEMS = ("outlive", "dbos", "restate", "absurd")
 PARTS = ("crash", "restart", "throughput", "step", "sleeps", "windmill")
@@ -118,7 +118,8 @@ async def crash(system: System, logs: Path, kill: bool, workers: int) -> dict[st
 
 
 async def throughput(system: System, count: int) -> dict[str, float]:
-    async with system.cpu() as cpu:
+    workers = CpuMeter(lambda: tree_cpu_s([w.pid for w in system.workers]))
+    async with system.cpu() as cpu, workers:
         ids = await system.submit(count, {"steps": 10})
         done = await system.finished(ids, timeout=600)
     first = min(d.submitted for d in done)
@@ -129,6 +130,7 @@ async def throughput(system: System, count: int) -> dict[str, float]:
         "p50_s": pct(latency, 50),
         "p99_s": pct(latency, 99),
         "cpu_s": cpu.seconds,
+        "worker_cpu_s": workers.seconds,
     }
 
 
@@ -234,6 +236,7 @@ ROWS = (
     ("submit -> done p50 (s)", "p50_s", "{:.2f}"),
     ("submit -> done p99 (s)", "p99_s", "{:.2f}"),
     ("server CPU (s)", "cpu_s", "{:.1f}"),
+    ("worker CPU (s)", "worker_cpu_s", "{:.1f}"),
     ("one step (ms)", "step_ms", "{:.2f}"),
     ("400 steps of 10 ms, submit -> done (s; 4 s of work)", "windmill_s", "{:.2f}"),
     ("400 steps of 10 ms: cost a step over its 10 ms (ms)", "windmill_over_ms", "{:.2f}"),
