@@ -384,6 +384,7 @@ def test_the_waterfall_of_a_run_whose_worker_was_sigkilled(
     finally:
         if victim.proc.poll() is None:
             victim.proc.kill()
+            victim.proc.wait(timeout=10)  # reaped here, not as a ResourceWarning in a later test
         if rescuer is not None:
             rescuer.stop()
         stack.worker = stack.start_worker()
