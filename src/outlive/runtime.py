@@ -11,8 +11,8 @@ Roles:
   after each commit, sent by one task: `outlive.realtime.nudges`), the control hub (nudges,
   revocations) with its socket registry and principal cache, the sampler.
 - `worker`: the database, Redis, both queues, the publisher, the HTTP clients (agents, webhook
-  deliveries), the liveness connection (`outlive.db.liveness`), the sampler and,
-  with `OUTLIVE_METRICS_PORT`, the metrics server.
+  deliveries), the liveness connection (`outlive.db.liveness`), the sampler and, with
+  `OUTLIVE_METRICS_PORT`, the metrics server.
 - `cli`: the database only, on a pool of one or two connections.
 - `cli-queues`: that, plus Redis, the queues, the publisher and admission (commands that
   enqueue: `tenant set-limits`, `jobs redrive`, `cron run`, `token revoke`).

@@ -152,7 +152,7 @@ class Publisher:
         self._prefix = prefix
         self._sharded = sharded
         self.enabled = enabled and redis is not None
-        self._queued: deque[Nudge] = deque()  # stamped, waiting for the sender
+        self._queued: deque[Nudge] = deque(maxlen=MAX_QUEUED)  # stamped, for the sender
         self._in_flight = 0
         self._sender: asyncio.Task[None] | None = None
         self._last_sent: dict[tuple[UUID, str, UUID | None], float] = {}  # `THROTTLED` keys
@@ -225,10 +225,9 @@ class Publisher:
     def _queue(self, nudges: Sequence[Nudge]) -> None:
         if not nudges:
             return
-        self._queued.extend(nudges)
-        if (over := len(self._queued) - MAX_QUEUED) > 0:  # Redis has been slow for a while
-            for _ in range(over):
-                self._queued.popleft()
+        over = len(self._queued) + len(nudges) - MAX_QUEUED
+        self._queued.extend(nudges)  # bounded: past `MAX_QUEUED` the oldest drop
+        if over > 0:  # Redis has been slow for a while
             metrics.NUDGES_DROPPED.inc(over)
             self._log_failure(OverflowError("the nudge queue is full"), over)
         self._start()
