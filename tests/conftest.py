@@ -152,6 +152,8 @@ async def with_own_database(servers: Servers) -> Servers:
 # The work a test left live in the shared database: its workers are gone, so nothing would finish
 # it, and the next test's workers would be handed all of it (a flushed queue makes the relay hand
 # every due row again) and spend their slots on it. Settled here, at the start of the next test.
+# Its schedules are paused: a `* * * * *` one comes due a minute later, and the next test's relay
+# would fire it (and its clock would read "due now": a CI run failed on that).
 _SETTLE_LEFTOVERS = """
     WITH runs_left AS (
         UPDATE runs SET status = 'CANCELLED', finished_at = coalesce(finished_at, now()),
@@ -162,9 +164,13 @@ _SETTLE_LEFTOVERS = """
     invitations_left AS (
         UPDATE invitations SET status = 'FAILED' WHERE status = 'PENDING' RETURNING 1),
     replays_left AS (
-        UPDATE run_replays SET status = 'CANCELLED' WHERE status = 'RUNNING' RETURNING 1)
+        UPDATE run_replays SET status = 'CANCELLED' WHERE status = 'RUNNING' RETURNING 1),
+    schedules_left AS (
+        UPDATE schedules SET paused_at = now(), next_occurrence = NULL, next_fire_at = NULL
+         WHERE next_fire_at IS NOT NULL RETURNING 1)
     SELECT (SELECT count(*) FROM runs_left), (SELECT count(*) FROM deliveries_left),
-           (SELECT count(*) FROM invitations_left), (SELECT count(*) FROM replays_left)
+           (SELECT count(*) FROM invitations_left), (SELECT count(*) FROM replays_left),
+           (SELECT count(*) FROM schedules_left)
 """
 
 
