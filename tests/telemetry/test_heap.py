@@ -24,3 +24,33 @@ async def test_a_held_collector_is_on_again_once_the_runtime_is_up(
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+def test_a_freeze_after_a_held_startup_walks_nothing_and_keeps_everything() -> None:
+    """The runtime's freeze comes before the release: what the held startup made is frozen as it
+    is, not walked first (about 0.13 s of an API's start); with collection on, the young
+    generations are collected first (the worker's freeze after its warm-up)."""
+    heap.watch()
+    walked: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            walked.append(info["generation"])
+
+    gc.callbacks.append(count)
+    heap.hold()
+    try:
+        frozen = gc.get_freeze_count()
+        made = [[] for _ in range(1000)]  # startup's objects, in the young generation
+        assert gc.get_count()[0] >= len(made)
+        heap.freeze()
+        assert walked == []
+        assert gc.get_freeze_count() >= frozen + len(made)  # all of it kept for good
+        gc.unfreeze()
+        heap.release()
+        heap.freeze()
+        assert walked == [1]
+    finally:
+        gc.callbacks.remove(count)
+        gc.enable()
+        gc.unfreeze()
