@@ -273,7 +273,7 @@ async def _warm_then_freeze(
     began = time.perf_counter()
     await runtime.agents.warm_up()
     if freeze:
-        heap.freeze()  # one full collection, once, then none of it is walked again
+        heap.freeze()  # the young generations collected, then none of it is walked again
     # From here on the worker's loop shares the process with nothing of its start-up (what a
     # latency measurement waits for: bench/fairness.py).
     log.info("worker warm: agents' modules imported in %.2fs", time.perf_counter() - began)
