@@ -30,7 +30,6 @@ def test_a_freeze_after_a_held_startup_walks_nothing_and_keeps_everything() -> N
     """The runtime's freeze comes before the release: what the held startup made is frozen as it
     is, not walked first (about 0.13 s of an API's start); with collection on, the young
     generations are collected first (the worker's freeze after its warm-up)."""
-    heap.watch()
     walked: list[int] = []
 
     def count(phase: str, info: dict[str, int]) -> None:
@@ -41,7 +40,7 @@ def test_a_freeze_after_a_held_startup_walks_nothing_and_keeps_everything() -> N
     heap.hold()
     try:
         frozen = gc.get_freeze_count()
-        made = [[] for _ in range(1000)]  # startup's objects, in the young generation
+        made: list[list[int]] = [[] for _ in range(1000)]  # startup's objects, in the young generation
         assert gc.get_count()[0] >= len(made)
         heap.freeze()
         assert walked == []
