@@ -40,7 +40,7 @@ def test_a_freeze_after_a_held_startup_walks_nothing_and_keeps_everything() -> N
     heap.hold()
     try:
         frozen = gc.get_freeze_count()
-        made: list[list[int]] = [[] for _ in range(1000)]  # startup's objects, in the young generation
+        made: list[list[int]] = [[] for _ in range(1000)]  # startup's, in the young generation
         assert gc.get_count()[0] >= len(made)
         heap.freeze()
         assert walked == []
